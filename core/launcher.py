@@ -1,0 +1,421 @@
+"""Start a distributed job's ranks, follow them, and stop every one of them.
+
+MacMesh does not use ``mlx.launch`` (it exits 0 when a rank fails and mixes
+all ranks' output): it starts each rank itself with MLX's environment
+contract (``core.mlxenv``), reads each rank's events (stdout) and log
+(stderr), and turns any rank's exit or silence into one clear failure that
+names the rank, after which every rank is ended.
+
+Threads: each rank has two reader threads (stdout events, stderr log) and
+the job one monitor thread. ``Job.event``, ``Job.log`` and
+``Job.state_changed`` fire on those threads, never on the caller's: a GUI
+must cross to its own thread (``gui/bridge.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from psygnal import Signal
+
+from core import mlxenv, paths
+from core.ranks import LocalRank, RankProcess
+from core.worker import protocol as p
+
+BIND_FAILURE = "Couldn't bind socket"
+LOG_TAIL = 200
+
+
+class JobState(StrEnum):
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    GENERATING = "generating"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.STOPPED, JobState.FAILED)
+
+
+class JobError(Exception):
+    """A request the job cannot take now; the message says why."""
+
+
+@dataclass
+class JobSpec:
+    model: Path
+    strategy: str = "pipeline"
+    nodes: int = 2
+    split: list[int] | None = None
+    backend: str = "ring"
+    python: str = sys.executable
+    host: str = "127.0.0.1"
+    telemetry: bool = True
+    load_timeout_s: float = 120.0  # silence allowed before a rank has loaded (heartbeats)
+    watchdog_s: float = 20.0  # silence allowed once loaded (heartbeats come every second)
+    bind_retries: int = 3
+
+    @property
+    def rank_backend(self) -> str:
+        """One rank needs no backend at all."""
+        return self.backend if self.nodes > 1 else "single"
+
+    def worker_argv(self) -> list[str]:
+        argv = [self.python, "-m", "core.worker", "--model", str(self.model)]
+        argv += ["--strategy", self.strategy if self.nodes > 1 else "single"]
+        argv += ["--backend", self.rank_backend]
+        if self.split and self.nodes > 1:
+            argv += ["--split", ",".join(str(n) for n in self.split)]
+        return argv
+
+
+@dataclass
+class RankStatus:
+    rank: int
+    pid: int | None = None
+    stage: str = "starting"
+    loaded: bool = False
+    last_seen: float = field(default_factory=time.monotonic)
+    exit_code: int | None = None
+    exited_at: float | None = None
+    error: str | None = None
+    log: deque = field(default_factory=lambda: deque(maxlen=LOG_TAIL))
+
+    def tail(self, lines: int = 8) -> list[str]:
+        return list(self.log)[-lines:]
+
+
+class Job:
+    """One distributed job on this machine's loopback (the demo cluster)."""
+
+    event = Signal(dict)  # every worker event, as parsed (reader threads)
+    log = Signal(int, str)  # rank, a line of its stderr (reader threads)
+    state_changed = Signal(str, str)  # state value, message (any job thread)
+
+    def __init__(self, spec: JobSpec, run_dir: Path | None = None) -> None:
+        self.spec = spec
+        self.run_dir = run_dir or _new_run_dir()
+        self.state = JobState.STARTING
+        self.message = ""
+        self.ranks: list[RankStatus] = []
+        self._procs: list[RankProcess] = []
+        self._lock = threading.RLock()
+        self._ready = threading.Event()
+        self._finished = threading.Event()
+        self._done: dict[str, dict] = {}
+        self._done_cond = threading.Condition(self._lock)
+        self._pending: set[str] = set()
+        self._ids = itertools.count(1)
+        self._threads: list[threading.Thread] = []
+        self._attempt = 0
+
+    # -- lifecycle --
+
+    def start(self) -> Job:
+        with self._lock:
+            self._launch()
+        monitor = threading.Thread(target=self._monitor, name="macmesh-job-monitor", daemon=True)
+        monitor.start()
+        self._monitor_thread = monitor
+        return self
+
+    def _launch(self) -> None:
+        spec = self.spec
+        self._attempt += 1
+        self.ranks = [RankStatus(rank) for rank in range(spec.nodes)]
+        hostfile = None
+        if spec.rank_backend == "ring":
+            ports = mlxenv.free_ports(spec.nodes, spec.host)
+            hostfile = self.run_dir / "hostfile.json"
+            hostfile.write_text(mlxenv.ring_hostfile([(spec.host, port) for port in ports]))
+        extra = {} if spec.telemetry else {p.ENV_TELEMETRY: "0"}
+        self._procs = []
+        for status in self.ranks:
+            env = mlxenv.rank_env(
+                status.rank, spec.rank_backend, str(hostfile) if hostfile else None, extra=extra
+            )
+            log_path = self.run_dir / f"rank{status.rank}.log"
+            proc = LocalRank(status.rank, spec.worker_argv(), env, log_path)
+            status.pid = proc.pid
+            self._procs.append(proc)
+            for target, name in ((self._read_events, "events"), (self._read_log, "log")):
+                thread = threading.Thread(
+                    target=target,
+                    args=(proc, status),
+                    name=f"rank{status.rank}-{name}",
+                    daemon=True,
+                )
+                thread.start()
+                self._threads.append(thread)
+        self._set_state(JobState.LOADING, f"starting {spec.nodes} rank(s)")
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        """End the job: ask rank 0 to stop all ranks, then end whatever remains."""
+        with self._lock:
+            if self.state.finished:
+                return
+            was_ready = self.state in (JobState.READY, JobState.GENERATING)
+            self._set_state(JobState.STOPPING, "stopping")
+            if was_ready and self._procs:
+                self._procs[0].send(p.encode_command(p.OP_STOP))
+        if was_ready:
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and any(pr.poll() is None for pr in self._procs):
+                time.sleep(0.05)
+        self._end_all()
+        self._finish(JobState.STOPPED, "stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the job has stopped or failed; True if it has."""
+        return self._finished.wait(timeout)
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until every rank has loaded; JobError if the job failed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ready.is_set():
+            if self.state.finished:
+                raise JobError(self.message)
+            if deadline is not None and time.monotonic() > deadline:
+                raise JobError(f"the model was not loaded within {timeout:.0f} s")
+            self._ready.wait(0.05)
+
+    # -- requests --
+
+    def generate(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: list[dict] | None = None,
+        max_tokens: int = 128,
+        chat: bool = True,
+    ) -> str:
+        """Send a request to rank 0; returns its id (events carry it as ``request``)."""
+        request = f"r{next(self._ids)}"
+        fields = {"id": request, "max_tokens": int(max_tokens), "chat": chat}
+        if messages is not None:
+            fields["messages"] = messages
+        else:
+            fields["prompt"] = prompt or ""
+        self._send(p.encode_command(p.OP_GENERATE, **fields), request)
+        return request
+
+    def link_test(self, nbytes: int = 32 << 20, iters: int = 5) -> str:
+        request = f"t{next(self._ids)}"
+        self._send(p.encode_command(p.OP_LINK_TEST, id=request, bytes=nbytes, iters=iters), request)
+        return request
+
+    def wait_done(self, request: str, timeout: float | None = None) -> dict:
+        """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._done_cond:
+            while request not in self._done:
+                if self.state.finished:
+                    raise JobError(self.message)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise JobError(f"no answer within {timeout:.0f} s")
+                self._done_cond.wait(0.1 if remaining is None else min(remaining, 0.1))
+            return self._done[request]
+
+    def _send(self, line: str, request: str) -> None:
+        with self._lock:
+            if self.state not in (JobState.READY, JobState.GENERATING):
+                raise JobError(f"the cluster is {self.state.value}, not ready for a prompt")
+            self._pending.add(request)
+            self._set_state(JobState.GENERATING, "generating")
+            self._procs[0].send(line)
+
+    # -- reading ranks --
+
+    def _read_events(self, proc: RankProcess, status: RankStatus) -> None:
+        for line in proc.stdout_lines():
+            event = p.parse_event(line)
+            if event is None:
+                status.log.append(line.rstrip())
+                continue
+            self._on_event(status, event)
+        status.exited_at = status.exited_at or time.monotonic()
+
+    def _read_log(self, proc: RankProcess, status: RankStatus) -> None:
+        for line in proc.stderr_lines():
+            line = line.rstrip("\n")
+            status.log.append(line)
+            self.log.emit(status.rank, line)
+
+    def _on_event(self, status: RankStatus, event: dict) -> None:
+        kind = event["event"]
+        with self._lock:
+            status.last_seen = time.monotonic()
+            if kind == p.LOADING:
+                status.stage = event.get("stage", "loading")
+            elif kind == p.LOADED:
+                status.loaded, status.stage = True, "loaded"
+            elif kind == p.ERROR and event.get("fatal"):
+                status.error = event.get("message", "failed")
+            elif kind == p.READY:
+                self._ready.set()
+                if self.state == JobState.LOADING:
+                    self._set_state(JobState.READY, "ready")
+            elif kind in (p.DONE, p.LINK_TEST):
+                self._answered(event)
+        self.event.emit(event)
+
+    def _answered(self, event: dict) -> None:
+        request = event.get("request", "")
+        with self._done_cond:
+            self._done[request] = event
+            if len(self._done) > 256:  # keep only recent answers
+                self._done.pop(next(iter(self._done)))
+            self._pending.discard(request)
+            if not self._pending and self.state == JobState.GENERATING:
+                self._set_state(JobState.READY, "ready")
+            self._done_cond.notify_all()
+
+    # -- failure detection --
+
+    def _monitor(self) -> None:
+        while not self._finished.is_set():
+            time.sleep(0.1)
+            with self._lock:
+                if self.state in (JobState.STOPPING,) or self.state.finished:
+                    continue
+                problem = self._find_problem()
+            if problem is None:
+                continue
+            if self._bind_failed() and self._attempt <= self.spec.bind_retries:
+                self._relaunch()
+                continue
+            time.sleep(0.3)  # let a crash's knock-on exits arrive, then blame the first
+            self._fail(self._diagnose() or problem)
+
+    def _find_problem(self) -> str | None:
+        now = time.monotonic()
+        for proc, status in zip(self._procs, self.ranks, strict=True):
+            code = proc.poll()
+            if code is not None:
+                status.exit_code = code
+                status.exited_at = status.exited_at or now
+                return _exit_message(status)
+            limit = self.spec.watchdog_s if status.loaded else self.spec.load_timeout_s
+            if now - status.last_seen > limit:
+                return (
+                    f"Rank {status.rank} stopped responding: no sign of life for "
+                    f"{now - status.last_seen:.0f} s while {status.stage}{_tail(status)}"
+                )
+        return None
+
+    def _diagnose(self) -> str | None:
+        """The root cause among exited ranks: killed first, then silent crashes, then errors."""
+        for proc, status in zip(self._procs, self.ranks, strict=True):
+            code = proc.poll()
+            if code is not None and status.exit_code is None:
+                status.exit_code, status.exited_at = code, time.monotonic()
+        exited = [s for s in self.ranks if s.exit_code is not None]
+        if not exited:
+            return None
+        exited.sort(key=lambda s: (s.exit_code >= 0, s.error is not None, s.exited_at, s.rank))
+        return _exit_message(exited[0])
+
+    def _bind_failed(self) -> bool:
+        return any(
+            BIND_FAILURE in (s.error or "") or any(BIND_FAILURE in line for line in s.log)
+            for s in self.ranks
+        )
+
+    def _relaunch(self) -> None:
+        self._end_all()
+        with self._lock:
+            if self.state.finished or self.state == JobState.STOPPING:
+                return
+            self._launch()
+
+    def _fail(self, message: str) -> None:
+        with self._lock:
+            if self.state.finished or self.state == JobState.STOPPING:
+                return
+            self.message = message
+        self._end_all()
+        self._finish(JobState.FAILED, message)
+
+    def _end_all(self) -> None:
+        for proc in self._procs:
+            proc.terminate()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(pr.poll() is None for pr in self._procs):
+            time.sleep(0.05)
+        for proc in self._procs:
+            proc.kill()
+        for proc in self._procs:
+            proc.close()
+
+    def _finish(self, state: JobState, message: str) -> None:
+        with self._lock:
+            if self.state.finished:
+                return
+            self._set_state(state, message)
+            self._finished.set()
+            self._done_cond.notify_all()
+
+    def _set_state(self, state: JobState, message: str) -> None:
+        self.state = state
+        self.message = message
+        self.state_changed.emit(state.value, message)
+
+    # -- introspection --
+
+    def alive_pids(self) -> list[int]:
+        return [pr.pid for pr in self._procs if pr.poll() is None]
+
+    def rank_log(self, rank: int) -> Path:
+        return self.run_dir / f"rank{rank}.log"
+
+
+def _exit_message(status: RankStatus) -> str:
+    code = status.exit_code
+    if status.error:
+        what = status.error
+    elif code is not None and code < 0:
+        what = f"Rank {status.rank} was killed (signal {-code}) while {status.stage}"
+    else:
+        what = f"Rank {status.rank} exited with code {code} while {status.stage}"
+    if not what.lower().startswith("rank"):
+        what = f"Rank {status.rank}: {what}"
+    return what + _tail(status)
+
+
+def _tail(status: RankStatus) -> str:
+    lines = [line for line in status.tail() if line.strip()]
+    return ("\nLast log lines:\n  " + "\n  ".join(lines)) if lines else ""
+
+
+def _new_run_dir() -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in itertools.count():
+        run_dir = paths.log_dir() / "runs" / (f"{stamp}" if n == 0 else f"{stamp}-{n}")
+        try:
+            run_dir.mkdir(parents=True)
+            return run_dir
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
+def describe(job: Job) -> str:
+    """A one-line JSON description of a job's ranks, for logs and bug reports."""
+    return json.dumps(
+        {
+            "state": job.state.value,
+            "ranks": [{"rank": s.rank, "pid": s.pid, "stage": s.stage} for s in job.ranks],
+        }
+    )

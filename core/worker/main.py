@@ -1,0 +1,120 @@
+"""Worker entry point: join the cluster, load this rank's shard, serve.
+
+Run by the launcher as ``python -m core.worker --model PATH --strategy S``
+with MLX's environment contract (MLX_RANK plus MLX_HOSTFILE for ring, or
+MLX_IBV_DEVICES and MLX_JACCL_COORDINATOR for jaccl). With ``--prompt`` it
+runs one request and exits: the form ``mlx.launch`` can start by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+import traceback
+
+import mlx.core as mx
+
+from core.worker import protocol as p
+from core.worker.serve import DEFAULT_MAX_TOKENS, Reporter, generate, read_commands, serve
+from core.worker.sharding import STRATEGIES, ShardError, load_shard, synchronise
+from core.worker.traffic import TrafficCounter
+
+BACKENDS = ("ring", "jaccl", "jaccl-ring", "single")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m core.worker", description=__doc__)
+    parser.add_argument("--model", required=True, help="the model folder on this node")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="pipeline")
+    parser.add_argument("--backend", choices=BACKENDS, default="ring")
+    parser.add_argument(
+        "--split", help="pipeline layers per rank, rank order, e.g. 12,18 (default: even)"
+    )
+    parser.add_argument("--prompt", help="run this one request, then exit")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    parser.add_argument("--no-chat", action="store_true", help="send --prompt as raw text")
+    return parser.parse_args(argv)
+
+
+def init_group(backend: str) -> mx.distributed.Group:
+    if backend == "single":
+        return mx.distributed.init()
+    mlx_backend = "jaccl" if backend.startswith("jaccl") else backend
+    return mx.distributed.init(strict=True, backend=mlx_backend)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank = int(os.environ.get("MLX_RANK", "0"))
+    # stdout carries events only: anything a library prints goes to the log.
+    events = p.EventWriter(rank, sys.stdout)
+    sys.stdout = sys.stderr
+    telemetry = os.environ.get(p.ENV_TELEMETRY, "1") != "0"
+    commands = None if args.prompt else read_commands(events, rank)
+    try:
+        group = init_group(args.backend)
+    except Exception as exc:
+        events.emit(p.ERROR, message=f"rank {rank} could not join the cluster: {exc}", fatal=True)
+        return 1
+    counter = TrafficCounter(group.rank(), group.size(), args.backend) if telemetry else None
+    if counter is not None:
+        counter.install()
+    events.emit(
+        p.HELLO,
+        size=group.size(),
+        backend=args.backend,
+        strategy=args.strategy,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+    )
+    reporter = Reporter(events, counter)
+    reporter.start()
+    try:
+        run(args, group, events, commands, telemetry)
+    except ShardError as exc:
+        events.emit(p.ERROR, message=f"rank {rank}: {exc}", fatal=True)
+        return 1
+    except Exception as exc:
+        traceback.print_exc()
+        events.emit(p.ERROR, message=f"rank {rank} failed: {type(exc).__name__}: {exc}", fatal=True)
+        return 1
+    finally:
+        reporter.stop()
+    events.emit(p.STOPPED)
+    return 0
+
+
+def run(args, group, events: p.EventWriter, commands, telemetry: bool) -> None:
+    started = time.monotonic()
+    split = [int(n) for n in args.split.split(",")] if args.split else None
+    shard = load_shard(
+        args.model,
+        group,
+        args.strategy,
+        split,
+        progress=lambda stage: events.emit(p.LOADING, stage=stage),
+    )
+    events.emit(
+        p.LOADED,
+        load_s=round(time.monotonic() - started, 3),
+        memory_bytes=int(mx.get_active_memory()),
+        layers=list(shard.layers) if shard.layers else None,
+        strategy=args.strategy,
+    )
+    synchronise(group)
+    if group.rank() == 0:
+        events.emit(p.READY)
+    if args.prompt:
+        command = {
+            "op": p.OP_GENERATE,
+            "id": "cli",
+            "prompt": args.prompt,
+            "max_tokens": args.max_tokens,
+            "chat": not args.no_chat,
+        }
+        generate(shard, command, events, group.rank(), telemetry)
+        return
+    serve(shard, group, events, commands, telemetry)

@@ -1,0 +1,122 @@
+"""The worker's wire format: JSON lines, one object per line.
+
+This module is the contract between a rank (``core.worker``) and the
+controller (``core.launcher``, ``core.telemetry``). It uses the standard
+library only, so it travels with the worker to any node.
+
+Controller -> rank 0, on its stdin (other ranks get commands through MLX
+collectives; their stdin only tells them the controller is still alive)::
+
+    {"op": "generate", "id": "r1", "prompt": "...", "max_tokens": 64, "chat": true}
+    {"op": "link_test", "id": "t1", "bytes": 33554432, "iters": 5}
+    {"op": "stop"}
+
+Every rank -> controller, on stdout (logs go to stderr). Every event carries
+``event`` (its kind), ``rank`` and ``t``: ``time.monotonic()`` on the rank's
+host, so intervals between events of one rank are exact; never compare ``t``
+across hosts.
+
+==========  =====================================================================
+event       fields
+==========  =====================================================================
+hello       size, backend, strategy, pid, host
+loading     stage (a short phrase: "weights", "sharding", "synchronising")
+loaded      load_s, memory_bytes, layers ([start, end) or null for tensor), strategy
+ready       (rank 0, once every rank has loaded and synchronised)
+token       request, index (0-based), token (id), text (the new piece of text)
+done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tps,
+            ttft_s, finish_reason, peak_memory_bytes, text
+traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
+heartbeat   (every HEARTBEAT_S while the rank lives, so silence means a hang)
+link_test   request, results ([{peer, bytes, seconds, gib_per_s, latency_us}])
+error       message (for a person: what happened and what to do), fatal
+stopped     (the rank is exiting cleanly)
+==========  =====================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+# Event kinds.
+HELLO = "hello"
+LOADING = "loading"
+LOADED = "loaded"
+READY = "ready"
+TOKEN = "token"
+DONE = "done"
+TRAFFIC = "traffic"
+HEARTBEAT = "heartbeat"
+LINK_TEST = "link_test"
+ERROR = "error"
+STOPPED = "stopped"
+EVENTS = frozenset(
+    {HELLO, LOADING, LOADED, READY, TOKEN, DONE, TRAFFIC, HEARTBEAT, LINK_TEST, ERROR, STOPPED}
+)
+
+# Command ops.
+OP_GENERATE = "generate"
+OP_LINK_TEST = "link_test"
+OP_STOP = "stop"
+OPS = frozenset({OP_GENERATE, OP_LINK_TEST, OP_STOP})
+
+HEARTBEAT_S = 1.0
+TRAFFIC_S = 0.5
+
+# Environment the worker reads besides MLX's own (MLX_RANK, MLX_HOSTFILE, ...).
+ENV_TELEMETRY = "MACMESH_TELEMETRY"  # "0" turns token events and traffic counting off
+
+
+class EventWriter:
+    """Writes events as JSON lines; safe to call from several threads."""
+
+    def __init__(self, rank: int, stream: TextIO | None = None) -> None:
+        self.rank = rank
+        self._stream = stream or sys.stdout
+        self._lock = threading.Lock()
+
+    def emit(self, event: str, **fields: Any) -> None:
+        record = {"event": event, "rank": self.rank, "t": time.monotonic(), **fields}
+        line = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+
+def parse_event(line: str) -> dict[str, Any] | None:
+    """A stdout line -> an event dict, or None when the line is not an event.
+
+    Libraries sometimes print to stdout; such lines are not events and are
+    kept as log lines by the caller rather than breaking the stream.
+    """
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("event") not in EVENTS:
+        return None
+    return record
+
+
+def encode_command(op: str, **fields: Any) -> str:
+    if op not in OPS:
+        raise ValueError(f"unknown worker command {op!r}")
+    return json.dumps({"op": op, **fields}, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def parse_command(line: str) -> dict[str, Any]:
+    """A stdin line -> a command dict. Raises ValueError with a readable reason."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(record, dict) or record.get("op") not in OPS:
+        raise ValueError(f"not a command (expected 'op' in {sorted(OPS)})")
+    return record

@@ -1,0 +1,210 @@
+"""A loaded rank's life: take commands, generate in lockstep, report.
+
+Rank 0 takes commands from the controller (stdin) and hands each to every
+rank through an MLX broadcast, so all ranks run the same generation step by
+step; every rank samples the same token because every rank ends a forward
+pass with the same logits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.generate import stream_generate
+
+from core.worker import protocol as p
+from core.worker.sharding import Shard
+from core.worker.traffic import TrafficCounter
+
+DEFAULT_MAX_TOKENS = 128
+
+
+def broadcast_command(command: dict | None, group: mx.distributed.Group) -> dict:
+    """Rank 0's command, on every rank (others pass None)."""
+    if group.size() == 1:
+        assert command is not None
+        return command
+    payload = json.dumps(command).encode() if group.rank() == 0 else b""
+    length = mx.array([len(payload)], dtype=mx.int32)
+    length = int(mx.distributed.all_sum(length, group=group, stream=mx.cpu).item())
+    buffer = mx.zeros((length,), dtype=mx.uint8)
+    if group.rank() == 0:
+        buffer = mx.array(list(payload), dtype=mx.uint8)
+    data = mx.distributed.all_sum(buffer, group=group, stream=mx.cpu)
+    mx.eval(data)
+    return json.loads(bytes(memoryview(data)).decode())
+
+
+def prompt_tokens(tokenizer: Any, command: dict) -> list[int]:
+    """Token ids for a command: chat messages, a chat prompt, or raw text."""
+    messages = command.get("messages")
+    if messages is None and command.get("chat", True):
+        messages = [{"role": "user", "content": command.get("prompt", "")}]
+    if messages is not None and getattr(tokenizer, "chat_template", None):
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    text = command.get("prompt") or "".join(m.get("content", "") for m in messages or [])
+    return list(tokenizer.encode(text))
+
+
+def generate(
+    shard: Shard, command: dict, events: p.EventWriter, rank: int, stream_tokens: bool
+) -> dict:
+    """Run one request on this rank; rank 0 reports tokens and the summary."""
+    request = command.get("id", "")
+    started = time.monotonic()
+    ids = prompt_tokens(shard.tokenizer, command)
+    max_tokens = int(command.get("max_tokens", DEFAULT_MAX_TOKENS))
+    first_at = None
+    pieces: list[str] = []
+    last = None
+    for index, response in enumerate(
+        stream_generate(shard.model, shard.tokenizer, ids, max_tokens=max_tokens)
+    ):
+        if first_at is None:
+            first_at = time.monotonic()
+        last = response
+        if rank != 0 or (response.finish_reason == "stop" and not response.text):
+            continue  # the end-of-sequence token is not text (but may flush some)
+        pieces.append(response.text)
+        if stream_tokens:
+            events.emit(
+                p.TOKEN, request=request, index=index, token=int(response.token), text=response.text
+            )
+    summary = {
+        "request": request,
+        "prompt_tokens": last.prompt_tokens if last else len(ids),
+        "prompt_tps": round(last.prompt_tps, 3) if last else 0.0,
+        "generation_tokens": last.generation_tokens if last else 0,
+        "generation_tps": round(last.generation_tps, 3) if last else 0.0,
+        "ttft_s": round(first_at - started, 6) if first_at else None,
+        "finish_reason": last.finish_reason if last else "length",
+        "peak_memory_bytes": int(mx.get_peak_memory()),
+        "text": "".join(pieces),
+    }
+    if rank == 0:
+        events.emit(p.DONE, **summary)
+    return summary
+
+
+def link_test(group: mx.distributed.Group, command: dict, events: p.EventWriter) -> None:
+    """Time a large all_sum (bandwidth) and a tiny one (latency) across the group."""
+    size = group.size()
+    nbytes = int(command.get("bytes", 32 << 20))
+    iters = max(1, int(command.get("iters", 5)))
+    big = mx.ones((max(1, nbytes // 4),), dtype=mx.float32)
+    tiny = mx.ones((1,), dtype=mx.float32)
+    mx.eval(mx.distributed.all_sum(big, group=group, stream=mx.cpu))  # warm up
+    start = time.perf_counter()
+    for _ in range(iters):
+        mx.eval(mx.distributed.all_sum(big, group=group, stream=mx.cpu))
+    seconds = (time.perf_counter() - start) / iters
+    start = time.perf_counter()
+    for _ in range(iters * 4):
+        mx.eval(mx.distributed.all_sum(tiny, group=group, stream=mx.cpu))
+    latency = (time.perf_counter() - start) / (iters * 4)
+    # Bus bandwidth: what each link carried, the figure to hold against its nominal speed.
+    moved = big.nbytes * 2 * (size - 1) / size
+    if group.rank() == 0:
+        events.emit(
+            p.LINK_TEST,
+            request=command.get("id", ""),
+            results=[
+                {
+                    "peer": (group.rank() + 1) % size,
+                    "bytes": big.nbytes,
+                    "seconds": round(seconds, 6),
+                    "gib_per_s": round(moved / seconds / (1 << 30), 4),
+                    "latency_us": round(latency * 1e6, 1),
+                }
+            ],
+        )
+
+
+def serve(
+    shard: Shard,
+    group: mx.distributed.Group,
+    events: p.EventWriter,
+    commands: queue.Queue | None,
+    stream_tokens: bool,
+) -> None:
+    """Run commands until ``stop`` (rank 0 reads them from ``commands``)."""
+    rank = group.rank()
+    while True:
+        command = commands.get() if rank == 0 and commands is not None else None
+        command = broadcast_command(command, group)
+        op = command["op"]
+        if op == p.OP_STOP:
+            return
+        if op == p.OP_GENERATE:
+            generate(shard, command, events, rank, stream_tokens)
+        elif op == p.OP_LINK_TEST:
+            link_test(group, command, events)
+
+
+class Reporter(threading.Thread):
+    """Heartbeats (so silence means a hang) and traffic counts, off the main thread."""
+
+    def __init__(self, events: p.EventWriter, counter: TrafficCounter | None) -> None:
+        super().__init__(name="macmesh-reporter", daemon=True)
+        self._events = events
+        self._counter = counter
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        last_heartbeat = last_traffic = time.monotonic()
+        was_moving = False
+        while not self._stop.wait(min(p.HEARTBEAT_S, p.TRAFFIC_S) / 2):
+            now = time.monotonic()
+            if self._counter is not None and now - last_traffic >= p.TRAFFIC_S:
+                sent, received = self._counter.take()
+                # Report while bytes move, and once more at zero so plots drop to 0.
+                if sent or received or was_moving:
+                    self._events.emit(
+                        p.TRAFFIC,
+                        interval_s=round(now - last_traffic, 6),
+                        sent={str(k): v for k, v in sent.items()},
+                        received={str(k): v for k, v in received.items()},
+                    )
+                was_moving = bool(sent or received)
+                last_traffic = now
+            if now - last_heartbeat >= p.HEARTBEAT_S:
+                self._events.emit(p.HEARTBEAT)
+                last_heartbeat = now
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def read_commands(events: p.EventWriter, rank: int) -> queue.Queue:
+    """Start the stdin reader; the controller closing stdin ends this process.
+
+    Every rank watches its stdin: when the controller dies (or its SSH session
+    drops), the pipe closes and the rank exits at once instead of lingering.
+    """
+    commands: queue.Queue = queue.Queue()
+
+    def reader() -> None:
+        for line in sys.stdin:
+            if not line.strip() or rank != 0:
+                continue
+            try:
+                commands.put(p.parse_command(line))
+            except ValueError as exc:
+                events.emit(p.ERROR, message=f"ignored a bad command: {exc}", fatal=False)
+        _controller_gone()
+
+    threading.Thread(target=reader, name="macmesh-stdin", daemon=True).start()
+    return commands
+
+
+def _controller_gone() -> None:
+    sys.stderr.write("macmesh worker: the controller closed stdin; exiting\n")
+    sys.stderr.flush()
+    os._exit(3)

@@ -1,0 +1,195 @@
+"""Load one rank's shard of a model: whole (single), tensor slices, or pipeline layers.
+
+Pipeline sharding works for every architecture mlx-lm loads. Where mlx-lm has
+its own ``model.model.pipeline(group, split)`` we use it; elsewhere (llama,
+qwen3, ...) ``PipelineStage`` wraps the rank's first and last local layers
+with the same protocol mlx-lm uses: receive the hidden state from rank+1
+before the first local layer, send it to rank-1 after the last, then an
+``all_gather`` so every rank ends with rank 0's output (rank 0 holds the last
+layers) and samples the same token.
+
+Weights are loaded lazily and only the local layers' tensors are evaluated,
+so a rank reads from disk only the weights of its layers (and the shared
+embeddings, norm and head), and a node needs only the files holding them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.utils import load_model, load_tokenizer
+
+from core.worker.shardfiles import (
+    even_split,
+    files_for_layers,
+    layer_ranges,
+    read_weight_map,
+    validate_split,
+)
+
+STRATEGIES = ("single", "pipeline", "tensor")
+
+
+class ShardError(Exception):
+    """A shard cannot be built; the message says why, for a person."""
+
+
+@dataclass
+class Shard:
+    model: nn.Module
+    tokenizer: Any
+    config: dict
+    strategy: str
+    layers: tuple[int, int] | None  # [start, end) for pipeline; None otherwise
+
+
+def load_shard(
+    path: Path,
+    group: mx.distributed.Group,
+    strategy: str,
+    split: list[int] | None = None,
+    progress: Callable[[str], None] = lambda stage: None,
+) -> Shard:
+    if strategy not in STRATEGIES:
+        raise ShardError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    progress("reading the model")
+    model, config = load_model(Path(path), lazy=True, strict=False)
+    tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id"))
+    layers = None
+    if group.size() > 1 and strategy == "tensor":
+        progress("slicing every layer")
+        _shard_tensor(model, group, config)
+    elif group.size() > 1 and strategy == "pipeline":
+        progress("placing layers")
+        layers = _shard_pipeline(model, group, split)
+    _check_files(Path(path), layers)
+    if mx.default_device() == mx.cpu:
+        # CPUs have no fast half-precision arithmetic: a float16 model runs ~30x
+        # slower than in float32 there (MLX on Linux, or a Mac without Metal).
+        model.set_dtype(mx.float32)
+    progress("loading weights")
+    mx.eval(model.parameters())
+    return Shard(model, tokenizer, config, strategy, layers)
+
+
+def synchronise(group: mx.distributed.Group) -> None:
+    """Every rank has loaded: a tiny all_sum so no rank starts generating alone."""
+    mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group, stream=mx.cpu))
+
+
+def _shard_tensor(model: nn.Module, group: mx.distributed.Group, config: dict) -> None:
+    if not hasattr(model, "shard"):
+        raise ShardError(
+            f"mlx-lm cannot tensor-shard the {config.get('model_type')!r} architecture; "
+            "use pipeline sharding instead"
+        )
+    n = group.size()
+    heads = config.get("num_attention_heads")
+    kv_heads = config.get("num_key_value_heads", heads)
+    for label, count in (("attention heads", heads), ("key/value heads", kv_heads)):
+        if isinstance(count, int) and count % n:
+            raise ShardError(
+                f"tensor sharding needs the {count} {label} to divide by {n} nodes; "
+                "use pipeline sharding or a node count that divides them"
+            )
+    model.shard(group)
+
+
+def _shard_pipeline(
+    model: nn.Module, group: mx.distributed.Group, split: list[int] | None
+) -> tuple[int, int]:
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, list):
+        raise ShardError("this architecture has no layer list that can be pipelined")
+    size, rank = group.size(), group.rank()
+    split = list(split) if split else even_split(len(layers), size)
+    try:
+        validate_split(split, len(layers), size)
+    except ValueError as exc:
+        raise ShardError(str(exc)) from None
+    start, end = layer_ranges(split)[rank]
+    if hasattr(inner, "pipeline"):
+        inner.pipeline(group, split=split)
+    else:
+        _wrap_pipeline(inner, group, start, end)
+    return start, end
+
+
+def _wrap_pipeline(inner: nn.Module, group: mx.distributed.Group, start: int, end: int) -> None:
+    local = list(inner.layers[start:end])
+    rank, size = group.rank(), group.size()
+    last = len(local) - 1
+    for i in (0, last):
+        if isinstance(local[i], PipelineStage):
+            continue
+        local[i] = PipelineStage(
+            local[i], group, receive=(i == 0 and rank < size - 1), send=(i == last)
+        )
+    inner.layers = local
+    # Some models index their caches by a layer position found at init.
+    if hasattr(inner, "fa_idx"):
+        sliding = [bool(getattr(layer, "use_sliding", False)) for layer in local]
+        inner.fa_idx = sliding.index(False) if False in sliding else 0
+        inner.swa_idx = sliding.index(True) if True in sliding else None
+
+
+class PipelineStage(nn.Module):
+    """A decoder layer with the pipeline's receive before it and/or send after it."""
+
+    def __init__(
+        self, layer: nn.Module, group: mx.distributed.Group, *, receive: bool, send: bool
+    ) -> None:
+        super().__init__()
+        self.layer = layer
+        self._group = group
+        self._receive = receive
+        self._send = send
+
+    def __getattr__(self, key: str) -> Any:
+        # Models read flags such as ``use_sliding`` off their layers.
+        try:
+            return super().__getattr__(key)
+        except AttributeError:
+            if key == "layer" or "layer" not in self:
+                raise
+            return getattr(self["layer"], key)
+
+    def __call__(self, x: mx.array, *args: Any, **kwargs: Any) -> mx.array:
+        group = self._group
+        rank = group.rank()
+        if self._receive:
+            x = mx.distributed.recv_like(x, rank + 1, group=group)
+        h = self.layer(x, *args, **kwargs)
+        if not self._send:
+            return h
+        if rank != 0:
+            h = mx.distributed.send(h, rank - 1, group=group)
+            # Prefill evaluates only the caches: tie the send to them so it runs.
+            cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
+            if cache is not None and getattr(cache, "keys", None) is not None:
+                cache.keys = mx.depends(cache.keys, h)
+        return mx.distributed.all_gather(h, group=group)[: h.shape[0]]
+
+
+def _check_files(path: Path, layers: tuple[int, int] | None) -> None:
+    """Fail clearly when a weight file this shard needs is missing.
+
+    Loading is not strict (a pipeline stage may hold only its own files), so
+    a missing file would otherwise leave random weights in place silently.
+    """
+    weight_map = read_weight_map(path)
+    if weight_map is None:
+        return  # a single-file model: mlx-lm reports a missing file itself
+    needed = files_for_layers(weight_map, *layers) if layers else set(weight_map.values())
+    missing = sorted(f for f in needed if not (path / f).is_file())
+    if missing:
+        raise ShardError(
+            f"the model folder {path} lacks {', '.join(missing)}, which this node's "
+            "share of the model needs; copy the model again"
+        )

@@ -1,0 +1,1 @@
+"""MacMesh GUI: thin PySide6 views over `core`."""
