@@ -65,14 +65,16 @@ class JobSpec:
     load_timeout_s: float = 120.0  # silence allowed before a rank has loaded (heartbeats)
     watchdog_s: float = 20.0  # silence allowed once loaded (heartbeats come every second)
     bind_retries: int = 3
+    rank_models: list[Path] | None = None  # per-rank model folder, when nodes hold different files
 
     @property
     def rank_backend(self) -> str:
         """One rank needs no backend at all."""
         return self.backend if self.nodes > 1 else "single"
 
-    def worker_argv(self) -> list[str]:
-        argv = [self.python, "-m", "core.worker", "--model", str(self.model)]
+    def worker_argv(self, rank: int) -> list[str]:
+        model = self.rank_models[rank] if self.rank_models else self.model
+        argv = [self.python, "-m", "core.worker", "--model", str(model)]
         argv += ["--strategy", self.strategy if self.nodes > 1 else "single"]
         argv += ["--backend", self.rank_backend]
         if self.split and self.nodes > 1:
@@ -146,7 +148,7 @@ class Job:
                 status.rank, spec.rank_backend, str(hostfile) if hostfile else None, extra=extra
             )
             log_path = self.run_dir / f"rank{status.rank}.log"
-            proc = LocalRank(status.rank, spec.worker_argv(), env, log_path)
+            proc = LocalRank(status.rank, spec.worker_argv(status.rank), env, log_path)
             status.pid = proc.pid
             self._procs.append(proc)
             for target, name in ((self._read_events, "events"), (self._read_log, "log")):

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         group = init_group(args.backend)
     except Exception as exc:
-        events.emit(p.ERROR, message=f"rank {rank} could not join the cluster: {exc}", fatal=True)
+        events.emit(p.ERROR, message=f"Rank {rank} could not join the cluster: {exc}", fatal=True)
         return 1
     counter = TrafficCounter(group.rank(), group.size(), args.backend) if telemetry else None
     if counter is not None:
@@ -75,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(args, group, events, commands, telemetry)
     except ShardError as exc:
-        events.emit(p.ERROR, message=f"rank {rank}: {exc}", fatal=True)
+        events.emit(p.ERROR, message=f"Rank {rank}: {exc}", fatal=True)
         return 1
     except Exception as exc:
         traceback.print_exc()
-        events.emit(p.ERROR, message=f"rank {rank} failed: {type(exc).__name__}: {exc}", fatal=True)
+        events.emit(p.ERROR, message=f"Rank {rank} failed: {type(exc).__name__}: {exc}", fatal=True)
         return 1
     finally:
         reporter.stop()
