@@ -167,7 +167,8 @@ class Job:
         with self._lock:
             if self.state.finished:
                 return
-            was_ready = self.state in (JobState.READY, JobState.GENERATING)
+            # Only an idle rank 0 reads the stop command soon; otherwise end the ranks.
+            was_ready = self.state == JobState.READY
             self._set_state(JobState.STOPPING, "stopping")
             if was_ready and self._procs:
                 self._procs[0].send(p.encode_command(p.OP_STOP))

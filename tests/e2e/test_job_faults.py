@@ -1,0 +1,166 @@
+"""A job that goes wrong fails clearly, names the rank, and leaves nothing running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from core import mlxenv
+from core.launcher import Job, JobError, JobSpec, JobState
+from tests.helpers.jobs import _alive, assert_no_ranks_left, run_job
+
+pytestmark = pytest.mark.slow
+
+
+def _ready_job(model: Path, **overrides) -> Job:
+    job = Job(JobSpec(model=model, strategy="pipeline", nodes=2, **overrides)).start()
+    job.wait_ready(timeout=120)
+    return job
+
+
+def _wait_finished(job: Job, within: float) -> float:
+    started = time.monotonic()
+    assert job.wait(within), f"the job did not end within {within} s (state {job.state})"
+    return time.monotonic() - started
+
+
+def test_killed_rank_mid_generation_fails_within_5s_naming_it(tiny_models) -> None:
+    job = _ready_job(tiny_models["llama"])
+    try:
+        request = job.generate("tell me a long story", max_tokens=100_000)
+        tokens = []
+        job.event.connect(lambda e: e["event"] == "token" and tokens.append(e))
+        deadline = time.monotonic() + 30
+        while len(tokens) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert tokens, "generation never started"
+        os.kill(job.ranks[1].pid, signal.SIGKILL)
+        assert _wait_finished(job, 5.0) < 5.0
+        assert job.state == JobState.FAILED
+        assert job.message.startswith("Rank 1 was killed (signal 9) while loaded")
+        with pytest.raises(JobError):
+            job.wait_done(request, timeout=1)
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+
+
+def test_hung_rank_trips_the_watchdog_and_everything_is_killed(tiny_models) -> None:
+    job = _ready_job(tiny_models["llama"], watchdog_s=2.0)
+    try:
+        os.kill(job.ranks[1].pid, signal.SIGSTOP)
+        _wait_finished(job, 10.0)
+        assert job.state == JobState.FAILED
+        assert job.message.startswith("Rank 1 stopped responding")
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+
+
+def test_stop_during_loading_is_clean(tiny_models) -> None:
+    job = Job(JobSpec(model=tiny_models["qwen3"], nodes=2)).start()
+    time.sleep(0.5)
+    assert job.state == JobState.LOADING
+    job.stop()
+    assert job.state == JobState.STOPPED
+    assert_no_ranks_left(job)
+
+
+def test_stop_while_generating_is_clean(tiny_models) -> None:
+    job = _ready_job(tiny_models["qwen3"])
+    job.generate("go on", max_tokens=100_000)
+    time.sleep(1.0)
+    assert job.state == JobState.GENERATING
+    job.stop()
+    assert job.state == JobState.STOPPED
+    assert_no_ranks_left(job)
+
+
+def test_a_model_that_cannot_load_fails_with_its_reason(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    job = Job(JobSpec(model=tmp_path, nodes=2)).start()
+    try:
+        _wait_finished(job, 60)
+        assert job.state == JobState.FAILED
+        assert job.message.startswith("Rank ")
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+
+
+def test_ranks_end_when_the_controller_is_killed(tiny_models, tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from core.launcher import Job, JobSpec
+        job = Job(JobSpec(model=Path({str(tiny_models["llama"])!r}), nodes=2)).start()
+        job.wait_ready(120)
+        job.generate("a long story", max_tokens=100000)
+        print(" ".join(str(s.pid) for s in job.ranks), flush=True)
+        time.sleep(300)
+        """
+    )
+    controller = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    try:
+        pids = [int(pid) for pid in controller.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+        controller.kill()
+        controller.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in pids if _alive(pid)], "ranks outlived their controller"
+    finally:
+        controller.kill()
+        for pid in pids if "pids" in locals() else []:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_taken_port_is_retried_with_new_ports(tiny_models, monkeypatch) -> None:
+    import socket
+
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    busy = blocker.getsockname()[1]
+    real = mlxenv.free_ports
+    calls = []
+
+    def first_busy(count: int, host: str = "127.0.0.1") -> list[int]:
+        calls.append(count)
+        ports = real(count, host)
+        return [busy, *ports[1:]] if len(calls) == 1 else ports
+
+    monkeypatch.setattr(mlxenv, "free_ports", first_busy)
+    try:
+        result = run_job(JobSpec(model=tiny_models["llama"], nodes=2), max_tokens=4)
+    finally:
+        blocker.close()
+    assert len(calls) == 2
+    assert len(result.tokens) == 4
+
+
+def test_two_jobs_at_once_do_not_collide(tiny_models) -> None:
+    jobs = [Job(JobSpec(model=tiny_models[a], nodes=2)).start() for a in ("llama", "qwen3")]
+    try:
+        for job in jobs:
+            job.wait_ready(timeout=120)
+        requests = [job.generate("hello", max_tokens=4) for job in jobs]
+        for job, request in zip(jobs, requests, strict=True):
+            assert job.wait_done(request, timeout=60)["generation_tokens"] == 4
+    finally:
+        for job in jobs:
+            job.stop()
+    for job in jobs:
+        assert_no_ranks_left(job)
