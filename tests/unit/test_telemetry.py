@@ -1,0 +1,465 @@
+"""Telemetry math: ring buffers, token rates, TTFT, link aggregation, bounds."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.telemetry import (
+    Headline,
+    RateEstimator,
+    RingBuffer,
+    Telemetry,
+    ema_rate_step,
+    link_id,
+)
+
+
+def event(kind: str, rank: int, t: float, **fields: Any) -> dict[str, Any]:
+    return {"event": kind, "rank": rank, "t": t, **fields}
+
+
+def token(t: float, index: int, request: str = "r1", text: str = "x", rank: int = 0) -> dict:
+    return event("token", rank, t, request=request, index=index, token=1, text=text)
+
+
+def done(t: float, request: str = "r1", rank: int = 0, **fields: Any) -> dict[str, Any]:
+    fields = {
+        "prompt_tokens": 12,
+        "prompt_tps": 120.0,
+        "generation_tokens": 4,
+        "generation_tps": 9.5,
+        "ttft_s": 0.25,
+        "finish_reason": "length",
+        "peak_memory_bytes": 2_000,
+        "text": "xxxx",
+        **fields,
+    }
+    return event("done", rank, t, request=request, **fields)
+
+
+def traffic(rank: int, t: float, sent: dict[str, int], interval_s: float = 0.5) -> dict:
+    return event("traffic", rank, t, interval_s=interval_s, sent=sent, received={})
+
+
+def local_telemetry(**kwargs: Any) -> Telemetry:
+    """Every rank on this host's clock: series times are the events' own."""
+    return Telemetry(clock=None, **kwargs)
+
+
+# -- RingBuffer --------------------------------------------------------------------
+
+
+def test_ring_buffer_starts_empty() -> None:
+    ring = RingBuffer(4)
+    t, v = ring.arrays()
+    assert len(ring) == 0 and ring.last() is None
+    assert t.size == 0 and v.size == 0 and t.dtype == np.float64
+
+
+def test_ring_buffer_wraps_around_keeping_newest_in_order() -> None:
+    ring = RingBuffer(3)
+    for i in range(7):
+        ring.append(float(i), 10.0 * i)
+    t, v = ring.arrays()
+    assert t.tolist() == [4.0, 5.0, 6.0]
+    assert v.tolist() == [40.0, 50.0, 60.0]
+    assert ring.last() == (6.0, 60.0)
+    assert len(ring) == ring.capacity == 3
+
+
+def test_ring_buffer_arrays_are_copies() -> None:
+    ring = RingBuffer(2)
+    ring.append(1.0, 1.0)
+    t, _ = ring.arrays()
+    t[0] = 99.0
+    assert ring.arrays()[0].tolist() == [1.0]
+
+
+def test_ring_buffer_window_keeps_the_recent_span() -> None:
+    ring = RingBuffer(5)
+    for i in range(8):  # holds t = 3..7
+        ring.append(float(i), float(i))
+    assert ring.window(2.0)[0].tolist() == [5.0, 6.0, 7.0]
+    assert ring.window(100.0)[0].tolist() == [3.0, 4.0, 5.0, 6.0, 7.0]
+    assert ring.window(0.0)[0].tolist() == [7.0]
+
+
+def test_ring_buffer_refuses_zero_capacity() -> None:
+    with pytest.raises(ValueError):
+        RingBuffer(0)
+
+
+@given(
+    capacity=st.integers(min_value=1, max_value=50),
+    values=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=200),
+)
+def test_ring_buffer_keeps_exactly_the_last_samples(capacity: int, values: list[float]) -> None:
+    ring = RingBuffer(capacity)
+    for i, value in enumerate(values):
+        ring.append(float(i), value)
+    kept = min(len(values), capacity)
+    t, v = ring.arrays()
+    assert len(ring) == kept
+    assert t.tolist() == [float(i) for i in range(len(values) - kept, len(values))]
+    assert v.tolist() == values[len(values) - kept :]
+
+
+@given(
+    capacity=st.integers(min_value=1, max_value=30),
+    steps=st.lists(st.floats(min_value=0.0, max_value=10.0), min_size=1, max_size=100),
+    seconds=st.floats(min_value=0.0, max_value=50.0),
+)
+def test_ring_buffer_window_matches_a_filter(
+    capacity: int, steps: list[float], seconds: float
+) -> None:
+    ring = RingBuffer(capacity)
+    times = np.cumsum(steps)
+    for i, t in enumerate(times):
+        ring.append(float(t), float(i))
+    all_t, all_v = ring.arrays()
+    keep = all_t >= all_t[-1] - seconds
+    t, v = ring.window(seconds)
+    assert t.tolist() == all_t[keep].tolist()
+    assert v.tolist() == all_v[keep].tolist()
+
+
+# -- rates ---------------------------------------------------------------------------
+
+
+def test_average_and_instantaneous_rates_by_hand() -> None:
+    rates = RateEstimator()
+    instants = [rates.add(t) for t in (0.0, 0.1, 0.2, 0.3)]
+    assert instants[0] is None
+    assert instants[1:] == pytest.approx([10.0, 10.0, 10.0])
+    assert rates.average() == pytest.approx(10.0)  # 3 intervals over 0.3 s
+    assert rates.smoothed == pytest.approx(10.0)
+
+
+def test_average_excludes_time_to_first_token() -> None:
+    rates = RateEstimator()
+    for t in (5.0, 5.5, 6.0):  # the first token's wait is not counted
+        rates.add(t)
+    assert rates.average() == pytest.approx(2.0)
+
+
+def test_one_token_has_no_rate() -> None:
+    rates = RateEstimator()
+    assert rates.add(1.0) is None
+    assert rates.average() is None and rates.smoothed is None
+
+
+def test_zero_and_negative_intervals_give_no_instantaneous_rate() -> None:
+    rates = RateEstimator()
+    rates.add(1.0)
+    assert rates.add(1.0) is None
+    assert rates.add(0.9) is None
+    assert rates.add(1.1) == pytest.approx(10.0)
+    assert math.isfinite(rates.smoothed or math.nan)
+
+
+def test_ema_step_stays_finite_for_a_zero_interval() -> None:
+    assert ema_rate_step(5.0, 0.0, tau_s=1.0) == pytest.approx(6.0)  # + 1/tau
+
+
+def test_ema_converges_to_a_steady_rate() -> None:
+    rates = RateEstimator(tau_s=1.0)
+    for i in range(200):  # 20 tok/s for 10 s
+        rates.add(i * 0.05)
+    assert rates.smoothed == pytest.approx(20.0, rel=1e-9)
+
+
+def test_ema_follows_a_rate_change_within_a_few_time_constants() -> None:
+    rates = RateEstimator(tau_s=1.0)
+    t = 0.0
+    for _ in range(100):  # 10 tok/s for 10 s
+        rates.add(t)
+        t += 0.1
+    t_change = t
+    samples: list[tuple[float, float]] = []
+    while t < t_change + 5.0:  # then 50 tok/s
+        rates.add(t)
+        samples.append((t - t_change, rates.smoothed or 0.0))
+        t += 0.02
+    after_one_tau = next(v for dt, v in samples if dt >= 1.0)
+    after_five_tau = samples[-1][1]
+    assert 10.0 + 0.5 * 40.0 < after_one_tau < 50.0  # ~63% of the way after 1 tau
+    assert after_five_tau == pytest.approx(50.0, rel=0.01)
+
+
+def test_ema_weights_a_burst_by_time_not_by_count() -> None:
+    """Ten tokens at once after a second of silence: about 10 tokens/s, not 1e6."""
+    rates = RateEstimator(tau_s=1.0)
+    rates.add(0.0)
+    rates.add(1.0)  # 1 tok/s
+    for _ in range(10):
+        rates.add(2.0)
+    assert rates.smoothed is not None and 1.0 < rates.smoothed < 12.0
+
+
+@given(
+    steps=st.lists(
+        st.floats(min_value=1e-12, max_value=1e4, allow_subnormal=False), min_size=1, max_size=100
+    ),
+    start=st.floats(min_value=0.0, max_value=1e6),
+)
+def test_rates_are_finite_and_positive_for_increasing_timestamps(
+    steps: list[float], start: float
+) -> None:
+    telemetry = local_telemetry()
+    times = start + np.cumsum([0.0, *steps])
+    times = times[np.concatenate(([True], np.diff(times) > 0))]  # strictly increasing
+    for i, t in enumerate(times):
+        telemetry.feed(token(float(t), i))
+    rates = telemetry.tokens_per_s()
+    for _, values in (rates.instant, rates.smoothed):
+        assert np.all(np.isfinite(values)) and np.all(values > 0)
+    (summary,) = telemetry.requests()
+    if summary.avg_tps is not None:
+        assert math.isfinite(summary.avg_tps) and summary.avg_tps > 0
+
+
+# -- requests and TTFT -------------------------------------------------------------------
+
+
+def test_token_series_and_request_summary() -> None:
+    telemetry = local_telemetry()
+    for i, t in enumerate((1.0, 1.1, 1.2, 1.3)):
+        telemetry.feed(token(t, i, text="ab"))
+    instant_t, instant_v = telemetry.tokens_per_s().instant
+    assert instant_t.tolist() == pytest.approx([1.1, 1.2, 1.3])
+    assert instant_v.tolist() == pytest.approx([10.0, 10.0, 10.0])
+    assert telemetry.current().tokens_per_s == pytest.approx(10.0)
+
+    telemetry.feed(done(1.35))
+    (summary,) = telemetry.requests()
+    assert summary.finished and summary.id == "r1"
+    assert summary.avg_tps == pytest.approx(10.0)
+    assert summary.generation_tps == 9.5  # the worker's own figure, kept as given
+    assert (summary.prompt_tokens, summary.prompt_tps) == (12, 120.0)
+    assert summary.generation_tokens == 4 and summary.finish_reason == "length"
+    assert summary.text == "xxxx"  # the worker's final text wins over the pieces
+
+    headline = telemetry.current()
+    assert headline.tokens_per_s == 0.0  # idle again
+    assert headline.last_avg_tps == pytest.approx(10.0)
+    assert headline.prompt_tps == 120.0 and headline.total_tokens == 4
+    smoothed_t, smoothed_v = telemetry.tokens_per_s().smoothed
+    assert smoothed_v[-1] == 0.0 and smoothed_t[-1] == pytest.approx(1.35)
+
+
+def test_ttft_from_request_started() -> None:
+    telemetry = local_telemetry()
+    telemetry.request_started("r1", 10.0)
+    telemetry.feed(token(10.4, 0))
+    assert telemetry.current().ttft_s == pytest.approx(0.4)
+    telemetry.feed(token(10.5, 1))
+    telemetry.feed(done(10.6))  # the worker says 0.25; ours includes the trip
+    assert telemetry.requests()[0].ttft_s == pytest.approx(0.4)
+    assert telemetry.current().ttft_s == pytest.approx(0.4)
+
+
+def test_ttft_from_done_event_without_request_started() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(token(3.0, 0))
+    assert telemetry.current().ttft_s is None
+    telemetry.feed(done(3.1, ttft_s=0.125))
+    assert telemetry.requests()[0].ttft_s == 0.125
+
+
+def test_remote_rank_times_move_onto_the_local_clock() -> None:
+    """A remote rank's clock reads 1000 s more; the smallest delay sets the offset."""
+    telemetry = Telemetry(clock=lambda: 0.0)
+    telemetry.feed(event("hello", 0, 1000.0, size=2), received_at=0.05)
+    telemetry.feed(event("heartbeat", 0, 1001.0), received_at=1.01)  # offset -999.99
+    telemetry.request_started("r1", 2.0)
+    telemetry.feed(token(1002.3, 0), received_at=2.5)  # backlog: delay not used
+    telemetry.feed(token(1002.4, 1), received_at=2.5)
+    assert telemetry.current().ttft_s == pytest.approx(0.31)
+    t, v = telemetry.tokens_per_s().instant
+    assert t.tolist() == pytest.approx([2.41]) and v.tolist() == pytest.approx([10.0])
+
+
+def test_tokens_of_other_ranks_are_not_counted_twice() -> None:
+    telemetry = local_telemetry()
+    for rank in (0, 1):
+        telemetry.feed(token(0.0, 0, rank=rank))
+        telemetry.feed(token(0.1, 1, rank=rank))
+    assert telemetry.current().total_tokens == 2
+
+
+def test_done_without_token_events_still_counts() -> None:
+    """With MACMESH_TELEMETRY=0 the worker sends only done events."""
+    telemetry = local_telemetry()
+    telemetry.feed(done(1.0, generation_tokens=30))
+    (summary,) = telemetry.requests()
+    assert summary.generation_tokens == 30 and summary.avg_tps is None
+    assert telemetry.current().total_tokens == 30
+
+
+def test_unfinished_requests_are_listed_with_their_text_so_far() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(token(0.0, 0, request="a", text="Hel"))
+    telemetry.feed(token(0.1, 1, request="a", text="lo"))
+    (summary,) = telemetry.requests()
+    assert not summary.finished and summary.text == "Hello" and summary.generation_tokens == 2
+
+
+# -- links ------------------------------------------------------------------------------
+
+
+def test_two_ranks_traffic_makes_one_link() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(traffic(0, 1.0, {"1": 1000}))  # 2000 B/s from 0 to 1
+    telemetry.feed(traffic(1, 1.1, {"0": 3000}))  # 6000 B/s from 1 to 0
+    series = telemetry.link_series()
+    assert list(series) == ["0↔1"]
+    t, v = series["0↔1"]
+    assert t.tolist() == pytest.approx([1.0, 1.1])
+    assert v.tolist() == pytest.approx([2000.0, 8000.0])
+    assert telemetry.link_totals() == {"0↔1": 4000}
+    headline = telemetry.current()
+    assert dict(headline.link_bytes_per_s) == {"0↔1": pytest.approx(8000.0)}
+    assert headline.total_bytes_per_s == pytest.approx(8000.0)
+
+
+def test_three_rank_ring_makes_three_links() -> None:
+    telemetry = local_telemetry()
+    for rank in range(3):  # each sends 500 B in 0.5 s to each neighbour
+        peers = {str(p): 500 for p in range(3) if p != rank}
+        telemetry.feed(traffic(rank, 1.0 + rank * 0.01, peers))
+    latest = telemetry.current().link_bytes_per_s
+    assert dict(latest) == {"0↔1": 2000.0, "0↔2": 2000.0, "1↔2": 2000.0}
+    assert telemetry.total_link_series()[1][-1] == pytest.approx(6000.0)
+    assert telemetry.link_totals() == {"0↔1": 1000, "0↔2": 1000, "1↔2": 1000}
+
+
+def test_a_silent_sender_stops_counting() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(traffic(1, 0.0, {"0": 1000}))
+    telemetry.feed(traffic(0, 0.2, {"1": 1000}))
+    assert telemetry.current().link_bytes_per_s["0↔1"] == pytest.approx(4000.0)
+    telemetry.feed(traffic(0, 10.0, {"1": 1000}))  # rank 1's report is long stale
+    assert telemetry.current().link_bytes_per_s["0↔1"] == pytest.approx(2000.0)
+
+
+def test_links_fall_to_zero_when_traffic_stops() -> None:
+    """Workers report traffic only while bytes move; heartbeats keep coming."""
+    telemetry = local_telemetry()
+    telemetry.feed(traffic(0, 1.0, {"1": 1000}))
+    telemetry.feed(traffic(1, 1.0, {"0": 1000}))
+    telemetry.feed(event("heartbeat", 0, 1.5))  # within 3 intervals: still counting
+    assert telemetry.current().link_bytes_per_s["0↔1"] == pytest.approx(4000.0)
+    telemetry.feed(event("heartbeat", 1, 3.0))
+    headline = telemetry.current()
+    assert dict(headline.link_bytes_per_s) == {"0↔1": 0.0}
+    assert headline.total_bytes_per_s == 0.0
+    t, v = telemetry.link_series()["0↔1"]
+    assert t[-1] == 3.0 and v[-1] == 0.0
+    assert telemetry.link_totals() == {"0↔1": 2000}  # totals stay
+
+
+def test_a_peer_missing_from_a_report_got_nothing() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(traffic(0, 0.0, {"1": 1000}))
+    telemetry.feed(traffic(0, 0.5, {}))
+    assert telemetry.current().link_bytes_per_s["0↔1"] == 0.0
+
+
+def test_link_id_is_undirected() -> None:
+    assert link_id(2, 0) == link_id(0, 2) == "0↔2"
+
+
+# -- memory and bounds ---------------------------------------------------------------------
+
+
+def test_memory_per_rank_from_loaded_and_done() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(event("loaded", 0, 0.0, load_s=1.0, memory_bytes=1_000, layers=None))
+    telemetry.feed(event("loaded", 1, 0.0, load_s=1.0, memory_bytes=1_500, layers=None))
+    telemetry.feed(done(1.0, rank=1, peak_memory_bytes=3_000))
+    assert telemetry.memory() == {0: 1_000, 1: 3_000}
+    assert telemetry.requests() == []  # rank 1's done is not a request summary
+
+
+def test_memory_stays_bounded_over_a_long_run() -> None:
+    capacity, text_limit = 100, 256
+    telemetry = local_telemetry(capacity=capacity, text_limit=text_limit, max_requests=3)
+    for i in range(10 * capacity):
+        telemetry.feed(token(i * 0.01, i, text="abcdefgh"))
+    rates = telemetry.tokens_per_s()
+    assert rates.instant[0].size == capacity and rates.smoothed[0].size == capacity
+    (active,) = telemetry.requests()
+    assert active.text == "abcdefgh" * 32 and active.generation_tokens == 10 * capacity
+    for i in range(10):
+        telemetry.feed(done(100.0 + i, request=f"q{i}", text="y" * 10_000))
+    summaries = telemetry.requests()
+    assert [s.id for s in summaries[:3]] == ["q7", "q8", "q9"]
+    assert all(len(s.text) <= text_limit for s in summaries)
+
+
+def test_unfinished_requests_are_bounded() -> None:
+    telemetry = local_telemetry()
+    for i in range(1000):
+        telemetry.request_started(f"lost{i}", float(i))
+    assert len(telemetry.requests()) <= 32
+
+
+# -- robustness ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        "token",
+        {},
+        {"event": "token"},
+        {"event": "token", "rank": 0, "t": 1.0},  # no request
+        {"event": "token", "rank": 0, "t": 1.0, "request": "r1", "text": 5},
+        {"event": "token", "rank": "zero", "t": 1.0, "request": "r1"},
+        {"event": "token", "rank": 0, "t": "soon", "request": "r1"},
+        {"event": "token", "rank": 0, "t": float("nan"), "request": "r1"},
+        {"event": "traffic", "rank": 0, "t": 1.0, "interval_s": 0, "sent": {"1": 5}},
+        {"event": "traffic", "rank": 0, "t": 1.0, "interval_s": 0.5, "sent": [1, 2]},
+        {"event": "traffic", "rank": 0, "t": 1.0, "interval_s": 0.5, "sent": {"x": 5}},
+        {"event": "traffic", "rank": 0, "t": 1.0, "interval_s": 0.5, "sent": {"0": 5}},
+        {"event": "traffic", "rank": 0, "t": 1.0, "interval_s": 0.5, "sent": {"1": -5}},
+        {"event": "loaded", "rank": 0, "t": 1.0},
+        {"event": "done", "rank": 0, "t": 1.0},
+        {"event": "a-future-kind", "rank": 0, "t": 1.0},
+    ],
+)
+def test_malformed_or_unknown_events_are_ignored(bad: Any) -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(bad)
+    assert telemetry.link_series() == {} and telemetry.memory() == {}
+    assert telemetry.requests() == []
+    assert telemetry.current() == Headline(
+        tokens_per_s=0.0,
+        last_avg_tps=None,
+        ttft_s=None,
+        prompt_tps=None,
+        total_tokens=0,
+        link_bytes_per_s={},
+        total_bytes_per_s=0.0,
+    )
+
+
+def test_a_bad_traffic_report_changes_nothing() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(traffic(0, 1.0, {"1": 1000, "2": "lots"}))
+    assert telemetry.link_totals() == {} and telemetry.malformed_events == 1
+
+
+def test_done_with_odd_optional_fields_still_finishes_the_request() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(token(0.0, 0))
+    telemetry.feed(event("done", 0, 1.0, request="r1", prompt_tps="fast", text=None))
+    (summary,) = telemetry.requests()
+    assert summary.finished and summary.prompt_tps is None and summary.text == "x"
