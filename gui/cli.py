@@ -1,0 +1,80 @@
+"""``macmesh``: the app with no arguments, or a subcommand.
+
+The composition root: the one module that knows both the GUI and the
+headless commands. It imports Qt only when a window is wanted, so the
+subcommands run on machines without a display.
+
+    macmesh                      the window (or, with no display, the headless demo)
+    macmesh demo [--headless]    the demo cluster
+    macmesh plan MODEL ...       what fits where, and why
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from core import __version__
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="macmesh",
+        description="Turn the Macs on a desk into one MLX cluster.",
+        epilog="With no command, MacMesh opens its window.",
+    )
+    parser.add_argument("--version", action="version", version=f"macmesh {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from core.demo import add_arguments
+
+    demo = commands.add_parser("demo", help="run the demo cluster on this machine")
+    add_arguments(demo)
+    commands.add_parser("plan", help="what fits where, pipeline or tensor, and why", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "plan":
+        from core.plan_report import plan_cli
+
+        return plan_cli(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        return _demo(args)
+    return _app(argv)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from core.demo import run_headless
+
+    if not args.headless:
+        gui = _gui_main()
+        if gui is not None:
+            return gui(["--demo"])
+    return run_headless(args)
+
+
+def _app(argv: list[str]) -> int:
+    gui = _gui_main()
+    if gui is None:
+        # No window yet (or no Qt on this machine): the headless demo stands in.
+        from core.demo import add_arguments, run_headless
+
+        parser = argparse.ArgumentParser(prog="macmesh")
+        add_arguments(parser)
+        return run_headless(parser.parse_args([]))
+    return gui(argv)
+
+
+def _gui_main():
+    """The GUI's entry point, or None when the GUI cannot start here."""
+    try:
+        from gui.app import main as gui_main
+    except ImportError:
+        return None
+    return gui_main
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The worker's JSON-lines wire format."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from core.worker import protocol as p
+
+
+def test_events_are_one_json_object_per_line_with_rank_and_time() -> None:
+    stream = io.StringIO()
+    writer = p.EventWriter(rank=3, stream=stream)
+    writer.emit(p.TOKEN, request="r1", index=0, token=42, text="Par")
+    writer.emit(p.HEARTBEAT)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    event = p.parse_event(lines[0])
+    assert event["event"] == "token" and event["rank"] == 3 and event["text"] == "Par"
+    assert isinstance(event["t"], float)
+
+
+@pytest.mark.parametrize(
+    "line", ["", "hello", "{not json", '{"event": "nope"}', "[1, 2]", '{"rank": 0}']
+)
+def test_lines_that_are_not_events_are_not_taken_for_events(line: str) -> None:
+    assert p.parse_event(line) is None
+
+
+def test_commands_round_trip_and_bad_ones_say_why() -> None:
+    line = p.encode_command(p.OP_GENERATE, id="r1", prompt="hi", max_tokens=4)
+    assert line.endswith("\n") and json.loads(line)["op"] == "generate"
+    assert p.parse_command(line)["prompt"] == "hi"
+    with pytest.raises(ValueError, match="not JSON"):
+        p.parse_command("{")
+    with pytest.raises(ValueError, match="not a command"):
+        p.parse_command('{"op": "dance"}')
+    with pytest.raises(ValueError):
+        p.encode_command("dance")
