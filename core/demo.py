@@ -85,7 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
-def run_headless(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_headless(
+    args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
     """Plan, start, ask once, print the answer as it streams, summarise, stop."""
     try:
         info = read_model_info(args.model or _demo_model(err))
@@ -117,8 +119,13 @@ def run_headless(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO
         return 130
     finally:
         job.stop()
-    summary = {"strategy": spec.strategy if spec.nodes > 1 else "single", "nodes": spec.nodes,
-               "split": spec.split, "model": info.name, **summary}
+    summary = {
+        "strategy": spec.strategy if spec.nodes > 1 else "single",
+        "nodes": spec.nodes,
+        "split": spec.split,
+        "model": info.name,
+        **summary,
+    }
     out.write("\n")
     out.write(json.dumps(summary) + "\n" if args.json else _human(summary))
     out.flush()

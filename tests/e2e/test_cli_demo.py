@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 
-def _macmesh(args: list[str], demo_model: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def _macmesh(
+    args: list[str], demo_model: Path, timeout: float = 300
+) -> subprocess.CompletedProcess:
     env = dict(os.environ, MACMESH_CACHE_DIR=str(demo_model.parents[1]), HF_HUB_OFFLINE="1")
     return subprocess.run(
         [sys.executable, "-m", "gui.cli", *args],

@@ -3,7 +3,7 @@
 Built with mlx-lm's own ``Model`` classes (so parameter names and shapes are exactly what
 ``mlx_lm.load`` expects, strict), saved over several safetensors files with an index (as
 pipeline loading needs), with a self-contained byte-level BPE tokenizer and a ChatML
-template. Every model is deterministic for a seed and weighs a few hundred kB.
+template. Every model is deterministic for a seed and weighs under 1 MB.
 
 Two choices make the models useful for sharding tests:
 - The output rows of special and unused token ids are zero, so greedy decoding never

@@ -1,0 +1,116 @@
+"""Read safetensors headers without touching tensor data.
+
+A safetensors file is an 8-byte little-endian header length, a JSON header naming every
+tensor's dtype, shape and byte range, then the data. The header alone gives exact byte
+counts, which is all the planner needs: a 1 TB model is measured in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+# safetensors' own limit: a header larger than this is a corrupt (or hostile) file.
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+# Bytes per element of each safetensors dtype (sub-byte formats are packed by the writer).
+DTYPE_BYTES: dict[str, float] = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
+    "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
+    "U32": 4, "I32": 4, "F32": 4,
+    "U64": 8, "I64": 8, "F64": 8,
+    "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75,
+}
+FLOAT_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+
+
+class HeaderError(Exception):
+    """A safetensors file whose header is missing, malformed or promises absent data."""
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor as its file's header describes it."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader:
+    """A file's tensors plus the size the header implies (8 + header + data)."""
+
+    tensors: dict[str, TensorEntry]
+    declared_size: int
+
+
+def read_header(path: Path, *, check_data: bool = True) -> SafetensorsHeader:
+    """Parse ``path``'s header; with ``check_data`` also require every byte range to exist.
+
+    ``check_data=False`` is for header-only fixtures (a model's layout without its
+    gigabytes); a real file that stops short of its data is truncated, and that is an error.
+    """
+    try:
+        file_size = path.stat().st_size
+        with path.open("rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                raise HeaderError(
+                    f"{path.name} is {file_size} bytes long: too short to hold a header"
+                )
+            (length,) = struct.unpack("<Q", prefix)
+            if length > MAX_HEADER_BYTES or 8 + length > file_size:
+                raise HeaderError(
+                    f"{path.name} announces a {length}-byte header but the file is "
+                    f"{file_size} bytes: it is truncated or not a safetensors file"
+                )
+            raw = handle.read(length)
+    except OSError as error:
+        raise HeaderError(f"cannot read {path.name}: {error.strerror or error}") from error
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise HeaderError(f"{path.name} has a header that is not valid JSON") from error
+    if not isinstance(header, dict):
+        raise HeaderError(f"{path.name} has a header that is not a JSON object")
+    tensors = {}
+    data_end = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        tensor, end = _entry(path, name, entry)
+        tensors[name] = tensor
+        data_end = max(data_end, end)
+    declared = 8 + length + data_end
+    if check_data and declared > file_size:
+        raise HeaderError(
+            f"{path.name} is {file_size} bytes but its header describes {declared}: "
+            "the file is truncated (an interrupted download or copy)"
+        )
+    return SafetensorsHeader(tensors=tensors, declared_size=declared)
+
+
+def _entry(path: Path, name: str, entry: object) -> tuple[TensorEntry, int]:
+    try:
+        dtype = str(entry["dtype"])  # type: ignore[index]
+        shape = tuple(int(d) for d in entry["shape"])  # type: ignore[index]
+        start, end = (int(x) for x in entry["data_offsets"])  # type: ignore[index]
+    except (TypeError, KeyError, ValueError) as error:
+        raise HeaderError(f"{path.name}: tensor {name!r} has a malformed header entry") from error
+    if start < 0 or end < start or any(d < 0 for d in shape):
+        raise HeaderError(f"{path.name}: tensor {name!r} has an impossible byte range or shape")
+    width = DTYPE_BYTES.get(dtype)
+    if width is not None and end - start != math.ceil(math.prod(shape) * width):
+        raise HeaderError(
+            f"{path.name}: tensor {name!r} ({dtype}{list(shape)}) should take "
+            f"{math.ceil(math.prod(shape) * width)} bytes, its header says {end - start}"
+        )
+    return TensorEntry(dtype=dtype, shape=shape, nbytes=end - start), end

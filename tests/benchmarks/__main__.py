@@ -1,0 +1,59 @@
+"""`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
+
+MACMESH_BENCH_ONLY=launcher,telemetry,memory,planner picks some;
+MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from core.demo_model import ensure_demo_model
+from tests.benchmarks import bench_engine
+
+
+def _memory(model) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks.bench_engine", "memory", str(model)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _planner(_model) -> dict:
+    from tests.benchmarks.bench_planner import bench_planner
+
+    return bench_planner()
+
+
+BENCHES = {
+    "planner": _planner,
+    "launcher": bench_engine.bench_launcher,
+    "telemetry": bench_engine.bench_telemetry,
+    "memory": _memory,
+}
+
+
+def main() -> int:
+    only = [name for name in os.environ.get("MACMESH_BENCH_ONLY", "").split(",") if name]
+    model = ensure_demo_model()
+    results = {"model": model.name, "cpu_count": os.cpu_count()}
+    for name, bench in BENCHES.items():
+        if only and name not in only:
+            continue
+        sys.stderr.write(f"bench {name}…\n")
+        started = time.monotonic()
+        results[name] = bench(model)
+        results[name]["bench_seconds"] = round(time.monotonic() - started, 1)
+    print(json.dumps(results, indent=2, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
