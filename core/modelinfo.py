@@ -66,7 +66,7 @@ class ModelInfo:
 
     @property
     def quantization_label(self) -> str:
-        """"4-bit", "8-bit mxfp8", "bf16", "fp16": what a person calls the weights' format."""
+        """ "4-bit", "8-bit mxfp8", "bf16", "fp16": what a person calls the weights' format."""
         if self.quantization:
             mode = self.quantization.get("mode", "affine")
             suffix = "" if mode == "affine" else f" {mode}"
@@ -115,8 +115,7 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
             header = read_header(file, check_data=check_data)
         except HeaderError as error:
             raise ModelError(
-                f"Cannot use the weights in {folder}: {error}. "
-                "Download or convert the model again."
+                f"Cannot use the weights in {folder}: {error}. Download or convert the model again."
             ) from error
         tensors.update(header.tensors)
         bytes_on_disk += header.declared_size

@@ -42,7 +42,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         ],
         "missing_bytes": plan.missing_bytes,
         "unused_bytes": plan.unused_bytes,
-        "mlx_even_split": None if even is None else {
+        "mlx_even_split": None
+        if even is None
+        else {
             "split": list(even.split),
             "fits": even.fits,
             "worst_node": even.worst.node,
@@ -71,12 +73,24 @@ def format_plan(plan: Plan) -> str:
     """The plan as a person reads it: verdict and reason, then one row per rank."""
     lines = [f"{plan.model}: {plan.strategy} ({_VERDICTS[plan.verdict]})", plan.reason, ""]
     if plan.ranks:
-        header = ("rank", "node", "layers", "weights", "KV cache", "activations", "margin",
-                  "total", "GPU limit", "free")
+        header = (
+            "rank",
+            "node",
+            "layers",
+            "weights",
+            "KV cache",
+            "activations",
+            "margin",
+            "total",
+            "GPU limit",
+            "free",
+        )
         rows = [header] + [_row(plan, rank) for rank in plan.ranks]
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                  for row in rows]
+        lines += [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        ]
         lines.append("")
     even = plan.mlx_even_split
     if even is not None and plan.strategy == "pipeline":
@@ -116,10 +130,18 @@ def _row(plan: Plan, rank: RankPlan) -> tuple[str, ...]:
     else:
         layers = f"{rank.layer_start}-{rank.layer_end - 1} ({rank.layers})"
     free = rank.usable_bytes - rank.need_bytes
-    return (str(rank.rank), rank.node, layers, gb(rank.weights_bytes), gb(rank.kv_cache_bytes),
-            gb(rank.activation_bytes), gb(rank.margin_bytes),
-            gb(rank.need_bytes + rank.margin_bytes), gb(rank.gpu_limit_bytes),
-            gb(free) if free >= 0 else f"-{gb(-free)} OVER")
+    return (
+        str(rank.rank),
+        rank.node,
+        layers,
+        gb(rank.weights_bytes),
+        gb(rank.kv_cache_bytes),
+        gb(rank.activation_bytes),
+        gb(rank.margin_bytes),
+        gb(rank.need_bytes + rank.margin_bytes),
+        gb(rank.gpu_limit_bytes),
+        gb(free) if free >= 0 else f"-{gb(-free)} OVER",
+    )
 
 
 def parse_node(text: str) -> Node:
@@ -166,19 +188,41 @@ def _parser() -> argparse.ArgumentParser:
         "Exit status: 0 it fits, 1 it does not fit or the strategy is invalid, 2 bad input.",
     )
     parser.add_argument("model", type=Path, help="a model folder (config.json + safetensors)")
-    parser.add_argument("--node", action="append", default=[], metavar="NAME:MEM_GB[:WIRED_MB]",
-                        help="a Mac and its memory in GB, optionally its iogpu.wired_limit_mb; "
-                        "repeat for each Mac")
-    parser.add_argument("--strategy", choices=["auto", "single", "pipeline", "tensor"],
-                        default="auto", help="auto (default) recommends one")
-    parser.add_argument("--context", type=int, default=PlanOptions.context_length, metavar="N",
-                        help="context length in tokens to reserve KV cache for (default 4096)")
-    parser.add_argument("--batch", type=int, default=1, metavar="N",
-                        help="sequences generated at once (default 1)")
-    parser.add_argument("--margin", type=float, default=PlanOptions.margin_fraction,
-                        metavar="FRACTION", help="share of each GPU limit kept free (default 0.05)")
-    parser.add_argument("--rdma", action="store_true",
-                        help="every pair of Macs is cabled with RDMA over Thunderbolt 5")
+    parser.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="NAME:MEM_GB[:WIRED_MB]",
+        help="a Mac and its memory in GB, optionally its iogpu.wired_limit_mb; repeat for each Mac",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=["auto", "single", "pipeline", "tensor"],
+        default="auto",
+        help="auto (default) recommends one",
+    )
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=PlanOptions.context_length,
+        metavar="N",
+        help="context length in tokens to reserve KV cache for (default 4096)",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=1, metavar="N", help="sequences generated at once (default 1)"
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=PlanOptions.margin_fraction,
+        metavar="FRACTION",
+        help="share of each GPU limit kept free (default 0.05)",
+    )
+    parser.add_argument(
+        "--rdma",
+        action="store_true",
+        help="every pair of Macs is cabled with RDMA over Thunderbolt 5",
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     return parser
 
@@ -209,9 +253,13 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
     except ModelError as error:
         print(f"macmesh plan: {error}", file=sys.stderr)
         return 2
-    links = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
-    options = PlanOptions(strategy=args.strategy, context_length=args.context,
-                          batch=args.batch, margin_fraction=args.margin)
+    links = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
+    options = PlanOptions(
+        strategy=args.strategy,
+        context_length=args.context,
+        batch=args.batch,
+        margin_fraction=args.margin,
+    )
     plan = make_plan(model, nodes, links if args.rdma else (), options)
     text = json.dumps(plan_to_dict(plan), indent=2) if args.json else format_plan(plan)
     print(text, file=out)

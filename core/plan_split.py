@@ -47,9 +47,7 @@ def segment_loads(costs: Sequence[int], counts: Sequence[int]) -> list[int]:
     return [prefix[b] - prefix[a] for a, b in pairwise(bounds)]
 
 
-def fit_split(
-    costs: Sequence[int], caps: Sequence[int], target: Sequence[int]
-) -> list[int] | None:
+def fit_split(costs: Sequence[int], caps: Sequence[int], target: Sequence[int]) -> list[int] | None:
     """Segment sizes (layer order) with each segment's cost <= its cap, closest to ``target``.
 
     Returns ``target`` itself when it fits; otherwise repairs it: every boundary is moved as

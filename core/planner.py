@@ -29,8 +29,17 @@ from core.plan_memory import (
 from core.plan_split import fit_split, proportional_counts
 
 __all__ = [
-    "Alternative", "EvenSplit", "Link", "Node", "NodeBudget", "Plan", "PlanOptions",
-    "RankPlan", "default_gpu_limit_bytes", "make_plan", "node_budget",
+    "Alternative",
+    "EvenSplit",
+    "Link",
+    "Node",
+    "NodeBudget",
+    "Plan",
+    "PlanOptions",
+    "RankPlan",
+    "default_gpu_limit_bytes",
+    "make_plan",
+    "node_budget",
 ]
 
 Strategy = Literal["single", "pipeline", "tensor"]
@@ -168,8 +177,10 @@ def make_plan(
         chosen = outcomes.pop(options.strategy)
         others = list(outcomes.values())
     if chosen.strategy == "tensor" and chosen.verdict == "fits" and not rdma:
-        warnings.append("Tensor parallelism exchanges data at every layer of every token: "
-                        "without RDMA over Thunderbolt 5 between the nodes it will be slow.")
+        warnings.append(
+            "Tensor parallelism exchanges data at every layer of every token: "
+            "without RDMA over Thunderbolt 5 between the nodes it will be slow."
+        )
     return Plan(
         model=model.name,
         requested=options.strategy,
@@ -202,8 +213,10 @@ def _recommend(
         reason = f"{too_big}; {_lower_first(tensor.reason)}"
         return replace(tensor, reason=reason), [single, pipeline]
     if pipeline.verdict == "fits":
-        reason = (f"{too_big}; {_lower_first(pipeline.reason)[:-1]}, and not tensor because "
-                  f"{tensor.why_not}.")
+        reason = (
+            f"{too_big}; {_lower_first(pipeline.reason)[:-1]}, and not tensor because "
+            f"{tensor.why_not}."
+        )
         return replace(pipeline, reason=reason), [single, tensor]
     if pipeline.verdict == "invalid":  # one node, or fewer layers than nodes
         return single, [tensor, pipeline]
@@ -216,14 +229,19 @@ def _single(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) ->
     act = activation_bytes(model, options)
     rank = _rank(0, best, 0, model.layers, model.weight_bytes, kv, act)
     if rank.fits:
-        reason = (f"Fits on {best.node} alone ({gb(rank.need_bytes)} of {gb(rank.usable_bytes)}"
-                  " usable): one Mac needs no communication, so it is the fastest and simplest.")
+        reason = (
+            f"Fits on {best.node} alone ({gb(rank.need_bytes)} of {gb(rank.usable_bytes)}"
+            " usable): one Mac needs no communication, so it is the fastest and simplest."
+        )
         return _Outcome("single", "fits", reason, (rank,))
     why_not = f"it needs {gb(rank.need_bytes)}, {best.node} can give it {gb(rank.usable_bytes)}"
-    reason = (f"Needs {gb(rank.need_bytes)} but {best.node}, the node with the most memory, "
-              f"can give it only {gb(rank.usable_bytes)}.")
-    return _Outcome("single", "does_not_fit", reason, (rank,),
-                    missing=rank.overflow_bytes, why_not=why_not)
+    reason = (
+        f"Needs {gb(rank.need_bytes)} but {best.node}, the node with the most memory, "
+        f"can give it only {gb(rank.usable_bytes)}."
+    )
+    return _Outcome(
+        "single", "does_not_fit", reason, (rank,), missing=rank.overflow_bytes, why_not=why_not
+    )
 
 
 def _tensor(
@@ -232,35 +250,51 @@ def _tensor(
     n = len(ranked)
     problem = _tensor_problem(model, n)
     if problem:
-        return _Outcome("tensor", "invalid", f"Tensor parallelism is not possible: {problem}.",
-                        why_not=problem)
+        return _Outcome(
+            "tensor", "invalid", f"Tensor parallelism is not possible: {problem}.", why_not=problem
+        )
     kv = kv_bytes_per_layer(model, options) * model.layers
     kv_share = -(-kv // n) if model.kv_split_by_tensor else kv
     weights = -(-sum(model.layer_bytes) // n) + model.shared_bytes
     act = activation_bytes(model, options, shards=n)
-    ranks = tuple(_rank(r, b, 0, model.layers, weights, kv_share, act)
-                  for r, b in enumerate(ranked))
+    ranks = tuple(
+        _rank(r, b, 0, model.layers, weights, kv_share, act) for r, b in enumerate(ranked)
+    )
     smallest, per_node = ranked[-1], gb(ranks[0].need_bytes)
     unused = sum(b.usable_bytes - smallest.usable_bytes for b in ranked)
     bigger = [b.node for b in ranked if b.usable_bytes > smallest.usable_bytes]
-    waste = (f"; {_names(bigger)} {_verb(bigger, 'leaves', 'leave')} {gb(unused)} unused, "
-             "since every node holds the same share" if unused else "")
+    waste = (
+        f"; {_names(bigger)} {_verb(bigger, 'leaves', 'leave')} {gb(unused)} unused, "
+        "since every node holds the same share"
+        if unused
+        else ""
+    )
     if all(rank.fits for rank in ranks):
-        link = ("the RDMA links carry its per-layer exchanges" if rdma
-                else "the links are not known to be RDMA, so its per-layer exchanges are slow")
-        reason = (f"Tensor parallelism splits every layer over the {n} nodes ({per_node} each), "
-                  f"so all of them work on every token; {link}{waste}.")
-        why_not = ("the links are not all RDMA over Thunderbolt 5, which its per-layer "
-                   "exchanges need")
+        link = (
+            "the RDMA links carry its per-layer exchanges"
+            if rdma
+            else "the links are not known to be RDMA, so its per-layer exchanges are slow"
+        )
+        reason = (
+            f"Tensor parallelism splits every layer over the {n} nodes ({per_node} each), "
+            f"so all of them work on every token; {link}{waste}."
+        )
+        why_not = (
+            "the links are not all RDMA over Thunderbolt 5, which its per-layer exchanges need"
+        )
         return _Outcome("tensor", "fits", reason, ranks, unused=unused, why_not=why_not)
-    reason = (f"Tensor parallelism would need {per_node} on every node, but {smallest.node} "
-              f"can give only {gb(smallest.usable_bytes)}: it is bounded by the smallest "
-              f"node{waste}.")
+    reason = (
+        f"Tensor parallelism would need {per_node} on every node, but {smallest.node} "
+        f"can give only {gb(smallest.usable_bytes)}: it is bounded by the smallest "
+        f"node{waste}."
+    )
     why_not = f"it would need {per_node} on every node and {smallest.node} has " + gb(
-        smallest.usable_bytes)
+        smallest.usable_bytes
+    )
     missing = sum(rank.overflow_bytes for rank in ranks)
-    return _Outcome("tensor", "does_not_fit", reason, ranks, missing=missing, unused=unused,
-                    why_not=why_not)
+    return _Outcome(
+        "tensor", "does_not_fit", reason, ranks, missing=missing, unused=unused, why_not=why_not
+    )
 
 
 def _tensor_problem(model: ModelInfo, n: int) -> str | None:
@@ -269,27 +303,38 @@ def _tensor_problem(model: ModelInfo, n: int) -> str | None:
         return "it needs at least two nodes"
     if not model.can_tensor_shard:
         return f"mlx-lm has no tensor sharding for the {model.architecture} architecture"
-    checks = [("attention heads", model.heads), ("KV heads", model.kv_heads),
-              ("hidden size", model.hidden_size), ("MLP width", model.intermediate_size)]
+    checks = [
+        ("attention heads", model.heads),
+        ("KV heads", model.kv_heads),
+        ("hidden size", model.hidden_size),
+        ("MLP width", model.intermediate_size),
+    ]
     bad = [f"{value} {what}" for what, value in checks if value % n]
     if bad:
         return f"the model's {' and '.join(bad)} do not divide by {n} nodes"
     group = (model.quantization or {}).get("group_size")
     if group:
-        slices = [("attention output", model.heads * model.head_dim // n),
-                  ("MLP", model.intermediate_size // n)]
+        slices = [
+            ("attention output", model.heads * model.head_dim // n),
+            ("MLP", model.intermediate_size // n),
+        ]
         bad = [f"{what} ({width} inputs per node)" for what, width in slices if width % group]
         if bad:
-            return (f"over {n} nodes the {' and '.join(bad)} would split a quantization group "
-                    f"of {group}")
+            return (
+                f"over {n} nodes the {' and '.join(bad)} would split a quantization group "
+                f"of {group}"
+            )
     return None
 
 
 def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) -> _Outcome:
     n, layers = len(ranked), model.layers
     if n < 2 or layers < n:
-        problem = ("it needs at least two nodes" if n < 2
-                   else f"{n} nodes need a layer each and the model has {layers}")
+        problem = (
+            "it needs at least two nodes"
+            if n < 2
+            else f"{n} nodes need a layer each and the model has {layers}"
+        )
         return _Outcome("pipeline", "invalid", f"A pipeline is not possible: {problem}.")
     kv_layer = kv_bytes_per_layer(model, options)
     act = activation_bytes(model, options)
@@ -303,9 +348,15 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
     def ranks_for(split_: Sequence[int]) -> tuple[RankPlan, ...]:
         ends = [sum(split_[r:]) for r in range(n)]
         return tuple(
-            _rank(r, b, ends[r] - split_[r], ends[r],
-                  model.shared_bytes + sum(model.layer_bytes[ends[r] - split_[r]:ends[r]]),
-                  kv_layer * split_[r], act)
+            _rank(
+                r,
+                b,
+                ends[r] - split_[r],
+                ends[r],
+                model.shared_bytes + sum(model.layer_bytes[ends[r] - split_[r] : ends[r]]),
+                kv_layer * split_[r],
+                act,
+            )
             for r, b in enumerate(ranked)
         )
 
@@ -314,26 +365,35 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
     even = EvenSplit(even_split, ranks_for(even_split))
     placed = ", ".join(f"{r.layers} on {r.node}" for r in ranks)
     if found is not None:
-        how = ("in proportion to usable memory" if found == target
-               else "as near to proportional to usable memory as whole layers allow")
+        how = (
+            "in proportion to usable memory"
+            if found == target
+            else "as near to proportional to usable memory as whole layers allow"
+        )
         reason = f"The pipeline splits the layers {how} ({placed})."
         return _Outcome("pipeline", "fits", reason, ranks, split, even=even)
     shortfall = sum(costs) + n * fixed - sum(b.usable_bytes for b in ranked)
     if shortfall > 0:
-        reason = (f"Even as a pipeline over all {n} nodes it lacks {gb(shortfall)}: add a Mac "
-                  "with at least that much GPU memory, or use a smaller quantization or a "
-                  "shorter context.")
+        reason = (
+            f"Even as a pipeline over all {n} nodes it lacks {gb(shortfall)}: add a Mac "
+            "with at least that much GPU memory, or use a smaller quantization or a "
+            "shorter context."
+        )
         return _Outcome("pipeline", "does_not_fit", reason, ranks, split, shortfall, even=even)
     missing = sum(rank.overflow_bytes for rank in ranks)
     smallest_stage = fixed + min(costs)
     cramped = [b.node for b in ranked if b.usable_bytes < smallest_stage]
     if cramped:
-        reason = (f"{_names(cramped)} cannot hold even one layer plus the shared tensors "
-                  f"every stage keeps ({gb(smallest_stage)}): leave "
-                  f"{_verb(cramped, 'it', 'them')} out or add memory.")
+        reason = (
+            f"{_names(cramped)} cannot hold even one layer plus the shared tensors "
+            f"every stage keeps ({gb(smallest_stage)}): leave "
+            f"{_verb(cramped, 'it', 'them')} out or add memory."
+        )
     else:
-        reason = (f"The {n} nodes have enough memory in total, but no split into whole layers "
-                  f"keeps every node within its budget ({gb(missing)} over).")
+        reason = (
+            f"The {n} nodes have enough memory in total, but no split into whole layers "
+            f"keeps every node within its budget ({gb(missing)} over)."
+        )
     return _Outcome("pipeline", "does_not_fit", reason, ranks, split, missing, even=even)
 
 
@@ -343,10 +403,12 @@ def _mlx_even_split(layers: int, n: int) -> tuple[int, ...]:
     return tuple(base + (1 if r < extra else 0) for r in range(n))
 
 
-def _rank(rank: int, budget: NodeBudget, start: int, end: int, weights: int, kv: int,
-          act: int) -> RankPlan:
-    return RankPlan(rank, budget.node, start, end, weights, kv, act,
-                    budget.margin_bytes, budget.gpu_limit_bytes)
+def _rank(
+    rank: int, budget: NodeBudget, start: int, end: int, weights: int, kv: int, act: int
+) -> RankPlan:
+    return RankPlan(
+        rank, budget.node, start, end, weights, kv, act, budget.margin_bytes, budget.gpu_limit_bytes
+    )
 
 
 def _input_problem(model: ModelInfo, nodes: Sequence[Node], options: PlanOptions) -> str | None:
@@ -365,12 +427,16 @@ def _input_problem(model: ModelInfo, nodes: Sequence[Node], options: PlanOptions
 def _warnings(model: ModelInfo, nodes: Sequence[Node], options: PlanOptions) -> list[str]:
     warnings = []
     if model.context_length and options.context_length > model.context_length:
-        warnings.append(f"A context of {options.context_length} tokens is longer than the "
-                        f"{model.context_length} the model was trained for.")
+        warnings.append(
+            f"A context of {options.context_length} tokens is longer than the "
+            f"{model.context_length} the model was trained for."
+        )
     for node in nodes:
         if node.wired_limit_mb and node.wired_limit_mb * (1 << 20) > node.memory_bytes:
-            warnings.append(f"{node.name}: iogpu.wired_limit_mb ({node.wired_limit_mb}) is more "
-                            "than its memory; macOS cannot give the GPU that much.")
+            warnings.append(
+                f"{node.name}: iogpu.wired_limit_mb ({node.wired_limit_mb}) is more "
+                "than its memory; macOS cannot give the GPU that much."
+            )
     return warnings
 
 

@@ -27,12 +27,15 @@ def bench_planner(runs: int = 21) -> dict:
     layers whose proportional split fits at once (the fast path).
     """
     model, nodes = thousand_layer_case()
-    mesh = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
+    mesh = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
     cases = {
         "auto_pipeline_repaired": (model, nodes, (), PlanOptions()),
         "auto_with_rdma_links": (model, nodes, mesh, PlanOptions()),
         "forced_pipeline_even_layers": (
-            _even(model), nodes, (), PlanOptions(strategy="pipeline"),
+            _even(model),
+            nodes,
+            (),
+            PlanOptions(strategy="pipeline"),
         ),
     }
     figures: dict[str, object] = {
@@ -56,7 +59,8 @@ def bench_planner(runs: int = 21) -> dict:
             "max_ms": round(max(times), 3),
         }
     figures["within_budget"] = all(
-        figures[name]["median_ms"] < BUDGET_MS for name in cases  # type: ignore[index]
+        figures[name]["median_ms"] < BUDGET_MS
+        for name in cases  # type: ignore[index]
     )
     return figures
 

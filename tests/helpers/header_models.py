@@ -58,7 +58,9 @@ def write_header_only_file(path: Path, tensors: dict[str, TensorSpec]) -> int:
     for name, (dtype, shape) in sorted(tensors.items()):
         size = math.ceil(math.prod(shape) * DTYPE_BYTES[dtype])
         header[name] = {
-            "dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size],
+            "dtype": dtype,
+            "shape": list(shape),
+            "data_offsets": [offset, offset + size],
         }
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
@@ -78,8 +80,17 @@ def linear(out: int, inputs: int, bits: int | None, group: int, dtype: str) -> d
 
 
 def llama_config(
-    *, layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
-    tie: bool = False, bits: int | None = None, group: int = 64, context: int = 131072,
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    vocab: int,
+    tie: bool = False,
+    bits: int | None = None,
+    group: int = 64,
+    context: int = 131072,
     model_type: str = "llama",
 ) -> dict:
     config = {
@@ -169,8 +180,11 @@ def moe_mla_tensors(config: dict, dtype: str = "BF16") -> dict[str, TensorSpec]:
             continue
         tensors[f"{p}.mlp.gate.weight"] = (dtype, (experts, hidden))
         tensors[f"{p}.mlp.gate.e_score_correction_bias"] = ("F32", (experts,))
-        for proj, shape in (("gate_proj", (moe_inter, hidden)), ("up_proj", (moe_inter, hidden)),
-                            ("down_proj", (hidden, moe_inter))):
+        for proj, shape in (
+            ("gate_proj", (moe_inter, hidden)),
+            ("up_proj", (moe_inter, hidden)),
+            ("down_proj", (hidden, moe_inter)),
+        ):
             add(f"{p}.mlp.switch_mlp.{proj}", linear(*shape, bits, group, dtype), stack=experts)
         add(f"{p}.mlp.shared_experts.gate_proj", linear(shared_inter, hidden, bits, group, dtype))
         add(f"{p}.mlp.shared_experts.up_proj", linear(shared_inter, hidden, bits, group, dtype))
@@ -179,21 +193,44 @@ def moe_mla_tensors(config: dict, dtype: str = "BF16") -> dict[str, TensorSpec]:
 
 
 def synthetic_model_info(
-    *, layers: int, layer_bytes: int | list[int], shared_bytes: int, heads: int = 64,
-    kv_heads: int = 8, head_dim: int = 128, hidden: int = 8192, intermediate: int = 28672,
-    vocab: int = 128256, dtype: str = "bfloat16", quantization: dict | None = None,
+    *,
+    layers: int,
+    layer_bytes: int | list[int],
+    shared_bytes: int,
+    heads: int = 64,
+    kv_heads: int = 8,
+    head_dim: int = 128,
+    hidden: int = 8192,
+    intermediate: int = 28672,
+    vocab: int = 128256,
+    dtype: str = "bfloat16",
+    quantization: dict | None = None,
     name: str = "synthetic",
 ) -> ModelInfo:
     """A ModelInfo with no folder at all, for planner tests that need odd layer sizes."""
     per_layer = [layer_bytes] * layers if isinstance(layer_bytes, int) else list(layer_bytes)
     return ModelInfo(
-        path=Path("/nonexistent") / name, name=name, architecture="llama", layers=layers,
-        hidden_size=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=intermediate, vocab_size=vocab,
-        parameter_count=sum(per_layer) + shared_bytes, bytes_on_disk=sum(per_layer) + shared_bytes,
-        quantization=quantization, tie_word_embeddings=False, dtype=dtype, context_length=131072,
-        can_tensor_shard=True, has_native_pipeline=False, weight_files=(),
-        layer_bytes=tuple(per_layer), shared_bytes=shared_bytes,
+        path=Path("/nonexistent") / name,
+        name=name,
+        architecture="llama",
+        layers=layers,
+        hidden_size=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        parameter_count=sum(per_layer) + shared_bytes,
+        bytes_on_disk=sum(per_layer) + shared_bytes,
+        quantization=quantization,
+        tie_word_embeddings=False,
+        dtype=dtype,
+        context_length=131072,
+        can_tensor_shard=True,
+        has_native_pipeline=False,
+        weight_files=(),
+        layer_bytes=tuple(per_layer),
+        shared_bytes=shared_bytes,
         kv_elements_per_token=2 * kv_heads * head_dim,
     )
 
@@ -201,13 +238,28 @@ def synthetic_model_info(
 def kimi_k2_config(*, layers: int = 61, experts: int = 384) -> dict:
     """Kimi K2's shape (DeepSeek-V3 architecture), 8-bit; layers/experts shrinkable."""
     return {
-        "model_type": "deepseek_v3", "vocab_size": 163840, "hidden_size": 7168,
-        "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": layers,
-        "num_attention_heads": 64, "num_key_value_heads": 64, "n_shared_experts": 1,
-        "n_routed_experts": experts, "num_experts_per_tok": 8, "kv_lora_rank": 512,
-        "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
-        "first_k_dense_replace": 1, "max_position_embeddings": 131072, "rope_theta": 50000.0,
-        "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "model_type": "deepseek_v3",
+        "vocab_size": 163840,
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 64,
+        "n_shared_experts": 1,
+        "n_routed_experts": experts,
+        "num_experts_per_tok": 8,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "qk_nope_head_dim": 128,
+        "first_k_dense_replace": 1,
+        "max_position_embeddings": 131072,
+        "rope_theta": 50000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
         "quantization": {"group_size": 64, "bits": 8},
     }
 
@@ -220,6 +272,10 @@ def thousand_layer_case() -> tuple[ModelInfo, list[Node]]:
     rnd = random.Random(1000)
     raw = [i + 1 + rnd.randint(0, 200) for i in range(1000)]
     scale = (usable * 0.93 - 8 * 3 * GIB) / sum(raw)
-    model = synthetic_model_info(layers=1000, layer_bytes=[int(r * scale) for r in raw],
-                                 shared_bytes=2 * GIB, name="thousand-layers")
+    model = synthetic_model_info(
+        layers=1000,
+        layer_bytes=[int(r * scale) for r in raw],
+        shared_bytes=2 * GIB,
+        name="thousand-layers",
+    )
     return model, nodes

@@ -36,13 +36,53 @@ CHAT_TEMPLATE = (
 # A few English merges on top of the 256 byte tokens: enough to make the BPE real
 # (multi-byte tokens, merge order), small enough to read.
 _MERGES = [
-    ("Ġ", "t"), ("h", "e"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n"), ("Ġt", "he"),
-    ("r", "e"), ("Ġ", "s"), ("a", "t"), ("e", "n"), ("Ġ", "w"), ("Ġ", "o"), ("Ġ", "c"),
-    ("i", "s"), ("Ġ", "b"), ("o", "r"), ("e", "s"), ("Ġ", "f"), ("Ġ", "p"), ("i", "t"),
-    ("a", "n"), ("a", "l"), ("e", "d"), ("Ġ", "m"), ("in", "g"), ("o", "u"), ("Ġ", "i"),
-    ("Ġ", "h"), ("Ġ", "d"), ("l", "e"), ("a", "r"), ("Ġo", "f"), ("n", "d"), ("Ġa", "nd"),
-    ("Ġ", "T"), ("Ġ", "W"), ("Ġ", "P"), ("Ġ", "F"), ("a", "p"), ("Ġc", "ap"), ("it", "al"),
-    ("Ġcap", "ital"), ("Ġ", "is"), ("Ġi", "s"), ("W", "h"), ("Wh", "at"),
+    ("Ġ", "t"),
+    ("h", "e"),
+    ("i", "n"),
+    ("Ġ", "a"),
+    ("e", "r"),
+    ("o", "n"),
+    ("Ġt", "he"),
+    ("r", "e"),
+    ("Ġ", "s"),
+    ("a", "t"),
+    ("e", "n"),
+    ("Ġ", "w"),
+    ("Ġ", "o"),
+    ("Ġ", "c"),
+    ("i", "s"),
+    ("Ġ", "b"),
+    ("o", "r"),
+    ("e", "s"),
+    ("Ġ", "f"),
+    ("Ġ", "p"),
+    ("i", "t"),
+    ("a", "n"),
+    ("a", "l"),
+    ("e", "d"),
+    ("Ġ", "m"),
+    ("in", "g"),
+    ("o", "u"),
+    ("Ġ", "i"),
+    ("Ġ", "h"),
+    ("Ġ", "d"),
+    ("l", "e"),
+    ("a", "r"),
+    ("Ġo", "f"),
+    ("n", "d"),
+    ("Ġa", "nd"),
+    ("Ġ", "T"),
+    ("Ġ", "W"),
+    ("Ġ", "P"),
+    ("Ġ", "F"),
+    ("a", "p"),
+    ("Ġc", "ap"),
+    ("it", "al"),
+    ("Ġcap", "ital"),
+    ("Ġ", "is"),
+    ("Ġi", "s"),
+    ("W", "h"),
+    ("Wh", "at"),
 ]
 _ARCHS = ("llama", "qwen3")
 # Measured over 2 archs x 3 seeds x 3 prompts: with mlx's default init (gain 1) greedy
@@ -103,8 +143,15 @@ def make_tiny_model(
 
 
 def _config(
-    arch: str, layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int,
-    vocab: int, head_dim: int | None, tie: bool,
+    arch: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    vocab: int,
+    head_dim: int | None,
+    tie: bool,
 ) -> dict:
     config = {
         "model_type": arch,
@@ -221,8 +268,12 @@ def _save_tokenizer(path: Path, tokenizer: Tokenizer) -> None:
     tokenizer.save(str(path / "tokenizer.json"))
     added = {
         str(tokenizer.token_to_id(token)): {
-            "content": token, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": True,
+            "content": token,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
         }
         for token in SPECIAL_TOKENS
     }

@@ -133,7 +133,7 @@ def test_a_folder_from_another_gguf_is_redone(converted: Path) -> None:
 @pytest.mark.parametrize(
     ("step", "error"),
     [
-        ("_write_tokenizer", RuntimeError),
+        ("write_tokenizer", RuntimeError),
         ("_write_weights", KeyboardInterrupt),
         ("_write_marker", OSError),
     ],

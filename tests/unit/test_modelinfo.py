@@ -78,8 +78,16 @@ def test_demo_model_numbers(request: pytest.FixtureRequest):
 
 
 def test_llama_70b_class_from_headers_only(tmp_path: Path):
-    config = llama_config(layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=28672,
-                          vocab=128256, bits=4, group=64)
+    config = llama_config(
+        layers=80,
+        hidden=8192,
+        heads=64,
+        kv_heads=8,
+        intermediate=28672,
+        vocab=128256,
+        bits=4,
+        group=64,
+    )
     folder = write_header_only_model(tmp_path / "l70", config, llama_tensors(config), files=4)
     info = read_model_info(folder, check_data=False)
     linear = 2 * 8192 * 8192 + 2 * 1024 * 8192 + 3 * 28672 * 8192
@@ -95,13 +103,23 @@ def test_llama_70b_class_from_headers_only(tmp_path: Path):
 
 
 def test_per_module_bits_override(tmp_path: Path):
-    config = llama_config(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128,
-                          vocab=256, tie=True, bits=4, group=32)
+    config = llama_config(
+        layers=2,
+        hidden=64,
+        heads=4,
+        kv_heads=2,
+        intermediate=128,
+        vocab=256,
+        tie=True,
+        bits=4,
+        group=32,
+    )
     config["quantization"]["model.embed_tokens"] = {"group_size": 32, "bits": 8}
     tensors = llama_tensors(config)
     tensors["model.embed_tokens.weight"] = ("U32", (256, 64 * 8 // 32))
-    info = read_model_info(write_header_only_model(tmp_path / "m", config, tensors),
-                           check_data=False)
+    info = read_model_info(
+        write_header_only_model(tmp_path / "m", config, tensors), check_data=False
+    )
     layer = 64 * 64 * 2 + 32 * 64 * 2 + 128 * 64 * 3 + 2 * 64
     assert info.parameter_count == 2 * layer + 256 * 64 + 64
 
@@ -122,8 +140,9 @@ def test_text_config_and_vision_tower(tmp_path: Path):
     tensors["vision_tower.transformer.layers.0.attention.q_proj.weight"] = ("BF16", (32, 32))
     tensors["vision_tower.transformer.layers.5.attention.q_proj.weight"] = ("BF16", (32, 32))
     config = {"model_type": "mistral3", "text_config": {**text, "model_type": "ministral3"}}
-    info = read_model_info(write_header_only_model(tmp_path / "mm", config, tensors),
-                           check_data=False)
+    info = read_model_info(
+        write_header_only_model(tmp_path / "mm", config, tensors), check_data=False
+    )
     assert (info.architecture, info.layers, info.hidden_size, info.heads) == ("mistral3", 2, 64, 4)
     vision = 2 * 32 * 32 * 2
     embeddings = 2 * 256 * 64 * 2 + 64 * 2

@@ -17,8 +17,9 @@ GIB = 1 << 30
 
 
 def _uneven_pipeline():
-    model = synthetic_model_info(layers=60, layer_bytes=4 * GIB, shared_bytes=2 * GIB,
-                                 name="big-model")
+    model = synthetic_model_info(
+        layers=60, layer_bytes=4 * GIB, shared_bytes=2 * GIB, name="big-model"
+    )
     return make_plan(model, [Node("studio-128", 128 * GIB), Node("studio-256", 256 * GIB)])
 
 
@@ -52,10 +53,18 @@ def test_format_plan_reads_like_a_table():
     for column in ("node", "layers", "weights", "KV cache", "activations", "margin", "GPU limit"):
         assert column in header
     first, second = plan.ranks
-    assert any(line.startswith("0") and "studio-256" in line
-               and f"{first.layer_start}-59 ({first.layers})" in line for line in lines)
-    assert any(line.startswith("1") and "studio-128" in line
-               and f"0-{second.layer_end - 1} ({second.layers})" in line for line in lines)
+    assert any(
+        line.startswith("0")
+        and "studio-256" in line
+        and f"{first.layer_start}-59 ({first.layers})" in line
+        for line in lines
+    )
+    assert any(
+        line.startswith("1")
+        and "studio-128" in line
+        and f"0-{second.layer_end - 1} ({second.layers})" in line
+        for line in lines
+    )
     assert "MLX's even split (30/30) would need" in text and "on studio-128" in text
     assert "studio-256: 256.0 GB RAM, GPU limit 192.0 GB (macOS default" in text
 
@@ -90,8 +99,10 @@ def test_parse_node_rejects(text: str):
 
 def test_cli_prints_a_table_and_exits_0_when_it_fits(tiny_models: dict[str, Path]):
     out = io.StringIO()
-    code = plan_cli([str(tiny_models["llama"]), "--node", "a:8", "--node", "b:8",
-                     "--strategy", "pipeline"], out=out)
+    code = plan_cli(
+        [str(tiny_models["llama"]), "--node", "a:8", "--node", "b:8", "--strategy", "pipeline"],
+        out=out,
+    )
     assert code == 0
     text = out.getvalue()
     assert text.startswith("llama: pipeline (fits)")
@@ -100,8 +111,22 @@ def test_cli_prints_a_table_and_exits_0_when_it_fits(tiny_models: dict[str, Path
 
 def test_cli_json(tiny_models: dict[str, Path]):
     out = io.StringIO()
-    code = plan_cli([str(tiny_models["qwen3"]), "--node", "a:16", "--node", "b:16",
-                     "--strategy", "tensor", "--context", "1024", "--rdma", "--json"], out=out)
+    code = plan_cli(
+        [
+            str(tiny_models["qwen3"]),
+            "--node",
+            "a:16",
+            "--node",
+            "b:16",
+            "--strategy",
+            "tensor",
+            "--context",
+            "1024",
+            "--rdma",
+            "--json",
+        ],
+        out=out,
+    )
     data = json.loads(out.getvalue())
     assert code == 0 and data["strategy"] == "tensor" and data["verdict"] == "fits"
     assert data["options"]["context_length"] == 1024

@@ -41,17 +41,19 @@ def _usable(memory_gib: int) -> int:
 
 
 def _rdma_mesh(nodes: list[Node]) -> list[Link]:
-    return [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
+    return [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
 
 
 @pytest.fixture(scope="module")
 def llama70(tmp_path_factory: pytest.TempPathFactory) -> ModelInfo:
     """Llama-3-70B's shape at 4 bits, group 64 (bf16 scales): 0.5625 byte per weight."""
-    config = llama_config(layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=28672,
-                          vocab=128256, bits=4)
+    config = llama_config(
+        layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=28672, vocab=128256, bits=4
+    )
     folder = tmp_path_factory.mktemp("llama70") / "Llama-3-70B-4bit"
-    return read_model_info(write_header_only_model(folder, config, llama_tensors(config)),
-                           check_data=False)
+    return read_model_info(
+        write_header_only_model(folder, config, llama_tensors(config)), check_data=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +61,15 @@ def llama405(tmp_path_factory: pytest.TempPathFactory) -> dict[int, ModelInfo]:
     """Llama-3.1-405B's shape at 4 and 6 bits."""
     models = {}
     for bits in (4, 6):
-        config = llama_config(layers=126, hidden=16384, heads=128, kv_heads=8,
-                              intermediate=53248, vocab=128256, bits=bits)
+        config = llama_config(
+            layers=126,
+            hidden=16384,
+            heads=128,
+            kv_heads=8,
+            intermediate=53248,
+            vocab=128256,
+            bits=bits,
+        )
         folder = tmp_path_factory.mktemp("llama405") / f"Llama-405B-{bits}bit"
         models[bits] = read_model_info(
             write_header_only_model(folder, config, llama_tensors(config), files=6),
@@ -74,8 +83,9 @@ def kimi(tmp_path_factory: pytest.TempPathFactory) -> ModelInfo:
     """Kimi K2's shape (1T parameters, DeepSeek-V3 layout) at 8 bits: about 1.1 TB."""
     config = kimi_k2_config()
     folder = tmp_path_factory.mktemp("kimi") / "Kimi-K2-8bit"
-    return read_model_info(write_header_only_model(folder, config, moe_mla_tensors(config),
-                                                   files=8), check_data=False)
+    return read_model_info(
+        write_header_only_model(folder, config, moe_mla_tensors(config), files=8), check_data=False
+    )
 
 
 # ------------------------------------------------------------------ memory rules
@@ -158,7 +168,8 @@ def test_fits_one_mac_so_one_node_is_recommended(tiny_models: dict[str, Path]):
     assert (plan.strategy, plan.verdict, plan.nodes_used) == ("single", "fits", ("a",))
     assert "fastest and simplest" in plan.reason
     assert {a.strategy: a.verdict for a in plan.alternatives} == {
-        "tensor": "fits", "pipeline": "fits",
+        "tensor": "fits",
+        "pipeline": "fits",
     }
 
 
@@ -236,8 +247,10 @@ def test_uneven_pair_with_raised_wired_limits_uses_384gb_minus_margins(
     assert default.missing_bytes == need - _usable(128) - _usable(256)
     assert "lacks" in default.reason
 
-    raised = [Node("s128", 128 * GIB, wired_limit_mb=128 * 1024),
-              Node("s256", 256 * GIB, wired_limit_mb=256 * 1024)]
+    raised = [
+        Node("s128", 128 * GIB, wired_limit_mb=128 * 1024),
+        Node("s256", 256 * GIB, wired_limit_mb=256 * 1024),
+    ]
     plan = make_plan(model, raised)
     assert (plan.strategy, plan.verdict) == ("pipeline", "fits")
     margins = int(128 * GIB * 0.05) + int(256 * GIB * 0.05)
@@ -286,9 +299,17 @@ def test_invalid_inputs_say_why(tiny_models: dict[str, Path]):
 
 
 def test_tensor_needs_heads_and_quantization_groups_to_divide():
-    model = synthetic_model_info(layers=4, layer_bytes=GIB, shared_bytes=GIB, heads=8,
-                                 kv_heads=8, head_dim=16, hidden=128, intermediate=512,
-                                 quantization={"bits": 4, "group_size": 64, "mode": "affine"})
+    model = synthetic_model_info(
+        layers=4,
+        layer_bytes=GIB,
+        shared_bytes=GIB,
+        heads=8,
+        kv_heads=8,
+        head_dim=16,
+        hidden=128,
+        intermediate=512,
+        quantization={"bits": 4, "group_size": 64, "mode": "affine"},
+    )
     nodes = [Node(f"n{i}", 64 * GIB) for i in range(4)]
     plan = make_plan(model, nodes, options=PlanOptions(strategy="tensor"))
     assert plan.verdict == "invalid"
@@ -308,8 +329,7 @@ def test_tensor_on_uneven_macs_reports_unused_memory():
 def test_rdma_must_join_every_node():
     model = synthetic_model_info(layers=80, layer_bytes=GIB, shared_bytes=GIB)
     nodes = [Node(n, 48 * GIB) for n in "abcd"]  # 81 GB: more than one 48 GB Mac
-    partial = [Link("a", "b", 80.0, True), Link("b", "c", 40.0, False),
-               Link("c", "d", 80.0, True)]
+    partial = [Link("a", "b", 80.0, True), Link("b", "c", 40.0, False), Link("c", "d", 80.0, True)]
     assert make_plan(model, nodes, partial).strategy == "pipeline"
     chain = [Link("a", "b", 80.0, True), Link("b", "c", 80.0, True), Link("c", "d", 80.0, True)]
     assert make_plan(model, nodes, chain).strategy == "tensor"
@@ -327,8 +347,9 @@ def test_pipeline_names_a_node_too_small_for_any_stage():
     plan = make_plan(model, nodes, options=PlanOptions(strategy="pipeline"))
     assert plan.verdict == "does_not_fit" and plan.missing_bytes > 0
     assert plan.reason.startswith("air cannot hold even one layer")
-    fitting = make_plan(model, [nodes[0], Node("mini", 64 * GIB)],
-                        options=PlanOptions(strategy="pipeline"))
+    fitting = make_plan(
+        model, [nodes[0], Node("mini", 64 * GIB)], options=PlanOptions(strategy="pipeline")
+    )
     assert fitting.verdict == "fits" and "in proportion to usable memory" in fitting.reason
 
 

@@ -23,20 +23,38 @@ MIB = 1 << 20
 def models(draw: st.DrawFn, max_layers: int = 48) -> ModelInfo:
     layers = draw(st.lists(st.integers(1, 4 * GIB), min_size=1, max_size=max_layers))
     return synthetic_model_info(
-        layers=len(layers), layer_bytes=layers, shared_bytes=draw(st.integers(0, 2 * GIB)),
-        heads=16, kv_heads=draw(st.sampled_from([1, 2, 4, 8])), head_dim=64, hidden=1024,
-        intermediate=4096, vocab=32000,
+        layers=len(layers),
+        layer_bytes=layers,
+        shared_bytes=draw(st.integers(0, 2 * GIB)),
+        heads=16,
+        kv_heads=draw(st.sampled_from([1, 2, 4, 8])),
+        head_dim=64,
+        hidden=1024,
+        intermediate=4096,
+        vocab=32000,
     )
 
 
 @st.composite
 def clusters(draw: st.DrawFn, max_nodes: int = 6) -> list[Node]:
-    sizes = draw(st.lists(st.sampled_from([8, 16, 24, 32, 36, 48, 64, 96, 128, 192, 256, 512]),
-                          min_size=1, max_size=max_nodes))
-    wired = draw(st.lists(st.one_of(st.none(), st.integers(1024, 512 * 1024)),
-                          min_size=len(sizes), max_size=len(sizes)))
-    return [Node(f"mac-{i}", gib * GIB, wired_limit_mb=w)
-            for i, (gib, w) in enumerate(zip(sizes, wired, strict=True))]
+    sizes = draw(
+        st.lists(
+            st.sampled_from([8, 16, 24, 32, 36, 48, 64, 96, 128, 192, 256, 512]),
+            min_size=1,
+            max_size=max_nodes,
+        )
+    )
+    wired = draw(
+        st.lists(
+            st.one_of(st.none(), st.integers(1024, 512 * 1024)),
+            min_size=len(sizes),
+            max_size=len(sizes),
+        )
+    )
+    return [
+        Node(f"mac-{i}", gib * GIB, wired_limit_mb=w)
+        for i, (gib, w) in enumerate(zip(sizes, wired, strict=True))
+    ]
 
 
 options = st.builds(
@@ -53,7 +71,7 @@ def _check_split(plan: Plan, layers: int) -> None:
     assert sum(split) == layers and all(count >= 1 for count in split)
     covered = []
     for r, rank in enumerate(plan.ranks):
-        assert (rank.layer_start, rank.layer_end) == (sum(split[r + 1:]), sum(split[r:]))
+        assert (rank.layer_start, rank.layer_end) == (sum(split[r + 1 :]), sum(split[r:]))
         covered += range(rank.layer_start, rank.layer_end)
     assert sorted(covered) == list(range(layers))  # every layer exactly once
     assert plan.ranks[0].layer_end == layers  # rank 0 runs the last layers
@@ -103,7 +121,10 @@ def test_planning_is_deterministic_whatever_the_node_order(model, nodes, opts, r
     rnd.shuffle(shuffled)
     again = make_plan(model, shuffled, options=opts)
     assert (again.strategy, again.verdict, again.split, again.ranks) == (
-        first.strategy, first.verdict, first.split, first.ranks,
+        first.strategy,
+        first.verdict,
+        first.split,
+        first.ranks,
     )
 
 
