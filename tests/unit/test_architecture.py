@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,8 @@ def test_no_module_in_core_imports_qt_or_the_gui() -> None:
 
 
 def test_import_linter_contracts_are_kept() -> None:
-    lint = shutil.which("lint-imports")
+    # The venv's scripts sit next to its python, which need not be on PATH (make runs it directly).
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     assert lint, "import-linter is a dev dependency: pip install -e '.[dev]'"
     result = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
