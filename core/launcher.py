@@ -15,7 +15,6 @@ must cross to its own thread (``gui/bridge.py``).
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 import threading
 import time
@@ -229,7 +228,10 @@ class Job:
                 if remaining is not None and remaining <= 0:
                     raise JobError(f"no answer within {timeout:.0f} s")
                 self._done_cond.wait(0.1 if remaining is None else min(remaining, 0.1))
-            return self._done[request]
+            answer = self._done[request]
+        if answer["event"] == p.ERROR:
+            raise JobError(answer.get("message", "the request failed"))
+        return answer
 
     def _send(self, line: str, request: str) -> None:
         with self._lock:
@@ -266,6 +268,8 @@ class Job:
                 status.loaded, status.stage = True, "loaded"
             elif kind == p.ERROR and event.get("fatal"):
                 status.error = event.get("message", "failed")
+            elif kind == p.ERROR and event.get("request"):
+                self._answered(event)  # that request failed; the job lives on
             elif kind == p.READY:
                 self._ready.set()
                 if self.state == JobState.LOADING:
@@ -412,13 +416,3 @@ def _new_run_dir() -> Path:
         except FileExistsError:
             continue
     raise AssertionError("unreachable")
-
-
-def describe(job: Job) -> str:
-    """A one-line JSON description of a job's ranks, for logs and bug reports."""
-    return json.dumps(
-        {
-            "state": job.state.value,
-            "ranks": [{"rank": s.rank, "pid": s.pid, "stage": s.stage} for s in job.ranks],
-        }
-    )

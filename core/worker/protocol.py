@@ -29,7 +29,8 @@ done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tp
 traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
 heartbeat   (every HEARTBEAT_S while the rank lives, so silence means a hang)
 link_test   request, results ([{peer, bytes, seconds, gib_per_s, latency_us}])
-error       message (for a person: what happened and what to do), fatal
+error       message (for a person: what happened and what to do), fatal,
+            request (when it answers one request: that request failed, the job lives on)
 stopped     (the rank is exiting cleanly)
 ==========  =====================================================================
 """
@@ -119,4 +120,31 @@ def parse_command(line: str) -> dict[str, Any]:
         raise ValueError(f"not JSON: {exc}") from None
     if not isinstance(record, dict) or record.get("op") not in OPS:
         raise ValueError(f"not a command (expected 'op' in {sorted(OPS)})")
+    if record["op"] == OP_GENERATE:
+        _check_generate(record)
+    elif record["op"] == OP_LINK_TEST:
+        for key in ("bytes", "iters"):
+            if key in record and not _positive_int(record[key]):
+                raise ValueError(f"{key!r} must be a positive whole number")
     return record
+
+
+def _check_generate(record: dict[str, Any]) -> None:
+    """A request that would fail mid-generation on every rank is refused up front."""
+    if "max_tokens" in record and not _positive_int(record["max_tokens"]):
+        raise ValueError("'max_tokens' must be a positive whole number")
+    messages = record.get("messages")
+    if messages is not None:
+        if not isinstance(messages, list) or not all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in messages
+        ):
+            raise ValueError("'messages' must be a list of {role, content} texts")
+    elif not isinstance(record.get("prompt", ""), str):
+        raise ValueError("'prompt' must be text")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

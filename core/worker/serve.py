@@ -197,11 +197,25 @@ def read_commands(events: p.EventWriter, rank: int) -> queue.Queue:
             try:
                 commands.put(p.parse_command(line))
             except ValueError as exc:
-                events.emit(p.ERROR, message=f"ignored a bad command: {exc}", fatal=False)
+                events.emit(
+                    p.ERROR,
+                    message=f"Rank 0 refused a request: {exc}",
+                    fatal=False,
+                    request=_request_id(line),
+                )
         _controller_gone()
 
     threading.Thread(target=reader, name="macmesh-stdin", daemon=True).start()
     return commands
+
+
+def _request_id(line: str) -> str:
+    """The id of a refused command, when it has one, so its caller is answered."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return ""
+    return str(record.get("id", "")) if isinstance(record, dict) else ""
 
 
 def _controller_gone() -> None:

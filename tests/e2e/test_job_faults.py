@@ -164,3 +164,17 @@ def test_two_jobs_at_once_do_not_collide(tiny_models) -> None:
             job.stop()
     for job in jobs:
         assert_no_ranks_left(job)
+
+
+def test_a_refused_request_fails_alone_and_the_job_lives_on(tiny_models) -> None:
+    job = _ready_job(tiny_models["llama"])
+    try:
+        bad = job.generate("hello", max_tokens=0)
+        with pytest.raises(JobError, match="max_tokens"):
+            job.wait_done(bad, timeout=30)
+        good = job.generate("hello", max_tokens=3)
+        assert job.wait_done(good, timeout=60)["generation_tokens"] == 3
+        assert job.state == JobState.READY
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)

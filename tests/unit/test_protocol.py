@@ -39,3 +39,28 @@ def test_commands_round_trip_and_bad_ones_say_why() -> None:
         p.parse_command('{"op": "dance"}')
     with pytest.raises(ValueError):
         p.encode_command("dance")
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": "ten"}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"prompt": 42}, "prompt"),
+        ({"messages": [{"role": "user"}]}, "messages"),
+        ({"messages": "hello"}, "messages"),
+    ],
+)
+def test_a_generate_request_that_would_fail_on_every_rank_is_refused(
+    fields: dict, reason: str
+) -> None:
+    with pytest.raises(ValueError, match=reason):
+        p.parse_command(json.dumps({"op": "generate", "id": "r1", **fields}))
+
+
+def test_a_chat_request_with_messages_is_accepted() -> None:
+    line = p.encode_command(
+        p.OP_GENERATE, id="r2", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
+    assert p.parse_command(line)["messages"][0]["content"] == "hi"
