@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.generate import stream_generate
+from mlx_lm.generate import generation_stream, stream_generate
 
 from core.worker import protocol as p
 from core.worker.sharding import Shard
@@ -77,6 +77,10 @@ def generate(
             events.emit(
                 p.TOKEN, request=request, index=index, token=int(response.token), text=response.text
             )
+    # stream_generate evaluates the next step ahead, asynchronously, and may leave it in
+    # flight when it stops: wait for it, or its collectives would interleave on the wire
+    # with the next command's broadcast.
+    mx.synchronize(generation_stream)
     summary = {
         "request": request,
         "prompt_tokens": last.prompt_tokens if last else len(ids),

@@ -178,3 +178,20 @@ def test_a_refused_request_fails_alone_and_the_job_lives_on(tiny_models) -> None
     finally:
         job.stop()
     assert_no_ranks_left(job)
+
+
+@pytest.mark.parametrize("strategy", ["pipeline", "tensor"])
+def test_many_back_to_back_requests_keep_the_ranks_in_step(tiny_models, strategy: str) -> None:
+    """Generation prefetches the next step asynchronously: the next command's broadcast
+    must not overlap that step's collectives (it once garbled the command on the wire)."""
+    job = _ready_job(tiny_models["qwen3"]) if strategy == "pipeline" else None
+    if job is None:
+        job = Job(JobSpec(model=tiny_models["qwen3"], strategy="tensor", nodes=2)).start()
+        job.wait_ready(timeout=120)
+    try:
+        for n in range(40):
+            request = job.generate(f"request {n}", max_tokens=1 + n % 3)
+            assert job.wait_done(request, timeout=60)["generation_tokens"] == 1 + n % 3
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
