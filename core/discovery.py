@@ -1,0 +1,366 @@
+"""Find the Macs (and other SSH hosts) on the local network over Bonjour, and advertise us.
+
+A Mac with Remote Login on advertises ``_ssh._tcp`` and ``_sftp-ssh._tcp``; every Mac
+advertises ``_device-info._tcp`` with TXT ``model=Mac15,14 osxvers=25``; a running MacMesh
+advertises ``_macmesh._tcp``. The records of one machine share its instance name (the
+Mac's Computer Name), so they are joined by that name into one ``BonjourPeer``. A peer
+is a Mac when its model identifier starts with ``Mac``; a Linux host advertising
+``_ssh._tcp`` is kept as another SSH host (it can join a ring job).
+
+Threads: ``added``, ``updated`` and ``removed`` fire on the zeroconf ``ServiceBrowser``'s
+own thread (one per ``Discovery``, so events arrive in order). Resolving a record blocks
+that thread (up to ``resolve_timeout``), which is what zeroconf intends; slots must not
+block for long and must not call ``close()``. The GUI crosses threads in ``gui/bridge.py``.
+
+Removal relies on zeroconf: a goodbye packet, or the record's TTL running out, gives
+``ServiceStateChange.Removed``; a peer is removed when the last of its services is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Literal
+
+import psutil
+from psygnal import Signal
+from zeroconf import InterfaceChoice, ServiceBrowser, ServiceInfo, ServiceStateChange, Zeroconf
+
+log = logging.getLogger(__name__)
+
+SSH = "_ssh._tcp.local."
+SFTP_SSH = "_sftp-ssh._tcp.local."
+DEVICE_INFO = "_device-info._tcp.local."
+MACMESH = "_macmesh._tcp.local."
+#: Every type MacMesh browses; Info.plist's NSBonjourServices must list each (packaging test).
+SERVICE_TYPES: tuple[str, ...] = (SSH, SFTP_SSH, DEVICE_INFO, MACMESH)
+#: What the ``_macmesh._tcp`` TXT ``proto=`` says: bumped when copies can no longer talk.
+PROTOCOL = "1"
+
+Interfaces = Sequence[str] | Literal["all"]
+
+
+@dataclass(frozen=True)
+class BonjourPeer:
+    """One machine as its Bonjour records describe it, joined by instance name."""
+
+    name: str
+    services: frozenset[str]
+    hostname: str | None = None
+    addresses: tuple[str, ...] = ()
+    ssh_port: int | None = None
+    model: str | None = None
+    osxvers: int | None = None
+    macmesh_version: str | None = None
+    is_self: bool = False
+
+    @property
+    def is_mac(self) -> bool:
+        return bool(self.model and self.model.startswith("Mac"))
+
+
+@dataclass
+class _Record:
+    server: str | None
+    port: int | None
+    addresses: tuple[str, ...]
+    txt: dict[str, str]
+
+
+@dataclass
+class _Entry:
+    name: str
+    records: dict[str, _Record] = field(default_factory=dict)
+    device_info: dict[str, str] | None = None
+    asked_device_info: bool = False
+
+
+class Discovery:
+    """Browse ``SERVICE_TYPES`` on ``interfaces`` and (optionally) advertise ``_macmesh._tcp``.
+
+    ``interfaces`` is ``"all"`` (the app on a Mac) or a list of addresses or interface
+    names (``"en0"``); tests pass ``["127.0.0.1"]`` so nothing leaves the machine.
+    """
+
+    added = Signal(BonjourPeer)
+    updated = Signal(BonjourPeer)
+    removed = Signal(str)
+
+    def __init__(
+        self,
+        interfaces: Interfaces = "all",
+        *,
+        advertise: bool = True,
+        instance_name: str | None = None,
+        ssh_port: int = 22,
+        version: str | None = None,
+        resolve_timeout: float = 3.0,
+        device_info_timeout: float = 1.0,
+    ) -> None:
+        self.interfaces = interfaces
+        self.advertise = advertise
+        self.instance_name = instance_name or computer_name()
+        self.ssh_port = ssh_port
+        self.version = version or _app_version()
+        self._resolve_ms = int(resolve_timeout * 1000)
+        self._device_info_ms = int(device_info_timeout * 1000)
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self._zc: Zeroconf | None = None
+        self._browser: ServiceBrowser | None = None
+        self._own: ServiceInfo | None = None
+        self.own_name: str | None = None  # our instance name once registered (may be renamed)
+
+    def start(self) -> None:
+        """Open zeroconf, register ``_macmesh._tcp`` (blocks ~2 s while zeroconf probes the
+        name, so call it off the GUI thread), then browse."""
+        if self._zc is not None:
+            return
+        choice, addresses = _interface_choice(self.interfaces)
+        self._zc = Zeroconf(interfaces=choice)
+        try:
+            if self.advertise:
+                self._own = self._own_info(addresses)
+                self._zc.register_service(self._own, allow_name_change=True)
+                self.own_name = _instance(self._own.name, MACMESH)
+            types = list(SERVICE_TYPES)
+            self._browser = ServiceBrowser(self._zc, types, handlers=[self._on_change])
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop browsing, say goodbye for our record, close the sockets. Idempotent.
+
+        Every peer still known is then ``removed`` (on the calling thread), so a registry
+        following us forgets what we no longer watch. Never call it from a signal slot: it
+        joins the browser thread those run on."""
+        browser, zc, own = self._browser, self._zc, self._own
+        self._browser = self._zc = self._own = None
+        if browser is not None:
+            browser.cancel()
+        with self._lock:
+            gone, self._entries = [e.name for e in self._entries.values()], {}
+        for name in gone:
+            self._emit(self.removed, name)
+        if zc is not None:
+            if own is not None:
+                with contextlib.suppress(Exception):
+                    zc.unregister_service(own)
+            zc.close()
+
+    def __enter__(self) -> Discovery:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def peers(self) -> list[BonjourPeer]:
+        with self._lock:
+            return [self._peer(entry) for entry in self._entries.values()]
+
+    # -- the browser thread ------------------------------------------------------------
+
+    def _on_change(
+        self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
+    ) -> None:
+        try:
+            self._handle(zeroconf, service_type, name, state_change)
+        except Exception:  # an exception would end the browser thread: log and keep going
+            log.exception("discovery: could not handle %s %s", state_change, name)
+
+    def _handle(
+        self, zc: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
+    ) -> None:
+        instance = _instance(name, service_type)
+        key = instance.lower()
+        if state_change is ServiceStateChange.Removed:
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is None or entry.records.pop(service_type, None) is None:
+                    return
+                if not entry.records:
+                    del self._entries[key]
+                    gone = entry.name
+                else:
+                    gone, peer = None, self._peer(entry)
+            if gone is not None:
+                self._emit(self.removed, gone)
+            else:
+                self._emit(self.updated, peer)
+            return
+        record = self._resolve(zc, service_type, name)
+        with self._lock:
+            entry = self._entries.get(key)
+            is_new = entry is None
+            if entry is None:
+                entry = self._entries[key] = _Entry(instance)
+            before = None if is_new else self._peer(entry)
+            entry.records[service_type] = record
+            if service_type == DEVICE_INFO and record.txt:
+                entry.device_info = record.txt
+            ask = entry.device_info is None and not entry.asked_device_info
+            entry.asked_device_info = True
+        if ask:  # a Mac's _device-info may be a bare TXT record, not browsable: ask by name
+            txt = self._device_info(zc, instance)
+            with self._lock:
+                if txt and entry.device_info is None:
+                    entry.device_info = txt
+        with self._lock:
+            if self._entries.get(key) is not entry:
+                return  # removed while we asked
+            peer = self._peer(entry)
+        if is_new:
+            self._emit(self.added, peer)
+        elif peer != before:
+            self._emit(self.updated, peer)
+
+    def _resolve(self, zc: Zeroconf, service_type: str, name: str) -> _Record:
+        info = ServiceInfo(service_type, name)
+        if not info.load_from_cache(zc) and not (service_type == DEVICE_INFO and info.text):
+            info.request(zc, self._resolve_ms)
+        return _record(info)
+
+    def _device_info(self, zc: Zeroconf, instance: str) -> dict[str, str]:
+        info = ServiceInfo(DEVICE_INFO, f"{instance}.{DEVICE_INFO}")
+        if not info.load_from_cache(zc) and not info.text:
+            info.request(zc, self._device_info_ms)  # False without SRV/A; the TXT is what we need
+        return _record(info).txt
+
+    def _peer(self, entry: _Entry) -> BonjourPeer:
+        """The joined view: host and port from SSH first, then SFTP, MacMesh, device-info."""
+        order = (SSH, SFTP_SSH, MACMESH, DEVICE_INFO)
+        records = [entry.records[t] for t in order if t in entry.records]
+        hostname = next((r.server for r in records if r.server), None)
+        addresses = next((r.addresses for r in records if r.addresses), ())
+        ssh = entry.records.get(SSH) or entry.records.get(SFTP_SSH)
+        info = entry.device_info or {}
+        own = entry.records.get(MACMESH)
+        return BonjourPeer(
+            name=entry.name,
+            services=frozenset(entry.records),
+            hostname=hostname.rstrip(".") if hostname else None,
+            addresses=addresses,
+            ssh_port=ssh.port if ssh and ssh.port else None,
+            model=info.get("model") or None,
+            osxvers=_int(info.get("osxvers")),
+            macmesh_version=own.txt.get("version", "") if own else None,
+            is_self=self.own_name is not None and entry.name.lower() == self.own_name.lower(),
+        )
+
+    def _emit(self, signal: object, value: object) -> None:
+        try:
+            signal.emit(value)  # type: ignore[attr-defined]
+        except Exception:
+            log.exception("discovery: a slot failed on %r", value)
+
+    def _own_info(self, addresses: list[str]) -> ServiceInfo:
+        if not addresses:
+            addresses = _ipv4_addresses() or ["127.0.0.1"]
+        return ServiceInfo(
+            MACMESH,
+            f"{self.instance_name}.{MACMESH}",
+            port=self.ssh_port,
+            parsed_addresses=addresses,
+            # Never the machine's own host name: A records differing from mDNSResponder's
+            # would be a conflict, and macOS would rename the Mac.
+            server=f"macmesh-{_label(self.instance_name)}.local.",
+            properties={"version": self.version, "proto": PROTOCOL},
+        )
+
+
+def computer_name() -> str:
+    """The Mac's Computer Name (what Bonjour instance names use); the host name elsewhere."""
+    if sys.platform == "darwin":
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                ["/usr/sbin/scutil", "--get", "ComputerName"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
+            ).stdout.strip()
+            if out:
+                return out
+    return socket.gethostname().split(".")[0] or "MacMesh"
+
+
+def _interface_choice(interfaces: Interfaces) -> tuple[InterfaceChoice | list[str], list[str]]:
+    """zeroconf's interface choice, and the addresses we advertise (empty: all of ours)."""
+    if interfaces == "all":
+        return InterfaceChoice.All, []
+    addresses: list[str] = []
+    for item in interfaces:
+        try:
+            addresses.append(str(ipaddress.ip_address(item)))
+        except ValueError:
+            nics = psutil.net_if_addrs().get(item, [])
+            found = [nic.address for nic in nics if nic.family == socket.AF_INET]
+            if not found:
+                raise ValueError(f"no network interface {item!r} with an IPv4 address") from None
+            addresses.extend(found)
+    if not addresses:
+        raise ValueError("discovery needs at least one interface, or 'all'")
+    return addresses, addresses
+
+
+def _ipv4_addresses() -> list[str]:
+    """This machine's IPv4 addresses, loopback excluded."""
+    return [
+        nic.address
+        for nics in psutil.net_if_addrs().values()
+        for nic in nics
+        if nic.family == socket.AF_INET and not nic.address.startswith("127.")
+    ]
+
+
+def _record(info: ServiceInfo) -> _Record:
+    txt = {k: v or "" for k, v in info.decoded_properties.items()} if info.text else {}
+    return _Record(
+        server=info.server or None,
+        port=info.port or None,
+        addresses=tuple(info.parsed_scoped_addresses()),
+        txt=txt,
+    )
+
+
+def _instance(name: str, service_type: str) -> str:
+    suffix = "." + service_type
+    return name[: -len(suffix)] if name.endswith(suffix) else name
+
+
+def _label(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:50] or "mac"
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.strip().isdigit() else None
+
+
+def _app_version() -> str:
+    try:
+        return metadata.version("macmesh")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+__all__ = [
+    "DEVICE_INFO",
+    "MACMESH",
+    "SERVICE_TYPES",
+    "SFTP_SSH",
+    "SSH",
+    "BonjourPeer",
+    "Discovery",
+    "computer_name",
+]
