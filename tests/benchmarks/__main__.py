@@ -19,7 +19,7 @@ from tests.benchmarks import bench_engine
 def _memory(model) -> dict:
     out = subprocess.run(
         [sys.executable, "-m", "tests.benchmarks.bench_engine", "memory", str(model)],
-        capture_output=True,
+        stdout=subprocess.PIPE,  # its stderr (progress, failures) goes straight through
         text=True,
         check=True,
     )
