@@ -20,28 +20,80 @@ def ring_hostfile(addresses: list[tuple[str, int]]) -> str:
     return json.dumps([[f"{host}:{port}"] for host, port in addresses])
 
 
+def jaccl_devices_file(matrix: list[list[str | list[str] | None]]) -> str:
+    """``MLX_IBV_DEVICES``'s file: the N x N matrix of RDMA device names (null on the
+    diagonal and where no cable joins two nodes)."""
+    size = len(matrix)
+    if any(len(row) != size for row in matrix) or any(matrix[i][i] for i in range(size)):
+        raise ValueError("the device matrix must be square with nothing on its diagonal")
+    return json.dumps(matrix)
+
+
 def rank_env(
     rank: int,
     backend: str,
     hostfile: str | None = None,
     base: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
+    *,
+    devices: str | None = None,
+    coordinator: str | None = None,
 ) -> dict[str, str]:
     """The environment of one rank: the caller's, plus MLX's variables.
 
-    ``MLX_METAL_FAST_SYNCH`` is removed on purpose: MLX's docs warn it can
-    deadlock and wedge the GPU.
+    ring: ``MLX_HOSTFILE`` (a file of "ip:port" lists). jaccl and jaccl-ring:
+    ``MLX_IBV_DEVICES`` (the device matrix file) and ``MLX_JACCL_COORDINATOR``
+    (rank 0's "ip:port" on a network every node reaches: Ethernet or Wi-Fi is
+    fine), plus ``MLX_JACCL_RING=1`` for jaccl-ring. ``MLX_METAL_FAST_SYNCH``
+    is removed on purpose: MLX's docs warn it can deadlock and wedge the GPU.
     """
     env = dict(os.environ if base is None else base)
-    env.pop("MLX_METAL_FAST_SYNCH", None)
+    for name in ("MLX_METAL_FAST_SYNCH", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_RING"):
+        env.pop(name, None)
     env["MLX_RANK"] = str(rank)
     env["PYTHONUNBUFFERED"] = "1"
     if backend == "ring":
         if hostfile is None:
             raise ValueError("the ring backend needs a hostfile")
         env["MLX_HOSTFILE"] = hostfile
+    elif backend in ("jaccl", "jaccl-ring"):
+        if devices is None or coordinator is None:
+            raise ValueError("jaccl needs the device matrix and rank 0's coordinator address")
+        env["MLX_IBV_DEVICES"] = devices
+        env["MLX_JACCL_COORDINATOR"] = coordinator
+        if backend == "jaccl-ring":
+            env["MLX_JACCL_RING"] = "1"
     env.update(extra or {})
     return env
+
+
+def launch_hostfile(
+    backend: str,
+    ssh_names: list[str],
+    ips: list[list[str]],
+    rdma: list[list[str | list[str] | None]] | None = None,
+    envs: list[str] | None = None,
+) -> dict:
+    """The same cluster as ``mlx.launch --hostfile`` reads it, for people who want to
+    run a job by hand: ``{"backend", "envs", "hosts": [{"ssh", "ips", "rdma"}]}``."""
+    if len(ssh_names) != len(ips) or (rdma is not None and len(rdma) != len(ssh_names)):
+        raise ValueError("one ssh name, one list of IPs (and one rdma row) per host")
+    hosts = []
+    for rank, name in enumerate(ssh_names):
+        host: dict = {"ssh": name, "ips": list(ips[rank])}
+        if rdma is not None:
+            host["rdma"] = list(rdma[rank])
+        hosts.append(host)
+    return {"backend": backend, "envs": list(envs or []), "hosts": hosts}
+
+
+def launch_command(hostfile_path: str, python: str, worker_args: list[str]) -> list[str]:
+    """The ``mlx.launch`` line equivalent to a MacMesh job (``--`` keeps the worker's
+    flags away from mlx.launch, which would otherwise take them for its own)."""
+    return [
+        "mlx.launch", "--hostfile", hostfile_path, "--python", python, "--",
+        "-m", "core.worker", *worker_args,
+    ]  # fmt: skip
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
