@@ -169,8 +169,8 @@ class Job:
             # Only an idle rank 0 reads the stop command soon; otherwise end the ranks.
             was_ready = self.state == JobState.READY
             self._set_state(JobState.STOPPING, "stopping")
-            if was_ready and self._procs:
-                self._procs[0].send(p.encode_command(p.OP_STOP))
+            if was_ready:
+                self._send_all(p.encode_command(p.OP_STOP))
         if was_ready:
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline and any(pr.poll() is None for pr in self._procs):
@@ -202,7 +202,7 @@ class Job:
         max_tokens: int = 128,
         chat: bool = True,
     ) -> str:
-        """Send a request to rank 0; returns its id (events carry it as ``request``)."""
+        """Send a request to the ranks; returns its id (events carry it as ``request``)."""
         request = f"r{next(self._ids)}"
         fields = {"id": request, "max_tokens": int(max_tokens), "chat": chat}
         if messages is not None:
@@ -239,7 +239,12 @@ class Job:
                 raise JobError(f"the cluster is {self.state.value}, not ready for a prompt")
             self._pending.add(request)
             self._set_state(JobState.GENERATING, "generating")
-            self._procs[0].send(line)
+            self._send_all(line)
+
+    def _send_all(self, line: str) -> None:
+        """Every rank gets every command, in the same order (the caller holds the lock)."""
+        for proc in self._procs:
+            proc.send(line)
 
     # -- reading ranks --
 

@@ -4,8 +4,9 @@ This module is the contract between a rank (``core.worker``) and the
 controller (``core.launcher``, ``core.telemetry``). It uses the standard
 library only, so it travels with the worker to any node.
 
-Controller -> rank 0, on its stdin (other ranks get commands through MLX
-collectives; their stdin only tells them the controller is still alive)::
+Controller -> every rank, the same lines in the same order, on each rank's
+stdin (an idle rank waits on a pipe, not inside a spinning MLX collective;
+stdin closing tells a rank its controller is gone)::
 
     {"op": "generate", "id": "r1", "prompt": "...", "max_tokens": 64, "chat": true}
     {"op": "link_test", "id": "t1", "bytes": 33554432, "iters": 5}

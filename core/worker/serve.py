@@ -1,9 +1,11 @@
 """A loaded rank's life: take commands, generate in lockstep, report.
 
-Rank 0 takes commands from the controller (stdin) and hands each to every
-rank through an MLX broadcast, so all ranks run the same generation step by
-step; every rank samples the same token because every rank ends a forward
-pass with the same logits.
+Every rank reads the same commands, in the same order, from its own stdin
+(the controller writes each command to every rank): an idle rank then waits
+on a pipe, which costs nothing, whereas waiting inside an MLX collective
+spins a core (the ring backend busy-polls its sockets). Every rank samples
+the same token because every rank ends a forward pass with the same logits;
+only rank 0 reports tokens and answers.
 """
 
 from __future__ import annotations
@@ -24,22 +26,6 @@ from core.worker.sharding import Shard
 from core.worker.traffic import TrafficCounter
 
 DEFAULT_MAX_TOKENS = 128
-
-
-def broadcast_command(command: dict | None, group: mx.distributed.Group) -> dict:
-    """Rank 0's command, on every rank (others pass None)."""
-    if group.size() == 1:
-        assert command is not None
-        return command
-    payload = json.dumps(command).encode() if group.rank() == 0 else b""
-    length = mx.array([len(payload)], dtype=mx.int32)
-    length = int(mx.distributed.all_sum(length, group=group, stream=mx.cpu).item())
-    buffer = mx.zeros((length,), dtype=mx.uint8)
-    if group.rank() == 0:
-        buffer = mx.array(list(payload), dtype=mx.uint8)
-    data = mx.distributed.all_sum(buffer, group=group, stream=mx.cpu)
-    mx.eval(data)
-    return json.loads(bytes(memoryview(data)).decode())
 
 
 def prompt_tokens(tokenizer: Any, command: dict) -> list[int]:
@@ -135,14 +121,13 @@ def serve(
     shard: Shard,
     group: mx.distributed.Group,
     events: p.EventWriter,
-    commands: queue.Queue | None,
+    commands: queue.Queue,
     stream_tokens: bool,
 ) -> None:
-    """Run commands until ``stop`` (rank 0 reads them from ``commands``)."""
+    """Run commands until ``stop``, or until the controller is gone."""
     rank = group.rank()
     while True:
-        command = commands.get() if rank == 0 and commands is not None else None
-        command = broadcast_command(command, group)
+        command = commands.get()
         op = command["op"]
         if op == p.OP_STOP:
             return
@@ -196,17 +181,19 @@ def read_commands(events: p.EventWriter, rank: int) -> queue.Queue:
 
     def reader() -> None:
         for line in sys.stdin:
-            if not line.strip() or rank != 0:
+            if not line.strip():
                 continue
             try:
                 commands.put(p.parse_command(line))
             except ValueError as exc:
-                events.emit(
-                    p.ERROR,
-                    message=f"Rank 0 refused a request: {exc}",
-                    fatal=False,
-                    request=_request_id(line),
-                )
+                # Every rank refuses the same line; rank 0 says so, once.
+                if rank == 0:
+                    events.emit(
+                        p.ERROR,
+                        message=f"Rank 0 refused a request: {exc}",
+                        fatal=False,
+                        request=_request_id(line),
+                    )
         _controller_gone()
 
     threading.Thread(target=reader, name="macmesh-stdin", daemon=True).start()

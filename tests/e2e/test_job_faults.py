@@ -195,3 +195,20 @@ def test_many_back_to_back_requests_keep_the_ranks_in_step(tiny_models, strategy
     finally:
         job.stop()
     assert_no_ranks_left(job)
+
+
+def test_idle_ranks_wait_without_burning_a_core(tiny_models) -> None:
+    """Waiting inside an MLX ring collective spins a core; idle ranks wait on stdin."""
+    import psutil
+
+    job = _ready_job(tiny_models["llama"])
+    try:
+        job.wait_done(job.generate("warm up", max_tokens=2), timeout=60)
+        ranks = [psutil.Process(status.pid) for status in job.ranks]
+        before = [sum(p.cpu_times()[:2]) for p in ranks]
+        time.sleep(2.0)
+        used = [sum(p.cpu_times()[:2]) - b for p, b in zip(ranks, before, strict=True)]
+        assert max(used) < 0.5, f"CPU seconds used by idle ranks over 2 s: {used}"
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
