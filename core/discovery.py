@@ -344,7 +344,7 @@ def _label(name: str) -> str:
 
 
 def _int(text: str | None) -> int | None:
-    return int(text) if text and text.strip().isdigit() else None
+    return int(text) if text and text.strip().isdecimal() else None
 
 
 def _app_version() -> str:

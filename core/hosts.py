@@ -84,7 +84,7 @@ def check_host(text: str) -> str:
     labels = host.split(".")
     if len(host) > 253 or not all(_LABEL.match(label) for label in labels):
         raise ValueError(f"{text.strip()!r} is neither a host name nor an IP address")
-    if labels[-1].isdigit():
+    if labels[-1].isdecimal():
         raise ValueError(f"{text.strip()!r} is not a valid IP address")
     return host
 
@@ -187,7 +187,7 @@ class HostList:
 
 
 def _port(text: str, original: str) -> int:
-    if not text.isdigit():
+    if not text.isdecimal():
         raise ValueError(f"{original.strip()!r}: the port must be a number, not {text!r}")
     return int(text)
 

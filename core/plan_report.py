@@ -175,7 +175,7 @@ def _sysctl(name: str) -> str | None:
         out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip().isdigit() else None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip().isdecimal() else None
 
 
 def _parser() -> argparse.ArgumentParser:

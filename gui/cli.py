@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # the window: skip building the subcommands' parsers (they import numpy)
+        return _app(argv)
     if argv and argv[0] == "plan":
         from core.plan_report import plan_cli
 

@@ -74,7 +74,7 @@ def parse_sysctl_hw(text: str) -> SysctlHardware | Unknown:
     memory = model = chip = None
     for line in _lines(text):
         key, sep, value = line.strip().rpartition(": ")
-        if key == "hw.memsize" and value.isdigit():
+        if key == "hw.memsize" and value.isdecimal():
             memory = int(value)
         elif key == "hw.model":
             model = value
@@ -82,7 +82,7 @@ def parse_sysctl_hw(text: str) -> SysctlHardware | Unknown:
             chip = value
         elif sep or not value:
             continue
-        elif value.isdigit() and memory is None:
+        elif value.isdecimal() and memory is None:
             memory = int(value)
         elif _MODEL_ID.fullmatch(value) and model is None:
             model = value
@@ -269,7 +269,7 @@ def parse_ibv_devinfo(stdout: str, stderr: str = "") -> IbvDevInfo | Unknown:
             current["transport"] = value
         elif key == "node_guid":
             current["node_guid"] = value
-        elif key == "port" and value.isdigit():
+        elif key == "port" and value.isdecimal():
             current["ports"].append({"number": int(value)})
         elif key == "state" and current["ports"]:
             current["ports"][-1]["state"] = value.split()[0] if value else "?"
@@ -310,7 +310,7 @@ class MemoryPressure:
 
 def parse_memory_pressure(text: str) -> MemoryPressure | Unknown:
     value = text.strip()
-    if not value.isdigit():
+    if not value.isdecimal():
         return Unknown(f"memory pressure: {first_line(text) or 'no value'}")
     return MemoryPressure(int(value))
 

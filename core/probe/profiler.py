@@ -187,7 +187,7 @@ def _bus(entry: Mapping[str, Any]) -> ThunderboltBus | None:
     return ThunderboltBus(
         name=_str(entry, "_name") or "?",
         domain_uuid=uuid.upper(),
-        receptacle=int(receptacle) if receptacle and receptacle.isdigit() else None,
+        receptacle=int(receptacle) if receptacle and receptacle.isdecimal() else None,
         speed=speed,
         link_gbps=link if connected else None,
         max_gbps=top,

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
-MACMESH_BENCH_ONLY=launcher,telemetry,memory,planner picks some;
+MACMESH_BENCH_ONLY=planner,gui,launcher,telemetry,memory picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -32,8 +32,15 @@ def _planner(_model) -> dict:
     return bench_planner()
 
 
+def _gui(_model) -> dict:
+    from tests.benchmarks.bench_gui import bench_gui
+
+    return bench_gui()
+
+
 BENCHES = {
     "planner": _planner,
+    "gui": _gui,
     "launcher": bench_engine.bench_launcher,
     "telemetry": bench_engine.bench_telemetry,
     "memory": _memory,

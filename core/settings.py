@@ -1,0 +1,153 @@
+"""MacMesh's own settings: one small JSON file the core owns (DESIGN.md rule 6).
+
+Qt's QSettings keeps window geometry only; what a person chose (the last model, the
+strategy, ...) lives here so the CLI and the app share it and a person can read it.
+
+The file is ``settings.json`` in ``core.paths.config_dir()``::
+
+    {
+      "version": 1,
+      "last_model": "/Users/me/models/Qwen3-30B-A3B-4bit",   # a folder, or null
+      "last_strategy": "pipeline",                            # "auto", "pipeline" or "tensor"
+      "demo_nodes": 2,                                        # simulated Macs, 1-4
+      "max_tokens": 256,                                      # longest answer, 1-32768
+      "interfaces": []                                        # network interfaces (later)
+    }
+
+Reading never fails: a missing file gives the defaults, a corrupt file gives the defaults
+and a warning in the log, a bad value gives that value's default and a warning. Keys this
+version does not know are kept on save, so an older MacMesh does not erase a newer one's
+settings. Writes are atomic: a temporary file in the same folder, fsync, then rename.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from core import paths
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "settings.json"
+VERSION = 1
+STRATEGIES = ("auto", "pipeline", "tensor")
+MAX_DEMO_NODES = 4
+MAX_TOKENS_LIMIT = 32768
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What MacMesh remembers between runs. ``extra`` holds keys of newer versions."""
+
+    last_model: str | None = None
+    last_strategy: str = "pipeline"
+    demo_nodes: int = 2
+    max_tokens: int = 256
+    interfaces: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def updated(self, **changes: Any) -> Settings:
+        """A copy with ``changes``, each checked like a value read from the file."""
+        values = {name: _check(name, value, getattr(self, name)) for name, value in changes.items()}
+        return replace(self, **values)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.extra)
+        data.update(
+            version=VERSION,
+            last_model=self.last_model,
+            last_strategy=self.last_strategy,
+            demo_nodes=self.demo_nodes,
+            max_tokens=self.max_tokens,
+            interfaces=list(self.interfaces),
+        )
+        return data
+
+
+def settings_path() -> Path:
+    return paths.config_dir() / FILE_NAME
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """The saved settings, or the defaults for anything missing or unreadable."""
+    path = path or settings_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Settings()
+    except (OSError, UnicodeDecodeError) as error:
+        log.warning("cannot read %s (%s); using the default settings", path, error)
+        return Settings()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        log.warning("%s is not valid JSON (%s); using the default settings", path, error)
+        return Settings()
+    if not isinstance(data, dict):
+        log.warning("%s does not hold a JSON object; using the default settings", path)
+        return Settings()
+    return _from_json(data, path)
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> None:
+    """Write ``settings`` atomically: a reader sees the old file or the new one, never half."""
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(settings.to_json(), indent=2, ensure_ascii=False) + "\n"
+    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _from_json(data: dict[str, Any], path: Path) -> Settings:
+    known = {f.name for f in fields(Settings)} - {"extra"}
+    defaults = Settings()
+    values: dict[str, Any] = {}
+    for name in known:
+        if name in data:
+            try:
+                values[name] = _check(name, data[name], getattr(defaults, name))
+            except ValueError as error:
+                log.warning("%s: %s; using the default %r", path, error, getattr(defaults, name))
+    extra = {k: v for k, v in data.items() if k not in known and k != "version"}
+    return Settings(**values, extra=extra)
+
+
+def _check(name: str, value: Any, default: Any) -> Any:
+    """``value`` as the type ``name`` needs; ValueError saying what is wrong otherwise."""
+    if name == "last_model":
+        if value is None or (isinstance(value, str) and value):
+            return value
+        raise ValueError(f"last_model must be a folder path or null, not {value!r}")
+    if name == "last_strategy":
+        if value in STRATEGIES:
+            return value
+        raise ValueError(f"last_strategy must be one of {', '.join(STRATEGIES)}, not {value!r}")
+    if name == "demo_nodes":
+        return _int_in(name, value, 1, MAX_DEMO_NODES)
+    if name == "max_tokens":
+        return _int_in(name, value, 1, MAX_TOKENS_LIMIT)
+    if name == "interfaces":
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ValueError(f"interfaces must be a list of interface names, not {value!r}")
+    raise ValueError(f"unknown setting {name!r} (default {default!r})")
+
+
+def _int_in(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, not {value!r}")
+    return value

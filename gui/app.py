@@ -1,0 +1,120 @@
+"""``macmesh`` with no command: the application and its window.
+
+``main(argv)`` is what ``gui.cli`` calls. Flags: ``--demo`` shows the demo cluster at
+once, ``--theme light|dark`` overrides the system's colour scheme. Environment:
+``MACMESH_FIRST_PAINT=1`` prints ``MACMESH_FIRST_PAINT <time.time()>`` when the window has
+first painted and quits (the startup benchmark reads it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+from PySide6.QtCore import QEvent, QObject, QSocketNotifier, QTimer
+from PySide6.QtWidgets import QApplication, QWidget
+
+from gui import style
+from gui.resources import app_icon
+
+FIRST_PAINT_ENV = "MACMESH_FIRST_PAINT"
+APP_NAME = ORG_NAME = "MacMesh"
+
+
+def configure(app: QApplication, theme: str | None = None) -> None:
+    """Names (QSettings and macOS menus use them), icon, style and theme."""
+    app.setApplicationName(APP_NAME)
+    app.setApplicationDisplayName(APP_NAME)
+    app.setOrganizationName(ORG_NAME)
+    app.setOrganizationDomain("macmesh.app")
+    app.setWindowIcon(app_icon())
+    themes = {"light": style.LIGHT, "dark": style.DARK}
+    style.install(app, themes.get(theme or ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="macmesh", description="The MacMesh window.")
+    parser.add_argument("--demo", action="store_true", help="start with the demo cluster")
+    parser.add_argument("--theme", choices=("light", "dark"), help="override the system's")
+    args, qt_args = parser.parse_known_args(argv)
+    if not display_available():
+        return _headless()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
+    configure(app, args.theme)
+    from gui.main_window import MainWindow  # after the QApplication: widgets need it
+
+    window = MainWindow(demo=args.demo)
+    if os.environ.get(FIRST_PAINT_ENV):
+        _report_first_paint(window)
+    _close_on_signals(window)
+    app.aboutToQuit.connect(window.run.shutdown)
+    window.show()
+    return app.exec()
+
+
+def display_available() -> bool:
+    """Whether Qt can open a window here (it aborts the process when it cannot)."""
+    if sys.platform == "darwin" or os.environ.get("QT_QPA_PLATFORM"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _headless() -> int:
+    from core.demo import add_arguments, run_headless
+
+    sys.stderr.write(
+        "macmesh: no display here; running the demo in the terminal instead "
+        "(macmesh demo --headless).\n"
+    )
+    parser = argparse.ArgumentParser(prog="macmesh")
+    add_arguments(parser)
+    return run_headless(parser.parse_args([]))
+
+
+class _FirstPaint(QObject):
+    """Prints the wall-clock time once the window's first frame is painted, then quits."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            watched.removeEventFilter(self)
+            QTimer.singleShot(0, self._report)  # after the children of this frame painted
+        return False
+
+    def _report(self) -> None:
+        print(f"{FIRST_PAINT_ENV} {time.time():.6f}", flush=True)
+        QApplication.instance().quit()
+
+
+def _report_first_paint(window: QWidget) -> None:
+    watcher = _FirstPaint(window)
+    window.installEventFilter(watcher)
+
+
+def _close_on_signals(window: QWidget) -> None:
+    """Ctrl+C or SIGTERM close the window, which stops every rank first.
+
+    Python runs signal handlers only between bytecodes, and Qt's loop runs in C++: the
+    handler's wake-up byte on a socket lets Qt notice at once, without polling.
+    """
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno())
+    notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Type.Read, window)
+
+    def wake() -> None:
+        with contextlib.suppress(OSError):
+            reader.recv(64)
+
+    notifier.activated.connect(wake)
+    window._signal_sockets = (reader, writer, notifier)  # type: ignore[attr-defined]
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: window.close())

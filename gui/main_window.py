@@ -1,0 +1,114 @@
+"""The window: three panes side by side, wired together. No logic lives here.
+
+Cluster and Model on the left (what runs where), Run on the right (what happens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QScrollArea, QVBoxLayout, QWidget
+
+from gui.bridge import Bridge
+from gui.model.pane import ModelPane
+from gui.nodes.pane import ClusterPane
+from gui.preferences import Preferences, restore_window, save_window
+from gui.run.pane import RunPane
+
+if TYPE_CHECKING:
+    from core.launcher import JobSpec
+
+LEFT_WIDTH = 440
+DEFAULT_SIZE = (1440, 900)
+
+
+class MainWindow(QMainWindow):
+    def __init__(
+        self,
+        preferences: Preferences | None = None,
+        *,
+        demo: bool = False,
+        job_factory: Callable[[JobSpec], Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.setWindowTitle("MacMesh")
+        self.preferences = preferences or Preferences()
+        self.bridge = Bridge(self)
+        self._closing = False
+        self.cluster = ClusterPane(self.bridge)
+        self.model = ModelPane(self.bridge)
+        self.run = RunPane(self.bridge, job_factory)
+        self._compose()
+        self._wire()
+        self._restore(demo)
+
+    def _compose(self) -> None:
+        left = QWidget()
+        column = QVBoxLayout(left)
+        column.setContentsMargins(0, 0, 6, 0)
+        column.setSpacing(14)
+        column.addWidget(self.cluster)
+        column.addWidget(self.model, 1)
+        scroll = QScrollArea()
+        scroll.setWidget(left)
+        scroll.setWidgetResizable(True)
+        scroll.setFixedWidth(LEFT_WIDTH)
+        central = QWidget()
+        central.setObjectName("central")
+        row = QHBoxLayout(central)
+        row.setContentsMargins(14, 14, 14, 14)
+        row.setSpacing(14)
+        row.addWidget(scroll)
+        row.addWidget(self.run, 1)
+        self.setCentralWidget(central)
+        self.statusBar().setSizeGripEnabled(False)
+
+    def _wire(self) -> None:
+        prefs = self.preferences
+        self.cluster.nodes_changed.connect(self.model.set_nodes)
+        self.model.plan_changed.connect(self.run.set_plan)
+        self.run.running_changed.connect(self.cluster.set_locked)
+        self.run.running_changed.connect(self.model.set_locked)
+        self.model.model_changed.connect(lambda path: prefs.update(last_model=path))
+        self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
+        self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))
+        self.run.max_tokens.valueChanged.connect(lambda n: prefs.update(max_tokens=n))
+        self.bridge.failed.connect(lambda message: self.statusBar().showMessage(message, 10_000))
+
+    def _restore(self, demo: bool) -> None:
+        settings = self.preferences.settings
+        self.model.select_strategy(settings.last_strategy)
+        self.run.max_tokens.setValue(settings.max_tokens)
+        if demo:
+            self.cluster.start_demo(settings.demo_nodes)
+        if settings.last_model and Path(settings.last_model).is_dir():
+            self.model.load(Path(settings.last_model))
+        self.geometry_restored = restore_window(self, self._splitters())
+        if not self.geometry_restored:
+            self.resize(*DEFAULT_SIZE)
+
+    def _splitters(self) -> dict:
+        return {"run-splitter": self.run.splitter}
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Closing stops the job first (off the GUI thread), then closes for real."""
+        if self.run.busy:
+            event.ignore()
+            self.statusBar().showMessage("Stopping every rank before closing…")
+            if not self._closing:
+                self._closing = True
+                self.run.running_changed.connect(self._close_when_stopped)
+            self.run.stop()
+            return
+        save_window(self, self._splitters())
+        self.run.shutdown()
+        self.bridge.close()
+        super().closeEvent(event)
+
+    def _close_when_stopped(self, running: bool) -> None:
+        if not running:
+            QTimer.singleShot(0, self.close)

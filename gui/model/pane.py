@@ -1,0 +1,173 @@
+"""The Model pane: which model, how it is spread (strategy), and what each Mac must hold.
+
+Reading a model folder imports mlx-lm (about a second) and preparing the demo model
+converts a GGUF (a few seconds), so both run through the bridge; a result that arrives
+after the person picked another folder is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QWidget
+
+from core.modelinfo import ModelError, ModelInfo, read_model_info
+from core.planner import Plan
+from gui.bridge import Bridge
+from gui.model.drop_zone import DropZone
+from gui.model.memory_bars import MemoryBars
+from gui.model.planning import plan_all
+from gui.model.strategy import StrategyChooser
+from gui.widgets import Card, label, section
+
+
+class ModelPane(Card):
+    plan_changed = Signal(object, object)  # ModelInfo | None, Plan | None
+    model_changed = Signal(str)  # a usable model's folder
+    strategy_changed = Signal(str)
+
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__("Model", parent)
+        self._bridge = bridge
+        self._generation = 0
+        self._info: ModelInfo | None = None
+        self._nodes: list[object] = []
+        self._plans: dict[str, Plan] | None = None
+        self.setAcceptDrops(True)
+        self.drop_zone = DropZone()
+        self.drop_zone.folder_chosen.connect(self.load)
+        self.drop_zone.demo_requested.connect(self.use_demo_model)
+        self.body.addWidget(self.drop_zone)
+        self.body.addSpacing(4)
+        self.body.addWidget(section("Strategy"))
+        self.chooser = StrategyChooser()
+        self.chooser.strategy_changed.connect(self._strategy_changed)
+        self.body.addWidget(self.chooser)
+        self.plan_hint = label("", "hint", wrap=True)
+        self.body.addWidget(self.plan_hint)
+        self.body.addSpacing(4)
+        self.body.addWidget(section("Memory per Mac · planned use of usable memory"))
+        self.bars = MemoryBars()
+        self.body.addWidget(self.bars)
+        self.body.addStretch(1)
+        self.chooser.select("pipeline")
+        self._replan()
+
+    # -- inputs -----------------------------------------------------------------------
+
+    def load(self, folder: Path) -> None:
+        """Read ``folder`` in the background; show its facts or why it cannot be used."""
+        folder = Path(folder)
+        self._generation += 1
+        generation = self._generation
+        self.drop_zone.show_busy(f"Reading {folder.name or folder}…")
+        self._bridge.run_in_background(
+            lambda: read_model_info(folder),
+            lambda info: self._loaded(generation, info),
+            lambda error: self._failed(generation, folder, error),
+        )
+
+    def use_demo_model(self) -> None:
+        """The bundled SmolLM2-135M, converted once into the cache (a few seconds)."""
+        from core.demo_model import demo_model_dir, ensure_demo_model, is_complete
+
+        self._generation += 1
+        generation = self._generation
+        first_time = not is_complete(demo_model_dir())
+        self.drop_zone.show_busy(
+            "Preparing the demo model (once, a few seconds)…"
+            if first_time
+            else "Reading the demo model…"
+        )
+        self._bridge.run_in_background(
+            lambda: read_model_info(ensure_demo_model()),
+            lambda info: self._loaded(generation, info),
+            lambda error: self._failed(generation, None, error),
+        )
+
+    def set_nodes(self, nodes: Sequence[object]) -> None:
+        """Plan on the nodes whose memory is known (a host not probed yet has none)."""
+        self._nodes = [n for n in nodes if getattr(n, "memory_bytes", 0)]
+        self._replan()
+
+    def select_strategy(self, choice: str) -> None:
+        self.chooser.select(choice)
+
+    def set_locked(self, locked: bool) -> None:
+        self.setAcceptDrops(not locked)
+        self.drop_zone.set_locked(locked)
+        self.chooser.set_locked(locked)
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self._info
+
+    def plan(self) -> Plan | None:
+        return self._plans.get(self.chooser.selected()) if self._plans else None
+
+    def plans(self) -> dict[str, Plan] | None:
+        return self._plans
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _loaded(self, generation: int, info: ModelInfo) -> None:
+        if generation != self._generation:
+            return
+        self._info = info
+        self.drop_zone.show_model(info)
+        self.model_changed.emit(str(info.path))
+        self._replan()
+
+    def _failed(self, generation: int, folder: Path | None, error: BaseException) -> None:
+        if generation != self._generation:
+            return
+        self._info = None
+        if isinstance(error, ModelError) or folder is None:
+            message = str(error)
+        else:
+            message = f"MacMesh could not read {folder}: {type(error).__name__}: {error}"
+        title = "The demo model is not available" if folder is None else "Not a usable model"
+        self.drop_zone.show_error(title, message)
+        self._replan()
+
+    def _strategy_changed(self, choice: str) -> None:
+        self.strategy_changed.emit(choice)
+        self._show_selected()
+
+    def _replan(self) -> None:
+        if self._info is not None and self._nodes:
+            self._plans = plan_all(self._info, self._nodes)
+            self.plan_hint.hide()
+        else:
+            self._plans = None
+            self.plan_hint.setText(
+                "Choose a model to see what fits."
+                if self._nodes
+                else "Add Macs (or try the demo cluster) to see what fits where."
+            )
+            self.plan_hint.show()
+        self.chooser.show_plans(self._plans)
+        self._show_selected()
+
+    def _show_selected(self) -> None:
+        plan = self.plan()
+        if plan is not None and plan.ranks:
+            self.bars.show_plan(plan)
+        elif plan is not None:
+            self.bars.show_plan(None, "No memory plan: this strategy cannot run here.")
+        else:
+            self.bars.show_plan(None, "Choose a model and Macs to see the memory each needs.")
+        self.plan_changed.emit(self._info, plan)
+
+    # -- drops anywhere on the pane ------------------------------------------------------
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        self.drop_zone.dragEnterEvent(event)
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        self.drop_zone.dropEvent(event)

@@ -1,0 +1,42 @@
+"""Every strategy's plan for a model on the shown nodes, so the window can compare them.
+
+Pure and fast (the planner does arithmetic on header facts), so it runs on the GUI thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.modelinfo import ModelInfo
+from core.plan_memory import Node, PlanOptions
+from core.planner import Plan, make_plan
+
+CHOICES = ("auto", "pipeline", "tensor")
+LABELS = {"auto": "Auto", "pipeline": "Pipeline", "tensor": "Tensor", "single": "Single Mac"}
+BLURBS = {
+    "auto": "MacMesh picks the best fit",
+    "pipeline": "whole layers per Mac",
+    "tensor": "every layer split across Macs",
+}
+
+
+def as_node(record: object) -> Node:
+    """A planner Node from a node record (DemoMac has ``node()``; others give the facts)."""
+    make = getattr(record, "node", None)
+    if callable(make):
+        return make()
+    return Node(
+        record.name,  # type: ignore[attr-defined]
+        record.memory_bytes,  # type: ignore[attr-defined]
+        chip=getattr(record, "chip", None),
+        rdma=getattr(record, "rdma", None),
+    )
+
+
+def plan_all(info: ModelInfo, records: Sequence[object]) -> dict[str, Plan]:
+    """The plan of each choice. On one node pipeline and tensor are "invalid" with the
+    planner's reason (they need two), and auto plans a single Mac."""
+    nodes = [as_node(record) for record in records]
+    return {
+        choice: make_plan(info, nodes, options=PlanOptions(strategy=choice)) for choice in CHOICES
+    }

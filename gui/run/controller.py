@@ -1,0 +1,267 @@
+"""One job's life as the window sees it: start, ask, stop, fail, in plain Qt signals.
+
+Everything blocking (starting ranks, sending a prompt, stopping) runs on one serial queue
+of the bridge, in order: a Stop pressed during loading runs right after the Start that
+spawned the ranks, so no rank escapes. The job's own threads reach this object only
+through ``gui.bridge.JobRelay``. The chat history is kept here so every prompt is sent
+with the prior turns (a conversation, not isolated questions).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Signal
+
+from core.modelinfo import ModelInfo
+from core.planner import Plan
+from core.worker import protocol as p
+from gui import format as fmt
+from gui.bridge import Bridge, JobRelay
+
+if TYPE_CHECKING:
+    from core.launcher import JobSpec
+    from core.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+# Loading steps a rank goes through, for its progress bar (worker/sharding.py's stages).
+STAGES = {
+    "reading the model": 2,
+    "slicing every layer": 3,
+    "placing layers": 3,
+    "loading weights": 4,
+}
+STEPS = 6  # 0 started, 1 joined, 2-4 loading, 5 loaded, 6 ready
+MAX_AVERAGES = 256
+
+
+class RunState(StrEnum):
+    IDLE = "idle"
+    LOADING = "loading"  # includes starting the ranks
+    READY = "ready"
+    GENERATING = "generating"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    @property
+    def active(self) -> bool:
+        """A job exists and may still hold ranks."""
+        return self in (RunState.LOADING, RunState.READY, RunState.GENERATING, RunState.STOPPING)
+
+
+class RunController(QObject):
+    state_changed = Signal(str, str)  # RunState value, message for people
+    rank_progress = Signal(int, str, int)  # rank, what it is doing, step of STEPS
+    question = Signal(str)  # a prompt was sent (or queued until the model is loaded)
+    token = Signal(str, str)  # request id, text piece
+    answer_done = Signal(str, object)  # request id, the done event
+    failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        job_factory: Callable[[JobSpec], Any] | None = None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._bridge = bridge
+        self._queue = bridge.serial_queue()
+        self._job_factory = job_factory
+        self.state = RunState.IDLE
+        self.job: Any = None
+        self.telemetry: Telemetry | None = None
+        self.relay: JobRelay | None = None
+        self.plan: Plan | None = None
+        self.t0 = time.monotonic()
+        self.averages: list[tuple[float, float, float]] = []  # (start, end, tokens/s)
+        self._history: list[dict[str, str]] = []
+        self._pending: tuple[str, int] | None = None
+        self._first_token: dict[str, float] = {}
+
+    # -- commands -------------------------------------------------------------------------
+
+    def start(self, info: ModelInfo, plan: Plan) -> None:
+        if self.state.active:
+            return
+        self._detach()
+        from core.demo import job_spec  # the launcher, numpy...: loaded at the first Start
+        from core.launcher import Job
+        from core.telemetry import Telemetry
+
+        spec = job_spec(info, plan)
+        self.plan = plan
+        self.job = job = (self._job_factory or Job)(spec)
+        self.telemetry = Telemetry()
+        self.relay = JobRelay(job, self.telemetry, self)
+        self.relay.event.connect(self._on_event)
+        self.relay.state_changed.connect(self._on_job_state)
+        self.t0 = time.monotonic()
+        self.averages = []
+        self._history = []
+        self._pending = None
+        self._first_token = {}
+        macs = f"{spec.nodes} Macs" if spec.nodes > 1 else "1 Mac"
+        self._set_state(RunState.LOADING, f"Loading {info.name} on {macs}…")
+        for status_rank in range(spec.nodes):
+            self.rank_progress.emit(status_rank, "starting", 0)
+        self._bridge.run_in_background(
+            job.start, None, lambda e: self._start_failed(job, e), queue=self._queue
+        )
+
+    def stop(self) -> None:
+        """Stop at any moment; the ranks end on the serial queue, off the GUI thread."""
+        if not self.state.active or self.state == RunState.STOPPING:
+            return
+        job = self.job
+        self._pending = None
+        self._set_state(RunState.STOPPING, "Stopping every rank…")
+        self._bridge.run_in_background(
+            job.stop,
+            lambda _: self._stopped(job),
+            lambda e: self._stopped(job, e),
+            queue=self._queue,
+        )
+
+    def ask(self, prompt: str, max_tokens: int) -> bool:
+        """Send ``prompt`` with the conversation so far; queued while the model loads."""
+        prompt = prompt.strip()
+        if not prompt:
+            return False
+        if self.state == RunState.LOADING and self._pending is None:
+            self._pending = (prompt, max_tokens)
+            self.question.emit(prompt)
+            return True
+        if self.state != RunState.READY:
+            return False
+        self.question.emit(prompt)
+        self._send(prompt, max_tokens)
+        return True
+
+    def shutdown(self, timeout_s: float = 15.0) -> None:
+        """Synchronous stop, for quitting: wait for queued work, then end every rank."""
+        self._bridge.wait(timeout_s)
+        job = self.job
+        if job is not None and self.state.active:
+            job.stop()
+        self._detach()
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Counts telemetry updates, so redraws can skip quiet ticks."""
+        return self.relay.version if self.relay else 0
+
+    def rank_names(self) -> dict[int, str]:
+        return {rank.rank: rank.node for rank in self.plan.ranks} if self.plan else {}
+
+    def rank_logs(self) -> list[tuple[int, Path]]:
+        job = self.job
+        if job is None:
+            return []
+        return [(rank, job.rank_log(rank)) for rank in range(job.spec.nodes)]
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _send(self, prompt: str, max_tokens: int) -> None:
+        self._history.append({"role": "user", "content": prompt})
+        messages = list(self._history)
+        job, telemetry = self.job, self.telemetry
+        self._set_state(RunState.GENERATING, "Generating…")
+
+        def send() -> str:
+            started = time.monotonic()
+            request = job.generate(messages=messages, max_tokens=max_tokens)
+            telemetry.request_started(request, started)
+            return request
+
+        self._bridge.run_in_background(send, None, self._ask_failed, queue=self._queue)
+
+    def _ask_failed(self, error: BaseException) -> None:
+        if self.state == RunState.GENERATING:
+            self._history.pop()
+            self._set_state(RunState.READY, f"The prompt was not sent: {error}")
+
+    def _on_event(self, event: dict) -> None:
+        kind, rank = event.get("event"), int(event.get("rank", 0))
+        if kind == p.TOKEN and rank == 0:
+            request = str(event.get("request"))
+            self._first_token.setdefault(request, time.monotonic())
+            self.token.emit(request, str(event.get("text", "")))
+        elif kind == p.DONE and rank == 0:
+            self._answered(event)
+        elif kind == p.HELLO:
+            self.rank_progress.emit(rank, "joined the cluster", 1)
+        elif kind == p.LOADING:
+            stage = str(event.get("stage", "loading"))
+            self.rank_progress.emit(rank, stage, STAGES.get(stage, 2))
+        elif kind == p.LOADED:
+            memory = event.get("memory_bytes")
+            size = f" · {fmt.gb(memory)}" if isinstance(memory, int) else ""
+            self.rank_progress.emit(rank, f"loaded in {event.get('load_s', 0):.1f} s{size}", 5)
+        elif kind == p.READY and self.job is not None:
+            for each in range(self.job.spec.nodes):
+                self.rank_progress.emit(each, "ready", STEPS)
+
+    def _answered(self, event: dict) -> None:
+        request = str(event.get("request"))
+        self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
+        summary = next(
+            (r for r in (self.telemetry.requests() if self.telemetry else []) if r.id == request),
+            None,
+        )
+        start = self._first_token.pop(request, None)
+        if summary and summary.avg_tps and start is not None:
+            self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
+            del self.averages[:-MAX_AVERAGES]
+        self.answer_done.emit(request, event)
+
+    def _on_job_state(self, state: str, message: str) -> None:
+        if self.state in (RunState.STOPPED, RunState.FAILED):
+            return
+        if state == "ready":
+            self._set_state(RunState.READY, "Ready: ask the cluster something.")
+            if self._pending is not None:
+                prompt, max_tokens = self._pending
+                self._pending = None
+                self._send(prompt, max_tokens)
+        elif state == "generating" and self.state != RunState.STOPPING:
+            self._set_state(RunState.GENERATING, "Generating…")
+        elif state == "failed":
+            self._fail(message)
+        elif state == "stopped" and self.state == RunState.STOPPING:
+            pass  # _stopped reports it once job.stop() has returned
+
+    def _start_failed(self, job: Any, error: BaseException) -> None:
+        if job is self.job and self.state.active:
+            log.warning("the job did not start: %s", error)
+            self._bridge.run_in_background(job.stop, None, lambda _e: None, queue=self._queue)
+            self._fail(f"The ranks could not be started: {type(error).__name__}: {error}")
+
+    def _stopped(self, job: Any, error: BaseException | None = None) -> None:
+        if job is not self.job or self.state == RunState.FAILED:
+            return
+        message = "Stopped." if error is None else f"Stopped, with a problem: {error}"
+        self._set_state(RunState.STOPPED, message)
+
+    def _fail(self, message: str) -> None:
+        self._pending = None
+        self._set_state(RunState.FAILED, message.splitlines()[0] if message else "Failed")
+        self.failed.emit(message, self.rank_logs())
+
+    def _set_state(self, state: RunState, message: str) -> None:
+        self.state = state
+        self.state_changed.emit(state.value, message)
+
+    def _detach(self) -> None:
+        if self.relay is not None:
+            self.relay.detach()
+            self.relay.deleteLater()
+            self.relay = None

@@ -1,0 +1,258 @@
+"""The Run pane: Start/Stop, loading per node, failures, big numbers, chat and live plots.
+
+A ``QTimer`` redraws numbers and plots at ``REDRAW_HZ`` while a job runs, and only when
+telemetry received something since the last tick; arriving data never redraws directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QPaintEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.modelinfo import ModelInfo
+from core.planner import Plan
+from core.settings import MAX_TOKENS_LIMIT
+from gui.bridge import Bridge
+from gui.model.planning import LABELS
+from gui.run.chat import ChatView
+from gui.run.controller import RunController, RunState
+from gui.run.failure import FailureBanner
+from gui.run.numbers import BigNumbers
+from gui.run.progress import RankProgress
+from gui.style import set_role
+from gui.widgets import Badge, Card, label
+
+if TYPE_CHECKING:
+    from core.launcher import JobSpec
+    from gui.run.plots import LivePlots
+
+REDRAW_HZ = 10
+STATE_BADGES = {
+    RunState.IDLE: ("Idle", "muted"),
+    RunState.LOADING: ("Loading", "accent"),
+    RunState.READY: ("Ready", "success"),
+    RunState.GENERATING: ("Generating", "accent"),
+    RunState.STOPPING: ("Stopping", "warning"),
+    RunState.STOPPED: ("Stopped", "muted"),
+    RunState.FAILED: ("Failed", "danger"),
+}
+
+
+def describe_plan(plan: Plan) -> str:
+    """ "Pipeline on Studio A (18 layers) and Studio B (12 layers)"."""
+    if plan.strategy == "single" or len(plan.ranks) == 1:
+        return f"Single Mac: {plan.ranks[0].node}, all {plan.ranks[0].layers} layers"
+    if plan.strategy == "tensor":
+        return f"Tensor on {', '.join(r.node for r in plan.ranks)}: every layer split"
+    parts = [f"{r.node} ({r.layers} layers)" for r in plan.ranks]
+    return f"{LABELS[plan.strategy]} on " + ", ".join(parts[:-1]) + f" and {parts[-1]}"
+
+
+class RunPane(Card):
+    running_changed = Signal(bool)  # a job holds ranks: the other panes lock
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        job_factory: Callable[[JobSpec], Any] | None = None,
+        parent: Any = None,
+    ) -> None:
+        super().__init__("Run", parent)
+        self.controller = RunController(bridge, job_factory, self)
+        self._info: ModelInfo | None = None
+        self._plan: Plan | None = None
+        self._drawn = -1
+        self._running = False
+        self.state_badge = Badge("Idle", "muted")
+        self.header.insertWidget(1, self.state_badge)
+        self.body.addLayout(self._controls())
+        self.banner = FailureBanner()
+        self.body.addWidget(self.banner)
+        self.progress_box = QFrame()
+        set_role(self.progress_box, "subcard")
+        box = QVBoxLayout(self.progress_box)
+        box.setContentsMargins(12, 10, 12, 10)
+        self.progress = RankProgress()
+        box.addWidget(self.progress)
+        self.progress_box.hide()
+        self.body.addWidget(self.progress_box)
+        self.numbers = BigNumbers()
+        self.body.addWidget(self.numbers)
+        self.chat = ChatView()
+        self._plots: Any = None
+        self._plots_pending = False
+        self._plots_slot = QWidget()  # the plots take its place once the window is up
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.setChildrenCollapsible(False)
+        split.addWidget(self.chat)
+        split.addWidget(self._plots_slot)
+        split.setStretchFactor(0, 4)
+        split.setStretchFactor(1, 6)
+        split.setHandleWidth(14)
+        split.setSizes([400, 600])
+        self.chat.setMinimumWidth(260)
+        self._plots_slot.setMinimumWidth(340)
+        self.splitter = split
+        self.body.addWidget(split, 1)
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000 // REDRAW_HZ)
+        self.timer.timeout.connect(self.redraw)
+        self.chat.submitted.connect(self.ask)
+        c = self.controller
+        c.state_changed.connect(self._state_changed)
+        c.rank_progress.connect(self.progress.set_stage)
+        c.question.connect(self.chat.add_question)
+        c.token.connect(self.chat.add_token)
+        c.answer_done.connect(self.chat.finish_answer)
+        c.failed.connect(self._failed)
+        self._show_state(RunState.IDLE, "")
+
+    @property
+    def plots(self) -> LivePlots:
+        """The live plots, built on first use: pyqtgraph takes a good part of a second to
+        import, so the window paints first and builds them right after its first frame."""
+        if self._plots is None:
+            from gui.run.plots import LivePlots
+
+            self._plots = LivePlots()
+            self._plots.setMinimumWidth(340)
+            self.splitter.replaceWidget(1, self._plots)
+            self._plots_slot.deleteLater()
+        return self._plots
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        super().paintEvent(event)
+        if self._plots is None and not self._plots_pending:  # after the first frame
+            self._plots_pending = True
+            QTimer.singleShot(0, self, lambda: self.plots)
+
+    def _controls(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        row.setSpacing(10)
+        self.start_button = QPushButton("Start")
+        set_role(self.start_button, "start")
+        self.start_button.clicked.connect(self.start)
+        self.stop_button = QPushButton("Stop")
+        set_role(self.stop_button, "stop")
+        self.stop_button.clicked.connect(self.stop)
+        self.status = label("", "status", wrap=True)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, MAX_TOKENS_LIMIT)
+        self.max_tokens.setValue(256)
+        self.max_tokens.setToolTip("The longest answer, in tokens")
+        row.addWidget(self.start_button)
+        row.addWidget(self.stop_button)
+        row.addWidget(self.status, 1)
+        row.addWidget(label("Max tokens", "secondary"))
+        row.addWidget(self.max_tokens)
+        return row
+
+    # -- inputs -----------------------------------------------------------------------------
+
+    def set_plan(self, info: ModelInfo | None, plan: Plan | None) -> None:
+        self._info, self._plan = info, plan
+        if not self.controller.state.active:
+            self._show_state(self.controller.state, "")
+
+    def start(self) -> None:
+        if self._info is None or self._plan is None or self._plan.verdict != "fits":
+            return
+        self.banner.hide()
+        self.chat.clear()
+        self.plots.clear()
+        self.numbers.clear()
+        self._drawn = -1
+        self.progress.reset({r.rank: r.node for r in self._plan.ranks})
+        self.controller.start(self._info, self._plan)
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+    def ask(self, prompt: str) -> None:
+        queued = self.controller.state == RunState.LOADING
+        if self.controller.ask(prompt, self.max_tokens.value()) and queued:
+            self.chat.set_accepting(False, "Your question goes out once the model is loaded…")
+
+    @property
+    def busy(self) -> bool:
+        return self.controller.state.active
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def redraw(self, force: bool = False) -> None:
+        """The timer's tick: skip it unless telemetry moved since the last one."""
+        c = self.controller
+        if c.telemetry is None or (c.version == self._drawn and not force):
+            return
+        self._drawn = c.version
+        self.plots.refresh(c)
+        self.numbers.update_from(
+            c.telemetry.current(), c.state == RunState.GENERATING, live=c.state.active
+        )
+
+    def _state_changed(self, state: str, message: str) -> None:
+        self._show_state(RunState(state), message)
+
+    def _show_state(self, state: RunState, message: str) -> None:
+        text, kind = STATE_BADGES[state]
+        self.state_badge.set(text, kind)
+        can_start = (
+            not state.active
+            and self._info is not None
+            and self._plan is not None
+            and self._plan.verdict == "fits"
+        )
+        self.start_button.setEnabled(can_start)
+        self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
+        self.status.setText(self._status_text(state, message))
+        if state == RunState.LOADING:
+            self.progress_box.show()
+            self.chat.set_accepting(True, "Ask now: sent once loaded…")
+        elif state == RunState.READY:
+            self.progress_box.hide()
+            self.chat.set_accepting(True, "Ask the cluster something…")
+        else:
+            self.chat.set_accepting(False)
+        if state.active and not self.timer.isActive():
+            self.timer.start()
+        elif not state.active and self.timer.isActive():
+            self.timer.stop()
+            self.redraw(force=True)  # the final numbers: nothing moves on the links now
+        if state.active != self._running:
+            self._running = state.active
+            self.running_changed.emit(state.active)
+
+    def _status_text(self, state: RunState, message: str) -> str:
+        if state == RunState.READY and self._plan is not None:
+            return f"Ready · {describe_plan(self._plan)}"
+        if state.active or state == RunState.FAILED:
+            return message
+        if self._info is None:
+            return "Choose a model to start."
+        if self._plan is None:
+            return "Add Macs (or try the demo cluster) to start."
+        if self._plan.verdict != "fits":
+            return f"Can't start: {self._plan.reason}"
+        prefix = "Stopped. " if state == RunState.STOPPED else ""
+        return f"{prefix}Start runs {describe_plan(self._plan)}."
+
+    def _failed(self, message: str, logs: list) -> None:
+        self.banner.show_failure(message, logs)
+        self.progress.mark_failed()
+        self.chat.add_note("The cluster stopped: see the message above.")
+
+    def shutdown(self) -> None:
+        self.timer.stop()
+        self.controller.shutdown()

@@ -1,0 +1,65 @@
+"""The numbers behind the live plots: pure numpy, no Qt, so they are cheap to test.
+
+Each redraw hands pyqtgraph only what the view shows: the samples in the time window,
+peak-downsampled to about a point per pixel, with the line broken (or held at zero)
+between answers so a pause never looks like a slow ramp.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+GAP_S = 5.0  # per-token samples further apart than this belong to different answers
+
+
+def axis_top(current: float, peak: float, floor: float) -> float:
+    """The y-axis top: headroom over the peak, steady while the peak moves a little."""
+    wanted = max(peak * 1.15, floor)
+    if current < wanted or wanted < current * 0.5:
+        return nice(wanted)
+    return current
+
+
+def nice(value: float) -> float:
+    """1, 2, 2.5 or 5 times a power of ten, at least ``value``: round axis tops."""
+    exponent = 10 ** np.floor(np.log10(value))
+    return float(next(m * exponent for m in (1, 2, 2.5, 5, 10) if m * exponent >= value))
+
+
+def peak_downsample(
+    x: np.ndarray, y: np.ndarray, max_points: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_points``: each bucket of samples becomes its minimum and maximum, so
+    spikes survive (pyqtgraph's "peak" mode). NaN gaps survive too."""
+    n = len(x)
+    size = int(np.ceil(2 * n / max_points)) if max_points else 1
+    if size <= 1:
+        return x, y
+    m = n // size
+    if m < 2:
+        return x, y
+    buckets = y[: m * size].reshape(m, size)
+    with np.errstate(invalid="ignore"):
+        low, high = np.fmin.reduce(buckets, axis=1), np.fmax.reduce(buckets, axis=1)
+    gap = np.isnan(buckets).any(axis=1)
+    low[gap] = np.nan  # a gap inside a bucket stays a gap
+    xs = np.repeat(x[: m * size : size], 2)
+    ys = np.column_stack((low, high)).ravel()
+    return np.append(xs, x[m * size :]), np.append(ys, y[m * size :])
+
+
+def break_gaps(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """No line across the pause between two answers: a NaN where samples are far apart."""
+    gaps = np.nonzero(np.diff(x) > GAP_S)[0]
+    if not len(gaps):
+        return x, y
+    return np.insert(x, gaps + 1, x[gaps] + 1e-3), np.insert(y, gaps + 1, np.nan)
+
+
+def hold_zero(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The smoothed rate drops to 0 when an answer ends and stays there until the next
+    starts (a line would otherwise ramp slowly across the pause)."""
+    idle = np.nonzero((y[:-1] == 0) & (np.diff(x) > 1e-3))[0]
+    if not len(idle):
+        return x, y
+    return np.insert(x, idle + 1, x[idle + 1]), np.insert(y, idle + 1, 0.0)

@@ -1,0 +1,411 @@
+"""Live plots: tokens/s, bytes/s per link, memory per node (DESIGN.md rule 5).
+
+Data never pushes a redraw: ``refresh`` is called by the Run pane's timer at a fixed
+rate, reads copies from ``Telemetry`` and hands pyqtgraph only the samples in (and just
+around) the visible time window, so a redraw costs the same after a minute or an hour.
+Times are seconds since Start (Telemetry's clock is ``time.monotonic()``). The view
+follows the newest data until the person pans or zooms; "Back to live" resumes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QResizeEvent
+from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+
+from core.planner import Plan
+from core.telemetry import Telemetry
+from gui import style
+from gui.run.plot_data import axis_top, break_gaps, hold_zero, peak_downsample
+from gui.style import Theme, set_role
+from gui.widgets import label, section
+
+WINDOW_S = 180.0  # what the plots show while following: the last three minutes
+MIN_WINDOW_S = 30.0
+MARGIN = 0.05  # share of the window kept beyond each edge, so lines run off the plot
+Y_FOOT = 0.04  # share of the y range below 0
+LINK_EVERY = 2  # ticks between link redraws
+STEPS_PER_WINDOW = 90  # the followed window moves in steps of 1/90 of it (2 s of 3 min)
+
+
+class LiveSource(Protocol):
+    """What the plots read: ``RunController`` in the app, a stand-in in the benchmark."""
+
+    telemetry: Telemetry | None
+    t0: float
+    plan: Plan | None
+    averages: list[tuple[float, float, float]]
+
+    def rank_names(self) -> dict[int, str]: ...
+
+
+class TimeAxis(pg.AxisItem):
+    """Seconds since Start as m:ss."""
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        return [f"{int(v // 60)}:{int(v % 60):02d}" if v >= 0 else "" for v in values]
+
+
+def _plot(y_label: str, units: str | None, time_axis: bool = True) -> pg.PlotWidget:
+    axes = {"bottom": TimeAxis(orientation="bottom")} if time_axis else {}
+    widget = pg.PlotWidget(axisItems=axes)
+    item = widget.getPlotItem()
+    item.setMenuEnabled(False)
+    item.hideButtons()
+    # Clipping to the view and peak downsampling happen in _set_window, once per tick:
+    # pyqtgraph's own would redo them (and repaint again) on every range change.
+    item.showGrid(x=False, y=True, alpha=0.12)  # vertical lines would redraw as time scrolls
+    # Axes change at most once a second (the time axis moves in whole steps, the value axis
+    # keeps its top while it can): between changes they are blitted from a pixmap.
+    for name in ("left", "bottom"):
+        item.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    item.setLabel("left", y_label, units=units)
+    item.getViewBox().setMouseEnabled(x=time_axis, y=False)
+    widget.setMinimumHeight(110)
+    # The plot paints its whole area: without this every redraw repaints the cards behind.
+    widget.viewport().setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
+    if time_axis:
+        widget.setToolTip(
+            "The last 3 minutes, following the newest data. Drag or scroll to "
+            'look back; "Back to live" follows again.'
+        )
+    widget.setProperty("y_label", y_label)
+    widget.setProperty("units", units)
+    return widget
+
+
+class LivePlots(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.following = True
+        self._window = WINDOW_S
+        self._tokens_top = self._links_top = 1.0
+        self._ticks = 0
+        self._newest = 0.0
+        self.tokens = _plot("", None)
+        item = self.tokens.getPlotItem()
+        self.instant, self.smoothed, self.average = (_curve(item) for _ in range(3))
+        self.links = _plot("", "B/s")
+        self.links.setXLink(self.tokens)
+        self.link_curves: dict[str, pg.PlotCurveItem] = {}
+        self._link_names: dict[str, str] = {}
+        self.memory = _plot("", "B", time_axis=False)
+        self.memory.getPlotItem().showGrid(x=False, y=True, alpha=0.12)
+        self.planned_bars = pg.BarGraphItem(x=[], height=[], width=0.36)
+        self.used_bars = pg.BarGraphItem(x=[], height=[], width=0.36)
+        mem_item = self.memory.getPlotItem()
+        mem_item.addItem(self.planned_bars)
+        mem_item.addItem(self.used_bars)
+        self._memory_key: Any = None
+        mem_item.getAxis("bottom").setTicks([[], []])
+        self.token_key = label("", "hint")
+        self.link_key = label("", "hint")
+        self.memory_key = label("", "hint")
+        self.live_button = QPushButton("Back to live")
+        set_role(self.live_button, "link")
+        self.live_button.hide()
+        self.live_button.clicked.connect(self.follow)
+        self.tokens.getPlotItem().getViewBox().sigRangeChangedManually.connect(self._panned)
+        self.links.getPlotItem().getViewBox().sigRangeChangedManually.connect(self._panned)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        layout.addLayout(_header("Tokens per second", self.token_key, self.live_button))
+        layout.addWidget(self.tokens, 3)
+        layout.addLayout(_header("Link bandwidth · bytes moved by MLX collectives", self.link_key))
+        layout.addWidget(self.links, 3)
+        layout.addLayout(_header("Memory per node", self.memory_key))
+        layout.addWidget(self.memory, 2)
+        self.empty_hint = label(
+            "Press Start: tokens per second, link traffic and memory "
+            "appear here as the cluster works.",
+            "hint",
+            wrap=True,
+        )
+        self.empty_hint.setParent(self)
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._show_values(False)
+        style.notifier().changed.connect(self.apply_theme)
+        self.apply_theme(style.current())
+        self.tokens.getPlotItem().getViewBox().setRange(
+            xRange=(0, MIN_WINDOW_S), yRange=(-Y_FOOT, 1), padding=0
+        )
+        self.links.getPlotItem().getViewBox().setRange(yRange=(-Y_FOOT * 1000, 1000), padding=0)
+        for widget in (self.tokens, self.links):  # ranges are set by refresh, never guessed
+            widget.getPlotItem().getViewBox().disableAutoRange()
+
+    # -- the timer's work --------------------------------------------------------------------
+
+    def refresh(self, source: LiveSource) -> None:
+        telemetry = source.telemetry
+        if telemetry is None:
+            return
+        t0 = source.t0
+        if not self._has_data:
+            self._show_values(True)
+        links_due = self.links_due()
+        self._ticks += 1
+        rates = telemetry.tokens_per_s()
+        # Links report every half second: redrawing them every other tick shows every report.
+        links = telemetry.link_series() if links_due else {}
+        newest = (
+            max(
+                (
+                    series[0][-1]
+                    for series in (rates.instant, rates.smoothed, *links.values())
+                    if len(series[0])
+                ),
+                default=t0,
+            )
+            - t0
+        )
+        newest = max(newest, self._newest)
+        self._newest = newest
+        if self.following:  # the window moves in whole steps: the axes redraw once a step
+            step = self._window / STEPS_PER_WINDOW
+            high = max(math.ceil(newest / step) * step + step, MIN_WINDOW_S)
+            low = max(0.0, high - self._window)
+        else:
+            low, high = self.tokens.getPlotItem().getViewBox().viewRange()[0]
+        span = max(high - low, 1.0)
+        lo, hi = t0 + low - MARGIN * span, t0 + high + MARGIN * span
+        peak = max(
+            _set_window(self.instant, rates.instant, lo, hi, t0, break_gaps),
+            _set_window(self.smoothed, rates.smoothed, lo, hi, t0, hold_zero),
+            self._set_averages(source.averages, low - MARGIN * span, high + MARGIN * span),
+        )
+        self._tokens_top = axis_top(self._tokens_top, peak, 1.0)
+        self._set_view(self.tokens, (low, high) if self.following else None, self._tokens_top)
+        names = source.rank_names()
+        if links:
+            link_peak = 0.0
+            for link, series in links.items():
+                curve = self.link_curves.get(link) or self._add_link(link, names)
+                link_peak = max(link_peak, _set_window(curve, series, lo, hi, t0))
+            self._links_top = axis_top(self._links_top, link_peak, 1000.0)
+            self._set_view(self.links, None, self._links_top)
+        for widget in (self.tokens, self.links):
+            # pyqtgraph applies a range change while painting, and that change asks for a
+            # second paint: apply it now, so each tick paints once.
+            widget.getPlotItem().getViewBox().updateMatrix()
+        self._set_memory(telemetry.memory(), source.plan)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        width = min(360, self.width() - 40)
+        self.empty_hint.setGeometry((self.width() - width) // 2, self.height() // 2 - 30, width, 60)
+
+    def _show_values(self, shown: bool) -> None:
+        """No numbers on empty axes (0.2, 0.4 ... of nothing); a hint instead."""
+        self.empty_hint.setVisible(not shown)
+        self.empty_hint.raise_()
+        for widget in (self.tokens, self.links, self.memory):
+            widget.getPlotItem().getAxis("left").setStyle(showValues=shown)
+        self._has_data = shown
+
+    def links_due(self) -> bool:
+        """Whether the next refresh redraws the link plot too."""
+        return self._ticks % LINK_EVERY == 0
+
+    def clear(self) -> None:
+        for curve in (self.instant, self.smoothed, self.average, *self.link_curves.values()):
+            curve.setData([], [])
+            curve._drawn_key = None  # type: ignore[attr-defined]
+        for link in list(self.link_curves):
+            self.links.getPlotItem().removeItem(self.link_curves.pop(link))
+        self._link_names = {}
+        self._memory_key = None
+        self._tokens_top = self._links_top = 1.0
+        self._ticks, self._newest = 0, 0.0
+        self.planned_bars.setOpts(x=[], height=[])
+        self.used_bars.setOpts(x=[], height=[])
+        self.memory.getPlotItem().getAxis("bottom").setTicks([[], []])
+        self._update_keys(style.current())
+        self._show_values(False)
+        self.follow()
+
+    def follow(self) -> None:
+        self.following = True
+        self.live_button.hide()
+
+    def _panned(self, *_args: object) -> None:
+        self.following = False
+        self.live_button.show()
+
+    # -- series ---------------------------------------------------------------------------------
+
+    def _set_averages(
+        self, averages: list[tuple[float, float, float]], lo: float, hi: float
+    ) -> float:
+        shown = [(a, b, v) for a, b, v in averages if b >= lo and a <= hi]
+        if not shown:
+            self.average.setData([], [])
+            return 0.0
+        x = np.array([[a, b, np.nan] for a, b, _ in shown]).ravel()
+        y = np.array([[v, v, np.nan] for _, _, v in shown]).ravel()
+        self.average.setData(x, y, connect="finite")
+        return max(v for _, _, v in shown)
+
+    def _set_view(self, widget: pg.PlotWidget, x: tuple[float, float] | None, top: float) -> None:
+        """One range change per tick (each is a repaint), and only when it moved. The y
+        range starts a little below 0 so the 0 tick keeps its label."""
+        box = widget.getPlotItem().getViewBox()
+        (x0, x1), (_y0, y1) = box.viewRange()
+        y = (-Y_FOOT * top, top)
+        if x is not None and (abs(x[0] - x0) > 1e-6 or abs(x[1] - x1) > 1e-6):
+            box.setRange(xRange=x, yRange=y, padding=0)
+        elif abs(top - y1) > 1e-9:
+            box.setRange(yRange=y, padding=0)
+
+    def _add_link(self, link: str, names: dict[int, str]) -> pg.PlotCurveItem:
+        a, _, b = link.partition("↔")
+        name = " ↔ ".join(names.get(int(r), f"rank {r}") if r.isdigit() else r for r in (a, b))
+        theme = style.current()
+        color = theme.series[(len(self.link_curves) + 1) % len(theme.series)]
+        curve = _curve(self.links.getPlotItem(), pg.mkPen(color, width=2))
+        self.link_curves[link] = curve
+        self._link_names[link] = name
+        self._update_keys(theme)
+        return curve
+
+    def _set_memory(self, used: dict[int, int], plan: Plan | None) -> None:
+        planned = {rank.rank: rank.need_bytes for rank in plan.ranks} if plan else {}
+        key = (tuple(sorted(used.items())), tuple(sorted(planned.items())))
+        if key == self._memory_key:
+            return
+        self._memory_key = key
+        ranks = sorted(set(planned) | set(used))
+        names = {rank.rank: rank.node for rank in plan.ranks} if plan else {}
+        x = np.arange(len(ranks), dtype=float)
+        self.planned_bars.setOpts(x=x - 0.19, height=[planned.get(r, 0) for r in ranks])
+        self.used_bars.setOpts(x=x + 0.19, height=[used.get(r, 0) for r in ranks])
+        ticks = [(float(i), names.get(r, f"rank {r}")) for i, r in enumerate(ranks)]
+        self.memory.getPlotItem().getAxis("bottom").setTicks([ticks, []])
+        self.memory.setXRange(-0.6, max(len(ranks), 1) - 0.4, padding=0)
+
+    # -- theme ------------------------------------------------------------------------------------
+
+    def apply_theme(self, theme: Theme) -> None:
+        series = theme.series
+        self.instant.setPen(pg.mkPen(theme.qcolor("accent", 90), width=1))
+        self.smoothed.setPen(pg.mkPen(theme.accent, width=2.5))
+        self.average.setPen(pg.mkPen(series[2], width=2, style=Qt.PenStyle.DashLine))
+        for i, curve in enumerate(self.link_curves.values()):
+            curve.setPen(pg.mkPen(series[(i + 1) % len(series)], width=2))
+        self.planned_bars.setOpts(brush=theme.qcolor("text3", 140), pen=pg.mkPen(None))
+        self.used_bars.setOpts(brush=theme.qcolor("accent"), pen=pg.mkPen(None))
+        tick_font = style.ui_font(11)
+        for widget in (self.tokens, self.links, self.memory):
+            widget.setBackground(theme.card)
+            item = widget.getPlotItem()
+            for name in ("left", "bottom"):
+                axis = item.getAxis(name)
+                axis.setPen(pg.mkPen(theme.border))
+                axis.setTextPen(pg.mkPen(theme.text2))
+                axis.setStyle(tickFont=tick_font)
+            item.setLabel(
+                "left",
+                widget.property("y_label"),
+                units=widget.property("units"),
+                **{"color": theme.text2, "font-size": "11px"},
+            )
+        self._update_keys(theme)
+
+    def _update_keys(self, theme: Theme) -> None:
+        """The legends, as coloured keys in each plot's heading (never over the data)."""
+        series = theme.series
+        self.token_key.setText(
+            _key(
+                [
+                    (theme.accent, "smoothed"),
+                    (_faded(theme.accent), "per token"),
+                    (series[2], "answer average"),
+                ],
+                theme,
+            )
+        )
+        self.link_key.setText(
+            _key(
+                [
+                    (series[(i + 1) % len(series)], name)
+                    for i, name in enumerate(self._link_names.values())
+                ],
+                theme,
+            )
+        )
+        self.memory_key.setText(_key([(theme.text3, "planned"), (theme.accent, "used")], theme))
+
+
+Shape = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _set_window(
+    curve: pg.PlotCurveItem,
+    series: tuple[np.ndarray, np.ndarray],
+    lo: float,
+    hi: float,
+    t0: float,
+    shape: Shape | None = None,
+) -> float:
+    """Hands the curve the samples between ``lo`` and ``hi`` (absolute times), plus one on
+    each side; returns their largest value (0 when none)."""
+    t, v = series
+    key = (len(t), float(t[-1]) if len(t) else None, lo, hi)
+    if getattr(curve, "_drawn_key", None) == key:  # nothing new in view: no repaint
+        return getattr(curve, "_drawn_peak", 0.0)
+    curve._drawn_key = key  # type: ignore[attr-defined]
+    if not len(t):
+        curve.setData([], [])
+        curve._drawn_peak = 0.0  # type: ignore[attr-defined]
+        return 0.0
+    start = max(0, int(np.searchsorted(t, lo)) - 1)
+    end = min(len(t), int(np.searchsorted(t, hi, side="right")) + 1)
+    x, y = t[start:end] - t0, v[start:end]
+    if shape is not None:
+        x, y = shape(x, y)
+    box = curve.getViewBox()
+    x, y = peak_downsample(x, y, max(200.0, box.width() if box is not None else 2000.0))
+    finite = bool(np.isfinite(y).all())
+    curve.setData(x, y, connect="all" if finite else "finite", skipFiniteCheck=finite)
+    finite = y[np.isfinite(y)]
+    peak = float(finite.max()) if len(finite) else 0.0
+    curve._drawn_peak = peak  # type: ignore[attr-defined]
+    return peak
+
+
+def _curve(plot: pg.PlotItem, pen: Any = None) -> pg.PlotCurveItem:
+    """A bare curve: the data arrives windowed and downsampled (see ``_set_window``), so
+    PlotDataItem's own clipping and downsampling layers would only add work."""
+    curve = pg.PlotCurveItem(pen=pen, connect="finite")
+    plot.addItem(curve)
+    return curve
+
+
+def _header(title: str, *widgets: QWidget) -> QHBoxLayout:
+    row = QHBoxLayout()
+    row.setSpacing(10)
+    row.addWidget(section(title))
+    row.addStretch(1)
+    for widget in widgets:
+        row.addWidget(widget)
+    return row
+
+
+def _key(entries: list[tuple[str, str]], theme: Theme) -> str:
+    return "&nbsp;&nbsp;&nbsp;".join(
+        f'<span style="color:{color}; font-weight:700">▬</span>&nbsp;'
+        f'<span style="color:{theme.text2}">{name}</span>'
+        for color, name in entries
+    )
+
+
+def _faded(color: str) -> str:
+    faded = QColor(color)
+    faded.setAlpha(110)
+    return faded.name(QColor.NameFormat.HexArgb)

@@ -1,0 +1,64 @@
+"""Loading, node by node: what each rank is doing and how far it got."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QGridLayout, QProgressBar, QWidget
+
+from gui.run.controller import STEPS
+from gui.widgets import label
+
+
+class RankProgress(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setHorizontalSpacing(12)
+        self.grid.setVerticalSpacing(6)
+        self.grid.setColumnStretch(1, 1)
+        self.rows: dict[int, tuple[object, QProgressBar, object]] = {}
+
+    def reset(self, names: dict[int, str]) -> None:
+        """One row per rank: the node's name, a bar, the stage in words."""
+        while self.grid.count():
+            item = self.grid.takeAt(0)
+            if item.widget():
+                item.widget().deleteLater()
+        self.rows = {}
+        for row, (rank, name) in enumerate(sorted(names.items())):
+            name_label = label(f"{name}  ·  rank {rank}", "fact-value")
+            bar = QProgressBar()
+            bar.setRange(0, STEPS)
+            bar.setValue(0)
+            bar.setTextVisible(False)
+            stage = label("starting", "secondary")
+            stage.setMinimumWidth(180)
+            self.grid.addWidget(name_label, row, 0)
+            self.grid.addWidget(bar, row, 1)
+            self.grid.addWidget(stage, row, 2)
+            self.rows[rank] = (name_label, bar, stage)
+
+    def set_stage(self, rank: int, stage: str, step: int) -> None:
+        row = self.rows.get(rank)
+        if row is None:
+            return
+        _name, bar, stage_label = row
+        bar.setValue(max(bar.value(), min(step, STEPS)))
+        _set_flag(bar, "done", step >= STEPS)
+        stage_label.setText(stage)  # type: ignore[attr-defined]
+
+    def mark_failed(self) -> None:
+        for _name, bar, _stage in self.rows.values():
+            if bar.value() < STEPS:
+                _set_flag(bar, "failed", True)
+
+    def stages(self) -> dict[int, str]:
+        return {rank: row[2].text() for rank, row in self.rows.items()}  # type: ignore[attr-defined]
+
+
+def _set_flag(bar: QProgressBar, name: str, on: bool) -> None:
+    if bar.property(name) == ("true" if on else "false"):
+        return
+    bar.setProperty(name, "true" if on else "false")
+    bar.style().unpolish(bar)
+    bar.style().polish(bar)

@@ -1,0 +1,190 @@
+"""A stand-in for ``core.launcher.Job``: same signals, same threads-fire-callbacks contract,
+no processes. It lets GUI tests and the GUI benchmark drive the Run pane in milliseconds.
+
+Events are emitted on the fake's own thread, as the real launcher's reader threads do, so
+everything still crosses ``gui.bridge``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from psygnal import Signal
+
+from core import paths
+from core.launcher import JobError, JobSpec, JobState
+
+
+@dataclass
+class FakeRank:
+    rank: int
+    pid: int | None = None
+    stage: str = "starting"
+
+
+@dataclass
+class FakeBehaviour:
+    load_s: float = 0.05  # between loading stages
+    token_s: float = 0.01  # between tokens
+    traffic_every: int = 1  # tokens between traffic reports (the worker reports every 0.5 s)
+    answer: str = "The capital of France is Paris."
+    fail_after_load: str | None = None  # a failure message once loaded
+    start_error: Exception | None = None
+    memory_bytes: int = 150 << 20
+    sent: list[dict] = field(default_factory=list)  # the generate() calls
+
+
+class FakeJob:
+    event = Signal(dict)
+    state_changed = Signal(str, str)
+
+    def __init__(
+        self, spec: JobSpec, behaviour: FakeBehaviour | None = None, run_dir: Path | None = None
+    ) -> None:
+        self.spec = spec
+        self.behaviour = behaviour or FakeBehaviour()
+        self.run_dir = run_dir or paths.log_dir() / "fake-runs" / f"job-{id(self)}"
+        self.state = JobState.STARTING
+        self.message = ""
+        self.ranks = [FakeRank(r) for r in range(spec.nodes)]
+        self._ids = itertools.count(1)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> FakeJob:
+        if self.behaviour.start_error:
+            raise self.behaviour.start_error
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for rank in range(self.spec.nodes):
+            self.rank_log(rank).write_text(f"rank {rank} log\nloading…\n")
+        self._set(JobState.LOADING, f"starting {self.spec.nodes} rank(s)")
+        self._thread = threading.Thread(target=self._load, name="fake-job", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        with self._lock:
+            if self.state.finished:
+                return
+            self._set(JobState.STOPPING, "stopping")
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        self._set(JobState.STOPPED, "stopped")
+
+    def generate(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: list[dict] | None = None,
+        max_tokens: int = 128,
+        chat: bool = True,
+    ) -> str:
+        with self._lock:
+            if self.state not in (JobState.READY, JobState.GENERATING):
+                raise JobError(f"the cluster is {self.state.value}, not ready for a prompt")
+            request = f"r{next(self._ids)}"
+            self.behaviour.sent.append(
+                {"id": request, "messages": messages, "prompt": prompt, "max_tokens": max_tokens}
+            )
+            self._set(JobState.GENERATING, "generating")
+        threading.Thread(
+            target=self._answer, args=(request, max_tokens), name="fake-job-answer", daemon=True
+        ).start()
+        return request
+
+    def rank_log(self, rank: int) -> Path:
+        return self.run_dir / f"rank{rank}.log"
+
+    def alive_pids(self) -> list[int]:
+        return []
+
+    # -- the fake ranks --------------------------------------------------------------------
+
+    def _emit(self, kind: str, rank: int = 0, **fields: object) -> None:
+        self.event.emit({"event": kind, "rank": rank, "t": time.monotonic(), **fields})
+
+    def _set(self, state: JobState, message: str) -> None:
+        self.state, self.message = state, message
+        self.state_changed.emit(state.value, message)
+
+    def _load(self) -> None:
+        b = self.behaviour
+        stages = ("reading the model", "placing layers", "loading weights")
+        for rank in range(self.spec.nodes):
+            self._emit("hello", rank, size=self.spec.nodes)
+        for stage in stages:
+            if self._stop.wait(b.load_s):
+                return
+            for rank in range(self.spec.nodes):
+                self._emit("loading", rank, stage=stage)
+        for rank in range(self.spec.nodes):
+            self._emit("loaded", rank, load_s=b.load_s * 3, memory_bytes=b.memory_bytes)
+        self._emit("ready")
+        with self._lock:
+            if self.state == JobState.LOADING:
+                self._set(JobState.READY, "ready")
+        if b.fail_after_load:
+            if self._stop.wait(b.load_s):
+                return
+            with self._lock:
+                if self.state.finished or self.state == JobState.STOPPING:
+                    return
+                self._set(JobState.FAILED, b.fail_after_load)
+
+    def _answer(self, request: str, max_tokens: int) -> None:
+        b = self.behaviour
+        pieces = [" " + word for word in b.answer.split()][:max_tokens]
+        pieces[0] = pieces[0].lstrip()
+        started = time.monotonic()
+        for index, piece in enumerate(pieces):
+            if self._stop.wait(b.token_s):
+                return
+            self._emit("token", request=request, index=index, token=index, text=piece)
+            if index % b.traffic_every:
+                continue
+            for rank in range(self.spec.nodes):
+                peer = (rank + 1) % self.spec.nodes
+                if peer != rank:
+                    self._emit(
+                        "traffic",
+                        rank,
+                        interval_s=b.token_s * b.traffic_every,
+                        sent={str(peer): 4096},
+                        received={},
+                    )
+        elapsed = time.monotonic() - started
+        done = {
+            "request": request,
+            "prompt_tokens": 12,
+            "prompt_tps": 100.0,
+            "generation_tokens": len(pieces),
+            "generation_tps": len(pieces) / elapsed,
+            "ttft_s": b.token_s,
+            "finish_reason": "stop",
+            "peak_memory_bytes": b.memory_bytes,
+            "text": "".join(pieces),
+        }
+        with self._lock:
+            if self.state != JobState.GENERATING:
+                return
+            self._set(JobState.READY, "ready")
+        self._emit("done", **done)
+
+
+def fake_factory(behaviour: FakeBehaviour | None = None, jobs: list | None = None):
+    """A ``job_factory`` for RunPane/MainWindow that records the jobs it makes."""
+    made = jobs if jobs is not None else []
+
+    def factory(spec: JobSpec) -> FakeJob:
+        job = FakeJob(spec, behaviour)
+        made.append(job)
+        return job
+
+    factory.jobs = made  # type: ignore[attr-defined]
+    return factory

@@ -1,0 +1,55 @@
+"""Tests that leak on purpose, run by test_leak_check.py to prove the leak check fails them.
+
+Not collected by a normal run (the name does not start with test_). The timers are made in
+gui/ code (the Run pane's redraw timer), since only MacMesh's own count.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtWidgets import QDialog, QWidget
+
+from gui.bridge import Bridge
+from gui.run.chat import ChatView
+from gui.run.controller import RunState
+from gui.run.pane import RunPane
+
+_kept: list = []
+
+
+def test_leaks_a_running_timer(qtbot) -> None:
+    pane = RunPane(Bridge())
+    pane._show_state(RunState.LOADING, "")  # starts the redraw timer, as a job would
+    _kept.append(pane)
+
+
+def test_leaks_a_visible_widget(qtbot) -> None:
+    widget = QWidget()
+    widget.show()
+    _kept.append(widget)
+
+
+def test_leaks_a_dialog(qtbot) -> None:
+    _kept.append(QDialog())
+
+
+def test_leaks_a_job_thread(qtbot) -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, args=(5,), name="rank0-events", daemon=True)
+    thread.start()
+    _kept.append(stop)
+
+
+def test_leaks_background_work(qtbot) -> None:
+    import time
+
+    bridge = Bridge()
+    bridge.run_in_background(lambda: time.sleep(3))
+    _kept.append(bridge)
+
+
+def test_clean(qtbot) -> None:
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.add_token("r1", "hello")

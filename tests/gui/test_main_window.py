@@ -1,0 +1,108 @@
+"""The whole window: panes wired together, remembered choices, geometry, closing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QByteArray, QSettings
+from pytestqt.qtbot import QtBot
+
+from core.settings import Settings, load_settings
+from gui.main_window import MainWindow
+from gui.model.drop_zone import LOADED
+from gui.preferences import Preferences
+from gui.run.controller import RunState
+from tests.gui.fakes import fake_factory
+from tests.gui.helpers import drop_paths
+
+
+def _window(
+    qtbot: QtBot, demo: bool = True, settings: Settings | None = None, factory=None
+) -> MainWindow:
+    prefs = Preferences(settings) if settings is not None else None
+    window = MainWindow(prefs, demo=demo, job_factory=factory or fake_factory())
+    qtbot.addWidget(window)
+    window.show()
+    return window
+
+
+def _loaded(window: MainWindow) -> bool:
+    return window.model.drop_zone.state == LOADED
+
+
+def test_without_demo_the_cluster_offers_it(qtbot: QtBot) -> None:
+    window = _window(qtbot, demo=False)
+    assert window.cluster.nodes() == []
+    assert window.cluster.demo_button.isVisible()
+    assert window.run.status.text() == "Choose a model to start."
+    window.cluster.demo_button.click()
+    assert [n.name for n in window.cluster.nodes()] == ["Studio A", "Studio B"]
+
+
+def test_tensor_on_two_demo_nodes_is_refused_at_start(qtbot: QtBot, demo_model: Path) -> None:
+    window = _window(qtbot)
+    drop_paths(window.model.drop_zone, demo_model)
+    qtbot.waitUntil(lambda: _loaded(window), timeout=20_000)
+    window.model.chooser.options["tensor"].radio.setChecked(True)
+    assert not window.run.start_button.isEnabled()
+    assert "9 attention heads and 3 KV heads do not divide by 2 nodes" in window.run.status.text()
+    window.model.select_strategy("pipeline")
+    assert window.run.start_button.isEnabled()
+
+
+def test_choices_are_remembered_in_the_core_settings(
+    qtbot: QtBot, tiny_models: dict[str, Path]
+) -> None:
+    window = _window(qtbot)
+    drop_paths(window.model.drop_zone, tiny_models["llama"])
+    qtbot.waitUntil(lambda: _loaded(window), timeout=20_000)
+    window.model.select_strategy("auto")
+    window.run.max_tokens.setValue(17)
+    window.cluster.set_demo_size(3)
+    saved = load_settings()
+    assert saved.last_model == str(tiny_models["llama"])
+    assert saved.last_strategy == "auto"
+    assert saved.max_tokens == 17 and saved.demo_nodes == 3
+    window.close()
+    again = _window(qtbot)
+    qtbot.waitUntil(lambda: _loaded(again), timeout=20_000)
+    assert again.model.info.path == tiny_models["llama"]
+    assert again.model.chooser.selected() == "auto"
+    assert again.run.max_tokens.value() == 17
+    assert len(again.cluster.nodes()) == 3
+
+
+def test_a_remembered_model_that_is_gone_is_ignored(qtbot: QtBot, tmp_path: Path) -> None:
+    window = _window(qtbot, settings=Settings(last_model=str(tmp_path / "gone")))
+    assert window.model.drop_zone.state == 0  # the invitation to drop one
+
+
+def test_window_geometry_is_restored(qtbot: QtBot) -> None:
+    window = _window(qtbot)
+    assert not window.geometry_restored  # a first start: the default size
+    window.close()
+    store = QSettings()
+    for key in ("window/geometry", "window/run-splitter"):
+        value = store.value(key)
+        assert isinstance(value, QByteArray) and not value.isEmpty(), key
+    again = _window(qtbot)
+    assert again.geometry_restored  # (the offscreen screen is small: Qt fits it to it)
+
+
+@pytest.mark.parametrize("when", ["loading", "ready"])
+def test_closing_stops_the_job_first(qtbot: QtBot, demo_model: Path, when: str) -> None:
+    from tests.gui.fakes import FakeBehaviour
+
+    factory = fake_factory(FakeBehaviour(load_s=0.3 if when == "loading" else 0.01))
+    window = _window(qtbot, factory=factory)
+    window.model.load(demo_model)
+    qtbot.waitUntil(lambda: _loaded(window), timeout=20_000)
+    window.run.start()
+    if when == "ready":
+        qtbot.waitUntil(lambda: window.run.controller.state == RunState.READY, timeout=10_000)
+    assert window.cluster.size_box.isEnabled() is False  # locked while running
+    window.close()
+    assert window.isVisible()  # not yet: the ranks stop first
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=10_000)
+    assert factory.jobs[0].state.finished

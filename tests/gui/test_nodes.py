@@ -1,0 +1,122 @@
+"""The Cluster pane and its item model."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from psygnal import Signal
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from core.demo import DEMO_MACS, demo_macs
+from gui.bridge import Bridge
+from gui.nodes.pane import ClusterPane
+from gui.nodes.table_model import CHIP, MEMORY, NAME, RDMA, NodeRole, NodeTableModel, RdmaRole
+
+
+def test_node_model_passes_qtmodeltester(qtmodeltester) -> None:
+    model = NodeTableModel(demo_macs(2))
+    qtmodeltester.check(model, force_py=True)
+    model.add(DEMO_MACS[2])
+    model.remove("Studio A")
+    model.update(replace(DEMO_MACS[1], rdma=False))
+    model.reset(demo_macs(4))
+    qtmodeltester.check(model, force_py=True)
+
+
+def test_node_model_rows_and_roles() -> None:
+    model = NodeTableModel(demo_macs(2))
+    assert model.rowCount() == 2 and model.columnCount() == 5
+    assert model.index(0, NAME).data() == "Studio A"
+    assert model.index(0, MEMORY).data() == "96 GB"
+    assert model.index(1, RDMA).data() == "RDMA on"
+    assert model.index(1, RDMA).data(RdmaRole) is True
+    assert model.index(0, NAME).data(NodeRole) is DEMO_MACS[0]
+    assert "Thunderbolt" in model.index(0, RDMA).data(Qt.ItemDataRole.ToolTipRole)
+
+
+def test_node_model_notifications_are_row_level(qtbot: QtBot) -> None:
+    model = NodeTableModel(demo_macs(1))
+    with qtbot.waitSignal(model.rowsInserted) as inserted:
+        model.add(DEMO_MACS[1])
+    assert inserted.args[1:] == [1, 1]
+    with qtbot.waitSignal(model.dataChanged):
+        model.update(replace(DEMO_MACS[1], rdma=False))
+    assert model.index(1, RDMA).data() == "RDMA off"
+    with qtbot.waitSignal(model.rowsRemoved) as removed:
+        model.remove("Studio A")
+    assert removed.args[1:] == [0, 0]
+    model.remove("nobody")  # unknown names are ignored
+    assert [n.name for n in model.nodes()] == ["Studio B"]
+
+
+class _Registry:
+    added = Signal(object)
+    updated = Signal(object)
+    removed = Signal(str)
+
+
+def test_a_registry_on_another_thread_updates_rows_on_the_gui_thread(qtbot: QtBot) -> None:
+    bridge = Bridge()
+    model = NodeTableModel()
+    registry = _Registry()
+    model.connect_registry(registry.added, registry.updated, registry.removed, bridge.run_on_main)
+
+    def discover() -> None:
+        registry.added.emit(DEMO_MACS[0])
+        registry.added.emit(DEMO_MACS[1])
+        registry.removed.emit("Studio A")
+
+    thread = threading.Thread(target=discover)
+    thread.start()
+    thread.join()
+    qtbot.waitUntil(lambda: [n.name for n in model.nodes()] == ["Studio B"], timeout=5000)
+    bridge.close()
+    bridge.deleteLater()
+
+
+def test_empty_cluster_offers_the_demo_in_one_click(qtbot: QtBot) -> None:
+    pane = ClusterPane()
+    qtbot.addWidget(pane)
+    pane.show()
+    assert pane.pages.currentIndex() == 0
+    assert pane.demo_button.isVisible()
+    with qtbot.waitSignal(pane.nodes_changed) as changed:
+        qtbot.mouseClick(pane.demo_button, Qt.MouseButton.LeftButton)
+    assert [n.name for n in changed.args[0]] == ["Studio A", "Studio B"]
+    assert pane.table.isVisible() and pane.demo_badge.isVisible()
+    assert pane.is_demo
+
+
+def test_demo_size_and_leaving(qtbot: QtBot) -> None:
+    pane = ClusterPane()
+    qtbot.addWidget(pane)
+    pane.start_demo(2)
+    with qtbot.waitSignal(pane.demo_size_changed) as resized:
+        qtbot.mouseClick(pane.size_box.buttons[3], Qt.MouseButton.LeftButton)
+    assert resized.args == [3]
+    assert len(pane.nodes()) == 3
+    pane.set_locked(True)
+    assert not pane.size_box.isEnabled() and not pane.leave_button.isEnabled()
+    pane.set_locked(False)
+    pane.leave_demo()
+    assert pane.nodes() == [] and pane.pages.currentIndex() == 0
+
+
+def test_the_table_follows_the_core_registry(qtbot: QtBot) -> None:
+    from core.hosts import ManualHost
+
+    pane = ClusterPane()
+    qtbot.addWidget(pane)
+    pane.start_demo(2)
+    assert [n.name for n in pane.registry.nodes()] == ["Studio A", "Studio B"]
+    assert pane.model.index(0, CHIP).data() == "M3 Ultra"  # from the node's facts
+    assert pane.model.index(1, RDMA).data(RdmaRole) is True
+    with qtbot.waitSignal(pane.nodes_changed) as changed:
+        pane.registry.set_manual_hosts([ManualHost("mini.local")])  # not probed yet
+    assert [n.name for n in changed.args[0]] == ["Studio A", "Studio B", "mini.local"]
+    row = pane.model.row_of("mini.local")
+    assert pane.model.index(row, RDMA).data() == "unknown"
+    pane.set_demo_size(1)
+    assert [n.name for n in pane.nodes()] == ["Studio A", "mini.local"]

@@ -1,0 +1,173 @@
+"""The Run pane with a fake job: start, loading per node, streaming, plots, stop, failure.
+
+The fake emits what real ranks emit, on its own threads, in milliseconds; the real thing
+runs in test_demo_run.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
+
+from core.demo import demo_macs
+from core.modelinfo import ModelInfo, read_model_info
+from core.planner import Plan
+from gui.bridge import Bridge
+from gui.model.planning import plan_all
+from gui.run.controller import STEPS, RunState
+from gui.run.failure import LogDialog
+from gui.run.pane import RunPane, describe_plan
+from tests.gui.fakes import FakeBehaviour, fake_factory
+
+
+@pytest.fixture(scope="module")
+def demo_plans(demo_model: Path) -> tuple[ModelInfo, dict[str, Plan]]:
+    info = read_model_info(demo_model)
+    return info, plan_all(info, demo_macs(2))
+
+
+def _pane(
+    qtbot: QtBot, demo_plans, behaviour: FakeBehaviour | None = None, strategy: str = "pipeline"
+) -> RunPane:
+    bridge = Bridge()
+    factory = fake_factory(behaviour)
+    pane = RunPane(bridge, factory)
+    pane.jobs = factory.jobs  # type: ignore[attr-defined]
+
+    def before_close(_widget: RunPane) -> None:
+        if pane.busy:
+            pane.stop()
+            qtbot.waitUntil(lambda: not pane.busy, timeout=10_000)
+        pane.shutdown()
+        bridge.close()
+
+    qtbot.addWidget(pane, before_close_func=before_close)
+    pane.resize(1000, 820)
+    pane.show()
+    info, plans = demo_plans
+    pane.set_plan(info, plans[strategy])
+    return pane
+
+
+def _state(pane: RunPane) -> RunState:
+    return pane.controller.state
+
+
+def test_start_stream_and_stop(qtbot: QtBot, demo_plans) -> None:
+    pane = _pane(qtbot, demo_plans)
+    assert pane.start_button.isEnabled() and not pane.stop_button.isEnabled()
+    assert "Studio A (18 layers) and Studio B (12 layers)" in pane.status.text()
+    qtbot.mouseClick(pane.start_button, Qt.MouseButton.LeftButton)
+    assert _state(pane) == RunState.LOADING
+    assert pane.progress_box.isVisible() and pane.stop_button.isEnabled()
+    assert not pane.start_button.isEnabled()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    assert set(pane.progress.stages()) == {0, 1}
+    assert all(bar.value() == STEPS for _n, bar, _s in pane.progress.rows.values())
+    assert "Ready" in pane.status.text()
+    pane.chat.prompt.setText("What is the capital of France?")
+    qtbot.keyClick(pane.chat.prompt, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: "Paris" in pane.chat.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    assert "What is the capital of France?" in pane.chat.text()
+    assert "The capital of France is Paris." in pane.chat.text()
+    qtbot.waitUntil(lambda: "tokens/s" in pane.chat.text(), timeout=5000)  # the summary line
+    telemetry = pane.controller.telemetry
+    assert len(telemetry.tokens_per_s().smoothed[0]) > 0
+    pane.redraw()
+    x, _y = pane.plots.smoothed.getData()
+    assert x is not None and len(x) > 0
+    assert pane.plots.link_curves, "the link bandwidth plot has a curve per link"
+    assert "Studio A ↔ Studio B" in pane.plots.link_key.text()
+    assert pane.numbers.texts()["total"] == "6"  # six words, one token each
+    assert len(pane.controller.averages) == 1
+    qtbot.mouseClick(pane.stop_button, Qt.MouseButton.LeftButton)
+    assert _state(pane) == RunState.STOPPING and not pane.stop_button.isEnabled()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.STOPPED, timeout=10_000)
+    assert pane.jobs[0].state.finished
+    assert pane.start_button.isEnabled() and not pane.timer.isActive()
+    assert pane.numbers.texts()["links"] == "0 B/s"  # nothing moves once the job ended
+    assert pane.numbers.texts()["total"] == "6"
+
+
+def test_the_conversation_is_sent_with_its_history(qtbot: QtBot, demo_plans) -> None:
+    behaviour = FakeBehaviour()
+    pane = _pane(qtbot, demo_plans, behaviour)
+    pane.max_tokens.setValue(5)
+    pane.start()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    for prompt in ("First question", "Second question"):
+        pane.ask(prompt)
+        qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+        qtbot.wait(20)
+    assert [m["role"] for m in behaviour.sent[1]["messages"]] == ["user", "assistant", "user"]
+    assert behaviour.sent[1]["messages"][1]["content"] == "The capital of France is"
+    assert behaviour.sent[1]["max_tokens"] == 5
+
+
+def test_a_prompt_typed_while_loading_is_sent_once_loaded(qtbot: QtBot, demo_plans) -> None:
+    behaviour = FakeBehaviour(load_s=0.2)
+    pane = _pane(qtbot, demo_plans, behaviour)
+    pane.start()
+    assert pane.chat.prompt.isEnabled()
+    pane.ask("Early question")
+    assert "Early question" in pane.chat.text()
+    qtbot.waitUntil(lambda: "Paris" in pane.chat.text(), timeout=10_000)
+    assert behaviour.sent[0]["messages"] == [{"role": "user", "content": "Early question"}]
+
+
+def test_stop_while_loading(qtbot: QtBot, demo_plans) -> None:
+    pane = _pane(qtbot, demo_plans, FakeBehaviour(load_s=1.0))
+    pane.start()
+    qtbot.waitUntil(lambda: pane.jobs and pane.jobs[0].state.value == "loading", timeout=5000)
+    pane.stop()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.STOPPED, timeout=10_000)
+    assert pane.jobs[0].state.value == "stopped"
+    assert "Stopped" in pane.status.text()
+
+
+def test_a_failure_shows_the_message_and_each_rank_log(qtbot: QtBot, demo_plans) -> None:
+    message = "Rank 1 was killed (signal 9) while loaded\nLast log lines:\n  loading weights"
+    pane = _pane(qtbot, demo_plans, FakeBehaviour(fail_after_load=message))
+    pane.start()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.FAILED, timeout=10_000)
+    banner = pane.banner
+    assert banner.isVisible()
+    assert banner.title.text() == "Rank 1 was killed (signal 9) while loaded"
+    assert "loading weights" in banner.detail.text()
+    assert [b.text() for b in banner.log_buttons] == ["Rank 0 log", "Rank 1 log"]
+    assert pane.start_button.isEnabled() and not pane.stop_button.isEnabled()
+    assert "Rank 1 was killed" in pane.status.text()
+    qtbot.mouseClick(banner.log_buttons[1], Qt.MouseButton.LeftButton)
+    dialogs = [
+        w for w in QApplication.topLevelWidgets() if isinstance(w, LogDialog) and w.isVisible()
+    ]
+    assert len(dialogs) == 1
+    assert "rank 1 log" in dialogs[0].text.toPlainText()
+    dialogs[0].close()  # deletes itself (the leak check would catch it otherwise)
+
+
+def test_ranks_that_cannot_start_are_a_failure(qtbot: QtBot, demo_plans) -> None:
+    pane = _pane(qtbot, demo_plans, FakeBehaviour(start_error=OSError("no python here")))
+    pane.start()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.FAILED, timeout=10_000)
+    assert "no python here" in pane.banner.title.text()
+
+
+def test_start_is_refused_with_the_reason(qtbot: QtBot, demo_plans) -> None:
+    pane = _pane(qtbot, demo_plans, strategy="tensor")
+    assert not pane.start_button.isEnabled()
+    assert pane.status.text().startswith("Can't start: Tensor parallelism is not possible")
+    assert "9 attention heads" in pane.status.text()
+    pane.start()  # even if called, nothing starts
+    assert _state(pane) == RunState.IDLE and pane.jobs == []
+
+
+def test_describe_plan(demo_plans) -> None:
+    _info, plans = demo_plans
+    assert describe_plan(plans["auto"]) == "Single Mac: Studio A, all 30 layers"
+    assert describe_plan(plans["pipeline"]).startswith("Pipeline on Studio A (18 layers)")
