@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any
 from psygnal import Signal
 
 from core import paths
+from core.jsonfile import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -124,17 +124,7 @@ def save_hosts(hosts: Iterable[ManualHost], path: Path | None = None) -> None:
     path = path or hosts_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"version": VERSION, "hosts": [h.to_json() for h in hosts]}
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(path, data)
 
 
 class HostList:

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from core import paths
+from core.jsonfile import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -98,18 +97,7 @@ def load_settings(path: Path | None = None) -> Settings:
 def save_settings(settings: Settings, path: Path | None = None) -> None:
     """Write ``settings`` atomically: a reader sees the old file or the new one, never half."""
     path = path or settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(settings.to_json(), indent=2, ensure_ascii=False) + "\n"
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(path, settings.to_json())
 
 
 def _from_json(data: dict[str, Any], path: Path) -> Settings:

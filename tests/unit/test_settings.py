@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from core import jsonfile
 from core import settings as s
 
 
@@ -91,7 +92,7 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     def broken_replace(src: str, dst: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(s.os, "replace", broken_replace)
+    monkeypatch.setattr(jsonfile.os, "replace", broken_replace)
     with pytest.raises(OSError):
         s.save_settings(s.Settings(max_tokens=6), path)
     assert s.load_settings(path).max_tokens == 5
