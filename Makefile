@@ -27,6 +27,7 @@ test: $(STAMP) lint
 
 lint: $(STAMP)
 	$(BIN)/ruff check core gui tests
+	$(BIN)/ruff format --check core gui tests
 	$(BIN)/lint-imports
 
 bench: $(STAMP)
