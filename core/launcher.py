@@ -128,7 +128,6 @@ class Job:
             self._launch()
         monitor = threading.Thread(target=self._monitor, name="macmesh-job-monitor", daemon=True)
         monitor.start()
-        self._monitor_thread = monitor
         return self
 
     def _launch(self) -> None:
@@ -370,6 +369,11 @@ class Job:
             proc.kill()
         for proc in self._procs:
             proc.close()
+        # The readers end at the ranks' EOF: wait for them, so every log line is written.
+        for thread in self._threads:
+            if thread is not threading.current_thread():  # stop() called from an event slot
+                thread.join(timeout=2.0)
+        self._threads = [thread for thread in self._threads if thread.is_alive()]
 
     def _finish(self, state: JobState, message: str) -> None:
         with self._lock:
@@ -385,9 +389,6 @@ class Job:
         self.state_changed.emit(state.value, message)
 
     # -- introspection --
-
-    def alive_pids(self) -> list[int]:
-        return [pr.pid for pr in self._procs if pr.poll() is None]
 
     def rank_log(self, rank: int) -> Path:
         return self.run_dir / f"rank{rank}.log"

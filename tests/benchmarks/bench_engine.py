@@ -100,7 +100,7 @@ def bench_launcher(model: Path, rounds: int = 3, max_tokens: int = 32) -> dict:
     }
 
 
-def bench_telemetry(model: Path, rounds: int = 3, max_tokens: int = 48) -> dict:
+def bench_telemetry(model: Path, rounds: int = 6, max_tokens: int = 48) -> dict:
     """One ready job per setting, the same requests alternating between them."""
     jobs = {}
     results: dict[bool, list[float]] = {True: [], False: []}
@@ -110,8 +110,9 @@ def bench_telemetry(model: Path, rounds: int = 3, max_tokens: int = 48) -> dict:
                 JobSpec(model=model, strategy="pipeline", nodes=2, telemetry=setting)
             ).start()
             jobs[setting].wait_ready(timeout=300)
-        for _ in range(rounds):
-            for setting in (True, False):
+        for round_ in range(rounds):
+            # Alternate which goes first, so neither gains from a warmer machine.
+            for setting in (True, False) if round_ % 2 == 0 else (False, True):
                 job = jobs[setting]
                 done = job.wait_done(job.generate(PROMPT, max_tokens=max_tokens), timeout=600)
                 results[setting].append(done["generation_tps"])
