@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from core.safetensors_headers import FLOAT_DTYPES, HeaderError, TensorEntry, read_header
+from core.worker.shardfiles import LAYER_PATTERN
 
 INDEX_NAME = "model.safetensors.index.json"
 # mlx-lm's own rule (utils.sharded_load): a tensor belongs to layer N when its name has
 # "layers.N." as a whole path component.
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 # Towers of multimodal checkpoints have "layers" too; they are not the language model's.
 _NOT_TEXT = re.compile(r"vision|visual|audio|multi_modal|mm_projector")
 _QUANT_SIDECARS = (".scales", ".biases", ".global_scale")
@@ -267,7 +267,7 @@ def _tally_bytes(tensors: dict[str, TensorEntry], layers: int) -> tuple[list[int
     shared = 0
     seen: set[int] = set()
     for name, tensor in tensors.items():
-        match = _LAYER.search(name)
+        match = LAYER_PATTERN.search(name)
         if match and not _NOT_TEXT.search(name[: match.start()]):
             n = int(match.group(1))
             if n < layers:

@@ -11,12 +11,13 @@ import re
 from pathlib import Path
 
 INDEX_NAME = "model.safetensors.index.json"
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+# A decoder layer's tensors: "model.layers.12.mlp..." (sanitize may rename the prefix).
+LAYER_PATTERN = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 def layer_of(tensor_name: str) -> int | None:
     """The decoder layer a tensor belongs to, or None for shared tensors."""
-    match = _LAYER.search(tensor_name)
+    match = LAYER_PATTERN.search(tensor_name)
     return int(match.group(1)) if match else None
 
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 import struct
 from pathlib import Path
 
 from core.modelinfo import ModelInfo
 from core.plan_memory import GIB, Node, PlanOptions, node_budget
 from core.safetensors_headers import DTYPE_BYTES
+from core.worker.shardfiles import LAYER_PATTERN
 
 TensorSpec = tuple[str, tuple[int, ...]]
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 def write_header_only_model(
@@ -38,7 +37,7 @@ def write_header_only_model(
     names = [f"model-{i + 1:05d}-of-{files:05d}.safetensors" for i in range(files)]
     parts: list[dict[str, TensorSpec]] = [{} for _ in names]
     for name, spec in sorted(tensors.items()):
-        match = _LAYER.search(name)
+        match = LAYER_PATTERN.search(name)
         index = min(int(match.group(1)), layers - 1) * files // layers if match else 0
         parts[index][name] = spec
     weight_map = {}

@@ -17,13 +17,14 @@ Two choices make the models useful for sharding tests:
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+from core.worker.shardfiles import LAYER_PATTERN
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 EOS_TOKEN = "<|im_end|>"
@@ -90,7 +91,6 @@ _ARCHS = ("llama", "qwen3")
 # embeddings at a quarter scale give 10-16 distinct ids in the first 16 tokens.
 _PROJ_GAIN = 3.0
 _EMBED_SCALE = 0.25
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 def make_tiny_model(
@@ -221,7 +221,7 @@ def _save_weights(path: Path, weights: dict[str, mx.array], layers: int, shards:
     files = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
     parts: list[dict[str, mx.array]] = [{} for _ in files]
     for name in sorted(weights):
-        match = _LAYER.search(name)
+        match = LAYER_PATTERN.search(name)
         if match:
             index = int(match.group(1)) * shards // layers
         else:
