@@ -39,6 +39,18 @@ class Source(StrEnum):
     DEMO = "demo"
 
 
+class ProbeState(StrEnum):
+    """Where a node's probe stands; ``Node.probe_message`` says why when it is not ready."""
+
+    NEW = "new"  # not probed yet
+    PROBING = "probing"
+    READY = "ready"  # facts attached
+    UNREACHABLE = "unreachable"  # Remote Login off, no route, timeout, sshd gone ...
+    NEEDS_HOST_KEY = "needs-host-key"  # an unknown host key waits for the person's yes
+    NEEDS_ACCESS = "needs-access"  # our key is refused: "set up access" with a password
+    HOST_KEY_CHANGED = "host-key-changed"  # refused loudly, never connected
+
+
 @dataclass(frozen=True)
 class Node:
     """One machine MacMesh knows of. ``is_mac`` None: not known yet (a manual host before
@@ -56,6 +68,8 @@ class Node:
     is_self: bool = False
     macmesh_version: str | None = None
     facts: Any = None
+    probe_state: ProbeState = ProbeState.NEW
+    probe_message: str = ""
 
     @property
     def source(self) -> Source:
@@ -112,6 +126,7 @@ def merge(
     manual: Iterable[ManualHost],
     demo: Iterable[Node] = (),
     facts: Mapping[str, Any] | None = None,
+    probes: Mapping[str, tuple[ProbeState, str]] | None = None,
 ) -> dict[str, Node]:
     """The nodes, by name. A manual host naming a peer (its host name, address or instance
     name) joins that peer's node, and its port and user win (the person knows). Demo
@@ -138,7 +153,15 @@ def merge(
     for node in demo:
         if node.name not in nodes:
             nodes[node.name] = replace(node, sources=node.sources | {Source.DEMO})
-    return {name: replace(node, facts=facts.get(name)) for name, node in nodes.items()}
+    probes = probes or {}
+    merged = {}
+    for name, node in nodes.items():
+        known = (ProbeState.READY, "") if facts.get(name) is not None else None
+        state, message = probes.get(name) or known or (node.probe_state, node.probe_message)
+        merged[name] = replace(
+            node, facts=facts.get(name), probe_state=ProbeState(state), probe_message=message
+        )
+    return merged
 
 
 class Registry:
@@ -155,6 +178,7 @@ class Registry:
         self._manual: list[ManualHost] = []
         self._demo: list[Node] = []
         self._facts: dict[str, Any] = {}
+        self._probes: dict[str, tuple[ProbeState, str]] = {}
         self._nodes: dict[str, Node] = {}
 
     def nodes(self) -> list[Node]:
@@ -194,6 +218,13 @@ class Registry:
                 self._facts[name] = facts
                 self._refresh()
 
+    def set_probe_state(self, name: str, state: ProbeState, message: str = "") -> None:
+        """Say where the probe of ``name`` stands (ignored if the node is gone)."""
+        with self._lock:
+            if name in self._nodes:
+                self._probes[name] = (ProbeState(state), message)
+                self._refresh()
+
     def follow(self, discovery: Discovery) -> None:
         """Take the peers ``discovery`` knows now, and every change after (call it before
         ``discovery.start()``, so no change can slip between the two)."""
@@ -210,9 +241,10 @@ class Registry:
     # -- the difference ------------------------------------------------------------------
 
     def _refresh(self) -> None:
-        new = merge(self._peers.values(), self._manual, self._demo, self._facts)
+        new = merge(self._peers.values(), self._manual, self._demo, self._facts, self._probes)
         old, self._nodes = self._nodes, new
         self._facts = {name: f for name, f in self._facts.items() if name in new}
+        self._probes = {name: s for name, s in self._probes.items() if name in new}
         for name in sorted(old.keys() - new.keys()):
             self.removed.emit(name)
         for name, node in new.items():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from core.discovery import DEVICE_INFO, MACMESH, SFTP_SSH, SSH, BonjourPeer
 from core.hosts import ManualHost
-from core.registry import Node, Registry, Source, macos_major, manual_name, merge
+from core.registry import Node, ProbeState, Registry, Source, macos_major, manual_name, merge
 
 STUDIO_A = BonjourPeer(
     name="Studio A",
@@ -234,3 +234,22 @@ def test_merge_keeps_every_input_and_names_each_node_once(
         )
     for node in nodes.values():
         assert node.sources and (Source.BONJOUR in node.sources) == (node.name in peer_names)
+
+
+def test_probe_state_follows_the_node(registry: Registry, events: Events) -> None:
+    registry.peer_seen(STUDIO_A)
+    assert registry.get("Studio A").probe_state == ProbeState.NEW
+    registry.set_probe_state("Studio A", ProbeState.UNREACHABLE, "Remote Login is off")
+    node = registry.get("Studio A")
+    assert (node.probe_state, node.probe_message) == ("unreachable", "Remote Login is off")
+    registry.set_probe_state("Nobody", ProbeState.PROBING)  # gone: ignored
+    assert registry.get("Nobody") is None
+    registry.peer_gone("Studio A")
+    registry.peer_seen(STUDIO_A)  # back: its old state is forgotten
+    assert registry.get("Studio A").probe_state == ProbeState.NEW
+
+
+def test_facts_without_a_probe_state_mean_ready(registry: Registry) -> None:
+    registry.peer_seen(STUDIO_A)
+    registry.set_facts("Studio A", object())
+    assert registry.get("Studio A").probe_state == ProbeState.READY
