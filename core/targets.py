@@ -23,6 +23,9 @@ class Target:
     use to reach this node (ring hostfile, JACCL coordinator); defaults to ``host``.
     ``python``: the interpreter that runs the worker there; None means the same path as
     this machine's (as ``mlx.launch`` does). ``local``: run on this machine without SSH.
+    ``cache_root``: the folder on the node where MacMesh keeps copied models and the
+    shipped worker; None means the node user's cache (``~/Library/Caches/MacMesh`` on
+    macOS, ``~/.cache/macmesh`` elsewhere). Tests give each simulated host its own.
     """
 
     name: str
@@ -32,6 +35,7 @@ class Target:
     python: str | None = None
     address: str | None = None
     local: bool = False
+    cache_root: str | None = None
     known_hosts: Path | None = None
     ssh_dir: Path | None = None
     timeout: float = DEFAULT_TIMEOUT
