@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -47,6 +48,8 @@ SERVICE_TYPES: tuple[str, ...] = (SSH, SFTP_SSH, DEVICE_INFO, MACMESH)
 PROTOCOL = "1"
 
 Interfaces = Sequence[str] | Literal["all"]
+_ASK_FIRST_ROUND_S = 0.025  # asking for a _device-info TXT: one query per round,
+_ASK_ROUND_S = 0.2  # rounds doubling up to this (the browser thread waits meanwhile)
 
 
 @dataclass(frozen=True)
@@ -211,18 +214,20 @@ class Discovery:
                 entry.device_info = record.txt
             ask = entry.device_info is None and not entry.asked_device_info
             entry.asked_device_info = True
-        if ask:  # a Mac's _device-info may be a bare TXT record, not browsable: ask by name
-            txt = self._device_info(zc, instance)
-            with self._lock:
-                if txt and entry.device_info is None:
-                    entry.device_info = txt
-        with self._lock:
-            if self._entries.get(key) is not entry:
-                return  # removed while we asked
             peer = self._peer(entry)
+        # The node first, its model after: asking for a bare TXT takes up to
+        # device_info_timeout, and the SSH record alone is enough to start probing.
         if is_new:
             self._emit(self.added, peer)
         elif peer != before:
+            self._emit(self.updated, peer)
+        if ask:  # a Mac's _device-info may be a bare TXT record, not browsable: ask by name
+            txt = self._device_info(zc, instance)
+            with self._lock:
+                if not txt or entry.device_info is not None or self._entries.get(key) is not entry:
+                    return  # nothing new, or removed while we asked
+                entry.device_info = txt
+                peer = self._peer(entry)
             self._emit(self.updated, peer)
 
     def _resolve(self, zc: Zeroconf, service_type: str, name: str) -> _Record:
@@ -232,9 +237,19 @@ class Discovery:
         return _record(info)
 
     def _device_info(self, zc: Zeroconf, instance: str) -> dict[str, str]:
+        """The TXT of ``instance``'s ``_device-info``. A bare TXT record never makes a
+        ServiceInfo complete (no SRV, no address), so ``request`` would wait its whole
+        timeout even after the TXT came: ask in short rounds and stop once it is here."""
         info = ServiceInfo(DEVICE_INFO, f"{instance}.{DEVICE_INFO}")
-        if not info.load_from_cache(zc) and not info.text:
-            info.request(zc, self._device_info_ms)  # False without SRV/A; the TXT is what we need
+        deadline = time.monotonic() + self._device_info_ms / 1000
+        info.load_from_cache(zc)
+        round_s = _ASK_FIRST_ROUND_S  # short first: the TXT usually comes within milliseconds
+        while not info.text:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            info.request(zc, max(1, int(min(left, round_s) * 1000)))
+            round_s = min(round_s * 2, _ASK_ROUND_S)
         return _record(info).txt
 
     def _peer(self, entry: _Entry) -> BonjourPeer:
@@ -293,6 +308,27 @@ def computer_name() -> str:
             if out:
                 return out
     return socket.gethostname().split(".")[0] or "MacMesh"
+
+
+def default_interfaces() -> Interfaces:
+    """Where discovery browses and announces when nobody chose: every interface on macOS
+    (the app on a Mac looks for the Macs beside it), only 127.0.0.1 anywhere else. A Linux
+    or CI machine running MacMesh is a development box: it must never browse or announce
+    on a real network by accident. ``--interfaces`` and ``Settings.interfaces`` override."""
+    return "all" if sys.platform == "darwin" else ["127.0.0.1"]
+
+
+def choose_interfaces(
+    given: Sequence[str] | str | None = None, saved: Sequence[str] = ()
+) -> Interfaces:
+    """What to browse: ``given`` (``--interfaces``: a list, or "en0,en1" / "all" as typed),
+    else the saved setting, else ``default_interfaces()``."""
+    if isinstance(given, str):
+        given = [item.strip() for item in given.split(",") if item.strip()]
+    for choice in (given, saved):
+        if choice:
+            return "all" if list(choice) == ["all"] else tuple(choice)
+    return default_interfaces()
 
 
 def _interface_choice(interfaces: Interfaces) -> tuple[InterfaceChoice | list[str], list[str]]:
@@ -362,5 +398,7 @@ __all__ = [
     "SSH",
     "BonjourPeer",
     "Discovery",
+    "choose_interfaces",
     "computer_name",
+    "default_interfaces",
 ]

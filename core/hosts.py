@@ -136,8 +136,11 @@ class HostList:
 
     changed = Signal(list)
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, remember: bool = True) -> None:
+        """``remember`` False: start from the file but never write it (``macmesh nodes
+        --host`` looks at a host once without adding it for good)."""
         self.path = path or hosts_path()
+        self.remember = remember
         self._lock = threading.Lock()
         self._hosts, self._corrupt = _read(self.path)
 
@@ -167,6 +170,9 @@ class HostList:
         return True
 
     def _store(self, hosts: list[ManualHost]) -> None:
+        if not self.remember:
+            self._hosts = hosts
+            return
         if self._corrupt:
             aside = self.path.with_name(self.path.name + ".corrupt")
             os.replace(self.path, aside)

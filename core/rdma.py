@@ -71,6 +71,12 @@ def _too_old(facts: NodeFacts) -> bool:
 def node_verdict(facts: NodeFacts) -> RdmaVerdict:
     """RDMA on one node, from rdma_ctl, ibv_devices, its ports and its bridge."""
     name = facts.name
+    if facts.is_macos is False:
+        return RdmaVerdict(
+            "unusable",
+            f"{name} runs {facts.os_name}, not macOS: no RDMA over Thunderbolt; it can join "
+            "ring jobs over the network.",
+        )
     if facts.thunderbolt_generation == 4:
         return RdmaVerdict(
             "unusable",

@@ -27,6 +27,8 @@ from psygnal import Signal
 
 from core.discovery import BonjourPeer
 from core.hosts import ManualHost
+from core.probe.facts import NodeFacts
+from core.rdma import node_verdict
 
 if TYPE_CHECKING:
     from core.discovery import Discovery
@@ -98,14 +100,27 @@ class Node:
     @property
     def macos(self) -> str:
         """The probed macOS version, else the major version Bonjour's Darwin number implies."""
-        probed = getattr(self.facts, "macos", None)
+        probed = getattr(self.facts, "macos", None) or getattr(self.facts, "macos_version", None)
         if probed:
             return str(probed)
         return str(macos_major(self.darwin)) if self.darwin else ""
 
     @property
     def rdma(self) -> bool | None:
+        """RDMA over Thunderbolt on: ``core.rdma.node_verdict`` for probed facts (None while
+        it cannot tell), the demo Mac's own flag otherwise."""
+        if isinstance(self.facts, NodeFacts):
+            state = node_verdict(self.facts).state
+            return None if state == "unknown" else state == "on"
         return getattr(self.facts, "rdma", None)
+
+    @property
+    def kind(self) -> str:
+        """ "Mac", "Linux" (or another system's name), or "" while not known."""
+        if self.is_mac:
+            return "Mac"
+        os_name = getattr(self.facts, "os_name", None)
+        return os_name or ""
 
 
 def macos_major(darwin: int) -> int | None:
@@ -156,10 +171,17 @@ def merge(
     probes = probes or {}
     merged = {}
     for name, node in nodes.items():
-        known = (ProbeState.READY, "") if facts.get(name) is not None else None
+        found = facts.get(name)
+        known = (ProbeState.READY, "") if found is not None else None
         state, message = probes.get(name) or known or (node.probe_state, node.probe_message)
+        # The probe is the truth about the system; Bonjour's model is only a hint.
+        is_macos = getattr(found, "is_macos", None)
         merged[name] = replace(
-            node, facts=facts.get(name), probe_state=ProbeState(state), probe_message=message
+            node,
+            facts=found,
+            probe_state=ProbeState(state),
+            probe_message=message,
+            is_mac=node.is_mac if is_macos is None else is_macos,
         )
     return merged
 
@@ -225,6 +247,20 @@ class Registry:
                 self._probes[name] = (ProbeState(state), message)
                 self._refresh()
 
+    def set_probe_result(
+        self, name: str, state: ProbeState, message: str = "", facts: Any = None
+    ) -> None:
+        """A probe's outcome in one change: its state and its facts (None drops older ones,
+        so a node that stops answering shows no stale facts). Ignored if ``name`` is gone."""
+        with self._lock:
+            if name in self._nodes:
+                self._probes[name] = (ProbeState(state), message)
+                if facts is None:
+                    self._facts.pop(name, None)
+                else:
+                    self._facts[name] = facts
+                self._refresh()
+
     def follow(self, discovery: Discovery) -> None:
         """Take the peers ``discovery`` knows now, and every change after (call it before
         ``discovery.start()``, so no change can slip between the two)."""
@@ -279,6 +315,14 @@ def _from_manual(host: ManualHost, name: str) -> Node:
         user=host.user,
         sources=frozenset({Source.MANUAL}),
     )
+
+
+def names_node(host: ManualHost, node: Node) -> bool:
+    """Does the hand-added ``host`` stand for ``node``: its own node, or the Bonjour node it
+    joined (named by its instance name, address or host name)?"""
+    if manual_name(host) == node.name:
+        return True
+    return Source.BONJOUR in node.sources and _names_peer(host, node)
 
 
 def _names_peer(host: ManualHost, node: Node) -> bool:

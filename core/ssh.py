@@ -74,6 +74,10 @@ class CommandTimeout(SSHTimeout):
     """A command ran longer than ``run``'s timeout."""
 
 
+class ConnectionLost(SSHError):
+    """The session ended under a running command (sshd stopped, the host went away)."""
+
+
 class HostKeyChanged(SSHError):
     """The host offered a key other than the one remembered (or a revoked one)."""
 
@@ -131,6 +135,7 @@ def install_public_key(target: Connection, password: str, public_key: Path | Non
     session = Connection(
         target.host, target.port, target.user, known_hosts=target.known_hosts,
         ssh_dir=target.ssh_dir, use_agent=False, timeout=target.timeout,
+        address=target.address,
     )  # fmt: skip
     with session.connect(password=password):
         result = session.run(argv, timeout=30)
@@ -147,6 +152,9 @@ class Connection:
 
     Keys: the agent (``use_agent``) and ``ssh_dir``'s ``id_ed25519``/``id_ecdsa``/``id_rsa``.
     ``known_hosts`` and ``ssh_dir`` default to the user's ``~/.ssh``; tests inject theirs.
+    ``address``: where to open the socket when it is not ``host`` (Bonjour gives a Mac's
+    address with its name: connecting there skips a name lookup, while the host key is
+    still checked and remembered under the name ``ssh`` users know).
     """
 
     def __init__(
@@ -159,8 +167,9 @@ class Connection:
         ssh_dir: Path | None = None,
         use_agent: bool = True,
         timeout: float = DEFAULT_TIMEOUT,
+        address: str | None = None,
     ) -> None:
-        self.host, self.port = host, port
+        self.host, self.port, self.address = host, port, address
         self.user = user or getpass.getuser()
         self.ssh_dir = ssh_dir or default_ssh_dir()
         self.known_hosts = known_hosts or self.ssh_dir / "known_hosts"
@@ -188,6 +197,11 @@ class Connection:
         self.close()
 
     @property
+    def is_connected(self) -> bool:
+        """Whether the session is still up (False once the peer or the network dropped it)."""
+        return self._alive()
+
+    @property
     def fingerprint(self) -> str:
         return self._transport().get_remote_server_key().fingerprint
 
@@ -205,6 +219,12 @@ class Connection:
             chan.shutdown_write()
             done, out, err = _collect(chan, time.monotonic() + timeout)
             pgid, out = _split_mark(out)
+            if done and chan.exit_status == -1 and not self._alive():
+                raise ConnectionLost(
+                    self.host,
+                    f"Lost the connection to {self.host} while `{_command_line(command)[:60]}` "
+                    "ran. Is it still on and on this network? Try again.",
+                )
             if not done:
                 if pgid is not None:
                     with contextlib.suppress(SSHError):
@@ -253,8 +273,15 @@ class Connection:
             chan = self._transport().open_session(timeout=self.timeout)
             chan.exec_command(command)
         except (paramiko.SSHException, OSError, EOFError) as error:
-            raise SSHError(self.host, f"Lost the connection to {self.host} ({error}).") from error
+            raise ConnectionLost(
+                self.host, f"Lost the connection to {self.host} ({error})."
+            ) from error
         return chan
+
+    def _alive(self) -> bool:
+        client = self._client
+        transport = client.get_transport() if client else None
+        return transport is not None and transport.is_active()
 
     def _transport(self) -> paramiko.Transport:
         client = self._client
@@ -266,7 +293,8 @@ class Connection:
     def _open(self, password: str | None) -> paramiko.SSHClient:
         deadline = time.monotonic() + self.timeout
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            where = (self.address or self.host, self.port)
+            sock = socket.create_connection(where, timeout=self.timeout)
         except OSError as error:
             raise self._socket_error(error) from error
         client = paramiko.SSHClient()
@@ -342,6 +370,12 @@ class Connection:
                 host,
                 f"{host} did not accept your SSH key for user {user!r}. Set up access once "
                 "with that Mac's password (MacMesh installs your key), or check the user name.",
+            )
+        if "no authentication methods available" in str(error).lower():
+            return AuthFailed(  # paramiko's word for "you have no key and gave no password"
+                host,
+                f"You have no SSH key {host} could accept. Set up access once with that "
+                "Mac's password (MacMesh creates your key and installs it).",
             )
         cause = error.__context__ or error.__cause__
         timed_out = isinstance(error, TimeoutError) or isinstance(cause, TimeoutError)

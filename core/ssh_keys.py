@@ -24,7 +24,10 @@ KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")
 
 
 def default_ssh_dir() -> Path:
-    return Path.home() / ".ssh"
+    """``~/.ssh``, or ``$MACMESH_SSH_DIR`` (tests and ``macmesh nodes`` subprocesses use it
+    so they never read or write the person's own keys and known_hosts)."""
+    override = os.environ.get("MACMESH_SSH_DIR")
+    return Path(override) if override else Path.home() / ".ssh"
 
 
 def host_key_name(host: str, port: int) -> str:

@@ -20,7 +20,8 @@ class Target:
     """One node of a job.
 
     ``host``: what SSH connects to (host name or address). ``address``: the IP the ranks
-    use to reach this node (ring hostfile, JACCL coordinator); defaults to ``host``.
+    use to reach this node (ring hostfile, JACCL coordinator); defaults to ``host``. When
+    set, SSH opens its socket there too, and still checks the host key under ``host``.
     ``python``: the interpreter that runs the worker there; None means the same path as
     this machine's (as ``mlx.launch`` does). ``local``: run on this machine without SSH.
     ``cache_root``: the folder on the node where MacMesh keeps copied models and the
@@ -57,4 +58,5 @@ class Target:
             known_hosts=self.known_hosts,
             ssh_dir=self.ssh_dir,
             timeout=self.timeout,
+            address=self.address,
         )

@@ -12,7 +12,7 @@ import os
 import platform
 import signal
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -69,6 +69,7 @@ class NodeFacts:
     macos_major: int | None = None
     macos_minor: int | None = None
     darwin: str | None = None
+    os_name: str | None = None  # uname's system: "Darwin" on a Mac, "Linux" on a ring-only host
     wired_limit_mb: int | None = None  # None: the macOS default (see unknowns when unread)
     free_memory_bytes: int | None = None  # free + inactive + speculative pages
     memory_pressure: int | None = None  # 1 normal, 2 warning, 4 critical
@@ -76,6 +77,8 @@ class NodeFacts:
     python_executable: str | None = None
     mlx_version: str | None = None
     mlx_lm_version: str | None = None
+    macmesh_app: str | None = None  # MacMesh.app's binary: runs the worker with its own Python
+    macmesh_app_version: str | None = None
     thunderbolt: tuple[ThunderboltPort, ...] = ()
     domain_uuids: tuple[str, ...] = ()
     rdma_ctl: RdmaCtlState = "unknown"
@@ -86,6 +89,14 @@ class NodeFacts:
     bridge_active: bool | None = None
     bridge_members: tuple[str, ...] = ()
     unknowns: dict[str, str] = field(default_factory=dict)  # field → why it is unknown
+
+    @property
+    def is_macos(self) -> bool | None:
+        """True on macOS, False on another system (a Linux host: ring backend only, no
+        Thunderbolt RDMA), None when the probe could not tell."""
+        if self.os_name is not None:
+            return self.os_name == "Darwin"
+        return True if self.macos_version else None
 
     @property
     def thunderbolt_interfaces(self) -> tuple[str, ...]:
@@ -184,7 +195,7 @@ def _thunderbolt_ports(
 
 
 def _system(r: _Reader) -> None:
-    """macOS version and build, Darwin release."""
+    """macOS version and build, the kernel's name (Darwin, Linux) and Darwin release."""
     if version := r.parse("sw_vers", p.parse_sw_vers, "macos_version", "macos_build"):
         r.facts.update(
             macos_version=version.version,
@@ -194,8 +205,10 @@ def _system(r: _Reader) -> None:
         )
         if version.build is None:
             r.unknown("sw_vers printed no BuildVersion", "macos_build")
-    if kernel := r.parse("uname", p.parse_uname, "darwin"):
-        r.facts["darwin"] = kernel.release
+    if kernel := r.parse("uname", p.parse_uname, "darwin", "os_name"):
+        r.facts["os_name"] = kernel.system
+        if kernel.system == "Darwin":
+            r.facts["darwin"] = kernel.release
 
 
 _HARDWARE = ("model_id", "chip", "memory_bytes")
@@ -271,8 +284,24 @@ def _memory(r: _Reader) -> None:
             r.facts["wired_limit_mb"] = limit.limit_mb
     if pressure := r.parse("vm_pressure", p.parse_memory_pressure, "memory_pressure"):
         r.facts["memory_pressure"] = pressure.level
+    if r.facts.get("os_name") == "Linux":
+        _linux_memory(r)
+        return
     if vm := r.parse("vm_stat", p.parse_vm_stat, "free_memory_bytes"):
         r.facts["free_memory_bytes"] = vm.available_bytes
+
+
+def _linux_memory(r: _Reader) -> None:
+    """A Linux host's memory, from /proc/meminfo: what its sysctl and vm_stat could not
+    say (their reasons are dropped once this says it)."""
+    info = r.parse("meminfo", p.parse_meminfo, "memory_bytes", "free_memory_bytes")
+    if info is None:
+        return
+    r.facts["memory_bytes"] = info.total_bytes
+    r.unknowns.pop("memory_bytes", None)
+    if info.available_bytes is not None:
+        r.facts["free_memory_bytes"] = info.available_bytes
+        r.unknowns.pop("free_memory_bytes", None)
 
 
 _PYTHON = ("python_version", "mlx_version", "mlx_lm_version")
@@ -301,6 +330,23 @@ def _python(r: _Reader) -> None:
         r.unknown(f"mlx-lm is not installed for {where}", "mlx_lm_version")
 
 
+def _macmesh_app(r: _Reader) -> None:
+    """MacMesh.app on the node (core.bundle.APP_BINARIES) and its version. Not having
+    it is a fact (both None), not an unknown."""
+    if r.rc("macmesh_app") == RC_NOT_FOUND:
+        return
+    fields = ("macmesh_app", "macmesh_app_version")
+    section = r.section("macmesh_app", *fields)
+    if section is None:
+        return
+    app = p.parse_app_version(section.stdout)
+    if isinstance(app, Unknown):
+        why = first_line(section.stderr) if section.rc else ""
+        r.unknown(f"MacMesh.app: exit {section.rc}: {why}" if why else app.reason, *fields)
+        return
+    r.facts.update(macmesh_app=app.executable, macmesh_app_version=app.macmesh)
+
+
 def parse_probe(name: str, output: str) -> NodeFacts:
     """The probe script's whole output on one node → its NodeFacts. Never raises."""
     r = _Reader(output)
@@ -310,16 +356,22 @@ def parse_probe(name: str, output: str) -> NodeFacts:
     _network(r, tb, states)
     _memory(r)
     _python(r)
+    _macmesh_app(r)
     return NodeFacts(name=name, unknowns=r.unknowns, **r.facts)
 
 
 Runner = Callable[[str], str]
 
 
-def local_runner(env: Mapping[str, str] | None = None, timeout: float = 180.0) -> Runner:
+def local_runner(
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180.0,
+    on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+) -> Runner:
     """Runs a script with this machine's /bin/sh and returns its stdout. Never raises on a
     failing script (the sections say what failed); past ``timeout`` the script's whole
-    process group is stopped, so no command it started is left running."""
+    process group is stopped, so no command it started is left running. ``on_start``
+    gets the shell's process (its own process group) so an owner can stop it early."""
 
     def run(script: str) -> str:
         proc = subprocess.Popen(
@@ -330,6 +382,8 @@ def local_runner(env: Mapping[str, str] | None = None, timeout: float = 180.0) -
             env=dict(env) if env is not None else None,
             start_new_session=True,
         )
+        if on_start is not None:
+            on_start(proc)
         try:
             out, _ = proc.communicate(script.encode(), timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -347,7 +401,7 @@ def local_runner(env: Mapping[str, str] | None = None, timeout: float = 180.0) -
 
 
 def run_local_probe(
-    name: str | None = None, python: str = "python3", run: Runner | None = None
+    name: str | None = None, python: str | Sequence[str] = "python3", run: Runner | None = None
 ) -> NodeFacts:
     """Probes this machine itself, without SSH: the same script, run with local ``sh``."""
     runner = run or local_runner()

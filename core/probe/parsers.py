@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from core.probe.sections import Unknown, first_line
 
@@ -352,6 +353,24 @@ def parse_vm_stat(text: str) -> VmStat | Unknown:
 
 
 @dataclass(frozen=True)
+class MemInfo:
+    """Linux's ``/proc/meminfo`` (a ring-only node): total and available memory."""
+
+    total_bytes: int
+    available_bytes: int | None
+
+
+def parse_meminfo(text: str) -> MemInfo | Unknown:
+    """``MemTotal:       24589708 kB`` lines; MemAvailable since Linux 3.14."""
+    values = {
+        m[1]: int(m[2]) * 1024 for m in re.finditer(r"^(\w+):\s+(\d+) kB\s*$", text, re.MULTILINE)
+    }
+    if "MemTotal" not in values:
+        return Unknown("/proc/meminfo: no MemTotal line")
+    return MemInfo(values["MemTotal"], values.get("MemAvailable"))
+
+
+@dataclass(frozen=True)
 class Kernel:
     """``uname -sr``: e.g. Darwin 25.2.0 (macOS 26 is Darwin 25)."""
 
@@ -402,3 +421,37 @@ def parse_python_versions(text: str) -> PythonVersions | Unknown:
             data["python"], text_or_none("executable"), text_or_none("mlx"), text_or_none("mlx_lm")
         )
     return Unknown(f"python: {first_line(text) or 'no version printed'}")
+
+
+@dataclass(frozen=True)
+class AppVersion:
+    """MacMesh.app on a node, from its worker's ``--version`` line."""
+
+    executable: str | None  # the app binary: that node's "python" for the worker
+    macmesh: str | None
+    mlx: str | None
+    mlx_lm: str | None
+
+    KEYS: ClassVar[tuple[str, ...]] = ("executable", "macmesh", "mlx", "mlx_lm")
+
+
+def parse_app_version(text: str) -> AppVersion | Unknown:
+    """The probe's ``macmesh_app`` section: the app binary's path on the first line, then
+    its ``MacMesh -m core.worker --version`` JSON line (one with a ``macmesh`` key)."""
+    path = None
+    for line in _lines(text):
+        line = line.strip()
+        if path is None and line.startswith("/"):
+            path = line
+        if not line.startswith("{"):
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict) or "macmesh" not in data:
+            continue
+        values = [data.get(k) if isinstance(data.get(k), str) else None for k in AppVersion.KEYS]
+        executable, *versions = values
+        return AppVersion(path or executable, *versions)
+    return Unknown(f"MacMesh.app: {first_line(text) or 'no version printed'}")

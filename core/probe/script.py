@@ -24,13 +24,17 @@ script), or run it with ``sh -c``.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from core.bundle import APP_BINARIES
 
 BEGIN = "@@macmesh-begin"
 STDERR = "@@macmesh-stderr"
 END = "@@macmesh-end"
 FATAL = "@@macmesh-fatal"
 PYTHON = "$_mm_py"  # stands for the node's Python in a command's argv
+MACMESH_APP = "$_mm_app"  # stands for the node's MacMesh.app binary (core.bundle)
 RC_TIMEOUT = 124
 RC_NOT_FOUND = 127
 
@@ -78,7 +82,12 @@ COMMANDS: tuple[ProbeCommand, ...] = (
     ProbeCommand("vm_pressure", ("sysctl", "-n", "kern.memorystatus_vm_pressure_level")),
     ProbeCommand("vm_stat", ("vm_stat",)),
     ProbeCommand("uname", ("uname", "-sr")),
+    # A Linux host (ring only) has none of the Mac's memory commands.
+    ProbeCommand("meminfo", ("cat", "/proc/meminfo")),
     ProbeCommand("python", (PYTHON, "-c", PYTHON_CODE), timeout_s=30),
+    # MacMesh.app on the node runs the worker itself (packaging/entry.py): its worker's
+    # versions, without importing mlx. A first launch can wait on Gatekeeper's check.
+    ProbeCommand("macmesh_app", (MACMESH_APP, "-m", "core.worker", "--version"), timeout_s=60),
 )
 SECTIONS: tuple[str, ...] = tuple(command.section for command in COMMANDS)
 
@@ -165,6 +174,17 @@ _PRELUDE = (
     .replace("@@END@@", END)
 )
 
+_NO_APP_MESSAGE = "macmesh-probe: MacMesh.app is not installed"
+# The first installed app binary, or empty ("$HOME" expands to the node's home), and
+# how its section runs it: its path on the first line, then the app (exec: the watchdog
+# stops the app itself).
+_FIND_APP = (
+    "_mm_app=; for _mm_c in "
+    + " ".join(f'"{path}"' for path in APP_BINARIES)
+    + '; do if [ -x "$_mm_c" ]; then _mm_app=$_mm_c; break; fi; done\n'
+    + """_mm_app_run() { printf '%s\\n' "$_mm_app"; exec "$_mm_app" "$@"; }"""
+)
+
 _STUB_MESSAGE = (
     "macmesh-probe: /usr/bin/python3 is Apple's installer stub "
     "(no Command Line Tools or Python installed)"
@@ -172,27 +192,43 @@ _STUB_MESSAGE = (
 
 
 def _render_argv(argv: tuple[str, ...]) -> str:
-    return " ".join('"$_mm_py"' if arg == PYTHON else shlex.quote(arg) for arg in argv)
+    placeholders = {PYTHON: '"$_mm_py"', MACMESH_APP: "_mm_app_run"}
+    return " ".join(placeholders.get(arg) or shlex.quote(arg) for arg in argv)
 
 
 def build_probe_script(
-    python: str = "python3", commands: tuple[ProbeCommand, ...] = COMMANDS
+    python: str | Sequence[str] = "python3", commands: tuple[ProbeCommand, ...] = COMMANDS
 ) -> str:
     """The probe script's text, ready for ``sh``.
 
     ``python`` is the interpreter to ask about mlx and mlx-lm on the node (a name looked
-    up on PATH, or a path); it is quoted, so any path is safe to pass.
+    up on PATH, or a path); it is quoted, so any path is safe to pass. A sequence is a
+    list of candidates: the first the node has is asked (the last when it has none, so
+    the section says which one is missing).
     """
+    candidates = [python] if isinstance(python, str) else list(python)
+    if not candidates:
+        raise ValueError("build_probe_script needs at least one Python to ask")
     lines = [
         "# MacMesh probe (core/probe/script.py): one round trip, each command between markers.",
-        f"_mm_py={shlex.quote(python)}",
-        _PRELUDE,
+        f"_mm_py={shlex.quote(candidates[-1])}",
     ]
+    if len(candidates) > 1:
+        quoted = " ".join(shlex.quote(c) for c in candidates[:-1])
+        lines.append(
+            f"for _mm_c in {quoted}; do "
+            'if command -v "$_mm_c" >/dev/null 2>&1; then _mm_py=$_mm_c; break; fi; done'
+        )
+    lines.append(_PRELUDE)
+    lines.append(_FIND_APP)
     for command in commands:
         call = f"_mm_run {command.section} {command.timeout_s} {_render_argv(command.argv)}"
         if PYTHON in command.argv:
             skip = f"_mm_skip {command.section} 127 {shlex.quote(_STUB_MESSAGE)}"
             call = f"if _mm_python_is_stub; then {skip}; else {call}; fi"
+        if MACMESH_APP in command.argv:
+            skip = f"_mm_skip {command.section} 127 {shlex.quote(_NO_APP_MESSAGE)}"
+            call = f'if [ -z "$_mm_app" ]; then {skip}; else {call}; fi'
         lines.append(call)
     lines.append('rm -rf "$_mm_dir"')
     lines.append("exit 0")

@@ -83,7 +83,11 @@ class SSHServer:
 
 
 def sshd_config(
-    root: Path, port: int, addresses: Sequence[str], host_bins: Mapping[str, Path]
+    root: Path,
+    port: int,
+    addresses: Sequence[str],
+    host_bins: Mapping[str, Path],
+    session_env: Mapping[str, str] | None = None,
 ) -> str:
     lines = [
         f"Port {port}",
@@ -108,7 +112,11 @@ def sshd_config(
     for address, folder in host_bins.items():
         if address not in addresses:
             raise ValueError(f"{address} is not one of the server's addresses {addresses}")
-        lines += [f"Match LocalAddress {address}", f"    SetEnv PATH={folder}:/usr/bin:/bin"]
+        extra = "".join(f" {name}={value}" for name, value in (session_env or {}).items())
+        lines += [
+            f"Match LocalAddress {address}",
+            f"    SetEnv PATH={folder}:/usr/bin:/bin{extra}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -117,8 +125,11 @@ def running_sshd(
     root: Path,
     host_bins: Mapping[str, Path] | None = None,
     addresses: Sequence[str] = ADDRESSES,
+    session_env: Mapping[str, str] | None = None,
 ) -> Iterator[SSHServer]:
-    """Start sshd under ``root`` and yield it once every address accepts connections."""
+    """Start sshd under ``root`` and yield it once every address accepts connections.
+    ``session_env``: more variables for the sessions of hosts in ``host_bins`` (e.g. a
+    fresh ``HOME``, so the test user's shell start-up files do not run in each session)."""
     if not SSHD.exists() or shutil.which("ssh-keygen") is None:
         pytest.fail(INSTALL_HINT, pytrace=False)
     root.mkdir(parents=True, exist_ok=True)
@@ -135,7 +146,7 @@ def running_sshd(
         for _attempt in range(5):
             port = _free_port(addresses)
             config = root / "sshd_config"
-            config.write_text(sshd_config(root, port, addresses, host_bins or {}))
+            config.write_text(sshd_config(root, port, addresses, host_bins or {}, session_env))
             with open(log_path, "ab") as log:
                 process = subprocess.Popen(
                     [str(SSHD), "-D", "-e", "-f", str(config)],
@@ -175,10 +186,19 @@ def sshd_host_bins() -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
+def sshd_addresses() -> tuple[str, ...]:
+    """The loopback addresses the module's server listens on; override for more hosts."""
+    return ADDRESSES
+
+
+@pytest.fixture(scope="module")
 def sshd_server(
-    tmp_path_factory: pytest.TempPathFactory, sshd_host_bins: dict[str, Path]
+    tmp_path_factory: pytest.TempPathFactory,
+    sshd_host_bins: dict[str, Path],
+    sshd_addresses: tuple[str, ...],
 ) -> Iterator[SSHServer]:
-    with running_sshd(tmp_path_factory.mktemp("sshd"), sshd_host_bins) as server:
+    root = tmp_path_factory.mktemp("sshd")
+    with running_sshd(root, sshd_host_bins, sshd_addresses) as server:
         yield server
 
 
@@ -378,9 +398,10 @@ class _Interface(paramiko.ServerInterface):
 
     def _run(self, channel: paramiko.Channel, command: bytes) -> None:
         env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "USER": self.user}
+        data = b"".join(iter(lambda: channel.recv(65536), b""))  # the client's stdin, to EOF
         done = subprocess.run(
             ["/bin/sh", "-c", command.decode()],
-            cwd=self.home, env=env, capture_output=True, stdin=subprocess.DEVNULL,
+            cwd=self.home, env=env, capture_output=True, input=data,
             timeout=30, check=False,
         )  # fmt: skip
         channel.sendall(done.stdout)

@@ -199,7 +199,11 @@ def test_device_info_is_asked_by_name_when_not_browsable(
     browser = d.Discovery(LOOPBACK, advertise=False, device_info_timeout=2)
     events = Recorder(browser)
     with browser:
-        events.wait_for("Studio C found", lambda: events.latest(name) is not None)
+        # The node comes first (SSH is enough to start probing), its model in an update.
+        events.wait_for(
+            "Studio C found with its model",
+            lambda: (p := events.latest(name)) is not None and p.model is not None,
+        )
         peer = events.latest(name)
         assert peer is not None and peer.services == {d.SSH}
         assert peer.is_mac and peer.model == "Mac16,9" and peer.osxvers == 25

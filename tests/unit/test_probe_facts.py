@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import platform
 import time
 from pathlib import Path
 
@@ -163,7 +164,9 @@ def test_run_local_probe_uses_the_injected_runner() -> None:
 def test_run_local_probe_on_this_machine() -> None:
     """Here (Linux) most commands are missing: the facts say so instead of failing."""
     f = run_local_probe("here")
-    assert f.darwin is not None and f.thunderbolt == ()
+    assert f.os_name == platform.system() and f.thunderbolt == ()
+    assert f.is_macos is (platform.system() == "Darwin")
+    assert (f.darwin is not None) is f.is_macos
     assert f.unknowns["macos_version"] == "sw_vers: command not found"
 
 

@@ -316,6 +316,7 @@ TEXT_PARSERS = {
     "vm_pressure": p.parse_memory_pressure,
     "vm_stat": p.parse_vm_stat,
     "uname": p.parse_uname,
+    "meminfo": p.parse_meminfo,
     "python.json": p.parse_python_versions,
     "system_profiler.json": parse_hardware,
     "system_profiler.json#tb": parse_thunderbolt,
@@ -360,3 +361,13 @@ def test_truncated_and_mangled_fixtures_never_raise(data: st.DataObject) -> None
     for variant in (text[:end], text[start:end], text[:start] + junk + text[end:]):
         result = TEXT_PARSERS[name](variant)
         assert result is not None
+
+
+def test_meminfo_gives_total_and_available_bytes() -> None:
+    info = p.parse_meminfo(
+        "MemTotal:       24683584 kB\nMemFree:        23405016 kB\n"
+        "MemAvailable:   23847572 kB\nHugePages_Total:       0\n"
+    )
+    assert info == p.MemInfo(24683584 * 1024, 23847572 * 1024)
+    assert p.parse_meminfo("MemTotal:  1024 kB\n") == p.MemInfo(1 << 20, None)
+    assert isinstance(p.parse_meminfo("cat: /proc/meminfo: No such file"), Unknown)
