@@ -1,4 +1,8 @@
-"""Paints the RDMA column as a coloured pill, readable at a glance from across a room."""
+"""Paints the RDMA column as a coloured pill, readable at a glance from across a room.
+
+A pill whose node has a guide (how to turn RDMA on, restart, turn the bridge off) ends
+with a chevron: a click on it opens that guide (the pane listens to the table's clicks).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,34 @@ from PySide6.QtGui import QFontMetrics, QPainter
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from gui import style
-from gui.nodes.table_model import RdmaRole, rdma_text
+from gui.nodes.table_model import BadgeRole, RdmaBadge
 
 PAD_X, HEIGHT = 8, 18
+CHEVRON = " ›"
+
+
+def badge_colors(kind: str) -> tuple[str, str]:
+    """(text, background) theme colours of a badge kind."""
+    theme = style.current()
+    return {
+        "success": (theme.success, theme.success_bg),
+        "warning": (theme.warning, theme.warning_bg),
+        "danger": (theme.danger, theme.danger_bg),
+        "accent": (theme.accent, theme.selection),
+    }.get(kind, (theme.text2, theme.track))
+
+
+def pill_text(badge: RdmaBadge) -> str:
+    return badge.text + (CHEVRON if badge.guide else "")
+
+
+def pill_rect(cell: QRectF, badge: RdmaBadge) -> QRectF:
+    width = QFontMetrics(_font()).horizontalAdvance(pill_text(badge)) + 2 * PAD_X
+    return QRectF(cell.left() + 6, cell.center().y() - HEIGHT / 2, width, HEIGHT)
+
+
+def _font() -> style.QFont:
+    return style.ui_font(11, style.QFont.Weight.DemiBold)
 
 
 class BadgeDelegate(QStyledItemDelegate):
@@ -26,30 +55,25 @@ class BadgeDelegate(QStyledItemDelegate):
         qstyle = widget.style() if widget else None
         if qstyle is not None:  # selection and stripes, without the text
             qstyle.drawControl(QStyle.ControlElement.CE_ItemViewItem, background, painter, widget)
-        rdma = index.data(RdmaRole)
-        theme = style.current()
-        fg, bg = {
-            True: (theme.success, theme.success_bg),
-            False: (theme.warning, theme.warning_bg),
-        }.get(rdma, (theme.text2, theme.track))
-        text = rdma_text(rdma)
-        font = style.ui_font(11, style.QFont.Weight.DemiBold)
-        width = QFontMetrics(font).horizontalAdvance(text) + 2 * PAD_X
-        rect = QRectF(option.rect)
-        pill = QRectF(rect.left() + 6, rect.center().y() - HEIGHT / 2, width, HEIGHT)
+        badge: RdmaBadge | None = index.data(BadgeRole)
+        if badge is None:
+            return
+        fg, bg = badge_colors(badge.kind)
+        pill = pill_rect(QRectF(option.rect), badge)
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(style.QColor(bg))
         painter.drawRoundedRect(pill, HEIGHT / 2, HEIGHT / 2)
         painter.setPen(style.QColor(fg))
-        painter.setFont(font)
-        painter.drawText(pill, Qt.AlignmentFlag.AlignCenter, text)
+        painter.setFont(_font())
+        painter.drawText(pill, Qt.AlignmentFlag.AlignCenter, pill_text(badge))
         painter.restore()
 
     def sizeHint(
         self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
     ) -> QSize:
-        font = style.ui_font(11, style.QFont.Weight.DemiBold)
-        width = QFontMetrics(font).horizontalAdvance(rdma_text(index.data(RdmaRole)))
+        badge: RdmaBadge | None = index.data(BadgeRole)
+        text = pill_text(badge) if badge else ""
+        width = QFontMetrics(_font()).horizontalAdvance(text)
         return QSize(width + 2 * PAD_X + 14, HEIGHT + 10)

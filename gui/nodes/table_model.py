@@ -3,35 +3,187 @@
 The model holds no state of its own beyond the list it shows. Changes arrive as
 notifications (``add``, ``update``, ``remove``, ``reset``) and become the matching
 ``beginInsertRows``/``dataChanged``/``beginRemoveRows`` calls, like napari's
-``_base_item_model``. Today the demo cluster calls ``reset``; the core registry (psygnal
-signals fired on discovery's thread) plugs in with ``connect_registry`` through the bridge,
-so the view updates row by row on the GUI thread.
+``_base_item_model``. The Cluster pane feeds it from a ``core.registry.Registry`` (psygnal
+signals fired on discovery's or a probe's thread) through the bridge, so the view updates
+row by row on the GUI thread.
+
+What a row says about a node (its probe state in words, the action it needs, its RDMA
+badge) is computed here by small pure functions over the record, so the delegates only
+paint and the tests can read every word through ``data()``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 
 from core.plan_memory import GIB
+
+if TYPE_CHECKING:
+    from core.rdma import RdmaVerdict
 
 Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("Name", "Chip", "Memory", "macOS", "RDMA")
 NAME, CHIP, MEMORY, MACOS, RDMA = range(len(COLUMNS))
 NodeRole = Qt.ItemDataRole.UserRole + 1  # the record itself
 RdmaRole = Qt.ItemDataRole.UserRole + 2  # True, False or None (unknown)
+StateRole = Qt.ItemDataRole.UserRole + 3  # the probe state's value ("ready", "probing"...)
+StatusRole = Qt.ItemDataRole.UserRole + 4  # Status: what a node that is not ready needs
+BadgeRole = Qt.ItemDataRole.UserRole + 5  # RdmaBadge: the RDMA pill and its guide
+HintRole = Qt.ItemDataRole.UserRole + 6  # "this Mac", "Linux · ring only" or ""
+
+# core.registry.ProbeState values (a StrEnum: equal to these strings). Not imported:
+# core.registry imports discovery (zeroconf), which the window must not wait for.
+NEW, PROBING, READY = "new", "probing", "ready"
+UNREACHABLE, NEEDS_HOST_KEY = "unreachable", "needs-host-key"
+NEEDS_ACCESS, HOST_KEY_CHANGED = "needs-access", "host-key-changed"
+
+# Row actions: what a click on the status's link does.
+TRUST, ACCESS, RETRY, DETAILS = "trust", "access", "retry", "details"
 
 
 class NodeRecord(Protocol):
-    """What a row shows; ``core.demo.DemoMac`` has it, and so will the registry's nodes."""
+    """What a row shows: ``core.registry.Node`` has it, and so has ``core.demo.DemoMac``
+    (a demo Mac has no probe state: it counts as ready)."""
 
     name: str
     chip: str
     memory_bytes: int
     macos: str
     rdma: bool | None
+
+
+@dataclass(frozen=True)
+class Status:
+    """A node that is not ready: a headline, the reason in words, the action it needs."""
+
+    state: str
+    title: str
+    detail: str = ""
+    action: str | None = None  # TRUST, ACCESS, RETRY, DETAILS
+    action_label: str = ""
+    kind: str = "muted"  # muted, warning, danger: the colour of the headline
+
+    @property
+    def busy(self) -> bool:
+        return self.state in (NEW, PROBING)
+
+
+@dataclass(frozen=True)
+class RdmaBadge:
+    """The RDMA pill: its words, colour (a gui.widgets badge kind), why, and the guide
+    page (``core.rdma.GUIDES`` key) a click opens, when there is one."""
+
+    text: str
+    kind: str
+    reason: str
+    guide: str | None = None
+    rdma: bool | None = None
+
+
+def probe_state(node: object) -> str:
+    return str(getattr(node, "probe_state", READY))
+
+
+def status(node: object) -> Status | None:
+    """What a row says instead of its facts while the node is not ready (None: ready)."""
+    state = probe_state(node)
+    message = str(getattr(node, "probe_message", "") or "")
+    if state == READY:
+        return None
+    if state == NEW:
+        return Status(state, "Waiting to be checked…", message)
+    if state == PROBING:
+        return Status(state, "Probing…", message or "Reading its chip, memory and cables")
+    if state == NEEDS_HOST_KEY:
+        return Status(
+            state,
+            "New Mac: check its identity",
+            message or "Check its fingerprint once, then MacMesh remembers it.",
+            TRUST,
+            "Trust…",
+            "warning",
+        )
+    if state == NEEDS_ACCESS:
+        return Status(
+            state,
+            "MacMesh cannot log in yet",
+            message or "Set up access once with this Mac's password.",
+            ACCESS,
+            "Set up access…",
+            "warning",
+        )
+    if state == HOST_KEY_CHANGED:
+        return Status(
+            state,
+            "Identity changed: connection refused",
+            message or "Its host key is not the one remembered.",
+            DETAILS,
+            "Details…",
+            "danger",
+        )
+    return Status(state, "Unreachable", message or "It did not answer.", RETRY, "Retry", "danger")
+
+
+def hint(node: object) -> str:
+    """The short note after a node's name."""
+    facts = getattr(node, "facts", None)
+    linux = getattr(node, "is_mac", None) is False or getattr(facts, "is_macos", None) is False
+    if getattr(node, "is_self", False):
+        return "this computer" if linux else "this Mac"
+    if linux:
+        return "Linux · ring only"
+    return ""
+
+
+def rdma_badge(node: object) -> RdmaBadge:
+    """The RDMA pill from the node's facts (``core.rdma.node_verdict``), or from a demo
+    Mac's plain flag."""
+    facts = getattr(node, "facts", None)
+    if facts is not None and hasattr(facts, "rdma_ctl"):
+        from core.rdma import enable_guide, node_verdict
+
+        verdict = node_verdict(facts)
+        return _badge_of(verdict, enable_guide(facts))
+    rdma = getattr(node, "rdma", None)
+    if rdma is True:
+        return RdmaBadge(
+            "RDMA on", "success", "RDMA over Thunderbolt is enabled on this Mac.", rdma=True
+        )
+    if rdma is False:
+        return RdmaBadge(
+            "RDMA off",
+            "warning",
+            "RDMA over Thunderbolt is off. Turn it on in System Settings > Privacy & "
+            "Security > Developer Tools (macOS 27), or with rdma_ctl enable in "
+            "Recovery (macOS 26.2+), then restart.",
+            rdma=False,
+        )
+    return RdmaBadge("unknown", "muted", "MacMesh could not tell whether RDMA is on.")
+
+
+_GUIDE_BADGES = {  # guide → (pill text, kind)
+    "rdma-macos27": ("RDMA off", "warning"),
+    "rdma-recovery": ("RDMA off", "warning"),
+    "rdma-update-macos": ("Update macOS", "warning"),
+    "rdma-restart": ("Restart needed", "warning"),
+    "thunderbolt-bridge": ("Bridge on", "danger"),
+    "thunderbolt4": ("Thunderbolt 4", "muted"),
+}
+
+
+def _badge_of(verdict: RdmaVerdict, enable: str | None) -> RdmaBadge:
+    if verdict.on:
+        return RdmaBadge("RDMA on", "success", verdict.reason, rdma=True)
+    if verdict.guide in _GUIDE_BADGES:
+        text, kind = _GUIDE_BADGES[verdict.guide]
+        return RdmaBadge(text, kind, verdict.reason, verdict.guide, rdma=False)
+    if verdict.state == "off":
+        return RdmaBadge("RDMA off", "warning", verdict.reason, enable, rdma=False)
+    return RdmaBadge("unknown", "muted", verdict.reason, enable)
 
 
 class NodeTableModel(QAbstractTableModel):
@@ -88,6 +240,9 @@ class NodeTableModel(QAbstractTableModel):
     def row_of(self, name: str) -> int | None:
         return next((i for i, node in enumerate(self._nodes) if node.name == name), None)
 
+    def node(self, row: int) -> NodeRecord | None:
+        return self._nodes[row] if 0 <= row < len(self._nodes) else None
+
     # -- QAbstractTableModel ------------------------------------------------------
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 (Qt's signature)
@@ -124,7 +279,15 @@ class NodeTableModel(QAbstractTableModel):
         if role == NodeRole:
             return node
         if role == RdmaRole:
-            return node.rdma
+            return rdma_badge(node).rdma
+        if role == StateRole:
+            return probe_state(node)
+        if role == StatusRole:
+            return status(node)
+        if role == BadgeRole:
+            return rdma_badge(node)
+        if role == HintRole:
+            return hint(node)
         return None
 
 
@@ -135,30 +298,31 @@ def rdma_text(rdma: bool | None) -> str:
 def _display(node: NodeRecord, column: int) -> str | None:
     if column == NAME:
         return node.name
+    current = status(node)
     if column == CHIP:
-        return node.chip.removeprefix("Apple ")
+        return current.title if current else node.chip.removeprefix("Apple ")
     if column == MEMORY:
-        return f"{node.memory_bytes / GIB:.0f} GB"
+        return f"{node.memory_bytes / GIB:.0f} GB" if node.memory_bytes else ""
     if column == MACOS:
         return node.macos
     if column == RDMA:
-        return rdma_text(node.rdma)
+        return rdma_badge(node).text
     return None
 
 
 def _tooltip(node: NodeRecord, column: int) -> str | None:
+    current = status(node)
+    if current is not None and column != NAME:
+        return f"{current.title}. {current.detail}".strip()
     if column == RDMA:
-        if node.rdma:
-            return "RDMA over Thunderbolt is enabled on this Mac."
-        if node.rdma is False:
-            return (
-                "RDMA over Thunderbolt is off. Turn it on in System Settings > Privacy & "
-                "Security > Developer Tools (macOS 27), or with rdma_ctl enable in "
-                "Recovery (macOS 26.2+), then restart."
-            )
-        return "MacMesh could not tell whether RDMA is on."
+        badge = rdma_badge(node)
+        return badge.reason + (" Click for how to fix it." if badge.guide else "")
     if column == MEMORY:
-        return f"{node.memory_bytes / GIB:.0f} GB unified memory"
+        return f"{node.memory_bytes / GIB:.0f} GB unified memory" if node.memory_bytes else None
+    if column == NAME:
+        state = "Ready" if current is None else current.title
+        note = hint(node)
+        return f"{node.name}{f' ({note})' if note else ''}: {state}"
     return f"{node.name}: {node.chip}, macOS {node.macos}"
 
 

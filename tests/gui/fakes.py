@@ -188,3 +188,72 @@ def fake_factory(behaviour: FakeBehaviour | None = None, jobs: list | None = Non
 
     factory.jobs = made  # type: ignore[attr-defined]
     return factory
+
+
+class FakeScanner:
+    """``core.scanner.Scanner``'s surface over a real ``Registry`` and ``HostList``, with no
+    network: tests set probe states themselves, and the fake records what the pane asks.
+
+    ``set_up_access`` blocks like the real one (it runs on a bridge thread) and raises
+    ``access_error`` when set; otherwise the node becomes ready with ``facts_after``.
+    """
+
+    host_key_needed = Signal(str, object)
+    probed = Signal(str)
+
+    def __init__(self, hosts_path: Path, registry=None) -> None:
+        from core.hosts import HostList
+        from core.registry import Registry
+
+        self.registry = registry if registry is not None else Registry()
+        self.hosts = HostList(hosts_path)
+        self.registry.follow_hosts(self.hosts)
+        self.calls: list[tuple] = []
+        self.access_error: Exception | None = None
+        self.access_delay_s = 0.0
+        self.facts_after: dict[str, object] = {}
+
+    def start(self) -> None:
+        self.calls.append(("start",))
+
+    def close(self) -> None:
+        self.calls.append(("close",))
+
+    def reprobe(self, name: str) -> None:
+        self.calls.append(("reprobe", name))
+
+    def accept_host_key(self, name: str) -> None:
+        self.calls.append(("accept_host_key", name))
+
+    def reject_host_key(self, name: str) -> None:
+        self.calls.append(("reject_host_key", name))
+
+    def set_up_access(self, name: str, password: str) -> None:
+        self.calls.append(("set_up_access", name, password))
+        time.sleep(self.access_delay_s)
+        if self.access_error is not None:
+            raise self.access_error
+        if name in self.facts_after:
+            from core.registry import ProbeState
+
+            self.registry.set_probe_result(name, ProbeState.READY, "", self.facts_after[name])
+
+    def add_host(self, text: str):
+        self.calls.append(("add_host", text))
+        return self.hosts.add(text)
+
+    def remove_host(self, name: str) -> bool:
+        self.calls.append(("remove_host", name))
+        from core.registry import manual_name
+
+        for host in self.hosts.hosts():
+            if manual_name(host) == name:
+                return self.hosts.remove(host)
+        return False
+
+    def topology(self):
+        from core.registry import ProbeState
+        from core.topology import build_topology
+
+        ready = [n.facts for n in self.registry.nodes() if n.probe_state == ProbeState.READY]
+        return build_topology([f for f in ready if hasattr(f, "thunderbolt")])

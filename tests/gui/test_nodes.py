@@ -104,7 +104,9 @@ def test_demo_size_and_leaving(qtbot: QtBot) -> None:
     assert pane.nodes() == [] and pane.pages.currentIndex() == 0
 
 
-def test_the_table_follows_the_core_registry(qtbot: QtBot) -> None:
+def test_the_table_follows_the_core_registry_and_never_mixes_demo_and_real_macs(
+    qtbot: QtBot,
+) -> None:
     from core.hosts import ManualHost
 
     pane = ClusterPane()
@@ -113,10 +115,38 @@ def test_the_table_follows_the_core_registry(qtbot: QtBot) -> None:
     assert [n.name for n in pane.registry.nodes()] == ["Studio A", "Studio B"]
     assert pane.model.index(0, CHIP).data() == "M3 Ultra"  # from the node's facts
     assert pane.model.index(1, RDMA).data(RdmaRole) is True
-    with qtbot.waitSignal(pane.nodes_changed) as changed:
-        pane.registry.set_manual_hosts([ManualHost("mini.local")])  # not probed yet
-    assert [n.name for n in changed.args[0]] == ["Studio A", "Studio B", "mini.local"]
-    row = pane.model.row_of("mini.local")
-    assert pane.model.index(row, RDMA).data() == "unknown"
+    pane.registry.set_manual_hosts([ManualHost("mini.local")])  # a real host, not probed yet
+    assert [n.name for n in pane.nodes()] == ["Studio A", "Studio B"]  # plans stay demo-only
+    assert pane.leave_button.text() == "Leave the demo (1 Mac found)"
     pane.set_demo_size(1)
-    assert [n.name for n in pane.nodes()] == ["Studio A", "mini.local"]
+    assert [n.name for n in pane.nodes()] == ["Studio A"]
+    with qtbot.waitSignal(pane.nodes_changed) as changed:
+        pane.leave_demo()
+    assert [n.name for n in changed.args[0]] == ["mini.local"]
+    assert pane.pages.currentIndex() == 1  # a real Mac: the table, not the empty page
+    assert pane.model.index(0, CHIP).data() == "Waiting to be checked…"
+    assert pane.model.index(0, MEMORY).data() == ""  # unknown, not "0 GB"
+    assert pane.model.index(0, RDMA).data() == "unknown"
+
+
+def test_the_demo_cluster_has_a_plausible_cable_map(qtbot: QtBot) -> None:
+    pane = ClusterPane()
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.start_demo(3)
+    qtbot.waitUntil(lambda: pane.view_box.isVisible(), timeout=5000)
+    qtbot.mouseClick(pane.view_box.buttons["cables"], Qt.MouseButton.LeftButton)
+    scene = pane.topology.scene
+    assert scene is not None and scene.headline == "Full mesh"
+    assert [b.name for b in scene.boxes] == ["Studio A", "Studio B", "Studio C"]
+    assert sorted(line.label for line in scene.cables()) == [
+        "port 1 ↔ port 1 · 80 Gb/s",
+        "port 2 ↔ port 1 · 80 Gb/s",
+        "port 2 ↔ port 2 · 80 Gb/s",
+    ]
+    assert pane.views.height() == pane.topology.height()  # the stack fits the map
+    pane.set_demo_size(1)  # one Mac: no cables to show, back to the table
+    qtbot.waitUntil(lambda: not pane.view_box.isVisible(), timeout=5000)
+    assert pane.views.currentWidget() is pane.table
+    # A demo Mac's RDMA is on: its badge opens no guide.
+    assert pane.actions.show_guide("Studio A") is None and pane.actions.dialog is None

@@ -1,0 +1,181 @@
+"""What the Thunderbolt map shows, in words and states: Macs, cables (ports, speed, RDMA
+state by ``core.rdma.cable_verdict``), the cables a full mesh still needs, the verdict.
+
+Plain data, no Qt: ``cluster_diagram`` makes it from the nodes the Cluster pane shows
+(the ready Macs' probed facts, or the demo Macs), ``topology_scene`` places it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.probe.facts import NodeFacts
+    from core.topology import Topology
+
+GIB = 1 << 30
+# cable state (core.rdma.State) → theme colour and legend words
+STATE_COLORS = {"on": "success", "off": "warning", "unusable": "text3", "unknown": "text3"}
+STATE_WORDS = {"on": "RDMA on", "off": "RDMA off", "unusable": "No RDMA", "unknown": "RDMA unknown"}
+MISSING_COLOR = "text2"
+SHAPE_WORDS = {
+    "full mesh": "Full mesh",
+    "ring": "Ring",
+    "incomplete": "Incomplete",
+    "single": "One Mac",
+}
+SHAPE_KINDS = {"full mesh": "success", "ring": "accent", "incomplete": "warning", "single": "muted"}
+
+
+@dataclass(frozen=True)
+class DiagramNode:
+    name: str
+    subtitle: str = ""  # "M3 Ultra · 512 GB"
+    is_self: bool = False
+
+
+@dataclass(frozen=True)
+class DiagramCable:
+    a: str
+    b: str
+    a_port: str  # "2"
+    b_port: str
+    speed: str  # "80 Gb/s"
+    state: str  # core.rdma State: on, off, unusable, unknown
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"port {self.a_port} ↔ port {self.b_port} · {self.speed}"
+
+
+@dataclass(frozen=True)
+class DiagramMissing:
+    a: str
+    b: str
+    a_port: str | None
+    b_port: str | None
+    text: str  # "connect ring-a port 4 to ring-c port 3"
+
+
+@dataclass(frozen=True)
+class Diagram:
+    nodes: tuple[DiagramNode, ...]
+    cables: tuple[DiagramCable, ...] = ()
+    missing: tuple[DiagramMissing, ...] = ()
+    shape: str = "incomplete"
+    verdict: str = ""
+
+
+def _port(port: Any) -> str:
+    return str(port.receptacle) if port.receptacle is not None else port.bus
+
+
+def _subtitle(facts: NodeFacts) -> str:
+    chip = (facts.chip or facts.machine_name or "").removeprefix("Apple ")
+    memory = f"{facts.memory_bytes / GIB:.0f} GB" if facts.memory_bytes else ""
+    return " · ".join(part for part in (chip, memory) if part)
+
+
+def diagram_from_topology(
+    topology: Topology, facts: Mapping[str, NodeFacts], self_name: str | None = None
+) -> Diagram:
+    """The map of probed Macs: each cable coloured by ``core.rdma.cable_verdict``."""
+    from core.rdma import cable_verdict
+
+    order = topology.ring if topology.shape == "ring" and topology.ring else topology.nodes
+    nodes = tuple(
+        DiagramNode(name, _subtitle(facts[name]) if name in facts else "", name == self_name)
+        for name in order
+    )
+    cables = []
+    for cable in topology.cables:
+        verdict = cable_verdict(cable, facts)
+        speed = f"{cable.speed_gbps} Gb/s" if cable.speed_gbps else "speed unknown"
+        cables.append(
+            DiagramCable(
+                cable.a.node,
+                cable.b.node,
+                _port(cable.a.port),
+                _port(cable.b.port),
+                speed,
+                verdict.state,
+                verdict.reason,
+            )
+        )
+    missing = tuple(
+        DiagramMissing(
+            m.a,
+            m.b,
+            None if m.a_port is None else str(m.a_port),
+            None if m.b_port is None else str(m.b_port),
+            str(m),
+        )
+        for m in topology.missing
+    )
+    return Diagram(nodes, tuple(cables), missing, topology.shape, topology.verdict)
+
+
+def demo_diagram(nodes: Sequence[Any]) -> Diagram:
+    """A plausible map for the demo Macs (they have no probed ports): a full mesh of
+    Thunderbolt 5 cables with RDMA on, ports numbered in order on every Mac."""
+    names = [n.name for n in nodes]
+    boxes = tuple(
+        DiagramNode(
+            n.name,
+            " · ".join(
+                p
+                for p in (
+                    (getattr(n, "chip", "") or "").removeprefix("Apple "),
+                    f"{n.memory_bytes / GIB:.0f} GB" if getattr(n, "memory_bytes", 0) else "",
+                )
+                if p
+            ),
+        )
+        for n in nodes
+    )
+
+    def port(me: str, other: str) -> str:
+        return str([x for x in names if x != me].index(other) + 1)
+
+    cables = tuple(
+        DiagramCable(a, b, port(a, b), port(b, a), "80 Gb/s", "on", "Simulated Thunderbolt 5 cable")
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+    )
+    count = len(cables)
+    shape = "single" if len(names) == 1 else "full mesh"
+    verdict = (
+        "One Mac: no cables needed."
+        if len(names) == 1
+        else f"Full mesh: every Mac is cabled to every other ({count} cable{'s' * (count != 1)})."
+    )
+    return Diagram(boxes, cables, (), shape, verdict)
+
+
+def cluster_diagram(nodes: Sequence[Any], demo: bool) -> Diagram | None:
+    """The map of the nodes a pane shows: the demo's full mesh, or the cables among the
+    ready Macs (a Linux host has no Thunderbolt link: it joins over IP). None with
+    fewer than two."""
+    if demo:
+        return demo_diagram(nodes) if len(nodes) > 1 else None
+    ready = [
+        n
+        for n in nodes
+        if getattr(n, "probe_state", "ready") == "ready"
+        and hasattr(getattr(n, "facts", None), "thunderbolt")
+        and getattr(n.facts, "is_macos", None) is not False
+    ]
+    if len(ready) < 2:
+        return None
+    from core.topology import build_topology
+
+    facts = {n.facts.name: n.facts for n in ready}
+    self_name = next((n.facts.name for n in ready if getattr(n, "is_self", False)), None)
+    try:
+        topology = build_topology(list(facts.values()))
+    except ValueError:  # two nodes report the same name: no map rather than a wrong one
+        return None
+    return diagram_from_topology(topology, facts, self_name)
