@@ -1,0 +1,155 @@
+"""Preflight through a real sshd: two simulated Macs (mesh4's studio-a and studio-b
+answering macOS commands from their fixtures), each with its own cache root."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from core import modelcopy
+from core.manifest import MARKER
+from core.modelinfo import read_model_info
+from core.plan_memory import GIB, Node, PlanOptions
+from core.planner import Plan, make_plan
+from core.preflight import PreflightReport, format_report, run_preflight
+from core.targets import Target
+from tests.fixtures.macos.make_bin import make_bin
+from tests.helpers.sshd import SSHServer
+from tests.helpers.tiny_models import make_tiny_model
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "macos"
+HOSTS = {"127.0.0.2": "studio-a", "127.0.0.3": "studio-b"}
+
+
+@pytest.fixture(scope="module")
+def sshd_host_bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("mesh-bins")
+    return {
+        address: make_bin(FIXTURES / "mesh4" / host, root / host) for address, host in HOSTS.items()
+    }
+
+
+@pytest.fixture(autouse=True)
+def _hash_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MACMESH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", layers=4, shards=4)
+
+
+@pytest.fixture
+def targets(sshd: SSHServer, tmp_path: Path) -> list[Target]:
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts_lines())
+    options = {"known_hosts": known, "ssh_dir": sshd.client_dir}
+    return [
+        Target(name, address, sshd.port, cache_root=str(tmp_path / f"cache-{name}"), **options)
+        for address, name in HOSTS.items()
+    ]
+
+
+def plan_for(model: Path) -> Plan:
+    nodes = [Node(name, 64 * GIB) for name in HOSTS.values()]
+    return make_plan(read_model_info(model), nodes, options=PlanOptions(strategy="pipeline"))
+
+
+def checks(report: PreflightReport, name: str, node: str | None = None):
+    return [c for c in report.checks if c.name == name and (node is None or c.node == node)]
+
+
+def test_missing_model_is_copied_with_progress_then_preflight_passes(
+    targets: list[Target], model: Path
+) -> None:
+    plan = plan_for(model)
+    report = run_preflight(targets, plan, model)
+    assert report.ok, format_report(report)
+    assert report.backend.name == "jaccl"  # studio-a and studio-b: cabled, RDMA on
+    assert report.copies_needed == ("studio-a", "studio-b")
+    for check in checks(report, "model"):
+        assert check.status == "warn" and "lacks" in check.message and "copies" in check.fix
+    python = checks(report, "python", "studio-a")[0]
+    assert python.status == "ok" and sys.executable in python.message
+    assert checks(report, "versions")[0].status == "ok"
+    by_name = {t.name: t for t in targets}
+    for node in report.copies_needed:
+        events: list[modelcopy.CopyProgress] = []
+        part = report.manifests[node]
+        modelcopy.copy_model(by_name[node], part, model, progress=events.append)
+        assert events[-1].phase == "verified"
+        assert events[-1].bytes_done == events[-1].bytes_total == part.total_bytes
+    again = run_preflight(targets, plan, model)
+    assert again.ok and again.copies_needed == ()
+    assert {c.status for c in checks(again, "model")} == {"ok"}
+    assert "Ready to start." in format_report(again)
+
+
+def test_a_node_whose_python_has_another_mlx_fails_the_version_check(
+    targets: list[Target], model: Path, tmp_path: Path
+) -> None:
+    # A Python that reports mlx 0.29.1: a fake distribution ahead of the real one.
+    fake = tmp_path / "fake-site"
+    info = fake / "mlx-0.29.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mlx\nVersion: 0.29.1\n")
+    wrapper = tmp_path / "old-python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={fake} exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    targets[1] = dataclasses.replace(targets[1], python=str(wrapper))
+    report = run_preflight(targets, plan_for(model), model)
+    [check] = checks(report, "versions")
+    assert check.status == "fail" and check.node == "studio-b"
+    assert "mlx 0.29.1" in check.message and "mlx 0.32.4" in check.message
+    assert f"{wrapper} -m pip install mlx==0.32.4" in check.fix
+    assert str(wrapper) in checks(report, "python", "studio-b")[0].message
+    assert not report.ok and "FAIL" in format_report(report)
+
+
+def test_a_different_model_on_a_node_is_refused(targets: list[Target], model: Path) -> None:
+    plan = plan_for(model)
+    first = run_preflight(targets, plan, model)
+    target = targets[0]
+    modelcopy.copy_model(target, first.manifests[target.name], model)
+    folder = Path(modelcopy.remote_model_dir(target, first.manifests[target.name]))
+    (folder / MARKER).unlink()
+    config = folder / "config.json"
+    config.write_bytes(config.read_bytes().replace(b"llama", b"llamb", 1))
+    report = run_preflight(targets, plan, model)
+    [check] = checks(report, "model", "studio-a")
+    assert check.status == "fail" and "config.json" in check.message
+    assert "will not overwrite" in check.fix and str(folder) in check.fix
+    assert not report.ok and "studio-a" not in report.copies_needed
+
+
+def test_a_plan_needing_more_memory_than_a_node_has_fails(
+    targets: list[Target], model: Path
+) -> None:
+    plan = plan_for(model)
+    # Both fixture Macs have 512 GB; studio-b's iogpu.wired_limit_mb lets the GPU use 448.
+    sizes = {"studio-a": 300 * GIB, "studio-b": 500 * GIB}
+    heavy = tuple(dataclasses.replace(r, weights_bytes=sizes[r.node]) for r in plan.ranks)
+    report = run_preflight(targets, dataclasses.replace(plan, ranks=heavy), model)
+    memory = {c.node: c for c in checks(report, "memory")}
+    assert memory["studio-b"].status == "fail"
+    assert "can give the GPU only" in memory["studio-b"].message
+    assert "iogpu.wired_limit_mb" in memory["studio-b"].message
+    assert memory["studio-a"].status == "ok"
+    assert not report.ok
+
+
+def test_an_unreachable_host_is_named_with_a_fix(
+    targets: list[Target], model: Path, sshd: SSHServer
+) -> None:
+    gone = dataclasses.replace(targets[1], host="127.0.0.9")  # nothing listens there
+    report = run_preflight([targets[0], gone], plan_for(model), model)
+    [check] = checks(report, "ssh", "studio-b")
+    assert check.status == "fail" and "127.0.0.9" in check.message
+    assert "No SSH server answers" in check.message and "Remote Login" in check.fix
+    assert checks(report, "ssh", "studio-a")[0].status == "ok"
+    assert not report.ok
+    assert os.environ.get("MACMESH_CACHE_DIR")  # the hash cache stayed in the test's folder

@@ -1,0 +1,85 @@
+"""core.modelcopy's pure parts: reading the node's state, judging it, the progress meter."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from core import modelcopy as mc
+from core.manifest import FileEntry, Manifest
+
+WHOLE = Manifest(
+    "Some Model!",
+    (FileEntry("config.json", 10, "a" * 64), FileEntry("w.safetensors", 100, "b" * 64)),
+)
+
+
+def test_the_folder_name_is_readable_and_carries_the_model_id() -> None:
+    name = mc.folder_name(WHOLE)
+    assert name == f"Some_Model-{WHOLE.model_id[:12]}"
+    assert mc.folder_name(WHOLE.subset(["config.json"])) == name  # shards share it
+
+
+def test_parse_state_reads_marker_sizes_and_partials() -> None:
+    output = (
+        "@@dir\n@@marker\n" + WHOLE.to_json() + "\n@@end\n"
+        "have\t10\tconfig.json\npart\t40\tw.safetensors\nodd\t0\tsub dir/x\n"
+    )
+    state = mc.parse_state(output)
+    assert state.folder_exists and mc.Manifest.from_json(state.marker or "") == WHOLE
+    assert state.have == {"config.json": 10} and state.partial == {"w.safetensors": 40}
+    assert state.odd == ("sub dir/x",)
+    assert mc.parse_state("") == mc.RemoteState(False, None)
+
+
+def test_marker_vouches_sizes_are_checked_and_unvouched_files_are_hashed() -> None:
+    marked = mc.RemoteState(True, WHOLE.to_json(), {"config.json": 10, "w.safetensors": 100})
+    assert mc.evaluate(WHOLE, marked) == mc.Evaluation(("config.json", "w.safetensors"), (), (), {})
+    assert mc.evaluate(WHOLE, marked, verify=True).to_hash == ("config.json", "w.safetensors")
+    unmarked = mc.RemoteState(True, None, {"config.json": 10})
+    assert mc.evaluate(WHOLE, unmarked) == mc.Evaluation(
+        (), ("config.json",), ("w.safetensors",), {}
+    )
+    short = mc.RemoteState(True, WHOLE.to_json(), {"config.json": 10, "w.safetensors": 99})
+    assert "99 bytes instead of 100" in mc.evaluate(WHOLE, short).different["w.safetensors"]
+
+
+def test_a_marker_of_another_model_or_version_is_different() -> None:
+    other = Manifest("Some Model!", (FileEntry("config.json", 10, "c" * 64),))
+    state = mc.RemoteState(True, other.to_json(), {"config.json": 10})
+    assert "another model" in mc.evaluate(WHOLE, state).different["*"]
+    same_model_other_file = Manifest(
+        WHOLE.name, (FileEntry("config.json", 10, "c" * 64),), WHOLE.model_id
+    )
+    state = mc.RemoteState(True, same_model_other_file.to_json(), {"config.json": 10})
+    assert "another version" in mc.evaluate(WHOLE, state).different["config.json"]
+
+
+def test_verdict_reports_hash_mismatches_and_missing_bytes() -> None:
+    ev = mc.Evaluation((), ("config.json",), ("w.safetensors",), {})
+    bad = mc._verdict("n", "/f", WHOLE, ev, {"config.json": "0" * 64})
+    assert bad.status == "different" and "SHA-256 mismatch" in bad.reason
+    good = mc._verdict("n", "/f", WHOLE, ev, {"config.json": "a" * 64})
+    assert good.status == "missing" and good.missing_bytes == 100
+
+
+def test_the_meter_gives_no_eta_before_it_has_data_and_ends_at_the_total(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    events: list[mc.CopyProgress] = []
+    meter = mc._Meter("n", events.append)
+    meter.total, meter.done = 1000, 100
+    meter.start()
+    assert events[-1].eta_s is None and events[-1].rate is None
+    for _ in range(10):
+        now[0] += 0.2
+        meter.add(50, "w")  # 250 bytes/s
+    assert events[-1].rate == pytest.approx(250, rel=0.01)
+    assert events[-1].eta_s == pytest.approx((1000 - 600) / events[-1].rate)
+    meter.emit("verified", force=True)
+    assert events[-1].bytes_done == events[-1].bytes_total == 1000 and events[-1].eta_s == 0
+    done = [e.bytes_done for e in events]
+    assert done == sorted(done)
