@@ -106,11 +106,11 @@ def run_headless(
     telemetry = Telemetry()
     job = Job(spec)
     job.event.connect(telemetry.feed)
-    job.event.connect(lambda event: _print_token(event, out))
+    job.event.connect(lambda event: print_token(event, out))
     job.start()
     try:
         job.wait_ready()
-        summary = _ask(job, telemetry, args.prompt, args.max_tokens)
+        summary = ask_once(job, telemetry, args.prompt, args.max_tokens)
     except JobError as exc:
         err.write(f"\nmacmesh: the demo cluster failed: {exc}\nLogs: {job.run_dir}\n")
         return 1
@@ -127,12 +127,12 @@ def run_headless(
         **summary,
     }
     out.write("\n")
-    out.write(json.dumps(summary) + "\n" if args.json else _human(summary))
+    out.write(json.dumps(summary) + "\n" if args.json else human_summary(summary))
     out.flush()
     return 0
 
 
-def _ask(job: Job, telemetry: Telemetry, prompt: str, max_tokens: int) -> dict:
+def ask_once(job: Job, telemetry: Telemetry, prompt: str, max_tokens: int) -> dict:
     before = telemetry.link_totals()
     started = time.monotonic()
     request = job.generate(prompt, max_tokens=max_tokens)
@@ -157,13 +157,13 @@ def _ask(job: Job, telemetry: Telemetry, prompt: str, max_tokens: int) -> dict:
     }
 
 
-def _print_token(event: dict, out: TextIO) -> None:
+def print_token(event: dict, out: TextIO) -> None:
     if event["event"] == p.TOKEN:
         out.write(event["text"])
         out.flush()
 
 
-def _human(summary: dict) -> str:
+def human_summary(summary: dict) -> str:
     links = ", ".join(f"{k} {v / 1e6:.2f} MB/s" for k, v in summary["link_bytes_per_s"].items())
     return (
         f"{summary['strategy']} on {summary['nodes']} node(s): "

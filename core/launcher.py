@@ -6,10 +6,15 @@ contract (``core.mlxenv``), reads each rank's events (stdout) and log
 (stderr), and turns any rank's exit or silence into one clear failure that
 names the rank, after which every rank is ended.
 
+Ranks run on this machine (``LocalRank``: the demo) or, when the spec has
+``targets``, on the Macs they name (``RemoteRank`` over SSH): the worker is
+shipped to each node and its versions checked (``core.worker_ship``) before
+any rank starts; watchdog, failure diagnosis and stop are the same for both.
+
 Threads: each rank has two reader threads (stdout events, stderr log) and
-the job one monitor thread. ``Job.event``, ``Job.log`` and
-``Job.state_changed`` fire on those threads, never on the caller's: a GUI
-must cross to its own thread (``gui/bridge.py``).
+the job one monitor thread (which first prepares the nodes of a remote job).
+``Job.event``, ``Job.log`` and ``Job.state_changed`` fire on those threads,
+never on the caller's: a GUI must cross to its own thread (``gui/bridge.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ import itertools
 import sys
 import threading
 import time
+import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -27,7 +34,11 @@ from psygnal import Signal
 
 from core import mlxenv, paths
 from core.ranks import LocalRank, RankProcess
+from core.remote_ranks import RemoteRank, cluster_launches, rank_command
+from core.ssh import Connection, SSHError
+from core.targets import Target
 from core.worker import protocol as p
+from core.worker_ship import NodeSetup, prepare_node, version_skew
 
 BIND_FAILURE = "Couldn't bind socket"
 LOG_TAIL = 200
@@ -65,26 +76,39 @@ class JobSpec:
     watchdog_s: float = 20.0  # silence allowed once loaded (heartbeats come every second)
     bind_retries: int = 3
     rank_models: list[Path] | None = None  # per-rank model folder, when nodes hold different files
+    targets: list[Target] | None = None  # where each rank runs, rank order (None: this machine)
+    devices: list[list[str | list[str] | None]] | None = None  # jaccl: the device matrix
+
+    def __post_init__(self) -> None:
+        if self.targets is not None:
+            if not self.targets:
+                raise ValueError("a job needs at least one node")
+            self.nodes = len(self.targets)
 
     @property
     def rank_backend(self) -> str:
         """One rank needs no backend at all."""
         return self.backend if self.nodes > 1 else "single"
 
-    def worker_argv(self, rank: int) -> list[str]:
+    def worker_args(self, rank: int) -> list[str]:
+        """The worker's arguments (after ``-m core.worker``) for ``rank``."""
         model = self.rank_models[rank] if self.rank_models else self.model
-        argv = [self.python, "-m", "core.worker", "--model", str(model)]
-        argv += ["--strategy", self.strategy if self.nodes > 1 else "single"]
-        argv += ["--backend", self.rank_backend]
+        args = ["--model", str(model)]
+        args += ["--strategy", self.strategy if self.nodes > 1 else "single"]
+        args += ["--backend", self.rank_backend]
         if self.split and self.nodes > 1:
-            argv += ["--split", ",".join(str(n) for n in self.split)]
-        return argv
+            args += ["--split", ",".join(str(n) for n in self.split)]
+        return args
+
+    def worker_argv(self, rank: int, python: str | None = None) -> list[str]:
+        return [python or self.python, "-m", "core.worker", *self.worker_args(rank)]
 
 
 @dataclass
 class RankStatus:
     rank: int
-    pid: int | None = None
+    node: str | None = None  # the target's name, for a job placed on targets
+    pid: int | None = None  # a remote rank's: its process group on its node
     stage: str = "starting"
     loaded: bool = False
     last_seen: float = field(default_factory=time.monotonic)
@@ -98,7 +122,8 @@ class RankStatus:
 
 
 class Job:
-    """One distributed job on this machine's loopback (the demo cluster)."""
+    """One distributed job: on this machine's loopback (the demo cluster), or on the
+    spec's targets over SSH."""
 
     event = Signal(dict)  # every worker event, as parsed (reader threads)
     log = Signal(int, str)  # rank, a line of its stderr (reader threads)
@@ -120,20 +145,81 @@ class Job:
         self._ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
         self._attempt = 0
+        self._tag = uuid.uuid4().hex[:10]  # names this job's folders on the nodes
+        self._connections: dict[tuple, Connection] = {}
+        self._setups: dict[tuple, NodeSetup] = {}
+
+    @property
+    def remote(self) -> bool:
+        return any(not target.local for target in self.spec.targets or ())
 
     # -- lifecycle --
 
     def start(self) -> Job:
-        with self._lock:
-            self._launch()
-        monitor = threading.Thread(target=self._monitor, name="macmesh-job-monitor", daemon=True)
+        """Start the ranks (a remote job first prepares its nodes on the monitor thread,
+        so this returns at once; a failure there fails the job with the reason)."""
+        if self.remote:
+            self._set_state(JobState.STARTING, f"connecting to {self.spec.nodes} node(s)")
+            runner = self._prepare_then_monitor
+        else:
+            with self._lock:
+                self._launch()
+            runner = self._monitor
+        monitor = threading.Thread(target=runner, name="macmesh-job-monitor", daemon=True)
         monitor.start()
         return self
+
+    def _prepare_then_monitor(self) -> None:
+        try:
+            self._prepare_nodes()
+            with self._lock:
+                if self.state.finished or self.state == JobState.STOPPING:
+                    self._close_connections()
+                    return
+                self._launch()
+        except SSHError as exc:
+            self._fail(str(exc))
+            return
+        except Exception as exc:  # never leave a job "starting" forever
+            self._fail(f"Could not start the ranks: {type(exc).__name__}: {exc}")
+            return
+        self._monitor()
+
+    def _prepare_nodes(self) -> None:
+        """Connect to every node, ship the worker, check what will run it: in parallel."""
+        nodes = {_node_key(t): t for t in self.spec.targets or () if not t.local}
+
+        def prepare(key: tuple, target: Target) -> NodeSetup:
+            connection = target.connection()
+            with self._lock:
+                self._connections[key] = connection
+            connection.connect()
+            return prepare_node(connection, target.interpreter, target.cache_root)
+
+        errors = []
+        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            futures = {key: pool.submit(prepare, key, t) for key, t in nodes.items()}
+            for key, future in futures.items():
+                try:
+                    self._setups[key] = future.result()
+                except SSHError as exc:
+                    errors.append(str(exc))
+        if errors:
+            raise SSHError("", "\n".join(errors))
+        skew = version_skew(list(self._setups.values()))
+        if skew:
+            raise SSHError("", skew)
 
     def _launch(self) -> None:
         spec = self.spec
         self._attempt += 1
-        self.ranks = [RankStatus(rank) for rank in range(spec.nodes)]
+        names = [t.name for t in spec.targets] if spec.targets else [None] * spec.nodes
+        self.ranks = [RankStatus(rank, node=names[rank]) for rank in range(spec.nodes)]
+        self._procs = []
+        if spec.targets:
+            self._launch_targets()
+            self._set_state(JobState.LOADING, f"starting {spec.nodes} rank(s)")
+            return
         hostfile = None
         if spec.rank_backend == "ring":
             ports = mlxenv.free_ports(spec.nodes, spec.host)
@@ -147,18 +233,65 @@ class Job:
             )
             log_path = self.run_dir / f"rank{status.rank}.log"
             proc = LocalRank(status.rank, spec.worker_argv(status.rank), env, log_path)
-            status.pid = proc.pid
-            self._procs.append(proc)
-            for target, name in ((self._read_events, "events"), (self._read_log, "log")):
-                thread = threading.Thread(
-                    target=target,
-                    args=(proc, status),
-                    name=f"rank{status.rank}-{name}",
-                    daemon=True,
-                )
-                thread.start()
-                self._threads.append(thread)
+            self._follow(proc, status)
         self._set_state(JobState.LOADING, f"starting {spec.nodes} rank(s)")
+
+    def _launch_targets(self) -> None:
+        """One rank per target: MLX's files in a folder of the rank's own on its node,
+        the shipped worker run from its folder there (or a local rank for this Mac)."""
+        spec = self.spec
+        targets = spec.targets or []
+        backend = spec.rank_backend
+        addresses = [t.rank_address for t in targets]
+        ports = mlxenv.rank_ports(addresses if backend == "ring" else addresses[:1])
+        ports += [0] * (len(targets) - len(ports))  # jaccl: only the coordinator listens
+        job_dirs = []
+        for rank, target in enumerate(targets):
+            if target.local:
+                job_dirs.append(str(self.run_dir / f"rank{rank}-files-{self._attempt}"))
+            else:
+                root = self._setups[_node_key(target)].cache_root
+                job_dirs.append(f"{root}/jobs/{self._tag}-{self._attempt}-rank{rank}")
+        extra = {} if spec.telemetry else {p.ENV_TELEMETRY: "0"}
+        launches = cluster_launches(backend, addresses, ports, job_dirs, spec.devices, extra)
+        for launch, target, status in zip(launches, targets, self.ranks, strict=True):
+            argv = spec.worker_argv(status.rank, python=target.interpreter)
+            log_path = self.run_dir / f"rank{status.rank}.log"
+            if target.local:
+                folder = Path(launch.job_dir)
+                folder.mkdir(parents=True, exist_ok=True)
+                for name, text in launch.files.items():
+                    (folder / name).write_text(text)
+                env = mlxenv.rank_env(status.rank, "single")  # this machine's environment...
+                env.pop("MLX_RANK")
+                env.update(launch.env)  # ...with the rank's contract
+                proc: RankProcess = LocalRank(status.rank, argv, env, log_path)
+            else:
+                key = _node_key(target)
+                setup = self._setups[key]
+                env = {**launch.env, "PYTHONPATH": setup.worker_dir}
+                proc = RemoteRank(
+                    status.rank,
+                    self._connections[key],
+                    rank_command(launch, setup.worker_dir, argv),
+                    env,
+                    log_path,
+                    reconnect=lambda t=target: replace(t, timeout=min(t.timeout, 5.0)).connection(),
+                )
+            self._follow(proc, status)
+
+    def _follow(self, proc: RankProcess, status: RankStatus) -> None:
+        status.pid = proc.pid
+        self._procs.append(proc)
+        for target, name in ((self._read_events, "events"), (self._read_log, "log")):
+            thread = threading.Thread(
+                target=target,
+                args=(proc, status),
+                name=f"rank{status.rank}-{name}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self, grace_s: float = 3.0) -> None:
         """End the job: ask rank 0 to stop all ranks, then end whatever remains."""
@@ -315,13 +448,12 @@ class Job:
         for proc, status in zip(self._procs, self.ranks, strict=True):
             code = proc.poll()
             if code is not None:
-                status.exit_code = code
-                status.exited_at = status.exited_at or now
+                _record_exit(proc, status, code, now)
                 return _exit_message(status)
             limit = self.spec.watchdog_s if status.loaded else self.spec.load_timeout_s
             if now - status.last_seen > limit:
                 return (
-                    f"Rank {status.rank} stopped responding: no sign of life for "
+                    f"Rank {status.rank}{_where(status)} stopped responding: no sign of life for "
                     f"{now - status.last_seen:.0f} s while {status.stage}{_tail(status)}"
                 )
         return None
@@ -331,7 +463,7 @@ class Job:
         for proc, status in zip(self._procs, self.ranks, strict=True):
             code = proc.poll()
             if code is not None and status.exit_code is None:
-                status.exit_code, status.exited_at = code, time.monotonic()
+                _record_exit(proc, status, code, time.monotonic())
         exited = [s for s in self.ranks if s.exit_code is not None]
         if not exited:
             return None
@@ -349,7 +481,12 @@ class Job:
         with self._lock:
             if self.state.finished or self.state == JobState.STOPPING:
                 return
-            self._launch()
+            try:
+                self._launch()
+                return
+            except SSHError as exc:
+                failure = str(exc)
+        self._fail(failure)
 
     def _fail(self, message: str) -> None:
         with self._lock:
@@ -360,14 +497,13 @@ class Job:
         self._finish(JobState.FAILED, message)
 
     def _end_all(self) -> None:
-        for proc in self._procs:
-            proc.terminate()
+        procs = list(self._procs)
+        _each(procs, "terminate")  # in parallel: a remote rank's takes a round trip
         deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and any(pr.poll() is None for pr in self._procs):
+        while time.monotonic() < deadline and any(pr.poll() is None for pr in procs):
             time.sleep(0.05)
-        for proc in self._procs:
-            proc.kill()
-        for proc in self._procs:
+        _each(procs, "kill")
+        for proc in procs:
             proc.close()
         # The readers end at the ranks' EOF: wait for them, so every log line is written.
         for thread in self._threads:
@@ -382,6 +518,14 @@ class Job:
             self._set_state(state, message)
             self._finished.set()
             self._done_cond.notify_all()
+        self._close_connections()
+
+    def _close_connections(self) -> None:
+        with self._lock:
+            connections = list(self._connections.values())
+            self._connections.clear()
+        for connection in connections:
+            connection.close()
 
     def _set_state(self, state: JobState, message: str) -> None:
         self.state = state
@@ -394,17 +538,44 @@ class Job:
         return self.run_dir / f"rank{rank}.log"
 
 
+def _record_exit(proc: RankProcess, status: RankStatus, code: int, now: float) -> None:
+    status.exit_code = code
+    status.exited_at = status.exited_at or now
+    if proc.exit_reason and not status.error:
+        status.error = f"Rank {status.rank}{_where(status)} {proc.exit_reason} while {status.stage}"
+
+
 def _exit_message(status: RankStatus) -> str:
     code = status.exit_code
+    rank = f"Rank {status.rank}{_where(status)}"
     if status.error:
         what = status.error
+    elif code == -1:  # a remote rank ended by a signal ssh does not name
+        what = f"{rank} was killed while {status.stage}"
     elif code is not None and code < 0:
-        what = f"Rank {status.rank} was killed (signal {-code}) while {status.stage}"
+        what = f"{rank} was killed (signal {-code}) while {status.stage}"
     else:
-        what = f"Rank {status.rank} exited with code {code} while {status.stage}"
+        what = f"{rank} exited with code {code} while {status.stage}"
     if not what.lower().startswith("rank"):
         what = f"Rank {status.rank}: {what}"
     return what + _tail(status)
+
+
+def _where(status: RankStatus) -> str:
+    return f" on {status.node}" if status.node else ""
+
+
+def _node_key(target: Target) -> tuple:
+    """Ranks on one node with one Python share a connection and a prepared worker."""
+    return (target.host, target.port, target.user, target.interpreter, target.cache_root)
+
+
+def _each(procs: list[RankProcess], method: str) -> None:
+    threads = [threading.Thread(target=getattr(proc, method), daemon=True) for proc in procs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30.0)
 
 
 def _tail(status: RankStatus) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import threading
 
@@ -121,3 +122,28 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         for sock in sockets:
             sock.close()
     return ports
+
+
+def rank_ports(addresses: list[str]) -> list[int]:
+    """One port per rank, for the rank listening on ``addresses[i]``.
+
+    On an address of this machine (the demo, loopback test hosts) the kernel picks a
+    free one, as ``free_ports``. A peer's address cannot be tried from here: it gets an
+    unused port from the dynamic range, and a rank that cannot bind it makes the
+    launcher retry with new ports."""
+    ports: list[int] = []
+    for address in addresses:
+        try:
+            ports += free_ports(1, address)
+        except OSError:  # not an address of this machine
+            ports.append(_unused_dynamic_port())
+    return ports
+
+
+def _unused_dynamic_port() -> int:
+    with _handed_lock:
+        while True:
+            port = random.randint(49152, 65000)
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port

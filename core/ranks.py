@@ -1,6 +1,7 @@
 """One rank's process, as the launcher sees it: lines in, lines out, and a way to end it.
 
-``LocalRank`` runs on this machine (the demo cluster). Each rank gets its own
+``LocalRank`` runs on this machine (the demo cluster); ``core.remote_ranks.RemoteRank``
+runs on another Mac over SSH. Each local rank gets its own
 process group so that ending it ends anything it started, and its stdin is a
 pipe that the worker watches: if this controller dies, the pipe closes and
 the rank exits by itself.
@@ -21,6 +22,7 @@ from typing import Protocol
 class RankProcess(Protocol):
     rank: int
     pid: int
+    exit_reason: str | None  # how it ended when the exit status cannot say (a lost session)
 
     def send(self, line: str) -> None: ...
     def stdout_lines(self) -> Iterator[str]: ...
@@ -32,6 +34,8 @@ class RankProcess(Protocol):
 
 
 class LocalRank:
+    exit_reason: str | None = None  # a local exit status always says
+
     def __init__(self, rank: int, argv: list[str], env: dict[str, str], log_path: Path) -> None:
         self.rank = rank
         self._log = open(log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115

@@ -1,9 +1,15 @@
 import os
 import sys
 
-from core.worker.main import main
+if sys.argv[1:] == ["--version"]:
+    # Answer before importing the worker proper: mlx-lm takes seconds to import.
+    from core.worker.version import print_version
 
-code = main()
+    code = print_version()
+else:
+    from core.worker.main import main
+
+    code = main()
 sys.stderr.flush()
 sys.__stdout__.flush()
 # Skip interpreter teardown: a collective backend whose peers are gone can

@@ -4,6 +4,7 @@ Run by the launcher as ``python -m core.worker --model PATH --strategy S``
 with MLX's environment contract (MLX_RANK plus MLX_HOSTFILE for ring, or
 MLX_IBV_DEVICES and MLX_JACCL_COORDINATOR for jaccl). With ``--prompt`` it
 runs one request and exits: the form ``mlx.launch`` can start by hand.
+``--version`` prints what this worker is (``version.py``) and exits.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from core.worker import protocol as p
 from core.worker.serve import DEFAULT_MAX_TOKENS, Reporter, generate, read_commands, serve
 from core.worker.sharding import STRATEGIES, ShardError, load_shard, synchronise
 from core.worker.traffic import TrafficCounter
+from core.worker.version import print_version
 
 BACKENDS = ("ring", "jaccl", "jaccl-ring", "single")
 
@@ -36,6 +38,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompt", help="run this one request, then exit")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     parser.add_argument("--no-chat", action="store_true", help="send --prompt as raw text")
+    parser.add_argument(
+        "--version", action="store_true", help="print one JSON line of versions, then exit"
+    )
     return parser.parse_args(argv)
 
 
@@ -47,6 +52,8 @@ def init_group(backend: str) -> mx.distributed.Group:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:
+        return print_version()
     args = parse_args(argv)
     rank = int(os.environ.get("MLX_RANK", "0"))
     # stdout carries events only: anything a library prints goes to the log.

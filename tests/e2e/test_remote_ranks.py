@@ -1,0 +1,271 @@
+"""Ranks on simulated hosts through a real sshd: the same tokens as one process, and
+every failure clear, naming the rank, with nothing left running on any host."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from core import mlxenv
+from core.launcher import Job, JobError, JobSpec, JobState
+from core.targets import Target
+from tests.helpers.jobs import assert_no_ranks_left, run_job
+from tests.helpers.remote import loopback_targets, wait_nothing_left, workers
+from tests.helpers.sshd import SSHServer, running_sshd
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_models: dict[str, Path]) -> dict[str, list[int]]:
+    return {arch: run_job(JobSpec(model=tiny_models[arch], nodes=1)).tokens for arch in ("llama",)}
+
+
+@pytest.mark.parametrize("hosts", [2, 3])
+def test_ring_job_over_ssh_matches_one_process(
+    sshd: SSHServer, tmp_path: Path, tiny_models, reference, hosts: int
+) -> None:
+    targets = loopback_targets(sshd, tmp_path, hosts)
+    result = run_job(JobSpec(model=tiny_models["llama"], strategy="pipeline", targets=targets))
+    assert result.tokens == reference["llama"]
+    hellos = {e["rank"]: e for e in result.events if e["event"] == "hello"}
+    assert sorted(hellos) == list(range(hosts)) and hellos[0]["size"] == hosts
+    assert wait_nothing_left(sshd) == []
+
+
+def test_the_worker_is_shipped_once_and_each_ranks_files_are_removed(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    from core.worker_ship import worker_bundle
+
+    digest, _ = worker_bundle()
+    targets = loopback_targets(sshd, tmp_path, 2)
+    for _ in range(2):
+        run_job(JobSpec(model=tiny_models["llama"], targets=targets), max_tokens=2)
+    for target in targets:
+        root = Path(target.cache_root)
+        assert [p.name for p in (root / "worker").iterdir()] == [digest]
+        assert (root / "worker" / digest / "core" / "worker" / "main.py").is_file()
+        assert list((root / "jobs").iterdir()) == []  # each rank's folder went with it
+
+
+# -- faults --------------------------------------------------------------------------------
+
+
+def _ready_job(model: Path, targets, **overrides) -> Job:
+    job = Job(JobSpec(model=model, strategy="pipeline", targets=targets, **overrides)).start()
+    job.wait_ready(timeout=120)
+    return job
+
+
+def _generating(job: Job) -> str:
+    """Start a long request and return once tokens flow."""
+    tokens: list[dict] = []
+    job.event.connect(lambda e: e["event"] == "token" and tokens.append(e))
+    request = job.generate("tell me a long story", max_tokens=100_000)
+    deadline = time.monotonic() + 30
+    while len(tokens) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert tokens, "generation never started"
+    return request
+
+
+def _wait_finished(job: Job, within: float) -> float:
+    started = time.monotonic()
+    assert job.wait(within), f"the job did not end within {within} s (state {job.state})"
+    return time.monotonic() - started
+
+
+def _assert_nothing_left(job: Job, server: SSHServer) -> None:
+    assert_no_ranks_left(job)
+    assert workers(server.port) == []
+    assert wait_nothing_left(server) == []
+
+
+def test_a_killed_remote_rank_fails_the_job_within_5s_naming_it(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    job = _ready_job(tiny_models["llama"], loopback_targets(sshd, tmp_path, 2))
+    try:
+        request = _generating(job)
+        [worker] = workers(sshd.port, rank=1)
+        worker.send_signal(signal.SIGKILL)
+        assert _wait_finished(job, 5.0) < 5.0
+        assert job.state == JobState.FAILED
+        assert job.message.startswith("Rank 1 on node1 was killed (signal 9) while loaded")
+        with pytest.raises(JobError):
+            job.wait_done(request, timeout=1)
+    finally:
+        job.stop()
+    _assert_nothing_left(job, sshd)
+
+
+def test_a_hung_remote_rank_trips_the_watchdog_and_everything_is_killed(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    job = _ready_job(tiny_models["llama"], loopback_targets(sshd, tmp_path, 2), watchdog_s=2.0)
+    try:
+        [worker] = workers(sshd.port, rank=1)
+        worker.send_signal(signal.SIGSTOP)
+        _wait_finished(job, 15.0)
+        assert job.state == JobState.FAILED
+        assert job.message.startswith("Rank 1 on node1 stopped responding")
+    finally:
+        job.stop()
+    _assert_nothing_left(job, sshd)
+
+
+def test_stop_during_loading_over_ssh_is_clean(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    job = Job(JobSpec(model=tiny_models["qwen3"], targets=loopback_targets(sshd, tmp_path, 2)))
+    job.start()
+    deadline = time.monotonic() + 30
+    while job.state != JobState.LOADING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert job.state == JobState.LOADING
+    job.stop()
+    assert job.state == JobState.STOPPED
+    _assert_nothing_left(job, sshd)
+
+
+def test_stop_while_connecting_is_clean(sshd: SSHServer, tmp_path: Path, tiny_models) -> None:
+    job = Job(JobSpec(model=tiny_models["qwen3"], targets=loopback_targets(sshd, tmp_path, 2)))
+    job.start()
+    assert job.state == JobState.STARTING
+    job.stop()
+    assert job.state == JobState.STOPPED
+    time.sleep(2.0)  # the preparation finishing late must not start ranks
+    assert job.state == JobState.STOPPED and job.ranks == []
+    _assert_nothing_left(job, sshd)
+
+
+def test_losing_sshd_mid_run_fails_the_job_and_the_workers_exit(
+    tmp_path: Path, tiny_models
+) -> None:
+    with running_sshd(tmp_path / "sshd") as server:
+        job = _ready_job(tiny_models["llama"], loopback_targets(server, tmp_path, 2))
+        try:
+            _generating(job)
+            assert len(workers(server.port)) == 2
+            # The listener and every per-connection sshd die: the sessions drop.
+            sshds = [server.process.pid] + [
+                p.pid for p in psutil.Process(server.process.pid).children(recursive=True)
+                if p.name() == "sshd"
+            ]  # fmt: skip
+            for pid in sshds:
+                os.kill(pid, signal.SIGKILL)
+            assert _wait_finished(job, 5.0) < 5.0
+            assert job.state == JobState.FAILED
+            assert re.match(
+                r"Rank \d on node\d lost its SSH connection to 127\.0\.0\.\d", job.message
+            )
+            # Nobody can kill them now: the workers end because their stdin closed.
+            deadline = time.monotonic() + 10
+            while workers(server.port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert workers(server.port) == []
+        finally:
+            job.stop()
+
+
+def test_a_taken_port_on_a_host_is_retried_with_new_ports(
+    sshd: SSHServer, tmp_path: Path, tiny_models, monkeypatch
+) -> None:
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.3", 0))
+    blocker.listen()
+    busy = blocker.getsockname()[1]
+    real = mlxenv.rank_ports
+    calls: list[list[str]] = []
+
+    def first_busy(addresses: list[str]) -> list[int]:
+        calls.append(addresses)
+        ports = real(addresses)
+        return [ports[0], busy, *ports[2:]] if len(calls) == 1 else ports
+
+    monkeypatch.setattr(mlxenv, "rank_ports", first_busy)
+    try:
+        result = run_job(
+            JobSpec(model=tiny_models["llama"], targets=loopback_targets(sshd, tmp_path, 2)),
+            max_tokens=4,
+        )
+    finally:
+        blocker.close()
+    assert calls == [["127.0.0.2", "127.0.0.3"]] * 2
+    assert len(result.tokens) == 4
+    assert wait_nothing_left(sshd) == []
+
+
+# -- what runs the worker ------------------------------------------------------------------
+
+
+def _fake_python(path: Path, mlx_version: str) -> str:
+    """A node's Python that reports another mlx (and is otherwise this one)."""
+    path.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$*" = "-m core.worker --version" ]; then\n'
+        f'  {sys.executable} "$@" | sed \'s/"mlx": "[^"]*"/"mlx": "{mlx_version}"/\'\n'
+        "  exit 0\nfi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_another_mlx_on_one_node_fails_before_any_rank_starts(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    targets = loopback_targets(sshd, tmp_path, 2)
+    targets[1] = dataclasses.replace(
+        targets[1], python=_fake_python(tmp_path / "old-python", "0.29.0")
+    )
+    job = Job(JobSpec(model=tiny_models["llama"], targets=targets)).start()
+    _wait_finished(job, 30)
+    assert job.state == JobState.FAILED
+    assert "Every node must run the same mlx" in job.message
+    assert "0.29.0 on 127.0.0.3" in job.message and job.ranks == []
+    assert wait_nothing_left(sshd) == []
+
+
+def test_a_node_without_that_python_is_named_with_the_fix(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    targets = loopback_targets(sshd, tmp_path, 2)
+    targets[1] = dataclasses.replace(targets[1], python="/nowhere/python3")
+    job = Job(JobSpec(model=tiny_models["llama"], targets=targets)).start()
+    _wait_finished(job, 30)
+    assert job.state == JobState.FAILED
+    assert job.message.startswith("There is no Python at /nowhere/python3 on 127.0.0.3")
+    assert "set that node's Python" in job.message
+
+
+def test_an_unreachable_node_fails_the_job_with_the_ssh_reason(tmp_path: Path, tiny_models) -> None:
+    with socket.socket() as closed:  # a port where nothing listens
+        closed.bind(("127.0.0.2", 0))
+        port = closed.getsockname()[1]
+    target = Target("gone", "127.0.0.2", port=port, ssh_dir=tmp_path, known_hosts=tmp_path / "kh")
+    job = Job(JobSpec(model=tiny_models["llama"], targets=[target, target])).start()
+    _wait_finished(job, 30)
+    assert job.state == JobState.FAILED
+    assert job.message == f"No SSH server answers on 127.0.0.2 port {port}."
+
+
+def test_the_demo_model_over_ssh_gives_one_process_tokens(
+    sshd: SSHServer, tmp_path: Path, demo_model: Path
+) -> None:
+    expected = run_job(JobSpec(model=demo_model, nodes=1), max_tokens=8).tokens
+    targets = loopback_targets(sshd, tmp_path, 2)
+    result = run_job(JobSpec(model=demo_model, strategy="pipeline", targets=targets), max_tokens=8)
+    assert len(expected) >= 5 and result.tokens == expected  # it may end with "Paris."
+    assert "Paris" in result.text
+    assert wait_nothing_left(sshd) == []
