@@ -2,16 +2,20 @@
 
 Everything blocking (starting ranks, sending a prompt, stopping) runs on one serial queue
 of the bridge, in order: a Stop pressed during loading runs right after the Start that
-spawned the ranks, so no rank escapes. The job's own threads reach this object only
-through ``gui.bridge.JobRelay``. The chat history is kept here so every prompt is sent
-with the prior turns (a conversation, not isolated questions).
+spawned the ranks, so no rank escapes. On real Macs (``targets``) Start first runs
+``core.cluster_session``'s steps on that queue: the checks (their report is shown; a
+failed check ends in NOT_READY, Start stays available), then the copy of what is missing
+(per-node progress; Stop cancels it and the next Start resumes it), then the job. The
+job's own threads reach this object only through ``gui.bridge.JobRelay``. The chat
+history is kept here so every prompt is sent with the prior turns (a conversation, not
+isolated questions).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +29,11 @@ from gui import format as fmt
 from gui.bridge import Bridge, JobRelay
 
 if TYPE_CHECKING:
+    from core.cluster_session import ClusterSession
     from core.launcher import JobSpec
+    from core.modelcopy import CopyProgress
+    from core.preflight import PreflightReport
+    from core.targets import Target
     from core.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -43,6 +51,9 @@ MAX_AVERAGES = 256
 
 class RunState(StrEnum):
     IDLE = "idle"
+    CHECKING = "checking"  # preflight on real Macs
+    COPYING = "copying"  # the model to the Macs that lack it
+    NOT_READY = "not-ready"  # a check failed (or the copy did): nothing was started
     LOADING = "loading"  # includes starting the ranks
     READY = "ready"
     GENERATING = "generating"
@@ -53,7 +64,14 @@ class RunState(StrEnum):
     @property
     def active(self) -> bool:
         """A job exists and may still hold ranks."""
-        return self in (RunState.LOADING, RunState.READY, RunState.GENERATING, RunState.STOPPING)
+        return self in (
+            RunState.CHECKING,
+            RunState.COPYING,
+            RunState.LOADING,
+            RunState.READY,
+            RunState.GENERATING,
+            RunState.STOPPING,
+        )
 
 
 class RunController(QObject):
@@ -63,6 +81,9 @@ class RunController(QObject):
     token = Signal(str, str)  # request id, text piece
     answer_done = Signal(str, object)  # request id, the done event
     failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
+    preflight_done = Signal(object)  # core.preflight.PreflightReport
+    copy_progress = Signal(object)  # core.modelcopy.CopyProgress
+    setup_failed = Signal(str)  # the checks or the copy could not run: why, and what to do
 
     def __init__(
         self,
@@ -79,6 +100,9 @@ class RunController(QObject):
         self.telemetry: Telemetry | None = None
         self.relay: JobRelay | None = None
         self.plan: Plan | None = None
+        self.session: ClusterSession | None = None
+        self.report: PreflightReport | None = None
+        self.backend = "auto"  # for real Macs: auto, jaccl, jaccl-ring or ring
         self.t0 = time.monotonic()
         self.averages: list[tuple[float, float, float]] = []  # (start, end, tokens/s)
         self._history: list[dict[str, str]] = []
@@ -87,15 +111,24 @@ class RunController(QObject):
 
     # -- commands -------------------------------------------------------------------------
 
-    def start(self, info: ModelInfo, plan: Plan) -> None:
+    def start(self, info: ModelInfo, plan: Plan, targets: Sequence[Target] | None = None) -> None:
+        """Run ``plan``: on the demo's local ranks, or on ``targets`` (real Macs) after
+        the checks and the copy."""
         if self.state.active:
             return
         self._detach()
+        if targets is not None:
+            self._start_cluster(info, plan, targets)
+            return
         from core.demo import job_spec  # the launcher, numpy...: loaded at the first Start
+
+        self.session = self.report = None
+        self._run(info, plan, job_spec(info, plan))
+
+    def _run(self, info: ModelInfo, plan: Plan, spec: JobSpec) -> None:
         from core.launcher import Job
         from core.telemetry import Telemetry
 
-        spec = job_spec(info, plan)
         self.plan = plan
         self.job = job = (self._job_factory or Job)(spec)
         self.telemetry = Telemetry()
@@ -118,6 +151,13 @@ class RunController(QObject):
     def stop(self) -> None:
         """Stop at any moment; the ranks end on the serial queue, off the GUI thread."""
         if not self.state.active or self.state == RunState.STOPPING:
+            return
+        if self.state in (RunState.CHECKING, RunState.COPYING) and self.session is not None:
+            self.session.cancel()  # the step's result then ends in STOPPED
+            copying = self.state == RunState.COPYING
+            self._set_state(
+                RunState.STOPPING, "Stopping the copy…" if copying else "Stopping the checks…"
+            )
             return
         job = self.job
         self._pending = None
@@ -146,6 +186,8 @@ class RunController(QObject):
 
     def shutdown(self, timeout_s: float = 15.0) -> None:
         """Synchronous stop, for quitting: wait for queued work, then end every rank."""
+        if self.session is not None:
+            self.session.cancel()
         self._bridge.wait(timeout_s)
         job = self.job
         if job is not None and self.state.active:
@@ -167,6 +209,108 @@ class RunController(QObject):
         if job is None:
             return []
         return [(rank, job.rank_log(rank)) for rank in range(job.spec.nodes)]
+
+    # -- real Macs: checks, copy, then the job -------------------------------------------
+
+    def _start_cluster(self, info: ModelInfo, plan: Plan, targets: Sequence[Target]) -> None:
+        from core.cluster_session import ClusterError, ClusterSession
+
+        self.plan, self.job, self.report = plan, None, None
+        try:
+            session = ClusterSession(info, plan, targets, self.backend)
+        except ClusterError as error:
+            self.session = None
+            self._not_ready(str(error))
+            return
+        self.session = session
+        session.progress.connect(lambda progress: self._cross(session, progress))
+        count = len(plan.nodes_used)
+        self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
+        self._bridge.run_in_background(
+            session.preflight,
+            lambda report: self._checked(session, info, report),
+            lambda error: self._setup_error(session, "The checks could not run", error),
+            queue=self._queue,
+        )
+
+    def _cross(self, session: ClusterSession, progress: CopyProgress) -> None:
+        """On a copying thread: hand the progress to the GUI thread."""
+        self._bridge.run_on_main(
+            lambda: self.copy_progress.emit(progress) if session is self.session else None
+        )
+
+    def _checked(self, session: ClusterSession, info: ModelInfo, report: PreflightReport) -> None:
+        if session is not self.session:
+            return
+        self.report = report
+        self.preflight_done.emit(report)
+        if self.state == RunState.STOPPING or session.cancelled:
+            self._set_state(RunState.STOPPED, "Stopped before anything was started.")
+        elif not report.ok:
+            failed = len(report.failures)  # each is shown with its fix (preflight_done)
+            self._set_state(
+                RunState.NOT_READY,
+                f"Not ready: {failed} check{'s' * (failed != 1)} failed. Fix "
+                f"{'them' if failed != 1 else 'it'} as shown, then press Start again.",
+            )
+        elif report.copies_needed:
+            names = ", ".join(report.copies_needed)
+            self._set_state(RunState.COPYING, f"Copying {info.name} to {names}…")
+            self._bridge.run_in_background(
+                session.copy,
+                lambda _results: self._copied(session, info),
+                lambda error: self._copy_error(session, error),
+                queue=self._queue,
+            )
+        else:
+            self._launch(session, info)
+
+    def _copied(self, session: ClusterSession, info: ModelInfo) -> None:
+        if session is not self.session:
+            return
+        if self.state == RunState.STOPPING or session.cancelled:
+            self._set_state(RunState.STOPPED, "Stopped. The model is on every Mac now.")
+            return
+        self._launch(session, info)
+
+    def _copy_error(self, session: ClusterSession, error: BaseException) -> None:
+        from core.cluster_session import CopyCancelled
+
+        if session is not self.session:
+            return
+        if isinstance(error, CopyCancelled):
+            self._set_state(
+                RunState.STOPPED,
+                "Copy stopped. What arrived is kept: the next Start continues from there.",
+            )
+            return
+        self._setup_error(session, "The model could not be copied", error)
+
+    def _launch(self, session: ClusterSession, info: ModelInfo) -> None:
+        try:
+            spec = session.job_spec()
+        except Exception as error:  # a node's folder could not be asked: say so, never crash
+            self._setup_error(session, "The job could not be prepared", error)
+            return
+        self._run(info, session.plan, spec)
+
+    def _setup_error(self, session: ClusterSession, what: str, error: BaseException) -> None:
+        if session is not self.session:
+            return
+        if self.state == RunState.STOPPING:
+            self._set_state(RunState.STOPPED, "Stopped before anything was started.")
+            return
+        from core.cluster_session import ClusterError
+
+        detail = (
+            str(error) if isinstance(error, ClusterError) else f"{type(error).__name__}: {error}"
+        )
+        log.warning("%s: %s", what, detail)
+        self._not_ready(f"{what}: {detail}")
+
+    def _not_ready(self, message: str) -> None:
+        self._set_state(RunState.NOT_READY, message.splitlines()[0])
+        self.setup_failed.emit(message)
 
     # -- internals -------------------------------------------------------------------------
 

@@ -1,5 +1,8 @@
 """The Run pane: Start/Stop, loading per node, failures, big numbers, chat and live plots.
 
+On real Macs Start first shows the checks and the model copy (``preflight_view``);
+"mlx.launch…" shows the equivalent command for the current plan (``launch_dialog``).
+
 A ``QTimer`` redraws numbers and plots at ``REDRAW_HZ`` while a job runs, and only when
 telemetry received something since the last tick; arriving data never redraws directly.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import shiboken6
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import (
@@ -27,9 +31,12 @@ from core.settings import MAX_TOKENS_LIMIT
 from gui.bridge import Bridge
 from gui.model.planning import LABELS
 from gui.run.chat import ChatView
+from gui.run.cluster_source import ClusterSource
 from gui.run.controller import RunController, RunState
 from gui.run.failure import FailureBanner
+from gui.run.launch_dialog import LaunchDialog, show_launch_dialog
 from gui.run.numbers import BigNumbers
+from gui.run.preflight_view import PreflightView
 from gui.run.progress import RankProgress
 from gui.style import set_role
 from gui.widgets import Badge, Card, label
@@ -41,6 +48,9 @@ if TYPE_CHECKING:
 REDRAW_HZ = 10
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
+    RunState.CHECKING: ("Checking", "accent"),
+    RunState.COPYING: ("Copying", "accent"),
+    RunState.NOT_READY: ("Not ready", "warning"),
     RunState.LOADING: ("Loading", "accent"),
     RunState.READY: ("Ready", "success"),
     RunState.GENERATING: ("Generating", "accent"),
@@ -75,11 +85,17 @@ class RunPane(Card):
         self._plan: Plan | None = None
         self._drawn = -1
         self._running = False
+        self._bridge = bridge
+        self._source: ClusterSource | None = None
+        self.launch_dialog: LaunchDialog | None = None
         self.state_badge = Badge("Idle", "muted")
         self.header.insertWidget(1, self.state_badge)
         self.body.addLayout(self._controls())
         self.banner = FailureBanner()
         self.body.addWidget(self.banner)
+        self.checks = PreflightView()
+        self.checks.hide()
+        self.body.addWidget(self.checks, 1)
         self.progress_box = QFrame()
         set_role(self.progress_box, "subcard")
         box = QVBoxLayout(self.progress_box)
@@ -117,6 +133,9 @@ class RunPane(Card):
         c.token.connect(self.chat.add_token)
         c.answer_done.connect(self.chat.finish_answer)
         c.failed.connect(self._failed)
+        c.preflight_done.connect(self.checks.show_report)
+        c.copy_progress.connect(self.checks.show_copy)
+        c.setup_failed.connect(self.checks.show_error)
         self._show_state(RunState.IDLE, "")
 
     @property
@@ -155,6 +174,11 @@ class RunPane(Card):
         row.addWidget(self.start_button)
         row.addWidget(self.stop_button)
         row.addWidget(self.status, 1)
+        self.launch_button = QPushButton("mlx.launch…")
+        set_role(self.launch_button, "link")
+        self.launch_button.setToolTip("Show the equivalent mlx.launch command and hostfile")
+        self.launch_button.clicked.connect(self.show_launch)
+        row.addWidget(self.launch_button)
         row.addWidget(label("Max tokens", "secondary"))
         row.addWidget(self.max_tokens)
         return row
@@ -166,16 +190,87 @@ class RunPane(Card):
         if not self.controller.state.active:
             self._show_state(self.controller.state, "")
 
+    def set_cluster(self, source: ClusterSource | None) -> None:
+        """Where the plan's nodes are (the Cluster pane); without one every plan is local."""
+        self._source = source
+
+    def _targets(self) -> list | None:
+        """The plan's real Macs, None for the demo; ValueError when one is not ready."""
+        if self._source is None or self._plan is None:
+            return None
+        return self._source.targets(list(self._plan.nodes_used))
+
     def start(self) -> None:
         if self._info is None or self._plan is None or self._plan.verdict != "fits":
             return
+        try:
+            targets = self._targets()
+        except ValueError as error:
+            self.checks.show_checking([])
+            self.checks.show_error(f"{error}\nWait until every Mac is ready, then Start.")
+            self.status.setText(str(error).splitlines()[0])
+            return
         self.banner.hide()
+        self.checks.hide()
+        if targets is not None:
+            self.checks.show_checking(list(self._plan.nodes_used))
         self.chat.clear()
         self.plots.clear()
         self.numbers.clear()
         self._drawn = -1
         self.progress.reset({r.rank: r.node for r in self._plan.ranks})
-        self.controller.start(self._info, self._plan)
+        self.controller.start(self._info, self._plan, targets)
+
+    def launch_job(self) -> Callable[[], dict] | None:
+        """What works out the equivalent mlx.launch for the current plan (it may ask a
+        node over SSH where its cache is: run it off the GUI thread). None: no plan.
+        ValueError when a Mac of the plan is not ready."""
+        info, plan = self._info, self._plan
+        if info is None or plan is None or plan.verdict != "fits":
+            return None
+        targets = self._targets()
+        if targets is None:
+
+            def demo() -> dict:
+                from core.cluster_session import demo_launch
+                from core.demo import job_spec
+
+                return demo_launch(job_spec(info, plan))
+
+            return demo
+        names = list(plan.nodes_used)
+        facts = self._source.facts(names) if self._source is not None else []
+        report = self.controller.report
+
+        def real() -> dict:
+            from core.cluster_session import planned_launch
+
+            return planned_launch(info, plan, targets, facts, report)
+
+        return real
+
+    def show_launch(self) -> None:
+        """Open the mlx.launch dialog (worked out off the GUI thread)."""
+        try:
+            work = self.launch_job()
+        except ValueError as error:
+            self.status.setText(f"The mlx.launch command cannot be shown yet: {error}")
+            return
+        if work is None:
+            return
+        self.launch_button.setEnabled(False)
+
+        def shown(launch: dict) -> None:
+            self.launch_button.setEnabled(True)
+            if self.launch_dialog is not None and shiboken6.isValid(self.launch_dialog):
+                self.launch_dialog.close()  # one at a time: the newest plan's
+            self.launch_dialog = show_launch_dialog(launch, self.window())
+
+        def failed(error: BaseException) -> None:
+            self.launch_button.setEnabled(True)
+            self.status.setText(f"The mlx.launch command cannot be shown: {error}")
+
+        self._bridge.run_in_background(work, shown, failed)
 
     def stop(self) -> None:
         self.controller.stop()
@@ -215,8 +310,17 @@ class RunPane(Card):
             and self._plan.verdict == "fits"
         )
         self.start_button.setEnabled(can_start)
+        self.launch_button.setEnabled(
+            self._info is not None and self._plan is not None and self._plan.verdict == "fits"
+        )
         self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
         self.status.setText(self._status_text(state, message))
+        # Before a job exists the checks and the copy are the whole story: they take the
+        # room of the numbers, chat and plots (nothing to show there yet).
+        setup = state in (RunState.CHECKING, RunState.COPYING, RunState.NOT_READY)
+        self.checks.setVisible(setup)
+        self.numbers.setVisible(not setup)
+        self.splitter.setVisible(not setup)
         if state == RunState.LOADING:
             self.progress_box.show()
             self.chat.set_accepting(True, "Ask now: sent once loaded…")
@@ -237,8 +341,10 @@ class RunPane(Card):
     def _status_text(self, state: RunState, message: str) -> str:
         if state == RunState.READY and self._plan is not None:
             return f"Ready · {describe_plan(self._plan)}"
-        if state.active or state == RunState.FAILED:
+        if state.active or state in (RunState.FAILED, RunState.NOT_READY):
             return message
+        if state == RunState.STOPPED and message not in ("", "Stopped."):
+            return message  # e.g. a stopped copy: what arrived is kept
         if self._info is None:
             return "Choose a model to start."
         if self._plan is None:

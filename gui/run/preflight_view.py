@@ -1,0 +1,311 @@
+"""The checks before Start on real Macs, and the model copy: one row per check, grouped
+by Mac, each with its result and (when it is not ok) what to do; then one bar per Mac
+that receives the model, with bytes, speed and time left.
+
+It only shows what ``RunController`` hands it (``core.preflight.PreflightReport``,
+``core.modelcopy.CopyProgress``): no logic beyond wording.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLayout,
+    QProgressBar,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.style import set_role
+from gui.widgets import Badge, label, section
+
+CLUSTER = "cluster"  # core.preflight.CLUSTER: checks about all the Macs together
+ICONS = {"ok": "✓", "warn": "!", "fail": "✕"}
+NAMES = {
+    "ssh": "Reachable",
+    "python": "Python",
+    "versions": "Versions",
+    "macos": "macOS",
+    "model": "Model",
+    "memory": "Memory",
+    "plan": "Plan",
+    "backend": "Backend",
+}
+BAR_STEPS = 1000
+MIN_HEIGHT = 120  # below this the rows scroll
+
+
+def copy_line(progress: Any) -> str:
+    """ "12.3 of 45.6 MB · 80.1 MB/s · about 3 s left" (nothing said before it is known)."""
+    if progress.phase == "verified":
+        return f"{fmt_mb(progress.bytes_total)} · verified"
+    if progress.phase == "checking":
+        return "checking what is there…"
+    parts = [f"{fmt_mb(progress.bytes_done)} of {fmt_mb(progress.bytes_total)}"]
+    if progress.phase == "verifying":
+        parts.append("verifying")
+    if progress.rate:
+        parts.append(f"{fmt_mb(progress.rate)}/s")
+    if progress.eta_s is not None and progress.phase == "copying":
+        parts.append(f"about {fmt_duration(progress.eta_s)} left")
+    elif progress.phase == "copying":
+        parts.append("measuring speed…")
+    return " · ".join(parts)
+
+
+def fmt_mb(count: int) -> str:
+    if count >= 10**9:
+        return f"{count / 1e9:.2f} GB"
+    return f"{count / 1e6:.1f} MB"
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+class PreflightView(QFrame):
+    """The checks and the copy, in a sub-card that scrolls when it is long."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        set_role(self, "subcard")
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(14, 10, 14, 12)
+        outer.setSpacing(8)
+        top = QHBoxLayout()
+        top.setSpacing(8)
+        top.addWidget(section("Checks before start"))
+        self.badge = Badge("Checking", "accent")
+        top.addWidget(self.badge)
+        top.addStretch(1)
+        self.backend = label("", "secondary")
+        top.addWidget(self.backend)
+        outer.addLayout(top)
+        self.intro = label("", "secondary", wrap=True)
+        outer.addWidget(self.intro)
+        self.rows_widget = _Rows()
+        self.rows = QGridLayout(self.rows_widget)
+        self.rows.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
+        self.rows.setContentsMargins(0, 0, 0, 0)
+        self.rows.setHorizontalSpacing(10)
+        self.rows.setVerticalSpacing(4)
+        self.rows.setColumnStretch(2, 1)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.rows_widget)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer.addWidget(self.scroll)
+        self.error = label("", "error-text", wrap=True, selectable=True)
+        self.error.setTextFormat(Qt.TextFormat.PlainText)
+        self.error.hide()
+        outer.addWidget(self.error)
+        self.copy_box = QWidget()
+        copy_layout = QVBoxLayout(self.copy_box)
+        copy_layout.setContentsMargins(0, 6, 0, 0)
+        copy_layout.setSpacing(6)
+        self.copy_title = section("Copying the model")
+        copy_layout.addWidget(self.copy_title)
+        self.copy_grid = QGridLayout()
+        self.copy_grid.setHorizontalSpacing(12)
+        self.copy_grid.setVerticalSpacing(6)
+        self.copy_grid.setColumnStretch(1, 1)
+        copy_layout.addLayout(self.copy_grid)
+        self.copy_note = label(
+            "Stop keeps what arrived: the next Start continues from there.", "hint", wrap=True
+        )
+        copy_layout.addWidget(self.copy_note)
+        self.copy_box.hide()
+        outer.addWidget(self.copy_box)
+        outer.addStretch(1)
+        self.copy_rows: dict[str, tuple[QProgressBar, Any]] = {}
+        self.checks: list[Any] = []
+
+    # -- what the controller hands over ------------------------------------------------
+
+    def show_checking(self, names: list[str]) -> None:
+        self._clear_rows()
+        self._clear_copies()
+        self.error.hide()
+        self.badge.set("Checking", "accent")
+        self.backend.setText("")
+        self.intro.setText(
+            f"Asking {', '.join(names)} over SSH: Python, mlx and mlx-lm, the model, memory, "
+            "and how the Macs are cabled…"
+        )
+        self.intro.show()
+        self.show()
+
+    def show_report(self, report: Any) -> None:
+        self._clear_rows()
+        self.checks = list(report.checks)
+        failed = len(report.failures)
+        if failed:
+            self.badge.set(f"{failed} failed", "danger")
+            self.intro.setText("Nothing was started. Fix what is marked ✕, then press Start again.")
+        elif report.copies_needed:
+            self.badge.set("Copy needed", "warning")
+            self.intro.setText(
+                f"Every check passed; {', '.join(report.copies_needed)} "
+                f"need{'s' * (len(report.copies_needed) == 1)} the model first."
+            )
+        else:
+            self.badge.set("Ready", "success")
+            self.intro.setText("Every check passed.")
+        self.backend.setText(f"Backend: {report.backend.name}")
+        self.backend.setToolTip(report.backend.reason)
+        row = 0
+        for node, checks in _grouped(self.checks):
+            heading = label("All Macs" if node == CLUSTER else node, "check-node")
+            self.rows.addWidget(heading, row, 0, 1, 3)
+            row += 1
+            for check in checks:
+                icon = label(ICONS.get(check.status, "?"), f"check-{check.status}")
+                icon.setAlignment(Qt.AlignmentFlag.AlignCenter)
+                icon.setFixedSize(18, 18)
+                name = label(NAMES.get(check.name, check.name.title()), "check-name")
+                text = check.message
+                message = label(text, "check-message", wrap=True, selectable=True)
+                self.rows.addWidget(icon, row, 0, Qt.AlignmentFlag.AlignTop)
+                self.rows.addWidget(name, row, 1, Qt.AlignmentFlag.AlignTop)
+                self.rows.addWidget(message, row, 2)
+                row += 1
+                if check.fix and check.status != "ok":
+                    fix = label(f"→ {check.fix}", "check-fix", wrap=True, selectable=True)
+                    self.rows.addWidget(fix, row, 2)
+                    row += 1
+        self.rows.setRowStretch(row, 1)
+        self._fit()
+        self.show()
+
+    def show_error(self, message: str) -> None:
+        """The checks or the copy could not run: the reason and what to do."""
+        self.badge.set("Not ready", "danger")
+        if not self.checks:
+            self.intro.hide()
+        self.error.setText(message)
+        self.error.show()
+        for bar, _detail in self.copy_rows.values():
+            if bar.value() < BAR_STEPS:
+                _flag(bar, "failed")
+        self.show()
+
+    def show_copy(self, progress: Any) -> None:
+        row = self.copy_rows.get(progress.node)
+        if row is None:
+            bar = QProgressBar()
+            bar.setRange(0, BAR_STEPS)
+            bar.setTextVisible(False)
+            detail = label("", "secondary")
+            detail.setMinimumWidth(260)
+            index = len(self.copy_rows)
+            self.copy_grid.addWidget(label(progress.node, "fact-value"), index, 0)
+            self.copy_grid.addWidget(bar, index, 1)
+            self.copy_grid.addWidget(detail, index, 2)
+            self.copy_rows[progress.node] = row = (bar, detail)
+            self.copy_box.show()
+            self.badge.set("Copying", "accent")
+        bar, detail = row
+        bar.setValue(round(progress.fraction * BAR_STEPS))
+        if progress.phase == "verified":
+            _flag(bar, "done")
+        detail.setText(copy_line(progress))
+        if self.copy_rows and all(b.value() >= BAR_STEPS for b, _ in self.copy_rows.values()):
+            self.badge.set("Copied", "success")
+
+    def copy_text(self) -> dict[str, str]:
+        return {node: detail.text() for node, (_bar, detail) in self.copy_rows.items()}
+
+    def text(self) -> str:
+        """Everything the view says, for tests and accessibility."""
+        parts = [self.badge.text(), self.backend.text(), self.intro.text()]
+        for i in range(self.rows.count()):
+            widget = self.rows.itemAt(i).widget()
+            if widget is not None and hasattr(widget, "text"):
+                parts.append(widget.text())
+        parts += list(self.copy_text().values())
+        if self.error.isVisible() or self.error.text():
+            parts.append(self.error.text())
+        return "\n".join(p for p in parts if p)
+
+    # -- layout -----------------------------------------------------------------------
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self.checks:  # wrapped rows change height with the width
+            self._fit()
+
+    def _fit(self) -> None:
+        """As tall as the rows when there is room, else it scrolls."""
+        for i in range(self.rows.count()):  # new children show only on the next loop turn,
+            widget = self.rows.itemAt(i).widget()  # and hidden ones take no room: show now
+            if widget is not None:
+                widget.show()
+        self.rows.invalidate()
+        self.rows.activate()
+        width = self.scroll.viewport().width()
+        height = (
+            self.rows.heightForWidth(width)
+            if self.rows.hasHeightForWidth() and width > 100
+            else self.rows.sizeHint().height()
+        )
+        self.scroll.setMaximumHeight(max(height + 6, 1))  # no taller than its rows...
+        self.scroll.setMinimumHeight(min(height, MIN_HEIGHT))  # ...and scrolls when short
+
+    def _clear_rows(self) -> None:
+        self.checks = []
+        while self.rows.count():
+            item = self.rows.takeAt(0)
+            if item.widget():
+                item.widget().hide()  # gone from view now, deleted at the next loop turn
+                item.widget().deleteLater()
+        self.scroll.setMinimumHeight(0)
+        self.scroll.setMaximumHeight(1)
+
+    def _clear_copies(self) -> None:
+        while self.copy_grid.count():
+            item = self.copy_grid.takeAt(0)
+            if item.widget():
+                item.widget().hide()
+                item.widget().deleteLater()
+        self.copy_rows = {}
+        self.copy_box.hide()
+
+
+class _Rows(QWidget):
+    """The rows inside the scroll area: as tall as their wrapped text at the area's width
+    (height for width), never forced taller by the labels' narrow-width minimum."""
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(super().minimumSizeHint().width(), 0)
+
+
+def _grouped(checks: list[Any]) -> list[tuple[str, list[Any]]]:
+    """Checks per Mac in the order the Macs first appear; the all-Macs checks last."""
+    groups: dict[str, list[Any]] = {}
+    for check in checks:
+        groups.setdefault(check.node, []).append(check)
+    ordered = [(node, items) for node, items in groups.items() if node != CLUSTER]
+    if CLUSTER in groups:
+        ordered.append((CLUSTER, groups[CLUSTER]))
+    return ordered
+
+
+def _flag(bar: QProgressBar, name: str) -> None:
+    bar.setProperty(name, "true")
+    bar.style().unpolish(bar)
+    bar.style().polish(bar)

@@ -1,0 +1,190 @@
+"""core.cluster_session through a real sshd: two simulated Thunderbolt 4 Mac minis
+(mini-tb4: no RDMA, so auto runs ring over their addresses), each with its own cache."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from core.cluster_session import (
+    ClusterError,
+    ClusterSession,
+    CopyCancelled,
+    demo_launch,
+    planned_launch,
+)
+from core.demo import job_spec, plan_demo
+from core.launcher import JobSpec
+from core.modelcopy import CopyProgress, check
+from core.modelinfo import read_model_info
+from core.plan_memory import GIB, Node, PlanOptions
+from core.planner import Plan, make_plan
+from core.targets import Target
+from tests.fixtures.macos.make_bin import make_bin
+from tests.helpers.jobs import run_job
+from tests.helpers.remote import wait_nothing_left
+from tests.helpers.sshd import SSHServer
+from tests.helpers.tiny_models import make_tiny_model
+
+pytestmark = pytest.mark.slow
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "macos"
+HOSTS = {"127.0.0.2": "mini-g", "127.0.0.3": "mini-h"}
+
+
+@pytest.fixture(scope="module")
+def sshd_addresses() -> tuple[str, ...]:
+    return tuple(HOSTS)
+
+
+@pytest.fixture(scope="module")
+def sshd_host_bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tb4-bins")
+    return {a: make_bin(FIXTURES / "mini-tb4" / h, root / h) for a, h in HOSTS.items()}
+
+
+@pytest.fixture(autouse=True)
+def _hash_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MACMESH_CACHE_DIR", str(tmp_path / "hash-cache"))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny llama in four weight files, plus 16 MB of tokenizer-like data every rank
+    needs: big enough to stop a copy halfway."""
+    folder = make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", layers=4, shards=4)
+    (folder / "vocab.bin").write_bytes(os.urandom(16 << 20))
+    return folder
+
+
+@pytest.fixture
+def targets(sshd: SSHServer, tmp_path: Path) -> list[Target]:
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts_lines())
+    return [
+        Target(
+            name,
+            address,
+            sshd.port,
+            known_hosts=known,
+            ssh_dir=sshd.client_dir,
+            cache_root=str(tmp_path / f"cache-{name}"),
+        )
+        for address, name in HOSTS.items()
+    ]
+
+
+def pipeline(model: Path) -> Plan:
+    nodes = [Node(name, 32 * GIB) for name in HOSTS.values()]
+    return make_plan(read_model_info(model), nodes, options=PlanOptions(strategy="pipeline"))
+
+
+def test_checks_copy_with_progress_then_the_job_runs_on_both_macs(
+    targets: list[Target], model: Path, sshd: SSHServer
+) -> None:
+    info = read_model_info(model)
+    session = ClusterSession(info, pipeline(model), targets)
+    report = session.preflight()
+    assert report.ok, [c.message for c in report.failures]
+    assert report.backend.name == "ring"  # Thunderbolt 4: no RDMA, said plainly
+    assert report.copies_needed == ("mini-g", "mini-h")
+    events: list[CopyProgress] = []
+    lock = threading.Lock()
+
+    def record(progress: CopyProgress) -> None:
+        with lock:
+            events.append(progress)
+
+    session.progress.connect(record)
+    results = session.copy()
+    assert sorted(r.node for r in results) == ["mini-g", "mini-h"]
+    last = {event.node: event for event in events}
+    assert set(last) == {"mini-g", "mini-h"}
+    for node, event in last.items():
+        assert event.phase == "verified" and event.eta_s == 0.0
+        assert event.bytes_done == event.bytes_total == report.manifests[node].total_bytes
+    for node in ("mini-g", "mini-h"):  # bytes done never go back
+        done = [e.bytes_done for e in events if e.node == node]
+        assert done == sorted(done)
+    spec = session.job_spec()
+    assert [t.name for t in spec.targets or []] == list(session.plan.nodes_used)
+    assert all(str(folder).startswith(str(Path(t.cache_root or "/"))) for folder, t in
+               zip(spec.rank_models or [], spec.targets or [], strict=True))  # fmt: skip
+    remote = run_job(spec, max_tokens=6)
+    local = run_job(JobSpec(model=model, strategy="pipeline", nodes=2), max_tokens=6)
+    assert remote.tokens == local.tokens and len(remote.tokens) == 6
+    assert wait_nothing_left(sshd) == []
+    again = ClusterSession(info, session.plan, targets).preflight()
+    assert again.ok and again.copies_needed == ()
+
+
+def test_stop_during_the_copy_keeps_what_arrived_and_the_next_copy_resumes(
+    targets: list[Target], model: Path, sshd: SSHServer
+) -> None:
+    info = read_model_info(model)
+    session = ClusterSession(info, pipeline(model), targets)
+    report = session.preflight()
+
+    def stop_early(progress: CopyProgress) -> None:
+        if progress.phase == "copying" and progress.bytes_done > progress.bytes_total // 5:
+            session.cancel()
+
+    session.progress.connect(stop_early)
+    with pytest.raises(CopyCancelled, match="continues from there"):
+        session.copy()
+    assert wait_nothing_left(sshd) == []
+    node = targets[0]
+    assert check(node, report.manifests[node.name]).status == "missing"
+    partial = Path(f"{check(node, report.manifests[node.name]).folder}.partial")
+    arrived = sum(f.stat().st_size for f in partial.rglob("*") if f.is_file())
+    assert arrived > 0
+    resumed = ClusterSession(info, session.plan, targets)
+    resumed.preflight()
+    results = {r.node: r for r in resumed.copy()}
+    total = report.manifests[node.name].total_bytes
+    assert results[node.name].sent_bytes < total - arrived + 0.05 * arrived
+    assert check(node, report.manifests[node.name]).status == "present"
+
+
+def test_a_failed_check_starts_nothing(targets: list[Target], model: Path) -> None:
+    import dataclasses
+
+    gone = dataclasses.replace(targets[1], host="127.0.0.9")  # nothing listens there
+    session = ClusterSession(read_model_info(model), pipeline(model), [targets[0], gone])
+    report = session.preflight()
+    assert not report.ok
+    [failure] = [c for c in report.failures if c.name == "ssh"]
+    assert failure.node == "mini-h" and "127.0.0.9" in failure.message and failure.fix
+    with pytest.raises(ClusterError, match="checks failed"):
+        session.copy()
+    with pytest.raises(ClusterError, match="checks failed"):
+        session.job_spec()
+
+
+def test_a_plan_on_macs_that_are_not_given_is_refused(targets: list[Target], model: Path):
+    with pytest.raises(ClusterError, match="mini-h"):
+        ClusterSession(read_model_info(model), pipeline(model), targets[:1])
+
+
+def test_the_equivalent_mlx_launch_for_real_macs_and_for_the_demo(
+    targets: list[Target], model: Path
+) -> None:
+    info = read_model_info(model)
+    plan = pipeline(model)
+    from core.probe.facts import NodeFacts
+
+    facts = [NodeFacts(name) for name in HOSTS.values()]  # nothing known: no RDMA
+    launch = planned_launch(info, plan, targets, facts)
+    assert launch["backend"] == "ring" and not launch["local"]
+    assert launch["command"][:3] == ["mlx.launch", "--hostfile", "hostfile.json"]
+    hosts = launch["hostfile"]["hosts"]
+    assert [h["ssh"] for h in hosts] == [t.host for t in targets]
+    assert [h["ips"] for h in hosts] == [[t.host] for t in targets]
+    assert "--split" in launch["command"]
+    demo_plan = plan_demo(info, 3, "pipeline")
+    demo = demo_launch(job_spec(info, demo_plan))
+    assert demo["command"][:5] == ["mlx.launch", "-n", "3", "--backend", "ring"]
+    assert demo["hostfile"] is None and demo["local"]
+    assert demo["command"][demo["command"].index("--") + 1 :][:2] == ["-m", "core.worker"]
