@@ -1,7 +1,9 @@
 """``macmesh`` with no command: the application and its window.
 
 ``main(argv)`` is what ``gui.cli`` calls. Flags: ``--demo`` shows the demo cluster at
-once, ``--theme light|dark`` overrides the system's colour scheme. Environment:
+once (and looks for no Mac), ``--theme light|dark`` overrides the system's colour scheme,
+``--interfaces en0,en5`` says where to look for Macs (default: the saved setting, else
+``core.discovery.default_interfaces()``). Environment:
 ``MACMESH_FIRST_PAINT=1`` prints ``MACMESH_FIRST_PAINT <time.time()>`` when the window has
 first painted and quits (the startup benchmark reads it).
 """
@@ -16,6 +18,7 @@ import signal
 import socket
 import sys
 import time
+from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QSocketNotifier, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
@@ -43,10 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="macmesh", description="The MacMesh window.")
     parser.add_argument("--demo", action="store_true", help="start with the demo cluster")
     parser.add_argument("--theme", choices=("light", "dark"), help="override the system's")
+    parser.add_argument(
+        "--interfaces", metavar="IF,...", help="where to look for Macs: en0,en5 or all"
+    )
     args, qt_args = parser.parse_known_args(argv)
     if not display_available():
         return _headless()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from gui.help_menu import log_to_file
+
+    log_to_file()
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     configure(app, args.theme)
     from gui.main_window import MainWindow  # after the QApplication: widgets need it
@@ -56,8 +65,49 @@ def main(argv: list[str] | None = None) -> int:
         _report_first_paint(window)
     _close_on_signals(window)
     app.aboutToQuit.connect(window.run.shutdown)
+    if not args.demo and not os.environ.get(FIRST_PAINT_ENV):
+        _AfterFirstPaint(window, lambda: _start_scanner(window, args.interfaces))
     window.show()
     return app.exec()
+
+
+def _start_scanner(window: Any, interfaces: str | None) -> None:
+    """Look for Macs: the live node service on the interfaces asked for or saved, feeding
+    the Cluster pane. Made after the first paint (importing it takes about a second),
+    started off the GUI thread (it blocks while zeroconf claims our name), closed at exit
+    (ending every probe)."""
+    from core.discovery import choose_interfaces
+    from core.scanner import Scanner
+    from core.settings import load_settings
+
+    try:
+        chosen = choose_interfaces(interfaces, load_settings().interfaces)
+        scanner = Scanner(window.cluster.registry, interfaces=chosen)
+    except ValueError as error:
+        window.statusBar().showMessage(f"MacMesh cannot look for Macs: {error}")
+        return
+    window.cluster.set_scanner(scanner)
+    QApplication.instance().aboutToQuit.connect(scanner.close)
+
+    def failed(error: BaseException) -> None:
+        window.statusBar().showMessage(f"MacMesh cannot look for Macs: {error}")
+
+    window.bridge.run_in_background(scanner.start, None, failed)
+
+
+class _AfterFirstPaint(QObject):
+    """Runs ``then`` once the window has painted its first frame."""
+
+    def __init__(self, window: QWidget, then: Any) -> None:
+        super().__init__(window)
+        self._then = then
+        window.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            watched.removeEventFilter(self)
+            QTimer.singleShot(0, self._then)
+        return False
 
 
 def display_available() -> bool:

@@ -7,6 +7,8 @@ subcommands run on machines without a display.
     macmesh                      the window (or, with no display, the headless demo)
     macmesh demo [--headless]    the demo cluster
     macmesh plan MODEL ...       what fits where, and why
+    macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
+    macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="macmesh",
         description="Turn the Macs on a desk into one MLX cluster.",
-        epilog="With no command, MacMesh opens its window.",
+        epilog="With no command, MacMesh opens its window "
+        "(options: --demo, --theme light|dark, --interfaces IF,...).",
     )
     parser.add_argument("--version", action="version", version=f"macmesh {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -30,17 +33,29 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run the demo cluster on this machine")
     add_arguments(demo)
     commands.add_parser("plan", help="what fits where, pipeline or tensor, and why", add_help=False)
+    commands.add_parser("run", help="run a model on Macs over SSH, ask once", add_help=False)
+    commands.add_parser("nodes", help="the nodes found, their facts and cables", add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:  # the window: skip building the subcommands' parsers (they import numpy)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        # The window, with its own options (--demo, --theme, --interfaces): skip building
+        # the subcommands' parsers (they import numpy).
         return _app(argv)
     if argv and argv[0] == "plan":
         from core.plan_report import plan_cli
 
         return plan_cli(argv[1:])
+    if argv[0] == "nodes":
+        from core.nodes_cli import nodes_cli
+
+        return nodes_cli(argv[1:])
+    if argv[0] == "run":
+        from core.cluster_run import run_cli
+
+        return run_cli(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)

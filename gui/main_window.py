@@ -14,9 +14,11 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QScrollArea, QVBoxLayout, QWidget
 
 from gui.bridge import Bridge
+from gui.help_menu import install_help_menu
 from gui.model.pane import ModelPane
 from gui.nodes.pane import ClusterPane
 from gui.preferences import Preferences, restore_window, save_window
+from gui.run.cluster_source import PaneSource
 from gui.run.pane import RunPane
 
 if TYPE_CHECKING:
@@ -42,7 +44,9 @@ class MainWindow(QMainWindow):
         self.cluster = ClusterPane(self.bridge)
         self.model = ModelPane(self.bridge)
         self.run = RunPane(self.bridge, job_factory)
+        self.run.set_cluster(PaneSource(self.cluster))  # demo or real Macs: Start asks it
         self._compose()
+        self.help_menu = install_help_menu(self)
         self._wire()
         self._restore(demo)
 

@@ -1,6 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
-MACMESH_BENCH_ONLY=planner,gui,launcher,telemetry,memory picks some;
+MACMESH_BENCH_ONLY=planner,discovery,probe,gui,launcher,remote,copy,telemetry,memory picks
+some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -32,16 +33,44 @@ def _planner(_model) -> dict:
     return bench_planner()
 
 
+def _remote(model) -> dict:
+    from tests.benchmarks.bench_remote import bench_remote
+
+    return bench_remote(model)
+
+
 def _gui(_model) -> dict:
     from tests.benchmarks.bench_gui import bench_gui
 
     return bench_gui()
 
 
+def _discovery(_model) -> dict:
+    from tests.benchmarks.bench_discovery import bench_discovery
+
+    return bench_discovery()
+
+
+def _probe(_model) -> dict:
+    from tests.benchmarks.bench_discovery import bench_probe
+
+    return bench_probe()
+
+
+def _copy(_model) -> dict:
+    from tests.benchmarks.bench_copy import bench_copy
+
+    return bench_copy()
+
+
 BENCHES = {
     "planner": _planner,
+    "discovery": _discovery,
+    "probe": _probe,
     "gui": _gui,
     "launcher": bench_engine.bench_launcher,
+    "remote": _remote,
+    "copy": _copy,
     "telemetry": bench_engine.bench_telemetry,
     "memory": _memory,
 }

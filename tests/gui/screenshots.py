@@ -9,7 +9,23 @@ machine, and saves light and dark PNGs of three states to OUTDIR (default
 - ``running``: the second answer of a conversation streaming in, live plots;
 - ``error``: a rank killed mid-job: the launcher's message and the per-rank log buttons.
 
-Settings, logs and window geometry go to a temporary home; every rank is ended at exit.
+and the Cluster pane alone, fed the fixture clusters' real parsed facts (no network):
+
+- ``cluster-mesh4``: four ready Mac Studios, one being probed, one new Mac to trust;
+- ``cluster-mesh4-cables``, ``cluster-ring4-cables``: the Thunderbolt map (the ring with
+  its two missing mesh cables dashed);
+- ``cluster-guide``, ``cluster-trust``, ``cluster-access``: the RDMA guide for a macOS 27
+  Mac, a first contact's fingerprint, setting up access with a password.
+
+and the Run pane's setup on real Macs (``take_run_setup``, no network):
+
+- ``run-preflight-failed``, ``run-preflight-copy``: the checks before start (one Mac
+  runs another mlx), then the model copy under way with speed and time left;
+- ``launch-command``, ``launch-command-demo``: the equivalent mlx.launch dialog.
+
+``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
+only the Run pane's setup shots. Settings, logs and
+window geometry go to a temporary home; every rank is ended at exit.
 """
 
 from __future__ import annotations
@@ -153,7 +169,238 @@ def take(outdir: Path) -> list[Path]:
     return saved
 
 
+CLUSTER_WIDTH = 434  # the Cluster pane's width in the window's left column
+
+
+def take_cluster(outdir: Path) -> list[Path]:
+    """The Cluster pane with the fixture clusters, light and dark."""
+    import tempfile as _tempfile
+    from dataclasses import replace
+
+    import paramiko
+    from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
+
+    from core.discovery import BonjourPeer
+    from core.registry import ProbeState
+    from core.ssh import UnknownHostKey
+    from gui import style
+    from gui.app import configure
+    from gui.bridge import Bridge
+    from gui.nodes.pane import CABLES, MACS, ClusterPane
+    from tests.fixtures.macos.hosts import load_facts
+    from tests.gui.fakes import FakeScanner
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    configure(app, "light")
+    saved: list[Path] = []
+    home = Path(_tempfile.mkdtemp(prefix="macmesh-cluster-shots-"))
+
+    def peer(name: str, address: str, is_self: bool = False) -> BonjourPeer:
+        return BonjourPeer(
+            name, frozenset({"_ssh._tcp.local."}), hostname=f"{name}.local.",
+            addresses=(address,), ssh_port=22, model="Mac15,14", osxvers=25, is_self=is_self,
+        )  # fmt: skip
+
+    def pane_for(fixture_set: str, extras: bool) -> tuple[QWidget, ClusterPane, FakeScanner]:
+        scanner = FakeScanner(home / f"{fixture_set}-hosts.json")
+        frame = QWidget()
+        frame.setObjectName("central")
+        layout = QVBoxLayout(frame)
+        layout.setContentsMargins(14, 14, 14, 14)
+        pane = ClusterPane(bridge, scanner=scanner, host_is_mac=True, open_url=lambda _url: None)
+        layout.addWidget(pane)
+        frame.setFixedWidth(CLUSTER_WIDTH + 28)
+        registry = scanner.registry
+        for i, facts in enumerate(load_facts(fixture_set)):
+            registry.peer_seen(peer(facts.name, f"10.0.0.{i + 2}", is_self=i == 0))
+            registry.set_probe_result(facts.name, ProbeState.READY, "", facts)
+        if extras:
+            scanner.add_host("mini.local")
+            registry.set_probe_state(
+                "mini.local", ProbeState.PROBING, "Asking mini.local over SSH for its facts…"
+            )
+            registry.peer_seen(peer("studio-e", "10.0.0.9"))
+            key = UnknownHostKey("studio-e.local", 22, paramiko.ECDSAKey.generate(), home / "kh")
+            registry.set_probe_state(
+                "studio-e", ProbeState.NEEDS_HOST_KEY, "Compare its fingerprint, then trust it."
+            )
+            scanner.host_key_needed.emit("studio-e", key)
+        frame.show()
+        settle(app, 0.2)
+        return frame, pane, scanner
+
+    def shoot(widget: QWidget, name: str, fit: bool = True) -> None:
+        for theme in (style.LIGHT, style.DARK):
+            style.apply(app, theme)
+            settle(app, 0.15)
+            if fit:
+                widget.adjustSize()
+            settle(app, 0.1)
+            path = outdir / f"{name}-{theme.name}.png"
+            widget.grab().save(str(path))
+            saved.append(path)
+        style.apply(app, style.LIGHT)
+
+    bridge = Bridge()
+    try:
+        frame, pane, _ = pane_for("mesh4", extras=True)
+        shoot(frame, "cluster-mesh4")
+        pane.show_view(CABLES)
+        shoot(frame, "cluster-mesh4-cables")
+        pane.show_view(MACS)
+        trust = pane.actions.show_host_key("studio-e")
+        assert trust is not None
+        shoot(trust, "cluster-trust")
+        trust.close()
+        access = pane.actions.show_access("studio-e")
+        assert access is not None
+        shoot(access, "cluster-access")
+        access.close()
+        frame.close()
+
+        frame, pane, _ = pane_for("ring4", extras=False)
+        pane.show_view(CABLES)
+        shoot(frame, "cluster-ring4-cables")
+        frame.close()
+
+        frame, pane, _ = pane_for("pair27", extras=False)
+        off = replace(load_facts("pair27")[1])
+        guide = pane.actions.show_guide(off.name)
+        assert guide is not None
+        shoot(guide, "cluster-guide", fit=False)
+        guide.close()
+        frame.close()
+    finally:
+        bridge.close()
+        app.processEvents()
+    return saved
+
+
+RUN_SIZE = (1000, 800)  # the Run pane's size in the default window
+
+
+def take_run_setup(outdir: Path) -> list[Path]:
+    """The Run pane's checks before start on two macOS 27 Macs (pair27's real parsed
+    facts; one runs another mlx), the model copy under way, and the mlx.launch dialog for
+    real Macs and for the demo: light and dark. Nothing connects anywhere."""
+    from dataclasses import replace
+
+    from PySide6.QtWidgets import QApplication
+
+    from core.cluster_session import demo_launch, planned_launch
+    from core.demo import job_spec, plan_demo
+    from core.manifest import FileEntry, Manifest
+    from core.modelcopy import CheckResult, CopyProgress
+    from core.plan_memory import Node, PlanOptions
+    from core.planner import make_plan
+    from core.preflight import Gathered, evaluate
+    from core.targets import Target
+    from gui import style
+    from gui.app import configure
+    from gui.bridge import Bridge
+    from gui.run.launch_dialog import LaunchDialog
+    from gui.run.pane import RunPane
+    from tests.fixtures.macos.hosts import load_facts
+    from tests.helpers.header_models import synthetic_model_info
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    configure(app, "light")
+    saved: list[Path] = []
+    info = synthetic_model_info(
+        name="Llama-3.3-70B-Instruct-4bit", layers=80, layer_bytes=470_000_000,
+        shared_bytes=1_100_000_000,
+    )  # fmt: skip
+    info = replace(info, path=Path("/Users/admin/Models") / info.name)
+    facts = load_facts("pair27")
+    nodes = [Node(f.name, f.memory_bytes or 0, chip=f.chip) for f in facts]
+    plan = make_plan(info, nodes, options=PlanOptions(strategy="pipeline"))
+    targets = [
+        Target(f.name, f"{f.name}.local", user="admin", python=f.python_executable) for f in facts
+    ]
+    model_id = "5f0c1e9a2b7d4c3e8a61f0b2d9e4c7a1"
+    manifests: dict[str, Manifest] = {}
+    for rank, stage in enumerate(plan.ranks):
+        weights = [
+            FileEntry(f"model-{i:05d}-of-00008.safetensors", 4_700_000_000, "0" * 64)
+            for i in range(1 + 4 * rank, 5 + 4 * rank)
+        ]
+        files = (FileEntry("config.json", 1_412, "1" * 64), *weights)
+        manifests[stage.node] = Manifest(info.name, files, model_id)
+    folder = "/Users/admin/Library/Caches/MacMesh/models/Llama-3.3-70B-Instruct-4bit-5f0c1e9a2b7d"
+
+    def gather(odd_mlx: bool) -> list[Gathered]:
+        result = []
+        for target, node_facts in zip(targets, facts, strict=True):
+            if target is targets[-1]:  # the fixture's second Mac has no mlx yet
+                versions = ("0.29.1", "0.28.0") if odd_mlx else ("0.32.4", "0.32.2")
+                node_facts = replace(
+                    node_facts, mlx_version=versions[0], mlx_lm_version=versions[1]
+                )
+            part = manifests[target.name]
+            missing = tuple(e.name for e in part.files)
+            size = sum(e.size for e in part.files)
+            check = CheckResult(target.name, "missing", folder, missing, size)
+            result.append(Gathered(target, node_facts, model=check))
+        return result
+
+    def shoot(widget, name: str) -> None:
+        for theme in (style.LIGHT, style.DARK):
+            style.apply(app, theme)
+            settle(app, 0.2)
+            path = outdir / f"{name}-{theme.name}.png"
+            widget.grab().save(str(path))
+            saved.append(path)
+        style.apply(app, style.LIGHT)
+
+    bridge = Bridge()
+    pane = RunPane(bridge)
+    pane.resize(*RUN_SIZE)
+    pane.set_plan(info, plan)
+    pane.show()
+    try:
+        failed = evaluate(plan, gather(odd_mlx=True), manifests)
+        pane.checks.show_report(failed)
+        count = len(failed.failures)
+        pane.controller.state_changed.emit(
+            "not-ready", f"Not ready: {count} check{'s' * (count != 1)} failed. Fix "
+            f"{'them' if count != 1 else 'it'} as shown, then press Start again.",
+        )  # fmt: skip
+        shoot(pane, "run-preflight-failed")
+        ready = evaluate(plan, gather(odd_mlx=False), manifests)
+        pane.checks.show_report(ready)
+        names = ", ".join(ready.copies_needed)
+        pane.controller.state_changed.emit("copying", f"Copying {info.name} to {names}…")
+        for node, done, rate in ((facts[0].name, 0.62, 1.12e9), (facts[1].name, 0.37, 0.86e9)):
+            total = manifests[node].total_bytes
+            left = total * (1 - done)
+            pane.checks.show_copy(
+                CopyProgress(node, "copying", int(total * done), total, rate, left / rate)
+            )
+        shoot(pane, "run-preflight-copy")
+        pane.controller.state_changed.emit("idle", "")
+
+        dialog = LaunchDialog(planned_launch(info, plan, targets, facts))
+        dialog.show()
+        shoot(dialog, "launch-command")
+        dialog.close()
+        demo_plan = plan_demo(info, 2, "pipeline")
+        spec = replace(job_spec(info, demo_plan), python="/Users/admin/mlx/bin/python3")
+        dialog = LaunchDialog(demo_launch(spec))
+        dialog.show()
+        shoot(dialog, "launch-command-demo")
+        dialog.close()
+    finally:
+        pane.close()
+        pane.deleteLater()
+        bridge.close()
+        app.processEvents()
+    return saved
+
+
 def main(argv: list[str]) -> int:
+    cluster_only = "--cluster" in argv
+    run_setup_only = "--run-setup" in argv
+    argv = [a for a in argv if a not in ("--cluster", "--run-setup")]
     outdir = Path(argv[0]) if argv else ROOT / "docs" / "screenshots"
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="macmesh-shots-") as home:
@@ -162,7 +409,13 @@ def main(argv: list[str]) -> int:
         os.environ["QT_QPA_PLATFORM"] = "xcb"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         with virtual_display():
-            for path in take(outdir.resolve()):
+            if run_setup_only:
+                shots = take_run_setup(outdir.resolve())
+            else:
+                shots = take_cluster(outdir.resolve()) + take_run_setup(outdir.resolve())
+            if not cluster_only and not run_setup_only:
+                shots += take(outdir.resolve())
+            for path in shots:
                 print(path)
     return 0
 
