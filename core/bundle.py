@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 APP_NAME = "MacMesh"
 #: The executable inside the bundle, relative to the folder holding MacMesh.app.
@@ -41,3 +42,19 @@ def app_binary() -> Path | None:
 def app_binary_candidates(home: str | Path) -> list[Path]:
     """``APP_BINARIES`` with ``$HOME`` as ``home``: where a Mac with that home has the app."""
     return [Path(p.replace("$HOME", str(home))) for p in APP_BINARIES]
+
+
+def worker_python(configured: str | None, facts: Any) -> str | None:
+    """The interpreter that runs the worker on a node whose probe gave ``facts``.
+
+    The person's choice first. Then the node's MacMesh.app when this machine runs the
+    app too (the same software everywhere) or when the node's Python has no mlx (peers
+    then need nothing but the app). Else the Python the probe found (the same path as
+    this machine's when the node has it, as ``mlx.launch`` assumes), None when unknown.
+    """
+    if configured:
+        return configured
+    app = getattr(facts, "macmesh_app", None)
+    if app and (is_frozen() or not getattr(facts, "mlx_version", None)):
+        return app
+    return getattr(facts, "python_executable", None)

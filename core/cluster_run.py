@@ -20,13 +20,15 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 from core import mlxenv
-from core.demo import DEFAULT_PROMPT, ask_once, human_summary, print_token
+from core.bundle import worker_python
+from core.demo import DEFAULT_PROMPT, run_and_summarise
 from core.hosts import parse_host
-from core.launcher import Job, JobError, JobSpec
+from core.launcher import JobSpec
 from core.modelcopy import CopyProgress, ModelCopyError, copy_model, remote_model_dir
 from core.modelinfo import ModelError, ModelInfo, read_model_info
 from core.plan_memory import Node, PlanOptions
@@ -37,7 +39,6 @@ from core.probe.remote import probe_over_ssh
 from core.rdma import node_verdict
 from core.ssh import SSHError, UnknownHostKey
 from core.targets import Target
-from core.telemetry import Telemetry
 from core.worker_ship import worker_bundle
 
 ENV_REMOTE_CACHE = "MACMESH_REMOTE_CACHE"
@@ -228,6 +229,11 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         targets = make_targets(hosts, args.python, args.cache_root)
         err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
         facts = probe_targets(targets)
+        # Each node's worker Python: --python, else MacMesh.app there when fitting.
+        targets = [
+            replace(t, python=worker_python(t.python, f))
+            for t, f in zip(targets, facts, strict=True)
+        ]
         plan = plan_cluster(info, facts, args.strategy)
         if plan.verdict != "fits":
             raise ClusterError(plan.reason)
@@ -260,23 +266,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             out.write("hostfile.json:\n" + json.dumps(launch["hostfile"], indent=2) + "\n")
         return 0
     err.write(f"Starting {spec.nodes} rank(s) on {', '.join(plan.nodes_used)}…\n")
-    telemetry = Telemetry()
-    job = Job(spec)
-    job.event.connect(telemetry.feed)
-    job.event.connect(lambda event: print_token(event, out))
-    job.start()
-    try:
-        job.wait_ready()
-        summary = ask_once(job, telemetry, args.prompt, args.max_tokens)
-    except JobError as exc:
-        err.write(f"\nmacmesh: the cluster failed: {exc}\nLogs: {job.run_dir}\n")
-        return 1
-    except KeyboardInterrupt:
-        err.write("\nmacmesh: interrupted; stopping every rank\n")
-        return 130
-    finally:
-        job.stop()
-    summary = {
+    about = {
         "strategy": spec.strategy if spec.nodes > 1 else "single",
         "nodes": spec.nodes,
         "hosts": list(plan.nodes_used),
@@ -284,12 +274,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         "split": spec.split,
         "model": info.name,
         "preflight": [check.to_dict() for check in report.checks],
-        **summary,
     }
-    out.write("\n")
-    out.write(json.dumps(summary) + "\n" if args.json else human_summary(summary))
-    out.flush()
-    return 0
+    return run_and_summarise(spec, args, about, "the cluster", out, err)
 
 
 def _progress_printer(err: TextIO) -> Callable[[CopyProgress], None]:

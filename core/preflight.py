@@ -289,9 +289,12 @@ def _python(g: Gathered) -> Check:
             t.name, "python", "fail",
             f"{t.name}'s Python {path} ({facts.python_version}) has no {' or '.join(missing)}.",
             f"On {t.name} run `{shlex.quote(wanted)} -m pip install {' '.join(missing)}` (the "
-            "same versions as the other nodes).",
+            "same versions as the other nodes), or install MacMesh.app there: its own Python "
+            "needs nothing else.",
         )  # fmt: skip
     runs = f"{wanted}, which runs {path}" if path != wanted else wanted
+    if facts.macmesh_app and wanted == facts.macmesh_app:
+        runs = f"MacMesh.app's own Python ({wanted})"
     return Check(
         t.name, "python", "ok",
         f"{t.name} uses {runs} (Python {facts.python_version}, mlx {facts.mlx_version}, "

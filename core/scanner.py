@@ -43,6 +43,7 @@ from pathlib import Path
 
 from psygnal import Signal
 
+from core.bundle import worker_python
 from core.discovery import Discovery, Interfaces, default_interfaces
 from core.hosts import HostList, ManualHost
 from core.probe.facts import NodeFacts, local_runner, run_local_probe
@@ -264,7 +265,7 @@ class Scanner:
             host=host,
             port=node.ssh_port or 22,
             user=node.user,
-            python=self.python or facts.python_executable,
+            python=worker_python(self.python, facts),
             address=address,
             local=node.is_self,
             known_hosts=self.known_hosts,

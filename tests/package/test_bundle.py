@@ -114,6 +114,18 @@ def test_the_app_binary_runs_the_worker_like_python(bundle: Path, home: Path) ->
     assert info["mlx"] and info["mlx_lm"]
 
 
+def test_the_app_binary_answers_the_probes_python_question(bundle: Path, home: Path) -> None:
+    """A peer's MacMesh.app is that node's Python for the probe and the model copy too."""
+    from core.probe.parsers import parse_python_versions
+    from core.probe.script import PYTHON_CODE
+
+    result = _run(bundle, home, "-c", PYTHON_CODE)
+    assert result.returncode == 0, result.stderr
+    versions = parse_python_versions(result.stdout)
+    assert versions.executable == str(bundle / "MacMesh")
+    assert versions.mlx and versions.mlx_lm
+
+
 def test_no_other_module_runs(bundle: Path, home: Path) -> None:
     result = _run(bundle, home, "-m", "json.tool")
     assert result.returncode == 2

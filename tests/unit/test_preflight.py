@@ -185,3 +185,14 @@ def test_a_node_without_mlx_gets_the_install_line() -> None:
     check = _by(report, "python", "studio-a")[0]
     assert check.status == "fail" and "no mlx or mlx-lm" in check.message
     assert "-m pip install mlx mlx-lm" in check.fix
+    assert "install MacMesh.app there" in check.fix
+
+
+def test_a_node_running_its_macmesh_app_says_so() -> None:
+    plan, gathered = _cluster()
+    app = "/Applications/MacMesh.app/Contents/MacOS/MacMesh"
+    facts = dataclasses.replace(gathered[0].facts, macmesh_app=app, python_executable=app)
+    target = dataclasses.replace(gathered[0].target, python=app)
+    gathered[0] = dataclasses.replace(gathered[0], target=target, facts=facts)
+    check = _by(evaluate(plan, gathered, {}), "python", "studio-a")[0]
+    assert check.status == "ok" and f"MacMesh.app's own Python ({app})" in check.message
