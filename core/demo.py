@@ -103,6 +103,21 @@ def run_headless(
         return 2
     spec = job_spec(info, plan)
     err.write(f"{info.summary()}\n{plan.reason}\nStarting {spec.nodes} rank(s)…\n")
+    about = {
+        "strategy": spec.strategy if spec.nodes > 1 else "single",
+        "nodes": spec.nodes,
+        "split": spec.split,
+        "model": info.name,
+    }
+    return run_and_summarise(spec, args, about, "the demo cluster", out, err)
+
+
+def run_and_summarise(
+    spec: JobSpec, args: argparse.Namespace, about: dict, what: str, out: TextIO, err: TextIO
+) -> int:
+    """Start ``spec``, ask ``args.prompt`` once streaming the answer to ``out``, stop every
+    rank, then print ``about`` and the figures (one JSON line with ``args.json``). The
+    exit code: 0, 1 when ``what`` (the cluster) failed, 130 when interrupted."""
     telemetry = Telemetry()
     job = Job(spec)
     job.event.connect(telemetry.feed)
@@ -110,22 +125,16 @@ def run_headless(
     job.start()
     try:
         job.wait_ready()
-        summary = ask_once(job, telemetry, args.prompt, args.max_tokens)
+        figures = ask_once(job, telemetry, args.prompt, args.max_tokens)
     except JobError as exc:
-        err.write(f"\nmacmesh: the demo cluster failed: {exc}\nLogs: {job.run_dir}\n")
+        err.write(f"\nmacmesh: {what} failed: {exc}\nLogs: {job.run_dir}\n")
         return 1
     except KeyboardInterrupt:
         err.write("\nmacmesh: interrupted; stopping every rank\n")
         return 130
     finally:
         job.stop()
-    summary = {
-        "strategy": spec.strategy if spec.nodes > 1 else "single",
-        "nodes": spec.nodes,
-        "split": spec.split,
-        "model": info.name,
-        **summary,
-    }
+    summary = {**about, **figures}
     out.write("\n")
     out.write(json.dumps(summary) + "\n" if args.json else human_summary(summary))
     out.flush()

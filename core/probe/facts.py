@@ -144,15 +144,23 @@ class _Reader:
         return section
 
     def parse(
-        self, name: str, parser: Callable[..., Any], *fields: str, stderr: bool = False
+        self,
+        name: str,
+        parser: Callable[..., Any],
+        *fields: str,
+        stderr: bool = False,
+        command: str = "",
     ) -> Any:
-        """The parser's result for a readable section, or None with ``fields`` unknown."""
+        """The parser's result for a readable section, or None with ``fields`` unknown.
+        With ``command`` (its name in the reason), a failed command's exit code and first
+        stderr line say why, rather than the parser's finding nothing."""
         section = self.section(name, *fields)
         if section is None:
             return None
         parsed = parser(section.stdout, section.stderr) if stderr else parser(section.stdout)
         if isinstance(parsed, Unknown):
-            self.unknown(parsed.reason, *fields)
+            why = first_line(section.stderr) if command and section.rc else ""
+            self.unknown(f"{command}: exit {section.rc}: {why}" if why else parsed.reason, *fields)
             return None
         return parsed
 
@@ -309,13 +317,8 @@ _PYTHON = ("python_version", "mlx_version", "mlx_lm_version")
 
 def _python(r: _Reader) -> None:
     """The node's Python and its mlx / mlx-lm versions."""
-    section = r.section("python", *_PYTHON)
-    if section is None:
-        return
-    versions = p.parse_python_versions(section.stdout)
-    if isinstance(versions, Unknown):
-        why = first_line(section.stderr) if section.rc else ""
-        r.unknown(f"python: exit {section.rc}: {why}" if why else versions.reason, *_PYTHON)
+    versions = r.parse("python", p.parse_python_versions, *_PYTHON, command="python")
+    if versions is None:
         return
     r.facts.update(
         python_version=versions.python,
@@ -336,13 +339,8 @@ def _macmesh_app(r: _Reader) -> None:
     if r.rc("macmesh_app") == RC_NOT_FOUND:
         return
     fields = ("macmesh_app", "macmesh_app_version")
-    section = r.section("macmesh_app", *fields)
-    if section is None:
-        return
-    app = p.parse_app_version(section.stdout)
-    if isinstance(app, Unknown):
-        why = first_line(section.stderr) if section.rc else ""
-        r.unknown(f"MacMesh.app: exit {section.rc}: {why}" if why else app.reason, *fields)
+    app = r.parse("macmesh_app", p.parse_app_version, *fields, command="MacMesh.app")
+    if app is None:
         return
     r.facts.update(macmesh_app=app.executable, macmesh_app_version=app.macmesh)
 

@@ -400,17 +400,24 @@ class PythonVersions:
     mlx_lm: str | None
 
 
+def _json_object(line: str) -> dict | None:
+    """The JSON object a whole line holds, else None (a probe's Python may print other
+    lines first)."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def parse_python_versions(text: str) -> PythonVersions | Unknown:
     """The probe's one JSON line; other lines (a sitecustomize's chatter) are skipped."""
     for line in _lines(text):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(data, dict) or not isinstance(data.get("python"), str):
+        data = _json_object(line)
+        if data is None or not isinstance(data.get("python"), str):
             continue
 
         def text_or_none(key: str, data: dict = data) -> str | None:
@@ -443,13 +450,8 @@ def parse_app_version(text: str) -> AppVersion | Unknown:
         line = line.strip()
         if path is None and line.startswith("/"):
             path = line
-        if not line.startswith("{"):
-            continue
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(data, dict) or "macmesh" not in data:
+        data = _json_object(line)
+        if data is None or "macmesh" not in data:
             continue
         values = [data.get(k) if isinstance(data.get(k), str) else None for k in AppVersion.KEYS]
         executable, *versions = values

@@ -37,6 +37,22 @@ def pill_rect(cell: QRectF, badge: RdmaBadge) -> QRectF:
     return QRectF(cell.left() + 6, cell.center().y() - HEIGHT / 2, width, HEIGHT)
 
 
+def draw_item_background(
+    delegate: QStyledItemDelegate,
+    painter: QPainter,
+    option: QStyleOptionViewItem,
+    index: QModelIndex | QPersistentModelIndex,
+) -> None:
+    """Stripes and selection, without the item's own text (the delegate draws that)."""
+    background = QStyleOptionViewItem(option)
+    delegate.initStyleOption(background, index)
+    background.text = ""
+    widget = option.widget
+    qstyle = widget.style() if widget else None
+    if qstyle is not None:
+        qstyle.drawControl(QStyle.ControlElement.CE_ItemViewItem, background, painter, widget)
+
+
 def _font() -> style.QFont:
     return style.ui_font(11, style.QFont.Weight.DemiBold)
 
@@ -48,13 +64,7 @@ class BadgeDelegate(QStyledItemDelegate):
         option: QStyleOptionViewItem,
         index: QModelIndex | QPersistentModelIndex,
     ) -> None:
-        background = QStyleOptionViewItem(option)
-        self.initStyleOption(background, index)
-        background.text = ""
-        widget = option.widget
-        qstyle = widget.style() if widget else None
-        if qstyle is not None:  # selection and stripes, without the text
-            qstyle.drawControl(QStyle.ControlElement.CE_ItemViewItem, background, painter, widget)
+        draw_item_background(self, painter, option, index)
         badge: RdmaBadge | None = index.data(BadgeRole)
         if badge is None:
             return

@@ -19,28 +19,15 @@ from PySide6.QtCore import (
     Signal,
 )
 from PySide6.QtGui import QFontMetrics, QMouseEvent, QPainter, QPen
-from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
+from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem
 
 from gui import style
-from gui.nodes.badge_delegate import badge_colors
+from gui.nodes.badge_delegate import badge_colors, draw_item_background
 from gui.nodes.table_model import HintRole, Status, StatusRole
 
 Index = QModelIndex | QPersistentModelIndex
 DOT_X, DOT_R, TEXT_X = 12, 4.0, 24
 ACTION_H, ACTION_PAD = 22, 10
-
-
-def _draw_background(
-    delegate: QStyledItemDelegate, painter: QPainter, option: QStyleOptionViewItem, index: Index
-) -> None:
-    """Stripes and selection, without the item's own text."""
-    background = QStyleOptionViewItem(option)
-    delegate.initStyleOption(background, index)
-    background.text = ""
-    widget = option.widget
-    qstyle = widget.style() if widget else None
-    if qstyle is not None:
-        qstyle.drawControl(QStyle.ControlElement.CE_ItemViewItem, background, painter, widget)
 
 
 def state_color(current: Status | None) -> str:
@@ -62,7 +49,7 @@ class NameDelegate(QStyledItemDelegate):
         self.phase = 0.0  # the spinner's angle in degrees, advanced by the pane's timer
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
-        _draw_background(self, painter, option, index)
+        draw_item_background(self, painter, option, index)
         theme = style.current()
         rect = QRectF(option.rect)
         current: Status | None = index.data(StatusRole)
@@ -139,7 +126,7 @@ class StatusDelegate(QStyledItemDelegate):
         if current is None:
             super().paint(painter, option, index)
             return
-        _draw_background(self, painter, option, index)
+        draw_item_background(self, painter, option, index)
         theme = style.current()
         rect = QRectF(option.rect).adjusted(6, 0, 0, 0)
         right = rect.right()

@@ -7,9 +7,7 @@ same model, prompt and token count, and reports medians.
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -20,82 +18,21 @@ import psutil
 from core import mlxenv
 from core.launcher import Job, JobSpec
 from core.telemetry import Telemetry
-from core.worker import protocol as p
-
-PROMPT = "Write a short story about a lighthouse keeper."
-
-
-def _macmesh_run(model: Path, max_tokens: int, telemetry: bool = True) -> dict:
-    """Start a 2-rank pipeline job, ask once as soon as it is ready, stop."""
-    first_token: list[float] = []
-    started = time.monotonic()
-    job = Job(JobSpec(model=model, strategy="pipeline", nodes=2, telemetry=telemetry))
-    job.event.connect(
-        lambda e: e["event"] == p.TOKEN and not first_token and first_token.append(time.monotonic())
-    )
-    job.start()
-    try:
-        job.wait_ready(timeout=300)
-        done = job.wait_done(job.generate(PROMPT, max_tokens=max_tokens), timeout=600)
-    finally:
-        job.stop()
-    return {
-        "generation_tps": done["generation_tps"],
-        "start_to_first_token_s": (first_token[0] if first_token else time.monotonic()) - started,
-    }
-
-
-def _mlx_launch_run(model: Path, max_tokens: int) -> dict:
-    """The same job by hand: mlx.launch starting the same worker in one-shot form."""
-    launcher = shutil.which("mlx.launch", path=str(Path(sys.executable).parent))
-    if launcher is None:
-        raise RuntimeError("mlx.launch is not installed next to this Python")
-    port = mlxenv.free_ports(1)[0]
-    argv = [
-        launcher, "--backend", "ring", "-n", "2", "--starting-port", str(port), "--",
-        sys.executable, "-m", "core.worker", "--model", str(model), "--strategy", "pipeline",
-        "--backend", "ring", "--prompt", PROMPT, "--max-tokens", str(max_tokens),
-    ]  # fmt: skip
-    started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    first_token = None
-    done = None
-    for line in proc.stdout:
-        # mlx.launch interleaves both ranks' output: rank 0's events are the ones we want.
-        event = p.parse_event(line)
-        if event is None or event["rank"] != 0:
-            continue
-        if event["event"] == p.TOKEN and first_token is None:
-            first_token = time.monotonic()
-        elif event["event"] == p.DONE:
-            done = event
-    proc.wait(timeout=60)
-    if done is None:
-        raise RuntimeError("the mlx.launch run produced no answer")
-    return {
-        "generation_tps": done["generation_tps"],
-        "start_to_first_token_s": (first_token or time.monotonic()) - started,
-    }
+from tests.benchmarks.launch_compare import PROMPT, compare, macmesh_run, mlx_launch_run
 
 
 def bench_launcher(model: Path, rounds: int = 3, max_tokens: int = 32) -> dict:
+    """A 2-rank pipeline job through MacMesh and by hand with mlx.launch, alternating."""
     ours, theirs = [], []
     for _ in range(rounds):
-        theirs.append(_mlx_launch_run(model, max_tokens))
-        ours.append(_macmesh_run(model, max_tokens))
-    tps_ours = statistics.median(r["generation_tps"] for r in ours)
-    tps_theirs = statistics.median(r["generation_tps"] for r in theirs)
-    ttft_ours = statistics.median(r["start_to_first_token_s"] for r in ours)
-    ttft_theirs = statistics.median(r["start_to_first_token_s"] for r in theirs)
+        port = mlxenv.free_ports(1)[0]
+        launch_args = ["--backend", "ring", "-n", "2", "--starting-port", str(port)]
+        theirs.append(mlx_launch_run(launch_args, model, max_tokens))
+        ours.append(macmesh_run(JobSpec(model=model, strategy="pipeline", nodes=2), max_tokens))
     return {
         "rounds": rounds,
         "max_tokens": max_tokens,
-        "macmesh_generation_tps": round(tps_ours, 3),
-        "mlx_launch_generation_tps": round(tps_theirs, 3),
-        "generation_tps_ratio": round(tps_ours / tps_theirs, 3),
-        "macmesh_start_to_first_token_s": round(ttft_ours, 3),
-        "mlx_launch_start_to_first_token_s": round(ttft_theirs, 3),
-        "start_to_first_token_delta_s": round(ttft_ours - ttft_theirs, 3),
+        **compare(ours, theirs),
         "targets": {"generation_tps_ratio": ">= 0.97", "start_to_first_token_delta_s": "<= 0.5"},
     }
 

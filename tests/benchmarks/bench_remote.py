@@ -15,41 +15,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from core import mlxenv
-from core.launcher import Job, JobSpec
-from core.worker import protocol as p
+from core.launcher import JobSpec
 from core.worker_ship import SOURCE_ROOT
+from tests.benchmarks.launch_compare import compare, macmesh_run, mlx_launch_run
 from tests.helpers.remote import loopback_targets, wait_nothing_left
 from tests.helpers.sshd import SSHServer, running_sshd
 
-PROMPT = "Write a short story about a lighthouse keeper."
 HOSTS = ("127.0.0.2", "127.0.0.3")
-
-
-def _macmesh_run(model: Path, targets, max_tokens: int) -> dict:
-    first_token: list[float] = []
-    started = time.monotonic()
-    job = Job(JobSpec(model=model, strategy="pipeline", targets=targets))
-    job.event.connect(
-        lambda e: e["event"] == p.TOKEN and not first_token and first_token.append(time.monotonic())
-    )
-    job.start()
-    try:
-        job.wait_ready(timeout=300)
-        done = job.wait_done(job.generate(PROMPT, max_tokens=max_tokens), timeout=600)
-    finally:
-        job.stop()
-    return {
-        "generation_tps": done["generation_tps"],
-        "start_to_first_token_s": (first_token[0] if first_token else time.monotonic()) - started,
-    }
 
 
 def _ssh_setup(server: SSHServer, root: Path) -> tuple[Path, dict]:
@@ -80,39 +56,12 @@ def _ssh_setup(server: SSHServer, root: Path) -> tuple[Path, dict]:
 
 
 def _mlx_launch_run(model: Path, bin_dir: Path, hostfile: Path, max_tokens: int) -> dict:
-    launcher = shutil.which("mlx.launch", path=str(Path(sys.executable).parent))
-    if launcher is None:
-        raise RuntimeError("mlx.launch is not installed next to this Python")
     port = mlxenv.free_ports(1, HOSTS[0])[0]
-    argv = [
-        launcher, "--hostfile", str(hostfile), "--starting-port", str(port),
-        "--cwd", str(SOURCE_ROOT), "--",
-        sys.executable, "-m", "core.worker", "--model", str(model), "--strategy", "pipeline",
-        "--backend", "ring", "--prompt", PROMPT, "--max-tokens", str(max_tokens),
+    launch_args = [
+        "--hostfile", str(hostfile), "--starting-port", str(port), "--cwd", str(SOURCE_ROOT),
     ]  # fmt: skip
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-        text=True, env=env,
-    )  # fmt: skip
-    first_token = None
-    done = None
-    for line in proc.stdout:
-        event = p.parse_event(line)  # both ranks' output, interleaved: keep rank 0's
-        if event is None or event["rank"] != 0:
-            continue
-        if event["event"] == p.TOKEN and first_token is None:
-            first_token = time.monotonic()
-        elif event["event"] == p.DONE:
-            done = event
-    proc.wait(timeout=60)
-    if done is None:
-        raise RuntimeError("the mlx.launch run produced no answer")
-    return {
-        "generation_tps": done["generation_tps"],
-        "start_to_first_token_s": (first_token or time.monotonic()) - started,
-    }
+    return mlx_launch_run(launch_args, model, max_tokens, env)
 
 
 def bench_remote(model: Path, rounds: int | None = None, max_tokens: int = 32) -> dict:
@@ -125,31 +74,23 @@ def bench_remote(model: Path, rounds: int | None = None, max_tokens: int = 32) -
             bin_dir, hostfile = _ssh_setup(server, root)
             hostfile_path = root / "hostfile.json"
             hostfile_path.write_text(json.dumps(hostfile))
-            _macmesh_run(model, targets, 2)  # ships the worker once, as any first job does
+            spec = JobSpec(model=model, strategy="pipeline", targets=targets)
+            macmesh_run(spec, 2)  # ships the worker once, as any first job does
             for round_ in range(rounds):
                 # Alternate which goes first, so neither gains from a warmer machine.
                 order = ("theirs", "ours") if round_ % 2 == 0 else ("ours", "theirs")
                 for side in order:
                     if side == "ours":
-                        ours.append(_macmesh_run(model, targets, max_tokens))
+                        ours.append(macmesh_run(spec, max_tokens))
                     else:
                         theirs.append(_mlx_launch_run(model, bin_dir, hostfile_path, max_tokens))
                     wait_nothing_left(server)
             left = len(wait_nothing_left(server))
-    tps_ours = statistics.median(r["generation_tps"] for r in ours)
-    tps_theirs = statistics.median(r["generation_tps"] for r in theirs)
-    ttft_ours = statistics.median(r["start_to_first_token_s"] for r in ours)
-    ttft_theirs = statistics.median(r["start_to_first_token_s"] for r in theirs)
     return {
         "rounds": rounds,
         "max_tokens": max_tokens,
         "hosts": list(HOSTS),
-        "macmesh_generation_tps": round(tps_ours, 3),
-        "mlx_launch_generation_tps": round(tps_theirs, 3),
-        "generation_tps_ratio": round(tps_ours / tps_theirs, 3),
-        "macmesh_start_to_first_token_s": round(ttft_ours, 3),
-        "mlx_launch_start_to_first_token_s": round(ttft_theirs, 3),
-        "start_to_first_token_delta_s": round(ttft_ours - ttft_theirs, 3),
+        **compare(ours, theirs),
         "session_processes_left": left,
         "targets": {"generation_tps_ratio": ">= 0.97", "start_to_first_token_delta_s": "<= 1.0"},
     }

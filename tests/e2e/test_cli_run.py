@@ -12,20 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.macos.make_bin import make_bin
+from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.remote import wait_nothing_left
 from tests.helpers.sshd import SSHServer
 
 pytestmark = pytest.mark.slow
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "macos"
 HOSTS = {"127.0.0.2": "studio-a", "127.0.0.3": "studio-b", "127.0.0.4": "studio-c"}
 
 
 @pytest.fixture(scope="module")
 def sshd_host_bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("mesh-bins")
-    return {a: make_bin(FIXTURES / "mesh4" / h, root / h) for a, h in HOSTS.items()}
+    return make_host_bins("mesh4", HOSTS, tmp_path_factory.mktemp("mesh-bins"))
 
 
 def _macmesh(args: list[str], server: SSHServer, tmp_path: Path) -> subprocess.CompletedProcess:

@@ -14,7 +14,7 @@ import pytest
 
 from core import mlxenv
 from core.launcher import Job, JobError, JobSpec, JobState
-from tests.helpers.jobs import _alive, assert_no_ranks_left, run_job
+from tests.helpers.jobs import _alive, assert_no_ranks_left, generating, run_job, wait_finished
 
 pytestmark = pytest.mark.slow
 
@@ -25,24 +25,12 @@ def _ready_job(model: Path, **overrides) -> Job:
     return job
 
 
-def _wait_finished(job: Job, within: float) -> float:
-    started = time.monotonic()
-    assert job.wait(within), f"the job did not end within {within} s (state {job.state})"
-    return time.monotonic() - started
-
-
 def test_killed_rank_mid_generation_fails_within_5s_naming_it(tiny_models) -> None:
     job = _ready_job(tiny_models["llama"])
     try:
-        request = job.generate("tell me a long story", max_tokens=100_000)
-        tokens = []
-        job.event.connect(lambda e: e["event"] == "token" and tokens.append(e))
-        deadline = time.monotonic() + 30
-        while len(tokens) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert tokens, "generation never started"
+        request = generating(job)
         os.kill(job.ranks[1].pid, signal.SIGKILL)
-        assert _wait_finished(job, 5.0) < 5.0
+        assert wait_finished(job, 5.0) < 5.0
         assert job.state == JobState.FAILED
         assert job.message.startswith("Rank 1 was killed (signal 9) while loaded")
         with pytest.raises(JobError):
@@ -56,7 +44,7 @@ def test_hung_rank_trips_the_watchdog_and_everything_is_killed(tiny_models) -> N
     job = _ready_job(tiny_models["llama"], watchdog_s=2.0)
     try:
         os.kill(job.ranks[1].pid, signal.SIGSTOP)
-        _wait_finished(job, 10.0)
+        wait_finished(job, 10.0)
         assert job.state == JobState.FAILED
         assert job.message.startswith("Rank 1 stopped responding")
     finally:
@@ -87,7 +75,7 @@ def test_a_model_that_cannot_load_fails_with_its_reason(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     job = Job(JobSpec(model=tmp_path, nodes=2)).start()
     try:
-        _wait_finished(job, 60)
+        wait_finished(job, 60)
         assert job.state == JobState.FAILED
         assert job.message.startswith("Rank ")
     finally:

@@ -18,7 +18,7 @@ import pytest
 from core import mlxenv
 from core.launcher import Job, JobError, JobSpec, JobState
 from core.targets import Target
-from tests.helpers.jobs import assert_no_ranks_left, run_job
+from tests.helpers.jobs import assert_no_ranks_left, generating, run_job, wait_finished
 from tests.helpers.remote import loopback_targets, wait_nothing_left, workers
 from tests.helpers.sshd import SSHServer, running_sshd
 
@@ -67,24 +67,6 @@ def _ready_job(model: Path, targets, **overrides) -> Job:
     return job
 
 
-def _generating(job: Job) -> str:
-    """Start a long request and return once tokens flow."""
-    tokens: list[dict] = []
-    job.event.connect(lambda e: e["event"] == "token" and tokens.append(e))
-    request = job.generate("tell me a long story", max_tokens=100_000)
-    deadline = time.monotonic() + 30
-    while len(tokens) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert tokens, "generation never started"
-    return request
-
-
-def _wait_finished(job: Job, within: float) -> float:
-    started = time.monotonic()
-    assert job.wait(within), f"the job did not end within {within} s (state {job.state})"
-    return time.monotonic() - started
-
-
 def _assert_nothing_left(job: Job, server: SSHServer) -> None:
     assert_no_ranks_left(job)
     assert workers(server.port) == []
@@ -96,10 +78,10 @@ def test_a_killed_remote_rank_fails_the_job_within_5s_naming_it(
 ) -> None:
     job = _ready_job(tiny_models["llama"], loopback_targets(sshd, tmp_path, 2))
     try:
-        request = _generating(job)
+        request = generating(job)
         [worker] = workers(sshd.port, rank=1)
         worker.send_signal(signal.SIGKILL)
-        assert _wait_finished(job, 5.0) < 5.0
+        assert wait_finished(job, 5.0) < 5.0
         assert job.state == JobState.FAILED
         assert job.message.startswith("Rank 1 on node1 was killed (signal 9) while loaded")
         with pytest.raises(JobError):
@@ -116,7 +98,7 @@ def test_a_hung_remote_rank_trips_the_watchdog_and_everything_is_killed(
     try:
         [worker] = workers(sshd.port, rank=1)
         worker.send_signal(signal.SIGSTOP)
-        _wait_finished(job, 15.0)
+        wait_finished(job, 15.0)
         assert job.state == JobState.FAILED
         assert job.message.startswith("Rank 1 on node1 stopped responding")
     finally:
@@ -155,7 +137,7 @@ def test_losing_sshd_mid_run_fails_the_job_and_the_workers_exit(
     with running_sshd(tmp_path / "sshd") as server:
         job = _ready_job(tiny_models["llama"], loopback_targets(server, tmp_path, 2))
         try:
-            _generating(job)
+            generating(job)
             assert len(workers(server.port)) == 2
             # The listener and every per-connection sshd die: the sessions drop.
             sshds = [server.process.pid] + [
@@ -164,7 +146,7 @@ def test_losing_sshd_mid_run_fails_the_job_and_the_workers_exit(
             ]  # fmt: skip
             for pid in sshds:
                 os.kill(pid, signal.SIGKILL)
-            assert _wait_finished(job, 5.0) < 5.0
+            assert wait_finished(job, 5.0) < 5.0
             assert job.state == JobState.FAILED
             assert re.match(
                 r"Rank \d on node\d lost its SSH connection to 127\.0\.0\.\d", job.message
@@ -230,7 +212,7 @@ def test_another_mlx_on_one_node_fails_before_any_rank_starts(
         targets[1], python=_fake_python(tmp_path / "old-python", "0.29.0")
     )
     job = Job(JobSpec(model=tiny_models["llama"], targets=targets)).start()
-    _wait_finished(job, 30)
+    wait_finished(job, 30)
     assert job.state == JobState.FAILED
     assert "Every node must run the same mlx" in job.message
     assert "0.29.0 on 127.0.0.3" in job.message and job.ranks == []
@@ -243,7 +225,7 @@ def test_a_node_without_that_python_is_named_with_the_fix(
     targets = loopback_targets(sshd, tmp_path, 2)
     targets[1] = dataclasses.replace(targets[1], python="/nowhere/python3")
     job = Job(JobSpec(model=tiny_models["llama"], targets=targets)).start()
-    _wait_finished(job, 30)
+    wait_finished(job, 30)
     assert job.state == JobState.FAILED
     assert job.message.startswith("There is no Python at /nowhere/python3 on 127.0.0.3")
     assert "set that node's Python" in job.message
@@ -255,7 +237,7 @@ def test_an_unreachable_node_fails_the_job_with_the_ssh_reason(tmp_path: Path, t
         port = closed.getsockname()[1]
     target = Target("gone", "127.0.0.2", port=port, ssh_dir=tmp_path, known_hosts=tmp_path / "kh")
     job = Job(JobSpec(model=tiny_models["llama"], targets=[target, target])).start()
-    _wait_finished(job, 30)
+    wait_finished(job, 30)
     assert job.state == JobState.FAILED
     assert job.message == f"No SSH server answers on 127.0.0.2 port {port}."
 

@@ -92,13 +92,32 @@ def settle(app, seconds: float) -> None:
         time.sleep(0.02)
 
 
+def shoot_themes(
+    app, widget, outdir: Path, name: str, settle_s: float, prepare: Callable[[], None] | None = None
+) -> list[Path]:
+    """``widget`` grabbed in the light then the dark theme as ``<name>-<theme>.png``
+    (``prepare`` runs once the theme has settled), and the light theme back."""
+    from gui import style
+
+    paths = []
+    for theme in (style.LIGHT, style.DARK):
+        style.apply(app, theme)
+        settle(app, settle_s)
+        if prepare is not None:
+            prepare()
+        path = outdir / f"{name}-{theme.name}.png"
+        widget.grab().save(str(path))
+        paths.append(path)
+    style.apply(app, style.LIGHT)
+    return paths
+
+
 def take(outdir: Path) -> list[Path]:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
     from core.demo_model import ensure_demo_model
     from core.settings import Settings
-    from gui import style
     from gui.app import configure
     from gui.main_window import MainWindow
     from gui.preferences import Preferences
@@ -117,14 +136,7 @@ def take(outdir: Path) -> list[Path]:
     saved: list[Path] = []
 
     def shoot(name: str) -> None:
-        for theme in (style.LIGHT, style.DARK):
-            style.apply(app, theme)
-            settle(app, 0.15)
-            window.run.redraw()
-            path = outdir / f"{name}-{theme.name}.png"
-            window.grab().save(str(path))
-            saved.append(path)
-        style.apply(app, style.LIGHT)
+        saved.extend(shoot_themes(app, window, outdir, name, 0.15, window.run.redraw))
 
     run = window.run
     try:
@@ -183,7 +195,6 @@ def take_cluster(outdir: Path) -> list[Path]:
     from core.discovery import BonjourPeer
     from core.registry import ProbeState
     from core.ssh import UnknownHostKey
-    from gui import style
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.nodes.pane import CABLES, MACS, ClusterPane
@@ -230,16 +241,12 @@ def take_cluster(outdir: Path) -> list[Path]:
         return frame, pane, scanner
 
     def shoot(widget: QWidget, name: str, fit: bool = True) -> None:
-        for theme in (style.LIGHT, style.DARK):
-            style.apply(app, theme)
-            settle(app, 0.15)
+        def prepare() -> None:
             if fit:
                 widget.adjustSize()
             settle(app, 0.1)
-            path = outdir / f"{name}-{theme.name}.png"
-            widget.grab().save(str(path))
-            saved.append(path)
-        style.apply(app, style.LIGHT)
+
+        saved.extend(shoot_themes(app, widget, outdir, name, 0.15, prepare))
 
     bridge = Bridge()
     try:
@@ -295,7 +302,6 @@ def take_run_setup(outdir: Path) -> list[Path]:
     from core.planner import make_plan
     from core.preflight import Gathered, evaluate
     from core.targets import Target
-    from gui import style
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.run.launch_dialog import LaunchDialog
@@ -344,13 +350,7 @@ def take_run_setup(outdir: Path) -> list[Path]:
         return result
 
     def shoot(widget, name: str) -> None:
-        for theme in (style.LIGHT, style.DARK):
-            style.apply(app, theme)
-            settle(app, 0.2)
-            path = outdir / f"{name}-{theme.name}.png"
-            widget.grab().save(str(path))
-            saved.append(path)
-        style.apply(app, style.LIGHT)
+        saved.extend(shoot_themes(app, widget, outdir, name, 0.2))
 
     bridge = Bridge()
     pane = RunPane(bridge)

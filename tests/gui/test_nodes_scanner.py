@@ -1,8 +1,6 @@
 """The Cluster pane over the real ``core.scanner.Scanner``: a real sshd on loopback serving a
 simulated Mac, a first contact trusted through the dialog, an address where Remote Login
-is off. Hosts are added by hand; Bonjour is left out (``NoBonjour``): other programs on
-this machine publish on loopback, and their records are not what these tests are about
-(tests/integration/test_scanner.py covers discovery)."""
+is off. Hosts are added by hand, Bonjour left out (``tests.helpers.scanner`` says why)."""
 
 from __future__ import annotations
 
@@ -12,40 +10,23 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from psygnal import Signal
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from core.hosts import HostList
 from core.registry import ProbeState
 from core.scanner import Scanner
 from gui.bridge import Bridge
 from gui.nodes import dialogs
 from gui.nodes.pane import ClusterPane
 from gui.nodes.table_model import CHIP, MEMORY, RDMA, StatusRole
-from tests.fixtures.macos.make_bin import make_bin
+from tests.fixtures.macos.make_bin import make_host_bins
 from tests.gui.nodes_helpers import click_action, row_data
+from tests.helpers.scanner import hand_added_scanner
 from tests.helpers.sshd import SSHServer
 
 pytest_plugins = ["tests.helpers.sshd"]
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "macos"
 WAIT_MS = 60_000  # a probe over SSH on two busy cores
-
-
-class NoBonjour:
-    """``core.discovery.Discovery``'s surface, finding nothing."""
-
-    added = Signal(object)
-    updated = Signal(object)
-    removed = Signal(str)
-
-    def start(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def peers(self) -> list:
-        return []
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +37,7 @@ def sshd_addresses() -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def sshd_host_bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("gui-scanner-bins")
-    return {"127.0.0.2": make_bin(FIXTURES / "mesh4" / "studio-a", root / "studio-a")}
+    return make_host_bins("mesh4", {"127.0.0.2": "studio-a"}, root)
 
 
 @pytest.fixture(autouse=True)
@@ -67,17 +48,7 @@ def private_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def live(qtbot: QtBot, sshd: SSHServer, tmp_path: Path) -> Iterator[tuple[ClusterPane, Scanner]]:
-    scanner = Scanner(
-        interfaces=["127.0.0.1"],
-        host_list=HostList(tmp_path / "hosts.json"),
-        known_hosts=tmp_path / "known_hosts",
-        ssh_dir=sshd.client_dir,
-        publish=False,
-        python="macmesh-python",
-        use_agent=False,
-        max_workers=2,
-        discovery=NoBonjour(),  # type: ignore[arg-type]
-    )
+    scanner = hand_added_scanner(sshd, tmp_path, tmp_path / "known_hosts", python="macmesh-python")
     bridge = Bridge()
     pane = ClusterPane(bridge, scanner=scanner, host_is_mac=False)
     qtbot.addWidget(pane)

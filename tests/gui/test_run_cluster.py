@@ -76,6 +76,14 @@ def make_pane(qtbot: QtBot) -> RunPane:
     return pane
 
 
+def pane_on_unreachable_macs(qtbot: QtBot, tiny: ModelInfo, tmp_path: Path) -> RunPane:
+    """A Run pane planned on two Macs at addresses where nothing listens."""
+    pane = make_pane(qtbot)
+    pane.set_cluster(Targets(unreachable(tmp_path)))
+    pane.set_plan(tiny, real_plan(tiny))
+    return pane
+
+
 def one_line(command: str) -> str:
     return " ".join(command.replace("\\\n", " ").split())
 
@@ -101,9 +109,7 @@ def test_failed_checks_are_shown_with_their_fix_and_start_stays_available(
     qtbot: QtBot, tiny: ModelInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MACMESH_CACHE_DIR", str(tmp_path / "hash-cache"))
-    pane = make_pane(qtbot)
-    pane.set_cluster(Targets(unreachable(tmp_path)))
-    pane.set_plan(tiny, real_plan(tiny))
+    pane = pane_on_unreachable_macs(qtbot, tiny, tmp_path)
     qtbot.mouseClick(pane.start_button, Qt.MouseButton.LeftButton)
     assert pane.controller.state in (RunState.CHECKING, RunState.NOT_READY)
     assert pane.checks.isVisible() and "Checking" in pane.checks.badge.text()
@@ -169,9 +175,7 @@ def test_the_mlx_launch_dialog_for_the_demo(qtbot: QtBot, tiny: ModelInfo) -> No
 def test_the_mlx_launch_dialog_for_real_macs_shows_the_hostfile(
     qtbot: QtBot, tiny: ModelInfo, tmp_path: Path
 ) -> None:
-    pane = make_pane(qtbot)
-    pane.set_cluster(Targets(unreachable(tmp_path)))
-    pane.set_plan(tiny, real_plan(tiny))
+    pane = pane_on_unreachable_macs(qtbot, tiny, tmp_path)
     qtbot.mouseClick(pane.launch_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: pane.launch_dialog is not None, timeout=WAIT_MS)
     dialog = pane.launch_dialog
@@ -189,9 +193,7 @@ def test_stop_during_the_checks_starts_nothing(
     qtbot: QtBot, tiny: ModelInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MACMESH_CACHE_DIR", str(tmp_path / "hash-cache"))
-    pane = make_pane(qtbot)
-    pane.set_cluster(Targets(unreachable(tmp_path)))
-    pane.set_plan(tiny, real_plan(tiny))
+    pane = pane_on_unreachable_macs(qtbot, tiny, tmp_path)
     qtbot.mouseClick(pane.start_button, Qt.MouseButton.LeftButton)
     assert pane.controller.state == RunState.CHECKING  # its result needs the event loop
     assert pane.stop_button.isEnabled() and not pane.start_button.isEnabled()

@@ -12,43 +12,24 @@ from pathlib import Path
 
 import pytest
 import shiboken6
-from psygnal import Signal
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from core.hosts import HostList
 from core.modelcopy import CopyProgress
-from core.scanner import Scanner
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
 from gui.run.controller import RunState
-from tests.fixtures.macos.make_bin import make_bin
+from tests.fixtures.macos.make_bin import make_host_bins
 from tests.gui.helpers import drop_paths
 from tests.helpers.jobs import assert_no_ranks_left
 from tests.helpers.remote import wait_nothing_left
+from tests.helpers.scanner import hand_added_scanner
 from tests.helpers.sshd import SSHServer
 from tests.helpers.tiny_models import make_tiny_model
 
 pytestmark = pytest.mark.slow
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "macos"
 HOSTS = {"127.0.0.2": "mini-g", "127.0.0.3": "mini-h"}
 WAIT_MS = 180_000  # SSH probes, copies and two ranks on two busy cores
-
-
-class NoBonjour:
-    """``core.discovery.Discovery``'s surface, finding nothing (hosts are added by hand;
-    other programs' loopback records are not what this test is about)."""
-
-    added = Signal(object)
-    updated = Signal(object)
-    removed = Signal(str)
-
-    def start(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def peers(self) -> list:
-        return []
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +39,7 @@ def sshd_addresses() -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def sshd_host_bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tb4-bins")
-    return {a: make_bin(FIXTURES / "mini-tb4" / h, root / h) for a, h in HOSTS.items()}
+    return make_host_bins("mini-tb4", HOSTS, tmp_path_factory.mktemp("tb4-bins"))
 
 
 @pytest.fixture
@@ -78,16 +58,7 @@ def window(
     monkeypatch.setenv("MACMESH_REMOTE_CACHE", str(tmp_path / "nodes" / "{host}"))
     known = tmp_path / "known_hosts"
     known.write_text(sshd.known_hosts_lines())  # trusted already: tested in test_nodes_scanner
-    scanner = Scanner(
-        interfaces=["127.0.0.1"],
-        host_list=HostList(tmp_path / "hosts.json"),
-        known_hosts=known,
-        ssh_dir=sshd.client_dir,
-        publish=False,
-        use_agent=False,
-        max_workers=2,
-        discovery=NoBonjour(),  # type: ignore[arg-type]
-    )
+    scanner = hand_added_scanner(sshd, tmp_path, known)
     window = MainWindow()
 
     def stop_first(_w: MainWindow) -> None:

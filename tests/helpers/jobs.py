@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,25 @@ def run_job(spec: JobSpec, prompt: str = PROMPT, max_tokens: int = 12) -> Result
     result.text = result.done.get("text", "")
     assert_no_ranks_left(job)
     return result
+
+
+def generating(job: Job) -> str:
+    """Start a long request on a ready job and return its id once tokens flow."""
+    tokens: list[dict] = []
+    job.event.connect(lambda e: e["event"] == "token" and tokens.append(e))
+    request = job.generate("tell me a long story", max_tokens=100_000)
+    deadline = time.monotonic() + 30
+    while len(tokens) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert tokens, "generation never started"
+    return request
+
+
+def wait_finished(job: Job, within: float) -> float:
+    """Seconds until the job ended; fails the test if it has not within ``within``."""
+    started = time.monotonic()
+    assert job.wait(within), f"the job did not end within {within} s (state {job.state})"
+    return time.monotonic() - started
 
 
 def assert_no_ranks_left(job: Job) -> None:

@@ -3,50 +3,54 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
 
 from core.targets import Target
-from tests.helpers.sshd import ADDRESSES, SSHServer
+from tests.helpers.sshd import ADDRESSES, SSHServer, session_processes
 
 
 def loopback_targets(server: SSHServer, root: Path, count: int, **fields) -> list[Target]:
-    """``count`` targets on 127.0.0.2, .3, ... through ``server``, each with its own cache
-    folder under ``root`` (nothing is written into the real home)."""
+    """``count`` targets named node0, node1, ... on 127.0.0.2, .3, ... (``sshd_targets``)."""
+    hosts = {address: f"node{i}" for i, address in enumerate(ADDRESSES[:count])}
+    return sshd_targets(server, root, hosts, **fields)
+
+
+def sshd_targets(server: SSHServer, root: Path, hosts: Mapping[str, str], **fields) -> list[Target]:
+    """A target per ``{address: name}`` through ``server``, trusting its host key, each
+    with its own cache folder under ``root`` (nothing is written into the real home)."""
     known_hosts = root / "known_hosts"
     if not known_hosts.exists():
         root.mkdir(parents=True, exist_ok=True)
         known_hosts.write_text(server.known_hosts_lines())
     return [
         Target(
-            name=f"node{i}",
+            name=name,
             host=address,
             port=server.port,
             known_hosts=known_hosts,
             ssh_dir=server.client_dir,
-            cache_root=str(root / f"node{i}-cache"),
+            cache_root=str(root / f"{name}-cache"),
             **fields,
         )
-        for i, address in enumerate(ADDRESSES[:count])
+        for address, name in hosts.items()
     ]
 
 
 def workers(port: int, rank: int | None = None) -> list[psutil.Process]:
     """Worker processes started by the sshd on ``port`` (optionally one rank's)."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in session_processes(port):
         try:
-            if "core.worker" not in (proc.info["cmdline"] or []):
+            if "core.worker" not in proc.cmdline():
                 continue
-            env = proc.environ()
-            if env.get("SSH_CONNECTION", "").split()[-1:] != [str(port)]:
-                continue
-            if rank is None or env.get("MLX_RANK") == str(rank):
+            if rank is None or proc.environ().get("MLX_RANK") == str(rank):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-    return [p for p in found if _alive(p)]
+    return found
 
 
 def wait_nothing_left(server: SSHServer, within: float = 10.0) -> list[psutil.Process]:
@@ -57,10 +61,3 @@ def wait_nothing_left(server: SSHServer, within: float = 10.0) -> list[psutil.Pr
         time.sleep(0.1)
         left = server.leftovers()
     return left
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

@@ -23,14 +23,13 @@ from core.modelinfo import read_model_info
 from core.plan_memory import GIB, Node, PlanOptions
 from core.planner import Plan, make_plan
 from core.targets import Target
-from tests.fixtures.macos.make_bin import make_bin
+from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.jobs import run_job
-from tests.helpers.remote import wait_nothing_left
+from tests.helpers.remote import sshd_targets, wait_nothing_left
 from tests.helpers.sshd import SSHServer
 from tests.helpers.tiny_models import make_tiny_model
 
 pytestmark = pytest.mark.slow
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "macos"
 HOSTS = {"127.0.0.2": "mini-g", "127.0.0.3": "mini-h"}
 
 
@@ -41,8 +40,7 @@ def sshd_addresses() -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def sshd_host_bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tb4-bins")
-    return {a: make_bin(FIXTURES / "mini-tb4" / h, root / h) for a, h in HOSTS.items()}
+    return make_host_bins("mini-tb4", HOSTS, tmp_path_factory.mktemp("tb4-bins"))
 
 
 @pytest.fixture(autouse=True)
@@ -61,19 +59,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def targets(sshd: SSHServer, tmp_path: Path) -> list[Target]:
-    known = tmp_path / "known_hosts"
-    known.write_text(sshd.known_hosts_lines())
-    return [
-        Target(
-            name,
-            address,
-            sshd.port,
-            known_hosts=known,
-            ssh_dir=sshd.client_dir,
-            cache_root=str(tmp_path / f"cache-{name}"),
-        )
-        for address, name in HOSTS.items()
-    ]
+    return sshd_targets(sshd, tmp_path, HOSTS)
 
 
 def pipeline(model: Path) -> Plan:

@@ -17,20 +17,17 @@ from core.plan_memory import GIB, Node, PlanOptions
 from core.planner import Plan, make_plan
 from core.preflight import PreflightReport, format_report, run_preflight
 from core.targets import Target
-from tests.fixtures.macos.make_bin import make_bin
+from tests.fixtures.macos.make_bin import make_host_bins
+from tests.helpers.remote import sshd_targets
 from tests.helpers.sshd import SSHServer
 from tests.helpers.tiny_models import make_tiny_model
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "macos"
 HOSTS = {"127.0.0.2": "studio-a", "127.0.0.3": "studio-b"}
 
 
 @pytest.fixture(scope="module")
 def sshd_host_bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("mesh-bins")
-    return {
-        address: make_bin(FIXTURES / "mesh4" / host, root / host) for address, host in HOSTS.items()
-    }
+    return make_host_bins("mesh4", HOSTS, tmp_path_factory.mktemp("mesh-bins"))
 
 
 @pytest.fixture(autouse=True)
@@ -45,13 +42,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def targets(sshd: SSHServer, tmp_path: Path) -> list[Target]:
-    known = tmp_path / "known_hosts"
-    known.write_text(sshd.known_hosts_lines())
-    options = {"known_hosts": known, "ssh_dir": sshd.client_dir}
-    return [
-        Target(name, address, sshd.port, cache_root=str(tmp_path / f"cache-{name}"), **options)
-        for address, name in HOSTS.items()
-    ]
+    return sshd_targets(sshd, tmp_path, HOSTS)
 
 
 def plan_for(model: Path) -> Plan:
