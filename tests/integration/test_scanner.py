@@ -15,14 +15,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
-from zeroconf import ServiceInfo, Zeroconf
 
 from core import discovery as d
 from core import ssh
@@ -31,6 +29,7 @@ from core.registry import Node, ProbeState, Registry
 from core.scanner import NodeNotReady, Scanner
 from tests.fixtures.macos.make_bin import make_bin
 from tests.helpers.sshd import SSHServer, password_server, running_sshd, session_processes
+from tests.helpers.testbench import mac_records, published, service
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "macos"
@@ -117,33 +116,6 @@ def trusting(server: SSHServer, path: Path, names: list[str]) -> Path:
     lines = [f"[{name.lower()}]:{server.port} {kind} {key}\n" for name in names]
     path.write_text(server.known_hosts_lines() + "".join(lines))
     return path
-
-
-def service(kind: str, name: str, host: str, address: str, port: int, **txt: str) -> ServiceInfo:
-    return ServiceInfo(
-        kind, f"{name}.{kind}", port=port, parsed_addresses=[address],
-        server=f"{host}.local.", properties=txt,
-    )  # fmt: skip
-
-
-def mac_records(name: str, host: str, address: str, port: int) -> list[ServiceInfo]:
-    """What a Mac with Remote Login on publishes (osxvers 25: macOS 26)."""
-    return [
-        service(d.SSH, name, host, address, port),
-        service(d.SFTP_SSH, name, host, address, port),
-        service(d.DEVICE_INFO, name, host, address, 0, model="Mac15,14", osxvers="25"),
-    ]
-
-
-@contextlib.contextmanager
-def published(infos: list[ServiceInfo]) -> Iterator[Zeroconf]:
-    zc = Zeroconf(interfaces=LOOPBACK)
-    try:
-        with ThreadPoolExecutor(len(infos)) as pool:  # each waits ~2 s of name probing
-            list(pool.map(zc.register_service, infos))
-        yield zc
-    finally:
-        zc.close()
 
 
 def command_line(process: psutil.Process) -> str:
@@ -279,9 +251,12 @@ def test_unknown_host_key_waits_for_the_person_then_is_recorded(
 ) -> None:
     known = tmp_path / "known_hosts"
     scanner = make_scanner(sshd, known)
-    asked: list[tuple[str, object]] = []
-    scanner.host_key_needed.connect(lambda name, error: asked.append((name, error)))
     name = f"127.0.0.2:{sshd.port}"
+    asked: list[tuple[str, object]] = []
+    # Only this host's questions: other suites' Macs announced on loopback may ask too.
+    scanner.host_key_needed.connect(
+        lambda node, error: asked.append((node, error)) if node == name else None
+    )
     with scanner:
         scanner.add_host(name)
         wait_until("a host key question", lambda: bool(asked))
