@@ -229,6 +229,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         targets = make_targets(hosts, args.python, args.cache_root)
         err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
         facts = probe_targets(targets)
+        asked = [t.interpreter for t in targets]
         # Each node's worker Python: --python, else MacMesh.app there when fitting.
         targets = [
             replace(t, python=worker_python(t.python, f))
@@ -238,7 +239,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         if plan.verdict != "fits":
             raise ClusterError(plan.reason)
         err.write(f"{plan.reason}\nChecking the nodes…\n")
-        report = run_preflight(targets, plan, info.path, args.backend)
+        # Preflight reuses those facts, except where the worker's Python has changed.
+        probed = {
+            t.name: f
+            for t, f, python in zip(targets, facts, asked, strict=True)
+            if t.interpreter == python
+        }
+        report = run_preflight(targets, plan, info.path, args.backend, facts=probed)
         err.write(format_report(report))
         if args.show_launch and report.backend.problem and args.backend != "auto":
             raise ClusterError(report.backend.reason)

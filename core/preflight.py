@@ -128,14 +128,18 @@ class PreflightReport:
 # -- gather (SSH, parallel) ------------------------------------------------------------------
 
 
-def gather_node(target: Target, manifest: Manifest | None) -> Gathered:
-    """Probe ``target`` and check its model over one SSH session. Never raises for SSH."""
+def gather_node(
+    target: Target, manifest: Manifest | None, facts: NodeFacts | None = None
+) -> Gathered:
+    """Probe ``target`` (unless its fresh ``facts`` are given) and check its model over one
+    SSH session. Never raises for SSH."""
     if target.local:
-        facts = run_local_probe(target.name, python=target.interpreter)
+        facts = facts or run_local_probe(target.name, python=target.interpreter)
         return Gathered(target, facts)  # a local rank reads the model folder itself
     try:
         with target.connection() as connection:
-            facts = probe_over_ssh(connection, target.name, python=target.interpreter)
+            if facts is None:
+                facts = probe_over_ssh(connection, target.name, python=target.interpreter)
             if manifest is None:
                 return Gathered(target, facts)
             try:
@@ -148,12 +152,17 @@ def gather_node(target: Target, manifest: Manifest | None) -> Gathered:
 
 
 def gather(
-    targets: Sequence[Target], manifests: Mapping[str, Manifest] | None = None
+    targets: Sequence[Target],
+    manifests: Mapping[str, Manifest] | None = None,
+    facts: Mapping[str, NodeFacts] | None = None,
 ) -> list[Gathered]:
-    """``gather_node`` for every target at once (one thread per node)."""
-    manifests = manifests or {}
+    """``gather_node`` for every target at once (one thread per node); ``facts``: nodes
+    probed moments ago (``macmesh run`` probes to plan), not probed again."""
+    manifests, facts = manifests or {}, facts or {}
     with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-        futures = [pool.submit(gather_node, t, manifests.get(t.name)) for t in targets]
+        futures = [
+            pool.submit(gather_node, t, manifests.get(t.name), facts.get(t.name)) for t in targets
+        ]
     return [future.result() for future in futures]
 
 
@@ -164,8 +173,10 @@ def run_preflight(
     backend: str = "auto",
     manifest: Manifest | None = None,
     cache: HashCache | None = None,
+    facts: Mapping[str, NodeFacts] | None = None,
 ) -> PreflightReport:
-    """Every check for running ``plan`` of the model in ``model_dir`` on ``targets``."""
+    """Every check for running ``plan`` of the model in ``model_dir`` on ``targets``
+    (``facts``: nodes just probed, by name, reused instead of probing them again)."""
     manifests: dict[str, Manifest] = {}
     problem = None
     try:
@@ -176,7 +187,7 @@ def run_preflight(
         problem = Check(
             CLUSTER, "model", "fail", f"Cannot read the model: {error}.", "Choose a model folder."
         )
-    report = evaluate(plan, gather(targets, manifests), manifests, backend)
+    report = evaluate(plan, gather(targets, manifests, facts), manifests, backend)
     if problem is not None:
         return PreflightReport((problem, *report.checks), report.backend, (), {}, report.facts)
     return report

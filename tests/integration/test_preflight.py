@@ -101,6 +101,20 @@ def test_a_node_whose_python_has_another_mlx_fails_the_version_check(
     assert not report.ok and "FAIL" in format_report(report)
 
 
+def test_facts_just_probed_are_reused_and_the_model_still_checked(
+    targets: list[Target], model: Path
+) -> None:
+    """``macmesh run`` probes to plan: preflight takes those facts instead of probing
+    again (the reused facts' mlx version shows it), and still checks the model."""
+    first = run_preflight(targets, plan_for(model), model)
+    probed = {
+        name: dataclasses.replace(facts, mlx_version="9.9.9") for name, facts in first.facts.items()
+    }
+    report = run_preflight(targets, plan_for(model), model, facts=probed)
+    assert "mlx 9.9.9" in checks(report, "python", "studio-a")[0].message
+    assert report.copies_needed == ("studio-a", "studio-b")  # the model check ran
+
+
 def test_a_different_model_on_a_node_is_refused(targets: list[Target], model: Path) -> None:
     plan = plan_for(model)
     first = run_preflight(targets, plan, model)
