@@ -3,7 +3,7 @@
 ``main(argv)`` is what ``gui.cli`` calls. Flags: ``--demo`` shows the demo cluster at
 once (and looks for no Mac), ``--theme light|dark`` overrides the system's colour scheme,
 ``--interfaces en0,en5`` says where to look for Macs (default: the saved setting, else
-``core.discovery.default_interfaces()``). Environment:
+``core.cluster.discovery.default_interfaces()``). Environment:
 ``MACMESH_FIRST_PAINT=1`` prints ``MACMESH_FIRST_PAINT <time.time()>`` when the window has
 first painted and quits (the startup benchmark reads it).
 """
@@ -76,8 +76,8 @@ def _start_scanner(window: Any, interfaces: str | None) -> None:
     the Cluster pane. Made after the first paint (importing it takes about a second),
     started off the GUI thread (it blocks while zeroconf claims our name), closed at exit
     (ending every probe)."""
-    from core.discovery import choose_interfaces
-    from core.scanner import Scanner
+    from core.cluster.discovery import choose_interfaces
+    from core.cluster.scanner import Scanner
     from core.settings import load_settings
 
     try:
@@ -118,7 +118,7 @@ def display_available() -> bool:
 
 
 def _headless() -> int:
-    from core.demo import add_arguments, run_headless
+    from core.run.demo import add_arguments, run_headless
 
     sys.stderr.write(
         "macmesh: no display here; running the demo in the terminal instead "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.plan_memory import gb
+from core.plan.memory import gb
 
 __all__ = ["bytes_per_s", "count", "decimal_size", "gb", "rate", "seconds"]
 

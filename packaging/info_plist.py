@@ -2,7 +2,7 @@
 
 ``python packaging/info_plist.py OUT.plist`` writes it; the PyInstaller spec
 passes ``info_plist()`` to its BUNDLE step. The Bonjour service types come from
-``core.discovery`` (every type browsed or published): without them in
+``core.cluster.discovery`` (every type browsed or published): without them in
 ``NSBonjourServices``, macOS 15+ lets the app browse nothing, silently.
 
 Not importable as ``packaging.*`` (that name belongs to the PyPA library):

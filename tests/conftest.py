@@ -23,7 +23,7 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real SmolLM2-135M-Instruct, converted once per test session."""
-    from core.demo_model import ensure_demo_model
+    from core.model.demo_model import ensure_demo_model
 
     return ensure_demo_model(tmp_path_factory.mktemp("demo-cache"))
 

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.modelinfo import ModelInfo
+from core.model.info import ModelInfo
 from gui.model.facts import ModelFacts
 from gui.style import set_role
 from gui.widgets import label

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QGridLayout, QVBoxLayout, QWidget
 
-from core.modelinfo import ModelInfo
+from core.model.info import ModelInfo
 from gui import format as fmt
 from gui.widgets import label
 

@@ -14,8 +14,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QWidget
 
-from core.modelinfo import ModelError, ModelInfo, read_model_info
-from core.planner import Plan
+from core.model.info import ModelError, ModelInfo, read_model_info
+from core.plan.planner import Plan
 from gui.bridge import Bridge
 from gui.model.drop_zone import DropZone
 from gui.model.memory_bars import MemoryBars
@@ -72,7 +72,7 @@ class ModelPane(Card):
 
     def use_demo_model(self) -> None:
         """The bundled SmolLM2-135M, converted once into the cache (a few seconds)."""
-        from core.demo_model import demo_model_dir, ensure_demo_model, is_complete
+        from core.model.demo_model import demo_model_dir, ensure_demo_model, is_complete
 
         self._generation += 1
         generation = self._generation

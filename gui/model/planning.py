@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.modelinfo import ModelInfo
-from core.plan_memory import Node, PlanOptions
-from core.planner import Plan, make_plan
+from core.model.info import ModelInfo
+from core.plan.memory import Node, PlanOptions
+from core.plan.planner import Plan, make_plan
 
 CHOICES = ("auto", "pipeline", "tensor")
 LABELS = {"auto": "Auto", "pipeline": "Pipeline", "tensor": "Tensor", "single": "Single Mac"}

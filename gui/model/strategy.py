@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QButtonGroup, QFrame, QHBoxLayout, QRadioButton, QVBoxLayout, QWidget
 
-from core.planner import Plan
+from core.plan.planner import Plan
 from gui.model.planning import BLURBS, CHOICES, LABELS
 from gui.style import set_role
 from gui.widgets import Badge, label

@@ -27,7 +27,7 @@ from gui.nodes.table_model import ACCESS, DETAILS, RETRY, TRUST, NodeTableModel,
 class Pane(Protocol):
     """What the actions need of the Cluster pane."""
 
-    scanner: Any  # core.scanner.Scanner or None
+    scanner: Any  # core.cluster.scanner.Scanner or None
     bridge: Any  # gui.bridge.Bridge or None
     model: NodeTableModel
 
@@ -57,7 +57,7 @@ class NodeActions:
         self._pane = pane
         self._open_url = open_url or (lambda url: QDesktopServices.openUrl(QUrl(url)))
         self._host_is_mac = sys.platform == "darwin" if host_is_mac is None else host_is_mac
-        self.pending_keys: dict[str, Any] = {}  # node name → core.ssh.UnknownHostKey
+        self.pending_keys: dict[str, Any] = {}  # node name → core.remote.ssh.UnknownHostKey
         self.dialog: QDialog | None = None  # the dialog open now
 
     @property
@@ -209,7 +209,7 @@ class NodeActions:
 
 
 def _host_text(node: Any, user: str) -> str:
-    """``user@host:port`` for ``core.hosts.parse_host``."""
+    """``user@host:port`` for ``core.cluster.hosts.parse_host``."""
     host = node.ssh_host
     if ":" in host:
         host = f"[{host}]"

@@ -97,7 +97,7 @@ class GuideDialog(_Dialog):
         check_again: Callable[[], Any] | None = None,
         parent: QWidget | None = None,
     ) -> None:
-        from core.rdma import GUIDES, guide_resource
+        from core.cluster.rdma import GUIDES, guide_resource
 
         super().__init__(f"{GUIDES[guide]} — {node}", GUIDES[guide], parent)
         self.guide = guide

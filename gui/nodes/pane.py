@@ -1,7 +1,8 @@
 """The Cluster pane: the Macs MacMesh finds, live, or a one-click demo cluster when none.
 
-Two modes over one ``core.registry.Registry``. With a ``Scanner`` (``core.scanner``: Bonjour,
-hand-added hosts, probes) the table shows the real nodes as they appear, change state
+Two modes over one ``core.cluster.registry.Registry``. With a ``Scanner``
+(``core.cluster.scanner``: Bonjour, hand-added hosts, probes) the table shows
+the real nodes as they appear, change state
 and leave; every row that is not ready says why and offers the one action it needs
 (Trust…, Set up access…, Retry, Details…). The demo cluster shows simulated Macs instead;
 the two never mix in the table, so a plan never spans demo and real Macs.
@@ -38,9 +39,9 @@ from gui.style import set_role
 from gui.widgets import Badge, Card, Segmented, label
 
 if TYPE_CHECKING:
-    from core.registry import Registry
+    from core.cluster.registry import Registry
 
-MAX_DEMO_NODES = 4  # core.demo.MAX_DEMO_NODES (not imported at startup: it loads numpy)
+MAX_DEMO_NODES = 4  # core.run.demo.MAX_DEMO_NODES (not imported at startup: it loads numpy)
 DEFAULT_DEMO_NODES = 2
 MACS, CABLES = "macs", "cables"
 
@@ -48,7 +49,7 @@ MACS, CABLES = "macs", "cables"
 class ClusterPane(Card):
     """Shows the registry's nodes; offers the demo cluster while no real Mac is found.
 
-    ``scanner`` (a ``core.scanner.Scanner``, or a test double with its surface) turns on
+    ``scanner`` (a ``core.cluster.scanner.Scanner``, or a test double with its surface) turns on
     real mode. ``open_url`` opens System Settings (QDesktopServices by default; tests
     record the URL); ``host_is_mac`` says whether this computer can open it.
     """
@@ -220,7 +221,7 @@ class ClusterPane(Card):
         """The registry the table shows: the scanner's, else one made on first use (it
         imports discovery, which the window does not wait for)."""
         if self._registry is None:
-            from core.registry import Registry
+            from core.cluster.registry import Registry
 
             self._follow(Registry())
         assert self._registry is not None
@@ -290,8 +291,8 @@ class ClusterPane(Card):
 
     def _set_demo_macs(self, count: int) -> None:
         """The demo Macs as registry nodes; their facts are what a probe would report."""
-        from core.demo import demo_macs
-        from core.registry import Node, Source
+        from core.cluster.registry import Node, Source
+        from core.run.demo import demo_macs
 
         macs = demo_macs(count)
         registry = self.registry

@@ -3,7 +3,7 @@
 The model holds no state of its own beyond the list it shows. Changes arrive as
 notifications (``add``, ``update``, ``remove``, ``reset``) and become the matching
 ``beginInsertRows``/``dataChanged``/``beginRemoveRows`` calls, like napari's
-``_base_item_model``. The Cluster pane feeds it from a ``core.registry.Registry`` (psygnal
+``_base_item_model``. The Cluster pane feeds it from a ``core.cluster.registry.Registry`` (psygnal
 signals fired on discovery's or a probe's thread) through the bridge, so the view updates
 row by row on the GUI thread.
 
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 
-from core.plan_memory import GIB
+from core.plan.memory import GIB
 
 if TYPE_CHECKING:
-    from core.rdma import RdmaVerdict
+    from core.cluster.rdma import RdmaVerdict
 
 Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("Name", "Chip", "Memory", "macOS", "RDMA")
@@ -35,8 +35,8 @@ StatusRole = Qt.ItemDataRole.UserRole + 4  # Status: what a node that is not rea
 BadgeRole = Qt.ItemDataRole.UserRole + 5  # RdmaBadge: the RDMA pill and its guide
 HintRole = Qt.ItemDataRole.UserRole + 6  # "this Mac", "Linux · ring only" or ""
 
-# core.registry.ProbeState values (a StrEnum: equal to these strings). Not imported:
-# core.registry imports discovery (zeroconf), which the window must not wait for.
+# core.cluster.registry.ProbeState values (a StrEnum: equal to these strings). Not imported:
+# core.cluster.registry imports discovery (zeroconf), which the window must not wait for.
 NEW, PROBING, READY = "new", "probing", "ready"
 UNREACHABLE, NEEDS_HOST_KEY = "unreachable", "needs-host-key"
 NEEDS_ACCESS, HOST_KEY_CHANGED = "needs-access", "host-key-changed"
@@ -46,7 +46,7 @@ TRUST, ACCESS, RETRY, DETAILS = "trust", "access", "retry", "details"
 
 
 class NodeRecord(Protocol):
-    """What a row shows: ``core.registry.Node`` has it, and so has ``core.demo.DemoMac``
+    """What a row shows: ``core.cluster.registry.Node`` has it, and so has ``core.run.demo.DemoMac``
     (a demo Mac has no probe state: it counts as ready)."""
 
     name: str
@@ -75,7 +75,7 @@ class Status:
 @dataclass(frozen=True)
 class RdmaBadge:
     """The RDMA pill: its words, colour (a gui.widgets badge kind), why, and the guide
-    page (``core.rdma.GUIDES`` key) a click opens, when there is one."""
+    page (``core.cluster.rdma.GUIDES`` key) a click opens, when there is one."""
 
     text: str
     kind: str
@@ -140,11 +140,11 @@ def hint(node: object) -> str:
 
 
 def rdma_badge(node: object) -> RdmaBadge:
-    """The RDMA pill from the node's facts (``core.rdma.node_verdict``), or from a demo
+    """The RDMA pill from the node's facts (``core.cluster.rdma.node_verdict``), or from a demo
     Mac's plain flag."""
     facts = getattr(node, "facts", None)
     if facts is not None and hasattr(facts, "rdma_ctl"):
-        from core.rdma import enable_guide, node_verdict
+        from core.cluster.rdma import enable_guide, node_verdict
 
         verdict = node_verdict(facts)
         return _badge_of(verdict, enable_guide(facts))

@@ -1,5 +1,5 @@
 """What the Thunderbolt map shows, in words and states: Macs, cables (ports, speed, RDMA
-state by ``core.rdma.cable_verdict``), the cables a full mesh still needs, the verdict.
+state by ``core.cluster.rdma.cable_verdict``), the cables a full mesh still needs, the verdict.
 
 Plain data, no Qt: ``cluster_diagram`` makes it from the nodes the Cluster pane shows
 (the ready Macs' probed facts, or the demo Macs), ``topology_scene`` places it.
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.probe.facts import NodeFacts
-    from core.topology import Topology
+    from core.cluster.probe.facts import NodeFacts
+    from core.cluster.topology import Topology
 
 GIB = 1 << 30
-# cable state (core.rdma.State) → theme colour and legend words
+# cable state (core.cluster.rdma.State) → theme colour and legend words
 STATE_COLORS = {"on": "success", "off": "warning", "unusable": "text3", "unknown": "text3"}
 STATE_WORDS = {"on": "RDMA on", "off": "RDMA off", "unusable": "No RDMA", "unknown": "RDMA unknown"}
 MISSING_COLOR = "text2"
@@ -43,7 +43,7 @@ class DiagramCable:
     a_port: str  # "2"
     b_port: str
     speed: str  # "80 Gb/s"
-    state: str  # core.rdma State: on, off, unusable, unknown
+    state: str  # core.cluster.rdma State: on, off, unusable, unknown
     reason: str = ""
 
     @property
@@ -82,8 +82,8 @@ def _subtitle(facts: NodeFacts) -> str:
 def diagram_from_topology(
     topology: Topology, facts: Mapping[str, NodeFacts], self_name: str | None = None
 ) -> Diagram:
-    """The map of probed Macs: each cable coloured by ``core.rdma.cable_verdict``."""
-    from core.rdma import cable_verdict
+    """The map of probed Macs: each cable coloured by ``core.cluster.rdma.cable_verdict``."""
+    from core.cluster.rdma import cable_verdict
 
     order = topology.ring if topology.shape == "ring" and topology.ring else topology.nodes
     nodes = tuple(
@@ -170,7 +170,7 @@ def cluster_diagram(nodes: Sequence[Any], demo: bool) -> Diagram | None:
     ]
     if len(ready) < 2:
         return None
-    from core.topology import build_topology
+    from core.cluster.topology import build_topology
 
     facts = {n.facts.name: n.facts for n in ready}
     self_name = next((n.facts.name for n in ready if getattr(n, "is_self", False)), None)

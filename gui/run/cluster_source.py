@@ -14,10 +14,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from core.probe.facts import NodeFacts
-    from core.targets import Target
+    from core.cluster.probe.facts import NodeFacts
+    from core.remote.targets import Target
 
-ENV_REMOTE_CACHE = "MACMESH_REMOTE_CACHE"  # core.cluster_run's (importing it loads numpy)
+ENV_REMOTE_CACHE = "MACMESH_REMOTE_CACHE"  # core.run.cluster_run's (importing it loads numpy)
 
 
 class ClusterSource(Protocol):
@@ -42,14 +42,14 @@ class PaneSource:
         root = os.environ.get(ENV_REMOTE_CACHE)
         targets = []
         for name in names:
-            target = scanner.target(name)  # core.scanner.NodeNotReady (a ValueError)
+            target = scanner.target(name)  # core.cluster.scanner.NodeNotReady (a ValueError)
             if root and not target.cache_root:
                 target = replace(target, cache_root=root.replace("{host}", _safe(name)))
             targets.append(target)
         return targets
 
     def facts(self, names: Sequence[str]) -> list[NodeFacts]:
-        from core.probe.facts import NodeFacts
+        from core.cluster.probe.facts import NodeFacts
 
         scanner = self.pane.scanner
         if scanner is None:

@@ -3,7 +3,7 @@
 Everything blocking (starting ranks, sending a prompt, stopping) runs on one serial queue
 of the bridge, in order: a Stop pressed during loading runs right after the Start that
 spawned the ranks, so no rank escapes. On real Macs (``targets``) Start first runs
-``core.cluster_session``'s steps on that queue: the checks (their report is shown; a
+``core.run.session``'s steps on that queue: the checks (their report is shown; a
 failed check ends in NOT_READY, Start stays available), then the copy of what is missing
 (per-node progress; Stop cancels it and the next Start resumes it), then the job. The
 job's own threads reach this object only through ``gui.bridge.JobRelay``. The chat
@@ -22,19 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from core.modelinfo import ModelInfo
-from core.planner import Plan
+from core.model.info import ModelInfo
+from core.plan.planner import Plan
 from core.worker import protocol as p
 from gui import format as fmt
 from gui.bridge import Bridge, JobRelay
 
 if TYPE_CHECKING:
-    from core.cluster_session import ClusterSession
-    from core.launcher import JobSpec
-    from core.modelcopy import CopyProgress
-    from core.preflight import PreflightReport
-    from core.targets import Target
-    from core.telemetry import Telemetry
+    from core.remote.modelcopy import CopyProgress
+    from core.remote.targets import Target
+    from core.run.launcher import JobSpec
+    from core.run.preflight import PreflightReport
+    from core.run.session import ClusterSession
+    from core.run.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,8 @@ class RunController(QObject):
     token = Signal(str, str)  # request id, text piece
     answer_done = Signal(str, object)  # request id, the done event
     failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
-    preflight_done = Signal(object)  # core.preflight.PreflightReport
-    copy_progress = Signal(object)  # core.modelcopy.CopyProgress
+    preflight_done = Signal(object)  # core.run.preflight.PreflightReport
+    copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
     setup_failed = Signal(str)  # the checks or the copy could not run: why, and what to do
 
     def __init__(
@@ -120,14 +120,14 @@ class RunController(QObject):
         if targets is not None:
             self._start_cluster(info, plan, targets)
             return
-        from core.demo import job_spec  # the launcher, numpy...: loaded at the first Start
+        from core.run.demo import job_spec  # the launcher, numpy...: loaded at the first Start
 
         self.session = self.report = None
         self._run(info, plan, job_spec(info, plan))
 
     def _run(self, info: ModelInfo, plan: Plan, spec: JobSpec) -> None:
-        from core.launcher import Job
-        from core.telemetry import Telemetry
+        from core.run.launcher import Job
+        from core.run.telemetry import Telemetry
 
         self.plan = plan
         self.job = job = (self._job_factory or Job)(spec)
@@ -213,7 +213,7 @@ class RunController(QObject):
     # -- real Macs: checks, copy, then the job -------------------------------------------
 
     def _start_cluster(self, info: ModelInfo, plan: Plan, targets: Sequence[Target]) -> None:
-        from core.cluster_session import ClusterError, ClusterSession
+        from core.run.session import ClusterError, ClusterSession
 
         self.plan, self.job, self.report = plan, None, None
         try:
@@ -274,7 +274,7 @@ class RunController(QObject):
         self._launch(session, info)
 
     def _copy_error(self, session: ClusterSession, error: BaseException) -> None:
-        from core.cluster_session import CopyCancelled
+        from core.run.session import CopyCancelled
 
         if session is not self.session:
             return
@@ -300,7 +300,7 @@ class RunController(QObject):
         if self.state == RunState.STOPPING:
             self._set_state(RunState.STOPPED, "Stopped before anything was started.")
             return
-        from core.cluster_session import ClusterError
+        from core.run.session import ClusterError
 
         detail = (
             str(error) if isinstance(error, ClusterError) else f"{type(error).__name__}: {error}"

@@ -1,7 +1,7 @@
 """ "Show the equivalent mlx.launch command": the command line and the hostfile JSON that
 run the same job by hand, each in monospace with a Copy button.
 
-What it shows comes from ``core.cluster_session`` (``demo_launch`` for the demo's local
+What it shows comes from ``core.run.session`` (``demo_launch`` for the demo's local
 ranks, ``planned_launch`` for real Macs); this is only the window.
 """
 

@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.modelinfo import ModelInfo
-from core.planner import Plan
+from core.model.info import ModelInfo
+from core.plan.planner import Plan
 from core.settings import MAX_TOKENS_LIMIT
 from gui.bridge import Bridge
 from gui.model.planning import LABELS
@@ -42,7 +42,7 @@ from gui.style import set_role
 from gui.widgets import Badge, Card, label
 
 if TYPE_CHECKING:
-    from core.launcher import JobSpec
+    from core.run.launcher import JobSpec
     from gui.run.plots import LivePlots
 
 REDRAW_HZ = 10
@@ -232,8 +232,8 @@ class RunPane(Card):
         if targets is None:
 
             def demo() -> dict:
-                from core.cluster_session import demo_launch
-                from core.demo import job_spec
+                from core.run.demo import job_spec
+                from core.run.session import demo_launch
 
                 return demo_launch(job_spec(info, plan))
 
@@ -243,7 +243,7 @@ class RunPane(Card):
         report = self.controller.report
 
         def real() -> dict:
-            from core.cluster_session import planned_launch
+            from core.run.session import planned_launch
 
             return planned_launch(info, plan, targets, facts, report)
 

@@ -19,8 +19,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
-from core.planner import Plan
-from core.telemetry import Telemetry
+from core.plan.planner import Plan
+from core.run.telemetry import Telemetry
 from gui import style
 from gui.run.plot_data import axis_top, break_gaps, hold_zero, peak_downsample
 from gui.style import Theme, set_role

@@ -2,8 +2,8 @@
 by Mac, each with its result and (when it is not ok) what to do; then one bar per Mac
 that receives the model, with bytes, speed and time left.
 
-It only shows what ``RunController`` hands it (``core.preflight.PreflightReport``,
-``core.modelcopy.CopyProgress``): no logic beyond wording.
+It only shows what ``RunController`` hands it (``core.run.preflight.PreflightReport``,
+``core.remote.modelcopy.CopyProgress``): no logic beyond wording.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 from gui.style import set_role
 from gui.widgets import Badge, label, section
 
-CLUSTER = "cluster"  # core.preflight.CLUSTER: checks about all the Macs together
+CLUSTER = "cluster"  # core.run.preflight.CLUSTER: checks about all the Macs together
 ICONS = {"ok": "✓", "warn": "!", "fail": "✕"}
 NAMES = {
     "ssh": "Reachable",

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from core.demo_model import ensure_demo_model
+from core.model.demo_model import ensure_demo_model
 from tests.benchmarks import bench_engine
 
 

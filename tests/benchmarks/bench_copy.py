@@ -23,9 +23,9 @@ import threading
 import time
 from pathlib import Path
 
-from core import modelcopy
-from core.manifest import HashCache, build_manifest
-from core.targets import Target
+from core.model.manifest import HashCache, build_manifest
+from core.remote import modelcopy
+from core.remote.targets import Target
 from tests.helpers.sshd import SSHServer, running_sshd
 
 ADDRESS = "127.0.0.2"

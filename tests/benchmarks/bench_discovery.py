@@ -28,10 +28,10 @@ from pathlib import Path
 
 from zeroconf import ServiceInfo, Zeroconf
 
-from core import discovery as d
-from core.hosts import HostList
-from core.registry import ProbeState, Registry
-from core.scanner import Scanner
+from core.cluster import discovery as d
+from core.cluster.hosts import HostList
+from core.cluster.registry import ProbeState, Registry
+from core.cluster.scanner import Scanner
 from tests.fixtures.macos.make_bin import make_bin
 
 LOOPBACK = ["127.0.0.1"]

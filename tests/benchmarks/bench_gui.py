@@ -39,7 +39,7 @@ FIRST_PAINT_BUDGET_S = 1.5
 
 
 def bench_gui(model: Path | None = None) -> dict:
-    from core.demo_model import ensure_demo_model
+    from core.model.demo_model import ensure_demo_model
 
     model = model or ensure_demo_model()
     with tempfile.TemporaryDirectory(prefix="macmesh-bench-gui-") as home:
@@ -183,8 +183,8 @@ def _measure_redraw(app, plots_source) -> dict:
 
 
 def _eight_mac_plan(info):
-    from core.plan_memory import GIB, Node, PlanOptions
-    from core.planner import make_plan
+    from core.plan.memory import GIB, Node, PlanOptions
+    from core.plan.planner import make_plan
 
     nodes = [Node(f"Mac {i + 1}", 64 * GIB) for i in range(LINKS)]
     return make_plan(info, nodes, options=PlanOptions(strategy="pipeline"))
@@ -255,9 +255,9 @@ def _spin(app, condition, timeout: float) -> None:
 def measure(model: Path) -> dict:
     from PySide6.QtWidgets import QApplication
 
-    from core.modelinfo import read_model_info
-    from core.planner import Plan
-    from core.telemetry import Telemetry
+    from core.model.info import read_model_info
+    from core.plan.planner import Plan
+    from core.run.telemetry import Telemetry
     from gui.app import configure
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -10,10 +10,10 @@ import statistics
 import time
 from dataclasses import replace
 
-from core.modelinfo import ModelInfo
-from core.plan_memory import Node, activation_bytes, kv_bytes_per_layer, node_budget
-from core.plan_split import fit_split, proportional_counts, segment_loads
-from core.planner import Link, PlanOptions, make_plan
+from core.model.info import ModelInfo
+from core.plan.memory import Node, activation_bytes, kv_bytes_per_layer, node_budget
+from core.plan.planner import Link, PlanOptions, make_plan
+from core.plan.split import fit_split, proportional_counts, segment_loads
 from tests.helpers.header_models import thousand_layer_case
 
 BUDGET_MS = 50.0

@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core import mlxenv
-from core.launcher import Job, JobError, JobSpec, JobState
-from core.targets import Target
+from core.remote.targets import Target
+from core.run import mlxenv
+from core.run.launcher import Job, JobError, JobSpec, JobState
 from tests.helpers.jobs import assert_no_ranks_left, generating, run_job, wait_finished
 from tests.helpers.remote import loopback_targets, wait_nothing_left, workers
 from tests.helpers.sshd import SSHServer, running_sshd
@@ -45,7 +45,7 @@ def test_ring_job_over_ssh_matches_one_process(
 def test_the_worker_is_shipped_once_and_each_ranks_files_are_removed(
     sshd: SSHServer, tmp_path: Path, tiny_models
 ) -> None:
-    from core.worker_ship import worker_bundle
+    from core.remote.ship import worker_bundle
 
     digest, _ = worker_bundle()
     targets = loopback_targets(sshd, tmp_path, 2)

@@ -1,4 +1,4 @@
-"""A stand-in for ``core.launcher.Job``: same signals, same threads-fire-callbacks contract,
+"""A stand-in for ``core.run.launcher.Job``: same signals, same threads-fire-callbacks contract,
 no processes. It lets GUI tests and the GUI benchmark drive the Run pane in milliseconds.
 
 Events are emitted on the fake's own thread, as the real launcher's reader threads do, so
@@ -16,7 +16,7 @@ from pathlib import Path
 from psygnal import Signal
 
 from core import paths
-from core.launcher import JobError, JobSpec, JobState
+from core.run.launcher import JobError, JobSpec, JobState
 
 
 @dataclass
@@ -191,7 +191,7 @@ def fake_factory(behaviour: FakeBehaviour | None = None, jobs: list | None = Non
 
 
 class FakeScanner:
-    """``core.scanner.Scanner``'s surface over a real ``Registry`` and ``HostList``, with no
+    """``core.cluster.scanner.Scanner``'s surface over a real ``Registry`` and ``HostList``, with no
     network: tests set probe states themselves, and the fake records what the pane asks.
 
     ``set_up_access`` blocks like the real one (it runs on a bridge thread) and raises
@@ -202,8 +202,8 @@ class FakeScanner:
     probed = Signal(str)
 
     def __init__(self, hosts_path: Path, registry=None) -> None:
-        from core.hosts import HostList
-        from core.registry import Registry
+        from core.cluster.hosts import HostList
+        from core.cluster.registry import Registry
 
         self.registry = registry if registry is not None else Registry()
         self.hosts = HostList(hosts_path)
@@ -234,7 +234,7 @@ class FakeScanner:
         if self.access_error is not None:
             raise self.access_error
         if name in self.facts_after:
-            from core.registry import ProbeState
+            from core.cluster.registry import ProbeState
 
             self.registry.set_probe_result(name, ProbeState.READY, "", self.facts_after[name])
 
@@ -244,7 +244,7 @@ class FakeScanner:
 
     def remove_host(self, name: str) -> bool:
         self.calls.append(("remove_host", name))
-        from core.registry import manual_name
+        from core.cluster.registry import manual_name
 
         for host in self.hosts.hosts():
             if manual_name(host) == name:
@@ -252,8 +252,8 @@ class FakeScanner:
         return False
 
     def topology(self):
-        from core.registry import ProbeState
-        from core.topology import build_topology
+        from core.cluster.registry import ProbeState
+        from core.cluster.topology import build_topology
 
         ready = [n.facts for n in self.registry.nodes() if n.probe_state == ProbeState.READY]
         return build_topology([f for f in ready if hasattr(f, "thunderbolt")])

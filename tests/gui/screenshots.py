@@ -116,7 +116,7 @@ def take(outdir: Path) -> list[Path]:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from core.demo_model import ensure_demo_model
+    from core.model.demo_model import ensure_demo_model
     from core.settings import Settings
     from gui.app import configure
     from gui.main_window import MainWindow
@@ -192,9 +192,9 @@ def take_cluster(outdir: Path) -> list[Path]:
     import paramiko
     from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
 
-    from core.discovery import BonjourPeer
-    from core.registry import ProbeState
-    from core.ssh import UnknownHostKey
+    from core.cluster.discovery import BonjourPeer
+    from core.cluster.registry import ProbeState
+    from core.remote.ssh import UnknownHostKey
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.nodes.pane import CABLES, MACS, ClusterPane
@@ -294,14 +294,14 @@ def take_run_setup(outdir: Path) -> list[Path]:
 
     from PySide6.QtWidgets import QApplication
 
-    from core.cluster_session import demo_launch, planned_launch
-    from core.demo import job_spec, plan_demo
-    from core.manifest import FileEntry, Manifest
-    from core.modelcopy import CheckResult, CopyProgress
-    from core.plan_memory import Node, PlanOptions
-    from core.planner import make_plan
-    from core.preflight import Gathered, evaluate
-    from core.targets import Target
+    from core.model.manifest import FileEntry, Manifest
+    from core.plan.memory import Node, PlanOptions
+    from core.plan.planner import make_plan
+    from core.remote.modelcopy import CheckResult, CopyProgress
+    from core.remote.targets import Target
+    from core.run.demo import job_spec, plan_demo
+    from core.run.preflight import Gathered, evaluate
+    from core.run.session import demo_launch, planned_launch
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.run.launch_dialog import LaunchDialog

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from core.demo import demo_macs
+from core.run.demo import demo_macs
 from gui.bridge import Bridge
 from gui.model.drop_zone import BUSY, ERROR, LOADED
 from gui.model.pane import ModelPane

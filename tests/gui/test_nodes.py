@@ -9,7 +9,7 @@ from psygnal import Signal
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from core.demo import DEMO_MACS, demo_macs
+from core.run.demo import DEMO_MACS, demo_macs
 from gui.bridge import Bridge
 from gui.nodes.pane import ClusterPane
 from gui.nodes.table_model import CHIP, MEMORY, NAME, RDMA, NodeRole, NodeTableModel, RdmaRole
@@ -107,7 +107,7 @@ def test_demo_size_and_leaving(qtbot: QtBot) -> None:
 def test_the_table_follows_the_core_registry_and_never_mixes_demo_and_real_macs(
     qtbot: QtBot,
 ) -> None:
-    from core.hosts import ManualHost
+    from core.cluster.hosts import ManualHost
 
     pane = ClusterPane()
     qtbot.addWidget(pane)

@@ -17,9 +17,9 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from pytestqt.qtbot import QtBot
 
-from core.discovery import BonjourPeer
-from core.registry import ProbeState
-from core.ssh import AuthFailed, UnknownHostKey
+from core.cluster.discovery import BonjourPeer
+from core.cluster.registry import ProbeState
+from core.remote.ssh import AuthFailed, UnknownHostKey
 from gui.bridge import Bridge
 from gui.nodes import dialogs
 from gui.nodes.pane import CABLES, ClusterPane

@@ -1,5 +1,5 @@
-"""The Cluster pane over the real ``core.scanner.Scanner``: a real sshd on loopback serving a
-simulated Mac, a first contact trusted through the dialog, an address where Remote Login
+"""The Cluster pane over the real ``core.cluster.scanner.Scanner``: a real sshd on loopback
+serving a simulated Mac, a first contact trusted through the dialog, an address where Remote Login
 is off. Hosts are added by hand, Bonjour left out (``tests.helpers.scanner`` says why)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from core.registry import ProbeState
-from core.scanner import Scanner
+from core.cluster.registry import ProbeState
+from core.cluster.scanner import Scanner
 from gui.bridge import Bridge
 from gui.nodes import dialogs
 from gui.nodes.pane import ClusterPane

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from pytestqt.qtbot import QtBot
 
-from core.planner import Plan
-from core.telemetry import Telemetry
+from core.plan.planner import Plan
+from core.run.telemetry import Telemetry
 from gui import style
 from gui.run.plot_data import axis_top, break_gaps, hold_zero, peak_downsample
 from gui.run.plots import WINDOW_S, LivePlots

@@ -16,13 +16,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from core.demo import demo_macs
-from core.modelcopy import CopyProgress
-from core.modelinfo import ModelInfo, read_model_info
-from core.plan_memory import GIB, Node, PlanOptions
-from core.planner import Plan, make_plan
-from core.probe.facts import NodeFacts
-from core.targets import Target
+from core.cluster.probe.facts import NodeFacts
+from core.model.info import ModelInfo, read_model_info
+from core.plan.memory import GIB, Node, PlanOptions
+from core.plan.planner import Plan, make_plan
+from core.remote.modelcopy import CopyProgress
+from core.remote.targets import Target
+from core.run.demo import demo_macs
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
 from gui.run.controller import RunState

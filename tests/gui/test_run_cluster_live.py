@@ -15,7 +15,7 @@ import shiboken6
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from core.modelcopy import CopyProgress
+from core.remote.modelcopy import CopyProgress
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
 from gui.run.controller import RunState

@@ -13,9 +13,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from core.demo import demo_macs
-from core.modelinfo import ModelInfo, read_model_info
-from core.planner import Plan
+from core.model.info import ModelInfo, read_model_info
+from core.plan.planner import Plan
+from core.run.demo import demo_macs
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
 from gui.run.controller import STEPS, RunState

@@ -12,7 +12,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from core.topology import build_topology
+from core.cluster.topology import build_topology
 from gui import style
 from gui.nodes.topology_diagram import MISSING_COLOR, demo_diagram, diagram_from_topology
 from gui.nodes.topology_scene import Scene, layout_scene

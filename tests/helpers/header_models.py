@@ -15,9 +15,9 @@ import random
 import struct
 from pathlib import Path
 
-from core.modelinfo import ModelInfo
-from core.plan_memory import GIB, Node, PlanOptions, node_budget
-from core.safetensors_headers import DTYPE_BYTES
+from core.model.info import ModelInfo
+from core.model.safetensors_headers import DTYPE_BYTES
+from core.plan.memory import GIB, Node, PlanOptions, node_budget
 from core.worker.shardfiles import LAYER_PATTERN
 
 TensorSpec = tuple[str, tuple[int, ...]]

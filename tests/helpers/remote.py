@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from core.targets import Target
+from core.remote.targets import Target
 from tests.helpers.sshd import ADDRESSES, SSHServer, session_processes
 
 

@@ -1,4 +1,4 @@
-"""A real ``core.scanner.Scanner`` for the loopback sshd's simulated hosts, which tests
+"""A real ``core.cluster.scanner.Scanner`` for the loopback sshd's simulated hosts, which tests
 add by hand. Bonjour is left out (``NoBonjour``): other programs on this machine publish
 on loopback, and their records are not what these tests are about
 (tests/integration/test_scanner.py covers discovery)."""
@@ -9,13 +9,13 @@ from pathlib import Path
 
 from psygnal import Signal
 
-from core.hosts import HostList
-from core.scanner import Scanner
+from core.cluster.hosts import HostList
+from core.cluster.scanner import Scanner
 from tests.helpers.sshd import SSHServer
 
 
 class NoBonjour:
-    """``core.discovery.Discovery``'s surface, finding nothing."""
+    """``core.cluster.discovery.Discovery``'s surface, finding nothing."""
 
     added = Signal(object)
     updated = Signal(object)

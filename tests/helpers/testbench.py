@@ -26,7 +26,7 @@ from pathlib import Path
 
 from zeroconf import ServiceInfo, Zeroconf
 
-from core import discovery as d
+from core.cluster import discovery as d
 from tests.fixtures.macos.hosts import ROOT as FIXTURES
 from tests.fixtures.macos.hosts import SETS, hosts
 from tests.fixtures.macos.make_bin import make_bin

@@ -1,4 +1,4 @@
-"""core.cluster_session through a real sshd: two simulated Thunderbolt 4 Mac minis
+"""core.run.session through a real sshd: two simulated Thunderbolt 4 Mac minis
 (mini-tb4: no RDMA, so auto runs ring over their addresses), each with its own cache."""
 
 from __future__ import annotations
@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from core.cluster_session import (
+from core.model.info import read_model_info
+from core.plan.memory import GIB, Node, PlanOptions
+from core.plan.planner import Plan, make_plan
+from core.remote.modelcopy import CopyProgress, check
+from core.remote.targets import Target
+from core.run.demo import job_spec, plan_demo
+from core.run.launcher import JobSpec
+from core.run.session import (
     ClusterError,
     ClusterSession,
     CopyCancelled,
     demo_launch,
     planned_launch,
 )
-from core.demo import job_spec, plan_demo
-from core.launcher import JobSpec
-from core.modelcopy import CopyProgress, check
-from core.modelinfo import read_model_info
-from core.plan_memory import GIB, Node, PlanOptions
-from core.planner import Plan, make_plan
-from core.targets import Target
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.jobs import run_job
 from tests.helpers.remote import sshd_targets, wait_nothing_left
@@ -159,7 +159,7 @@ def test_the_equivalent_mlx_launch_for_real_macs_and_for_the_demo(
 ) -> None:
     info = read_model_info(model)
     plan = pipeline(model)
-    from core.probe.facts import NodeFacts
+    from core.cluster.probe.facts import NodeFacts
 
     facts = [NodeFacts(name) for name in HOSTS.values()]  # nothing known: no RDMA
     launch = planned_launch(info, plan, targets, facts)

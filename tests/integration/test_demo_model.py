@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core import demo_model as dm
+from core.model import demo_model as dm
 
 LAYERS = 30
 FIRST_FILE, SECOND_FILE = dm.WEIGHT_FILES

@@ -1,4 +1,4 @@
-"""core.discovery with real Bonjour records, every socket bound to 127.0.0.1.
+"""core.cluster.discovery with real Bonjour records, every socket bound to 127.0.0.1.
 
 Instance names carry a random token: loopback multicast is shared by every process on
 the machine, so a parallel test run must not see (or clash with) these "Macs".
@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from zeroconf import ServiceInfo, Zeroconf
 
-from core import discovery as d
-from core.registry import Registry, Source
+from core.cluster import discovery as d
+from core.cluster.registry import Registry, Source
 
 LOOPBACK = ["127.0.0.1"]
 WAIT = 15.0

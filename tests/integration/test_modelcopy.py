@@ -1,4 +1,4 @@
-"""core.modelcopy through a real sshd on loopback hosts (each with its own cache root)."""
+"""core.remote.modelcopy through a real sshd on loopback hosts (each with its own cache root)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from core import copytransport, modelcopy
-from core.manifest import MARKER, HashCache, Manifest, build_manifest, node_manifest
-from core.modelinfo import read_model_info
-from core.plan_memory import Node, PlanOptions
-from core.planner import make_plan
-from core.targets import Target
+from core.model.info import read_model_info
+from core.model.manifest import MARKER, HashCache, Manifest, build_manifest, node_manifest
+from core.plan.memory import Node, PlanOptions
+from core.plan.planner import make_plan
+from core.remote import modelcopy
+from core.remote import transport as copytransport
+from core.remote.targets import Target
 from tests.helpers.sshd import SSHServer
 from tests.helpers.tiny_models import make_tiny_model
 
@@ -108,7 +109,7 @@ def test_a_pipeline_stage_gets_only_the_files_it_needs(
     assert plan.strategy == "pipeline" and plan.split == (2, 2)
     whole = build_manifest(sharded_model)
     # Rank 0 runs the last layers (2, 3): files 3 and 4, plus file 1 for the embeddings.
-    stage = node_manifest(sharded_model, plan, 0, manifest=whole)
+    stage = node_manifest(sharded_model, plan.layers_of(0), manifest=whole)
     weights = {n for n in stage.names if n.endswith(".safetensors")}
     assert weights == {
         "model-00001-of-00004.safetensors",
@@ -123,7 +124,7 @@ def test_a_pipeline_stage_gets_only_the_files_it_needs(
     folder = Path(modelcopy.remote_model_dir(target, whole))
     assert not (folder / "model-00002-of-00004.safetensors").exists()
     assert modelcopy.check(target, stage).status == "present"
-    rank1 = node_manifest(sharded_model, plan, 1, manifest=whole)
+    rank1 = node_manifest(sharded_model, plan.layers_of(1), manifest=whole)
     missing = modelcopy.check(target, rank1)
     assert missing.status == "missing" and missing.missing == ("model-00002-of-00004.safetensors",)
     # The plan changed: the same folder gains the other stage's file, nothing is re-sent.

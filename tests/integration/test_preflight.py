@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from core import modelcopy
-from core.manifest import MARKER
-from core.modelinfo import read_model_info
-from core.plan_memory import GIB, Node, PlanOptions
-from core.planner import Plan, make_plan
-from core.preflight import PreflightReport, format_report, run_preflight
-from core.targets import Target
+from core.model.info import read_model_info
+from core.model.manifest import MARKER
+from core.plan.memory import GIB, Node, PlanOptions
+from core.plan.planner import Plan, make_plan
+from core.remote import modelcopy
+from core.remote.targets import Target
+from core.run.preflight import PreflightReport, format_report, run_preflight
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.remote import sshd_targets
 from tests.helpers.sshd import SSHServer

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from core import ssh
-from core.probe.remote import probe_over_ssh
-from core.rdma import node_verdict
-from core.topology import build_topology, jaccl_devices
+from core.cluster.probe.remote import probe_over_ssh
+from core.cluster.rdma import node_verdict
+from core.cluster.topology import build_topology, jaccl_devices
+from core.remote import ssh
 from tests.fixtures.macos.make_bin import make_bin
 from tests.helpers.sshd import SSHServer
 

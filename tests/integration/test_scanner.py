@@ -1,4 +1,4 @@
-"""core.scanner end to end: Bonjour records on 127.0.0.1, a real sshd serving simulated
+"""core.cluster.scanner end to end: Bonjour records on 127.0.0.1, a real sshd serving simulated
 Macs and a Debian box on 127.0.0.2-.5, paramiko's password server on 127.0.0.6.
 
 Instance names carry a random token (loopback multicast is shared by every process on
@@ -22,11 +22,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core import discovery as d
-from core import ssh
-from core.hosts import HostList
-from core.registry import Node, ProbeState, Registry
-from core.scanner import NodeNotReady, Scanner
+from core.cluster import discovery as d
+from core.cluster.hosts import HostList
+from core.cluster.registry import Node, ProbeState, Registry
+from core.cluster.scanner import NodeNotReady, Scanner
+from core.remote import ssh
 from tests.fixtures.macos.make_bin import make_bin
 from tests.helpers.sshd import SSHServer, password_server, running_sshd, session_processes
 from tests.helpers.testbench import mac_records, published, service
@@ -438,7 +438,7 @@ def test_macmesh_nodes_json_probes_the_hosts_it_is_given(sshd: SSHServer, tmp_pa
 
 
 def test_macmesh_nodes_refuses_bad_arguments_in_one_line(tmp_path: Path) -> None:
-    from core.nodes_cli import nodes_cli
+    from core.cli.nodes import nodes_cli
 
     for argv, said in (
         (["--host", "bad host!"], "neither a host name nor an IP address"),

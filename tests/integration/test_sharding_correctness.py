@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from core.demo import job_spec, plan_demo
-from core.launcher import JobError, JobSpec
-from core.modelinfo import read_model_info
+from core.model.info import read_model_info
+from core.run.demo import job_spec, plan_demo
+from core.run.launcher import JobError, JobSpec
 from core.worker.shardfiles import files_for_layers, layer_ranges, read_weight_map
 from tests.helpers.jobs import run_job
 

@@ -1,4 +1,5 @@
-"""core.ssh against a real OpenSSH server on loopback (and paramiko's server for passwords)."""
+"""core.remote.ssh against a real OpenSSH server on loopback (and paramiko's server for
+passwords)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from core import ssh, ssh_keys
+from core.remote import keys as ssh_keys
+from core.remote import ssh
 
 if TYPE_CHECKING:
     from tests.helpers.sshd import SSHServer

@@ -116,8 +116,8 @@ def test_the_app_binary_runs_the_worker_like_python(bundle: Path, home: Path) ->
 
 def test_the_app_binary_answers_the_probes_python_question(bundle: Path, home: Path) -> None:
     """A peer's MacMesh.app is that node's Python for the probe and the model copy too."""
-    from core.probe.parsers import parse_python_versions
-    from core.probe.script import PYTHON_CODE
+    from core.cluster.probe.parsers import parse_python_versions
+    from core.cluster.probe.script import PYTHON_CODE
 
     result = _run(bundle, home, "-c", PYTHON_CODE)
     assert result.returncode == 0, result.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core import bundle
-from core.probe.facts import NodeFacts
+from core.cluster.probe.facts import NodeFacts
 
 APP = "/Applications/MacMesh.app/Contents/MacOS/MacMesh"
 ENTRY = Path(__file__).resolve().parents[2] / "packaging" / "entry.py"

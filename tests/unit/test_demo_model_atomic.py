@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from core import demo_model
+from core.model import demo_model
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -215,7 +215,8 @@ def test_a_finished_folder_stays_usable_without_the_package(
 
 def _ensure_in_subprocess(cache: Path) -> subprocess.Popen[str]:
     script = (
-        "import sys; from pathlib import Path; from core.demo_model import ensure_demo_model; "
+        "import sys; from pathlib import Path; "
+        "from core.model.demo_model import ensure_demo_model; "
         "folder = ensure_demo_model(Path(sys.argv[1])); "
         "print(folder.stat().st_ino, (folder / '.macmesh-complete.json').read_text())"
     )

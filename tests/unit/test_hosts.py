@@ -1,4 +1,4 @@
-"""core.hosts: what a person may type, the remembered file, tolerance of bad files."""
+"""core.cluster.hosts: what a person may type, the remembered file, tolerance of bad files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import hosts as h
+from core.cluster import hosts as h
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_corrupt_file_gives_no_hosts_and_says_so(
 ) -> None:
     path = tmp_path / "hosts.json"
     path.write_text(text, encoding="latin-1")
-    with caplog.at_level(logging.WARNING, logger="core.hosts"):
+    with caplog.at_level(logging.WARNING, logger="core.cluster.hosts"):
         assert h.load_hosts(path) == []
     assert str(path) in caplog.text
 
@@ -107,7 +107,7 @@ def test_bad_entries_are_skipped_the_rest_kept(
         {"host": "10.0.0.9", "port": 2200, "user": None, "note": "newer field"},
     ]
     path.write_text(json.dumps({"version": 2, "hosts": entries}))
-    with caplog.at_level(logging.WARNING, logger="core.hosts"):
+    with caplog.at_level(logging.WARNING, logger="core.cluster.hosts"):
         assert h.load_hosts(path) == [h.ManualHost("good.local"), h.ManualHost("10.0.0.9", 2200)]
     assert caplog.text.count("skipping") == 3
 

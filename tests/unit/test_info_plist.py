@@ -2,7 +2,7 @@
 
 Without ``NSBonjourServices`` listing every type browsed or published (and
 ``NSLocalNetworkUsageDescription``), Bonjour on macOS 15+ silently finds nothing.
-The types are read from ``core.discovery`` and from every service-type literal in
+The types are read from ``core.cluster.discovery`` and from every service-type literal in
 the code, never from a copied list.
 """
 
@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from core import discovery
+from core.cluster import discovery
 
 ROOT = Path(__file__).resolve().parents[2]
 # A DNS-SD service type as the code writes it: "_name._tcp" (or udp), ".local." or not.

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from core import mlxenv
-from core.probe import parse_probe
-from core.topology import build_topology, jaccl_devices
+from core.cluster.probe import parse_probe
+from core.cluster.topology import build_topology, jaccl_devices
+from core.run import mlxenv
 from tests.fixtures.macos.hosts import hosts, probe_output
 
 

@@ -1,4 +1,4 @@
-"""core.manifest: what a model folder is, byte for byte, and what each node needs."""
+"""core.model.manifest: what a model folder is, byte for byte, and what each node needs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import manifest as m
-from core.manifest import FileEntry, HashCache, Manifest, ManifestError, build_manifest
+from core.model import manifest as m
+from core.model.manifest import FileEntry, HashCache, Manifest, ManifestError, build_manifest
 
 
 @pytest.fixture

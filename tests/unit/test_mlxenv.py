@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from core import mlxenv
+from core.run import mlxenv
 
 
 def test_ring_hostfile_has_one_list_of_ip_port_per_rank() -> None:

@@ -1,4 +1,4 @@
-"""core.modelcopy's pure parts: reading the node's state, judging it, the progress meter."""
+"""core.remote.modelcopy's pure parts: reading the node's state, judging it, the progress meter."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from core import modelcopy as mc
-from core.manifest import FileEntry, Manifest
+from core.model.manifest import FileEntry, Manifest
+from core.remote import modelcopy as mc
 
 WHOLE = Manifest(
     "Some Model!",

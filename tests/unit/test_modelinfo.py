@@ -12,7 +12,7 @@ from pathlib import Path
 import mlx_lm
 import pytest
 
-from core.modelinfo import ModelError, read_model_info
+from core.model.info import ModelError, read_model_info
 from tests.helpers.header_models import (
     kimi_k2_config,
     llama_config,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from core.modelinfo import ModelInfo, read_model_info
-from core.plan_memory import activation_bytes, kv_bytes_per_layer
-from core.planner import (
+from core.model.info import ModelInfo, read_model_info
+from core.plan.memory import activation_bytes, kv_bytes_per_layer
+from core.plan.planner import (
     Link,
     Node,
     PlanOptions,

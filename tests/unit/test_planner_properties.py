@@ -9,10 +9,10 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.modelinfo import ModelInfo
-from core.plan_memory import activation_bytes, kv_bytes_per_layer, node_budget
-from core.plan_split import fit_split, proportional_counts, segment_loads
-from core.planner import Node, Plan, PlanOptions, make_plan
+from core.model.info import ModelInfo
+from core.plan.memory import activation_bytes, kv_bytes_per_layer, node_budget
+from core.plan.planner import Node, Plan, PlanOptions, make_plan
+from core.plan.split import fit_split, proportional_counts, segment_loads
 from tests.helpers.header_models import synthetic_model_info, thousand_layer_case
 
 GIB = 1 << 30

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.probe.facts import NodeFacts, local_runner, parse_probe, run_local_probe
-from core.probe.script import ProbeCommand, build_probe_script
-from core.probe.sections import split_sections
+from core.cluster.probe.facts import NodeFacts, local_runner, parse_probe, run_local_probe
+from core.cluster.probe.script import ProbeCommand, build_probe_script
+from core.cluster.probe.sections import split_sections
 from tests.fixtures.macos.hosts import ROOT, SETS, hosts, probe_output
 
 GB = 1 << 30

@@ -17,10 +17,10 @@ import pytest
 
 import core
 from core.bundle import APP_BINARIES, app_binary, app_binary_candidates, bundle_dir, is_frozen
-from core.probe.facts import local_runner, parse_probe
-from core.probe.parsers import AppVersion, parse_app_version
-from core.probe.script import build_probe_script
-from core.probe.sections import Unknown
+from core.cluster.probe.facts import local_runner, parse_probe
+from core.cluster.probe.parsers import AppVersion, parse_app_version
+from core.cluster.probe.script import build_probe_script
+from core.cluster.probe.sections import Unknown
 
 ROOT = Path(core.__file__).resolve().parent.parent
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.probe import parsers as p
-from core.probe.profiler import (
+from core.cluster.probe import parsers as p
+from core.cluster.probe.profiler import (
     Hardware,
     PeerMac,
     Processors,
@@ -18,7 +18,7 @@ from core.probe.profiler import (
     parse_hardware,
     parse_thunderbolt,
 )
-from core.probe.sections import Unknown
+from core.cluster.probe.sections import Unknown
 from tests.fixtures.macos.hosts import ROOT
 
 GB = 1 << 30

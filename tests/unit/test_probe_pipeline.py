@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from core.probe.facts import NodeFacts, local_runner, parse_probe
-from core.probe.script import build_probe_script
-from core.rdma import cable_verdict, node_verdict
-from core.topology import build_topology, jaccl_devices
+from core.cluster.probe.facts import NodeFacts, local_runner, parse_probe
+from core.cluster.probe.script import build_probe_script
+from core.cluster.rdma import cable_verdict, node_verdict
+from core.cluster.topology import build_topology, jaccl_devices
 from tests.fixtures.macos.hosts import SETS, hosts, probe_output
 from tests.fixtures.macos.make_bin import make_bin
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from core.probe.script import (
+from core.cluster.probe.script import (
     COMMANDS,
     MACMESH_APP,
     PYTHON,
@@ -24,7 +24,7 @@ from core.probe.script import (
     ProbeCommand,
     build_probe_script,
 )
-from core.probe.sections import split_sections
+from core.cluster.probe.sections import split_sections
 
 SHELLS = [
     ["/bin/sh"],

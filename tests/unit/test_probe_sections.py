@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.probe.script import SECTIONS
-from core.probe.sections import (
+from core.cluster.probe.script import SECTIONS
+from core.cluster.probe.sections import (
     CUT_OFF,
     Section,
     Unknown,

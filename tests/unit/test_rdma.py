@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core.probe.facts import NodeFacts
-from core.rdma import (
+from core.cluster.probe.facts import NodeFacts
+from core.cluster.rdma import (
     GUIDES,
     RdmaVerdict,
     build_mismatch,
@@ -19,7 +19,7 @@ from core.rdma import (
     link_verdict,
     node_verdict,
 )
-from core.topology import build_topology
+from core.cluster.topology import build_topology
 from tests.fixtures.macos.hosts import load_facts
 
 RESOURCES = Path(__file__).resolve().parents[2] / "resources"

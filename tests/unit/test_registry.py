@@ -1,4 +1,5 @@
-"""core.registry: merging Bonjour, manual and demo nodes, and the events the changes make."""
+"""core.cluster.registry: merging Bonjour, manual and demo nodes, and the events the changes
+make."""
 
 from __future__ import annotations
 
@@ -9,9 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.discovery import DEVICE_INFO, MACMESH, SFTP_SSH, SSH, BonjourPeer
-from core.hosts import ManualHost
-from core.registry import Node, ProbeState, Registry, Source, macos_major, manual_name, merge
+from core.cluster.discovery import DEVICE_INFO, MACMESH, SFTP_SSH, SSH, BonjourPeer
+from core.cluster.hosts import ManualHost
+from core.cluster.registry import (
+    Node,
+    ProbeState,
+    Registry,
+    Source,
+    macos_major,
+    manual_name,
+    merge,
+)
 
 STUDIO_A = BonjourPeer(
     name="Studio A",

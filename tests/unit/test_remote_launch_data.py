@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from core.probe import parse_probe
-from core.remote_ranks import DEVICES, HOSTFILE, cluster_launches, rank_command
-from core.topology import build_topology, jaccl_devices
+from core.cluster.probe import parse_probe
+from core.cluster.topology import build_topology, jaccl_devices
+from core.run.remote_ranks import DEVICES, HOSTFILE, cluster_launches, rank_command
 from tests.fixtures.macos.hosts import hosts, probe_output
 
 LAN = ["192.168.1.10", "192.168.1.11", "192.168.1.12", "192.168.1.13"]

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from core import discovery as d
-from core.hosts import HostList, ManualHost
-from core.nodes_cli import node_json, render, report
-from core.probe.facts import local_runner, parse_probe
-from core.probe.script import build_probe_script
-from core.rdma import node_verdict
-from core.reach import endpoint, reach_key
-from core.registry import Node, ProbeState, Registry, Source, names_node
-from core.topology import build_topology
+from core.cli.nodes import node_json, render, report
+from core.cluster import discovery as d
+from core.cluster.hosts import HostList, ManualHost
+from core.cluster.probe.facts import local_runner, parse_probe
+from core.cluster.probe.script import build_probe_script
+from core.cluster.rdma import node_verdict
+from core.cluster.reach import endpoint, reach_key
+from core.cluster.registry import Node, ProbeState, Registry, Source, names_node
+from core.cluster.topology import build_topology
 from tests.fixtures.macos.hosts import ROOT, load_facts, probe_output
 from tests.fixtures.macos.make_bin import make_bin
 
@@ -220,7 +220,7 @@ def test_browsing_loopback_never_connects_out_to_what_was_announced_there(
 ) -> None:
     """Loopback multicast is shared by every program here: a record another one announced
     with a LAN address is listed, not probed; a host typed by hand is reached as asked."""
-    from core.scanner import Scanner
+    from core.cluster.scanner import Scanner
 
     scanner = Scanner(interfaces=["127.0.0.1"], host_list=HostList(tmp_path / "h.json"),
                       publish=False)  # fmt: skip

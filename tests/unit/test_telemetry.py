@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.series import RateEstimator, RingBuffer, ema_rate_step
-from core.telemetry import Headline, Telemetry, link_id
+from core.run.series import RateEstimator, RingBuffer, ema_rate_step
+from core.run.telemetry import Headline, Telemetry, link_id
 
 
 def event(kind: str, rank: int, t: float, **fields: Any) -> dict[str, Any]:

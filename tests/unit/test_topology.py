@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from core.probe.facts import NodeFacts
-from core.topology import MissingCable, build_topology, jaccl_devices, ring_hostfile
+from core.cluster.probe.facts import NodeFacts
+from core.cluster.topology import MissingCable, build_topology, jaccl_devices, ring_hostfile
 from tests.fixtures.macos.hosts import load_facts
 
 

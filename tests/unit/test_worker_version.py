@@ -11,8 +11,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+from core.remote.ship import SOURCE_ROOT, NodeSetup, _parse, version_skew, worker_bundle
 from core.worker.version import tree_hash, worker_files
-from core.worker_ship import SOURCE_ROOT, NodeSetup, _parse, version_skew, worker_bundle
 
 
 def test_version_prints_one_json_line_with_this_workers_hash() -> None:

@@ -1,0 +1,1 @@
+"""ModelInfo + nodes -> Plan: strategy, split, memory per node, and the reasons."""

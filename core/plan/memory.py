@@ -1,0 +1,115 @@
+"""The memory side of planning: what each Mac can give the GPU, and what a model takes.
+
+Inputs (Node, Link, PlanOptions) and the per-node budget live here so the planner's
+strategy logic stays short. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from core.model.info import ModelInfo
+
+GIB = 1 << 30
+MIB = 1 << 20
+# macOS lets the GPU wire about 2/3 of RAM on Macs up to 36 GB and 3/4 above (Metal's
+# recommendedMaxWorkingSetSize); iogpu.wired_limit_mb overrides it when set (0 = unset).
+SMALL_MAC_BYTES = 36 * GIB
+DEFAULT_LIMIT_SOURCE = "macOS default: 2/3 of RAM up to 36 GB, 3/4 above"
+WIRED_LIMIT_SOURCE = "iogpu.wired_limit_mb"
+KV_CACHE_STEP = 256  # mlx-lm's KVCache grows in blocks of 256 tokens
+
+
+def default_gpu_limit_bytes(memory_bytes: int) -> int:
+    """What macOS lets the GPU wire when iogpu.wired_limit_mb is not set.
+
+    The one place the rule lives: 2/3 of RAM up to 36 GB, 3/4 above.
+    """
+    if memory_bytes <= SMALL_MAC_BYTES:
+        return memory_bytes * 2 // 3
+    return memory_bytes * 3 // 4
+
+
+@dataclass(frozen=True)
+class Node:
+    """A Mac as the planner sees it. ``wired_limit_mb`` is the sysctl (None or 0: unset)."""
+
+    name: str
+    memory_bytes: int
+    wired_limit_mb: int | None = None
+    chip: str | None = None
+    rdma: bool | None = None
+
+
+@dataclass(frozen=True)
+class Link:
+    """A cable between two nodes, with its speed and whether RDMA runs over it."""
+
+    a: str
+    b: str
+    gbps: float
+    rdma: bool
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the user chose. The margin is ``margin_fraction`` of the GPU limit, at least
+    ``min_margin_bytes``: kept free for MLX's buffer cache, fragmentation and surprises."""
+
+    strategy: Literal["auto", "single", "pipeline", "tensor"] = "auto"
+    context_length: int = 4096
+    batch: int = 1
+    margin_fraction: float = 0.05
+    min_margin_bytes: int = 512 * MIB
+    prefill_chunk: int = 2048  # mlx-lm's default prefill_step_size
+
+
+@dataclass(frozen=True)
+class NodeBudget:
+    """How much a node can give the model, and where that number comes from."""
+
+    node: str
+    memory_bytes: int
+    gpu_limit_bytes: int
+    gpu_limit_source: str
+    margin_bytes: int
+
+    @property
+    def usable_bytes(self) -> int:
+        return max(0, self.gpu_limit_bytes - self.margin_bytes)
+
+
+def node_budget(node: Node, options: PlanOptions) -> NodeBudget:
+    """The node's GPU limit (the sysctl when set, else the macOS default) and its margin."""
+    if node.wired_limit_mb:
+        limit, source = node.wired_limit_mb * MIB, WIRED_LIMIT_SOURCE
+    else:
+        limit, source = default_gpu_limit_bytes(node.memory_bytes), DEFAULT_LIMIT_SOURCE
+    margin = min(limit, max(options.min_margin_bytes, int(limit * options.margin_fraction)))
+    return NodeBudget(node.name, node.memory_bytes, limit, source, margin)
+
+
+def kv_bytes_per_layer(model: ModelInfo, options: PlanOptions) -> int:
+    """KV cache of one layer for the whole context and batch (keys and values together),
+    rounded up to mlx-lm's 256-token allocation blocks."""
+    tokens = -(-options.context_length // KV_CACHE_STEP) * KV_CACHE_STEP
+    return model.kv_elements_per_token * model.dtype_bytes * tokens * options.batch
+
+
+def activation_bytes(model: ModelInfo, options: PlanOptions, shards: int = 1) -> int:
+    """Working buffers of one prefill step, an estimate: the residual stream and norms,
+    Q/K/V, the MLP's hidden units (split ``shards`` ways under tensor parallelism), plus
+    float32 logits. MLX's fused attention does not materialise the score matrix, so it
+    is left to the margin."""
+    tokens = min(options.prefill_chunk, options.context_length) * options.batch
+    qkv = (model.heads + 2 * model.kv_heads) * model.head_dim // shards
+    width = 4 * model.hidden_size + qkv + 3 * model.intermediate_size // shards
+    return tokens * width * model.dtype_bytes + options.batch * model.vocab_size * 4
+
+
+def gb(n: int) -> str:
+    """Memory for people: GB of 2^30 bytes, as macOS counts RAM ("64 GB" Macs)."""
+    if abs(n) < GIB:
+        return f"{n / MIB:.0f} MB"
+    return f"{n / GIB:.1f} GB"

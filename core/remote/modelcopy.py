@@ -1,0 +1,600 @@
+"""Copy a model to a node over SSH: only the files it lacks, resumable, verified, atomic.
+
+Layout on the node, under its cache root (``Target.cache_root``, else the node user's
+``~/Library/Caches/MacMesh`` on macOS, ``~/.cache/macmesh`` elsewhere)::
+
+    models/<name>-<model id[:12]>/           complete, verified files only
+    models/<name>-<model id[:12]>/.macmesh-manifest.json   written last: "complete"
+    models/<name>-<model id[:12]>.partial/   files on their way (resumed from their size)
+
+A file is streamed into ``.partial``, its SHA-256 computed *on the node* (by the node's
+Python as it writes; else ``sha256sum``, or ``shasum -a 256`` on macOS) and compared with
+the manifest; only when every file a node needs is verified are they moved (``mv``,
+atomic within a file system) into the folder, and the marker is written last. So a
+half-copied model never passes ``check``: its files are missing from the folder, or the
+hash check fails.
+
+Different models never share a folder (the folder's name carries the model id). A folder
+of that name whose files differ from the manifest (edited, corrupted, or a hash prefix
+collision) is refused with ``DifferentModel``, naming the folder to remove: MacMesh never
+overwrites files it did not write (our call: a person may have put them there on purpose).
+
+Resuming: a restarted copy keeps the folder's verified files, hashes ``.partial`` files
+that are complete, and continues shorter ones from their size on the node, so it re-sends
+only what never arrived (the final hash covers the resumed prefix; if that fails the file
+is sent once more from the start).
+
+How the bytes travel, and why (measured): ``core.remote.transport``.
+
+Threads: ``copy_model`` and ``check`` block; run them in an executor (one per node).
+``progress`` is called on the copying thread; ``cancel`` is polled between chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from core.model.manifest import MARKER, FileEntry, Manifest, ManifestError
+from core.remote.ssh import Connection
+from core.remote.targets import Target
+from core.remote.transport import (
+    CopyCancelled,
+    EarlyReceiver,
+    ModelCopyError,
+    hash_on_node,
+    send_files,
+)
+
+__all__ = [
+    "CheckResult",
+    "CopyCancelled",
+    "CopyProgress",
+    "CopyResult",
+    "DifferentModel",
+    "ModelCopyError",
+    "cache_root",
+    "check",
+    "copy_model",
+    "describe",
+    "folder_name",
+    "remote_model_dir",
+]
+
+PROGRESS_EVERY_S = 0.1
+RATE_HALF_LIFE_S = 2.0  # the ETA's rate forgets half its past every 2 s
+MIN_RATE_WINDOW_S = 0.5  # no ETA before half a second of transfer
+
+Status = Literal["present", "missing", "different"]
+Phase = Literal["copying", "verifying", "verified"]
+Cancel = threading.Event | Callable[[], bool] | None
+
+
+class DifferentModel(ModelCopyError):
+    """The node's folder holds files other than the manifest's: refused, never overwritten."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """``present``: every needed file is there and verified. ``missing``: ``missing``
+    lists what to copy. ``different``: ``reason`` says which file differs and how."""
+
+    node: str
+    status: Status
+    folder: str
+    missing: tuple[str, ...] = ()
+    missing_bytes: int = 0
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "node": self.node,
+            "status": self.status,
+            "folder": self.folder,
+            "missing": list(self.missing),
+            "missing_bytes": self.missing_bytes,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class CopyProgress:
+    """One node's copy. ``rate`` (bytes/s, smoothed) and ``eta_s`` are None until there
+    is enough data to say; ``bytes_done`` never decreases."""
+
+    node: str
+    phase: Phase
+    bytes_done: int
+    bytes_total: int
+    rate: float | None = None
+    eta_s: float | None = None
+    file: str | None = None
+
+    @property
+    def fraction(self) -> float:
+        return self.bytes_done / self.bytes_total if self.bytes_total else 1.0
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    node: str
+    folder: str
+    sent_bytes: int  # over the network in this call
+    reused_bytes: int  # already verified on the node (folder, or complete in .partial)
+    resumed_bytes: int  # partial files continued from their size
+    files_copied: tuple[str, ...]
+    seconds: float
+
+
+# -- where the model goes ------------------------------------------------------------------
+
+_roots: dict[tuple[str, int, str | None], str] = {}
+_roots_lock = threading.Lock()
+_ROOT_SCRIPT = (
+    'if [ "$(uname)" = Darwin ]; then echo "$HOME/Library/Caches/MacMesh"; '
+    'else echo "${XDG_CACHE_HOME:-$HOME/.cache}/macmesh"; fi'
+)
+
+
+def folder_name(manifest: Manifest) -> str:
+    """``<name>-<model id[:12]>``: a readable name that two different models never share."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", manifest.name).strip("._") or "model"
+    return f"{safe}-{manifest.model_id[:12]}"
+
+
+def cache_root(target: Target, connection: Connection | None = None) -> str:
+    """The node's cache root: ``target.cache_root``, else asked once per node over SSH."""
+    if target.cache_root:
+        return target.cache_root.rstrip("/") or "/"
+    key = (target.host, target.port, target.user)
+    with _roots_lock:
+        if key in _roots:
+            return _roots[key]
+    with _session(target, connection) as conn:
+        result = conn.run(["/bin/sh", "-c", _ROOT_SCRIPT], timeout=30)
+    root = result.stdout.strip()
+    if result.rc != 0 or not root.startswith("/"):
+        raise ModelCopyError(
+            f"Could not find the cache folder on {target.name}: "
+            f"{result.stderr.strip() or root or 'no answer'}. Set its cache folder by hand."
+        )
+    with _roots_lock:
+        _roots[key] = root
+    return root
+
+
+def remote_model_dir(
+    target: Target, manifest: Manifest, connection: Connection | None = None
+) -> str:
+    """The absolute folder on ``target`` where this model lives (for the worker's --model)."""
+    return f"{cache_root(target, connection)}/models/{folder_name(manifest)}"
+
+
+# -- what the node has -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteState:
+    """What one round trip saw on the node (pure data, for ``evaluate``)."""
+
+    folder_exists: bool
+    marker: str | None  # the marker's text
+    have: Mapping[str, int] = field(default_factory=dict)  # folder file → size
+    partial: Mapping[str, int] = field(default_factory=dict)  # .partial file → size
+    odd: tuple[str, ...] = ()  # names that exist but are not regular files
+    python: bool = False  # the node has the target's Python (the fast receiver and hasher)
+
+
+_STATE_SCRIPT = r"""
+D=$1; S=$2; PY=$3; shift 3
+[ -d "$D" ] && echo "@@dir"
+command -v "$PY" >/dev/null 2>&1 && echo "@@python"
+if [ -f "$D/.macmesh-manifest.json" ]; then
+  echo "@@marker"; cat "$D/.macmesh-manifest.json"; echo; echo "@@end"
+fi
+for f in "$@"; do
+  if [ -f "$D/$f" ]; then printf 'have\t%s\t%s\n' "$(wc -c < "$D/$f" | tr -d ' ')" "$f"
+  elif [ -e "$D/$f" ]; then printf 'odd\t0\t%s\n' "$f"; fi
+  if [ -f "$S/$f" ]; then printf 'part\t%s\t%s\n' "$(wc -c < "$S/$f" | tr -d ' ')" "$f"; fi
+done
+"""
+
+
+def parse_state(output: str) -> RemoteState:
+    lines = output.splitlines()
+    marker_lines: list[str] | None = None
+    have: dict[str, int] = {}
+    partial: dict[str, int] = {}
+    odd: list[str] = []
+    exists = python = False
+    inside = False
+    for line in lines:
+        if inside:
+            if line == "@@end":
+                inside = False
+            else:
+                marker_lines.append(line)  # type: ignore[union-attr]
+            continue
+        if line == "@@dir":
+            exists = True
+        elif line == "@@python":
+            python = True
+        elif line == "@@marker":
+            inside, marker_lines = True, []
+        elif line.count("\t") >= 2:
+            kind, size, name = line.split("\t", 2)
+            if kind == "have" and size.isdigit():
+                have[name] = int(size)
+            elif kind == "part" and size.isdigit():
+                partial[name] = int(size)
+            elif kind == "odd":
+                odd.append(name)
+    marker = "\n".join(marker_lines) if marker_lines is not None else None
+    return RemoteState(exists, marker, have, partial, tuple(odd), python)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """``ok``: files verified in the folder; ``to_hash``: present with the right size but
+    not yet vouched for (no marker entry); ``missing``; ``different``: name → why."""
+
+    ok: tuple[str, ...]
+    to_hash: tuple[str, ...]
+    missing: tuple[str, ...]
+    different: dict[str, str]
+
+
+def evaluate(manifest: Manifest, state: RemoteState, verify: bool = False) -> Evaluation:
+    """Pure: which needed files are fine, to be hashed, missing or different. Cheap path:
+    a marker entry with the same hash and the same size on disk vouches for a file (the
+    marker is only written after the node hashed it). ``verify`` hashes every file."""
+    different: dict[str, str] = {}
+    recorded: dict[str, FileEntry] = {}
+    if state.marker is not None:
+        try:
+            marker = Manifest.from_json(state.marker)
+        except ManifestError:
+            marker = None  # unreadable marker: trust nothing, hash everything
+        if marker is not None and marker.model_id != manifest.model_id:
+            reason = f"the folder holds another model (id {marker.model_id[:12]})"
+            return Evaluation((), (), (), {"*": reason})
+        recorded = {entry.name: entry for entry in marker.files} if marker else {}
+    ok, to_hash, missing = [], [], []
+    for entry in manifest.files:
+        if entry.name in state.odd:
+            different[entry.name] = "it is not a regular file"
+            continue
+        size = state.have.get(entry.name)
+        known = recorded.get(entry.name)
+        if known is not None and known.sha256 != entry.sha256:
+            different[entry.name] = "it is another version of that file (its hash differs)"
+        elif size is None:
+            missing.append(entry.name)
+        elif size != entry.size:
+            different[entry.name] = f"it has {size:,} bytes instead of {entry.size:,}"
+        elif known is not None and not verify:
+            ok.append(entry.name)
+        else:
+            to_hash.append(entry.name)
+    return Evaluation(tuple(ok), tuple(to_hash), tuple(missing), different)
+
+
+def check(
+    target: Target,
+    manifest: Manifest,
+    *,
+    verify: bool = False,
+    connection: Connection | None = None,
+) -> CheckResult:
+    """Is ``manifest`` on ``target``? Cheap when the marker vouches for the files (sizes
+    only); files without a marker entry (a model copied by hand) are hashed on the node.
+    ``verify`` hashes everything. Raises ``SSHError`` when the node cannot be reached."""
+    with _session(target, connection) as conn:
+        folder = remote_model_dir(target, manifest, conn)
+        state = _remote_state(conn, target, folder, manifest.names)
+        result = evaluate(manifest, state, verify)
+        hashed: dict[str, str] = {}
+        if result.to_hash and not result.different:
+            hashed = hash_on_node(conn, target, folder, manifest, result.to_hash)
+    return _verdict(target.name, folder, manifest, result, hashed)
+
+
+def _verdict(
+    node: str, folder: str, manifest: Manifest, result: Evaluation, hashed: Mapping[str, str]
+) -> CheckResult:
+    different = dict(result.different)
+    for name in result.to_hash:
+        entry = manifest.entry(name)
+        if name in hashed and entry is not None and hashed[name] != entry.sha256:
+            different[name] = "its content differs from this Mac's copy (SHA-256 mismatch)"
+    if different:
+        shown = "; ".join(
+            f"{name}: {why}" if name != "*" else why for name, why in list(different.items())[:3]
+        )
+        more = f" (and {len(different) - 3} more)" if len(different) > 3 else ""
+        reason = f"{folder} on {node} does not match this model: {shown}{more}."
+        return CheckResult(node, "different", folder, reason=reason)
+    if result.missing:
+        size = sum(e.size for e in manifest.files if e.name in result.missing)
+        return CheckResult(node, "missing", folder, result.missing, size)
+    return CheckResult(node, "present", folder)
+
+
+# -- the copy --------------------------------------------------------------------------------
+
+
+def copy_model(
+    target: Target,
+    manifest: Manifest,
+    model_dir: Path | str,
+    progress: Callable[[CopyProgress], None] | None = None,
+    cancel: Cancel = None,
+    connection: Connection | None = None,
+) -> CopyResult:
+    """Put ``manifest``'s files from ``model_dir`` on ``target``, verified. Returns what
+    was sent. Raises ``CopyCancelled`` (resumable), ``DifferentModel`` (refused),
+    ``ModelCopyError`` or ``SSHError`` (the node; run again to resume)."""
+    source = Path(model_dir).expanduser()
+    started = time.monotonic()
+    stopped = _cancel_check(cancel)
+    for entry in manifest.files:
+        path = source / entry.name
+        if not path.is_file() or path.stat().st_size != entry.size:
+            raise ModelCopyError(
+                f"{path} is not the file the manifest describes: the model folder changed "
+                "since it was read. Read it again (choose the model again)."
+            )
+    early = None
+    if target.cache_root and not target.local:  # the folder is known without asking
+        early = EarlyReceiver(target, remote_model_dir(target, manifest) + ".partial")
+    try:
+        return _copy(target, manifest, source, progress, stopped, connection, early, started)
+    finally:
+        if early is not None:
+            early.discard()
+
+
+def _copy(
+    target: Target,
+    manifest: Manifest,
+    source: Path,
+    progress: Callable[[CopyProgress], None] | None,
+    stopped: Callable[[], bool],
+    connection: Connection | None,
+    early: EarlyReceiver | None,
+    started: float,
+) -> CopyResult:
+    with _session(target, connection) as conn:
+        folder = remote_model_dir(target, manifest, conn)
+        staging = folder + ".partial"
+        state = _remote_state(conn, target, folder, manifest.names)
+        result = evaluate(manifest, state)
+        hashed = {}
+        if result.to_hash and not result.different:
+            hashed = hash_on_node(conn, target, folder, manifest, result.to_hash)
+        verdict = _verdict(target.name, folder, manifest, result, hashed)
+        if verdict.status == "different":
+            raise DifferentModel(
+                f"{verdict.reason} MacMesh will not overwrite it. If you do not need those "
+                f"files, remove the folder on {target.name} (`rm -rf {shlex.quote(folder)}`) "
+                "and copy again."
+            )
+        todo = [e for e in manifest.files if e.name in verdict.missing]
+        meter = _Meter(target.name, progress)
+        reused = manifest.total_bytes - sum(e.size for e in todo)
+        if not todo:
+            if state.marker is None or result.to_hash:
+                _finish(conn, folder, staging, manifest, [], state.marker)
+            meter.total = meter.done = 0
+            meter.emit("verified", force=True)
+            return CopyResult(target.name, folder, 0, reused, 0, (), time.monotonic() - started)
+
+        # A partial file longer than the manifest's is not ours to continue: it restarts.
+        offsets = {e.name: min(state.partial.get(e.name, 0), e.size) for e in todo}
+        offsets = {e.name: 0 if state.partial.get(e.name, 0) > e.size else offsets[e.name]
+                   for e in todo}  # fmt: skip
+        meter.total = sum(e.size for e in todo)
+        meter.done = sum(offsets.values())
+        meter.start()
+        sent = 0
+        resumed = sum(o for e in todo if 0 < (o := offsets[e.name]) < e.size)
+        reused += sum(e.size for e in todo if offsets[e.name] == e.size)
+        python = target.interpreter if state.python else None
+        moved = [e.name for e in manifest.files if e.name in verdict.missing]
+        expected = {e.name: e.sha256 for e in manifest.files}
+        finish = json.dumps(
+            {"folder": folder, "move": moved, "marker_name": MARKER,
+             "marker": _marker(manifest, state.marker).to_json()}
+        ).encode()  # fmt: skip
+
+        def commit(streamed: dict[str, str]) -> bytes | None:
+            """The receiver finishes (moves in, marker last) only if every hash agrees."""
+            digests = known | streamed
+            return finish if all(digests.get(n) == expected[n] for n in moved) else None
+
+        # Files that were complete in .partial are hashed first, so the receiver can
+        # finish the copy right after the rest: no extra round trip.
+        complete = [e.name for e in todo if offsets[e.name] == e.size and e.size]
+        known: dict[str, str] = {}
+        if complete:
+            meter.emit("verifying", force=True)
+            known = hash_on_node(conn, target, staging, manifest, complete)
+        committed = False
+        for attempt in range(2):
+            try:
+                count, streamed, committed = send_files(
+                    conn, target, source, staging, [(e, offsets[e.name]) for e in todo], meter.add,
+                    stopped, python, early if attempt == 0 else None, commit,
+                )  # fmt: skip
+            except CopyCancelled:
+                raise _cancelled(target, manifest) from None
+            sent += count
+            digests = known | streamed
+            unhashed = [e.name for e in todo if e.name not in digests]
+            if unhashed:  # received without Python on the node: hashed now
+                meter.emit("verifying", force=True)
+                digests |= hash_on_node(conn, target, staging, manifest, unhashed)
+            bad = [e for e in todo if digests.get(e.name) != e.sha256]
+            if not bad:
+                break
+            if attempt == 1:
+                raise ModelCopyError(
+                    f"{bad[0].name} arrived damaged on {target.name} twice (its SHA-256 does "
+                    "not match). Check that node's disk and network, then copy again."
+                )
+            # A bad resumed prefix, or bytes damaged on the way: those files once more
+            # from zero (the total grows by them, so bytes done never go back).
+            known = {n: d for n, d in digests.items() if d == expected.get(n)}
+            meter.total += sum(e.size for e in bad)
+            offsets = {e.name: 0 for e in bad}
+            todo = bad
+        if not committed:
+            _finish(conn, folder, staging, manifest, moved, state.marker)
+        meter.emit("verified", force=True)
+        elapsed = time.monotonic() - started
+        return CopyResult(target.name, folder, sent, reused, resumed, tuple(moved), elapsed)
+
+
+class _Meter:
+    """Bytes done/total, a smoothed rate and an honest ETA, reported at most every 0.1 s."""
+
+    def __init__(self, node: str, report: Callable[[CopyProgress], None] | None) -> None:
+        self.node, self.report = node, report
+        self.total = self.done = 0
+        self.rate: float | None = None
+        self._began = self._last_sample = self._last_emit = 0.0
+        self._sample_done = 0
+
+    def start(self) -> None:
+        self._began = self._last_sample = time.monotonic()
+        self._sample_done = self.done
+        self.emit("copying", force=True)
+
+    def add(self, count: int, file: str) -> None:
+        self.done += count
+        now = time.monotonic()
+        dt = now - self._last_sample
+        if dt >= PROGRESS_EVERY_S:
+            instant = (self.done - self._sample_done) / dt
+            if now - self._began >= MIN_RATE_WINDOW_S:
+                weight = 1 - 0.5 ** (dt / RATE_HALF_LIFE_S)
+                self.rate = (
+                    instant if self.rate is None else self.rate + weight * (instant - self.rate)
+                )
+            self._last_sample, self._sample_done = now, self.done
+        self.emit("copying", file)
+
+    def emit(self, phase: Phase, file: str | None = None, force: bool = False) -> None:
+        if self.report is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_emit < PROGRESS_EVERY_S:
+            return
+        self._last_emit = now
+        done = self.total if phase == "verified" else min(self.done, self.total)
+        eta = None
+        if self.rate and phase == "copying":
+            eta = max(0.0, (self.total - done) / self.rate)
+        elif phase == "verified":
+            eta = 0.0
+        self.report(CopyProgress(self.node, phase, done, self.total, self.rate, eta, file))
+
+
+def _cancelled(target: Target, manifest: Manifest) -> CopyCancelled:
+    return CopyCancelled(
+        f"Copy of {manifest.name} to {target.name} stopped; what arrived is kept and the "
+        "next copy continues from there."
+    )
+
+
+def _finish(
+    conn: Connection,
+    folder: str,
+    staging: str,
+    manifest: Manifest,
+    moved: Sequence[str],
+    old_marker: str | None,
+) -> None:
+    """Move verified files in, then write the marker, last."""
+    marker = _marker(manifest, old_marker)
+    script = (
+        'D=$1; S=$2; shift 2; mkdir -p "$D" || exit 1; '
+        'for f in "$@"; do mkdir -p "$(dirname "$D/$f")" && mv -f "$S/$f" "$D/$f" || exit 1; done; '
+        f'cat > "$D/{MARKER}.tmp" && mv -f "$D/{MARKER}.tmp" "$D/{MARKER}" || exit 1; '
+        'rm -rf "$S"'
+    )
+    _run(conn, ["/bin/sh", "-c", script, "sh", folder, staging, *moved], stdin=marker.to_json())
+
+
+def _marker(manifest: Manifest, old_marker: str | None) -> Manifest:
+    """What the folder holds verified once this copy is in: the old marker's files of
+    this model plus this manifest's."""
+    files = {entry.name: entry for entry in manifest.files}
+    if old_marker is not None:
+        with contextlib.suppress(ManifestError):
+            previous = Manifest.from_json(old_marker)
+            if previous.model_id == manifest.model_id:
+                files = {entry.name: entry for entry in previous.files} | files
+    return Manifest(manifest.name, tuple(files.values()), manifest.model_id)
+
+
+def _remote_state(
+    conn: Connection, target: Target, folder: str, names: Sequence[str]
+) -> RemoteState:
+    staging = folder + ".partial"
+    argv = ["/bin/sh", "-c", _STATE_SCRIPT, "sh", folder, staging, target.interpreter, *names]
+    result = _run(conn, argv)
+    return parse_state(result.stdout)
+
+
+def _run(conn: Connection, argv: Sequence[str], stdin: str = "", timeout: float = 60.0):
+    result = conn.run(list(argv), timeout=timeout, stdin=stdin.encode())
+    if result.rc != 0:
+        raise ModelCopyError(
+            f"On {conn.host}, `{shlex.join(argv[:3])[:80]}…` failed: "
+            f"{result.stderr.strip() or f'exit status {result.rc}'}. Is the disk full or "
+            "the cache folder not writable?"
+        )
+    return result
+
+
+def _cancel_check(cancel: Cancel) -> Callable[[], bool]:
+    if cancel is None:
+        return lambda: False
+    if isinstance(cancel, threading.Event):
+        return cancel.is_set
+    return cancel
+
+
+@contextlib.contextmanager
+def _session(target: Target, connection: Connection | None) -> Iterator[Connection]:
+    """The caller's connection (left open), or a new one closed afterwards."""
+    if connection is not None:
+        yield connection.connect()
+        return
+    conn = target.connection()
+    try:
+        yield conn.connect()
+    finally:
+        conn.close()
+
+
+def describe(result: CheckResult) -> str:
+    """One line for people."""
+    if result.status == "present":
+        return f"The model is on {result.node}."
+    if result.status == "missing":
+        count = len(result.missing)
+        return (
+            f"{result.node} lacks {count} file{'s' if count != 1 else ''} of the model "
+            f"({result.missing_bytes / 1e9:.2f} GB): MacMesh can copy them."
+        )
+    return result.reason

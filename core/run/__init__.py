@@ -1,0 +1,1 @@
+"""One Start: session, preflight, launcher and ranks, MLX's environment, telemetry."""

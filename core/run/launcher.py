@@ -1,0 +1,596 @@
+"""Start a distributed job's ranks, follow them, and stop every one of them.
+
+MacMesh does not use ``mlx.launch`` (it exits 0 when a rank fails and mixes
+all ranks' output): it starts each rank itself with MLX's environment
+contract (``core.run.mlxenv``), reads each rank's events (stdout) and log
+(stderr), and turns any rank's exit or silence into one clear failure that
+names the rank, after which every rank is ended.
+
+Ranks run on this machine (``LocalRank``: the demo) or, when the spec has
+``targets``, on the Macs they name (``RemoteRank`` over SSH): the worker is
+shipped to each node and its versions checked (``core.remote.ship``) before
+any rank starts; watchdog, failure diagnosis and stop are the same for both.
+
+Threads: each rank has two reader threads (stdout events, stderr log) and
+the job one monitor thread (which first prepares the nodes of a remote job).
+``Job.event``, ``Job.log`` and ``Job.state_changed`` fire on those threads,
+never on the caller's: a GUI must cross to its own thread (``gui/bridge.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+
+from psygnal import Signal
+
+from core import paths
+from core.remote.ship import NodeSetup, prepare_node, version_skew
+from core.remote.ssh import Connection, SSHError
+from core.remote.targets import Target
+from core.run import mlxenv
+from core.run.ranks import LocalRank, RankProcess
+from core.run.remote_ranks import RemoteRank, cluster_launches, rank_command
+from core.worker import protocol as p
+
+BIND_FAILURE = "Couldn't bind socket"
+LOG_TAIL = 200
+
+
+class JobState(StrEnum):
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    GENERATING = "generating"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.STOPPED, JobState.FAILED)
+
+
+class JobError(Exception):
+    """A request the job cannot take now; the message says why."""
+
+
+@dataclass
+class JobSpec:
+    model: Path
+    strategy: str = "pipeline"
+    nodes: int = 2
+    split: list[int] | None = None
+    backend: str = "ring"
+    python: str = sys.executable
+    host: str = "127.0.0.1"
+    telemetry: bool = True
+    load_timeout_s: float = 120.0  # silence allowed before a rank has loaded (heartbeats)
+    watchdog_s: float = 20.0  # silence allowed once loaded (heartbeats come every second)
+    bind_retries: int = 3
+    rank_models: list[Path] | None = None  # per-rank model folder, when nodes hold different files
+    targets: list[Target] | None = None  # where each rank runs, rank order (None: this machine)
+    devices: list[list[str | list[str] | None]] | None = None  # jaccl: the device matrix
+
+    def __post_init__(self) -> None:
+        if self.targets is not None:
+            if not self.targets:
+                raise ValueError("a job needs at least one node")
+            self.nodes = len(self.targets)
+
+    @property
+    def rank_backend(self) -> str:
+        """One rank needs no backend at all."""
+        return self.backend if self.nodes > 1 else "single"
+
+    def worker_args(self, rank: int) -> list[str]:
+        """The worker's arguments (after ``-m core.worker``) for ``rank``."""
+        model = self.rank_models[rank] if self.rank_models else self.model
+        args = ["--model", str(model)]
+        args += ["--strategy", self.strategy if self.nodes > 1 else "single"]
+        args += ["--backend", self.rank_backend]
+        if self.split and self.nodes > 1:
+            args += ["--split", ",".join(str(n) for n in self.split)]
+        return args
+
+    def worker_argv(self, rank: int, python: str | None = None) -> list[str]:
+        return [python or self.python, "-m", "core.worker", *self.worker_args(rank)]
+
+
+@dataclass
+class RankStatus:
+    rank: int
+    node: str | None = None  # the target's name, for a job placed on targets
+    pid: int | None = None  # a remote rank's: its process group on its node
+    stage: str = "starting"
+    loaded: bool = False
+    last_seen: float = field(default_factory=time.monotonic)
+    exit_code: int | None = None
+    exited_at: float | None = None
+    error: str | None = None
+    log: deque = field(default_factory=lambda: deque(maxlen=LOG_TAIL))
+
+    def tail(self, lines: int = 8) -> list[str]:
+        return list(self.log)[-lines:]
+
+
+class Job:
+    """One distributed job: on this machine's loopback (the demo cluster), or on the
+    spec's targets over SSH."""
+
+    event = Signal(dict)  # every worker event, as parsed (reader threads)
+    log = Signal(int, str)  # rank, a line of its stderr (reader threads)
+    state_changed = Signal(str, str)  # state value, message (any job thread)
+
+    def __init__(self, spec: JobSpec, run_dir: Path | None = None) -> None:
+        self.spec = spec
+        self.run_dir = run_dir or _new_run_dir()
+        self.state = JobState.STARTING
+        self.message = ""
+        self.ranks: list[RankStatus] = []
+        self._procs: list[RankProcess] = []
+        self._lock = threading.RLock()
+        self._ready = threading.Event()
+        self._finished = threading.Event()
+        self._done: dict[str, dict] = {}
+        self._done_cond = threading.Condition(self._lock)
+        self._pending: set[str] = set()
+        self._ids = itertools.count(1)
+        self._threads: list[threading.Thread] = []
+        self._attempt = 0
+        self._tag = uuid.uuid4().hex[:10]  # names this job's folders on the nodes
+        self._connections: dict[tuple, Connection] = {}
+        self._setups: dict[tuple, NodeSetup] = {}
+
+    @property
+    def remote(self) -> bool:
+        return any(not target.local for target in self.spec.targets or ())
+
+    # -- lifecycle --
+
+    def start(self) -> Job:
+        """Start the ranks (a remote job first prepares its nodes on the monitor thread,
+        so this returns at once; a failure there fails the job with the reason)."""
+        if self.remote:
+            self._set_state(JobState.STARTING, f"connecting to {self.spec.nodes} node(s)")
+            runner = self._prepare_then_monitor
+        else:
+            with self._lock:
+                self._launch()
+            runner = self._monitor
+        monitor = threading.Thread(target=runner, name="macmesh-job-monitor", daemon=True)
+        monitor.start()
+        return self
+
+    def _prepare_then_monitor(self) -> None:
+        try:
+            self._prepare_nodes()
+            with self._lock:
+                if self.state.finished or self.state == JobState.STOPPING:
+                    self._close_connections()
+                    return
+                self._launch()
+        except SSHError as exc:
+            self._fail(str(exc))
+            return
+        except Exception as exc:  # never leave a job "starting" forever
+            self._fail(f"Could not start the ranks: {type(exc).__name__}: {exc}")
+            return
+        self._monitor()
+
+    def _prepare_nodes(self) -> None:
+        """Connect to every node, ship the worker, check what will run it: in parallel."""
+        nodes = {_node_key(t): t for t in self.spec.targets or () if not t.local}
+
+        def prepare(key: tuple, target: Target) -> NodeSetup:
+            connection = target.connection()
+            with self._lock:
+                self._connections[key] = connection
+            connection.connect()
+            return prepare_node(connection, target.interpreter, target.cache_root)
+
+        errors = []
+        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            futures = {key: pool.submit(prepare, key, t) for key, t in nodes.items()}
+            for key, future in futures.items():
+                try:
+                    self._setups[key] = future.result()
+                except SSHError as exc:
+                    errors.append(str(exc))
+        if errors:
+            raise SSHError("", "\n".join(errors))
+        skew = version_skew(list(self._setups.values()))
+        if skew:
+            raise SSHError("", skew)
+
+    def _launch(self) -> None:
+        spec = self.spec
+        self._attempt += 1
+        names = [t.name for t in spec.targets] if spec.targets else [None] * spec.nodes
+        self.ranks = [RankStatus(rank, node=names[rank]) for rank in range(spec.nodes)]
+        self._procs = []
+        if spec.targets:
+            self._launch_targets()
+            self._set_state(JobState.LOADING, f"starting {spec.nodes} rank(s)")
+            return
+        hostfile = None
+        if spec.rank_backend == "ring":
+            ports = mlxenv.free_ports(spec.nodes, spec.host)
+            hostfile = self.run_dir / "hostfile.json"
+            hostfile.write_text(mlxenv.ring_hostfile([(spec.host, port) for port in ports]))
+        extra = {} if spec.telemetry else {p.ENV_TELEMETRY: "0"}
+        self._procs = []
+        for status in self.ranks:
+            env = mlxenv.rank_env(
+                status.rank, spec.rank_backend, str(hostfile) if hostfile else None, extra=extra
+            )
+            log_path = self.run_dir / f"rank{status.rank}.log"
+            proc = LocalRank(status.rank, spec.worker_argv(status.rank), env, log_path)
+            self._follow(proc, status)
+        self._set_state(JobState.LOADING, f"starting {spec.nodes} rank(s)")
+
+    def _launch_targets(self) -> None:
+        """One rank per target: MLX's files in a folder of the rank's own on its node,
+        the shipped worker run from its folder there (or a local rank for this Mac)."""
+        spec = self.spec
+        targets = spec.targets or []
+        backend = spec.rank_backend
+        addresses = [t.rank_address for t in targets]
+        ports = mlxenv.rank_ports(addresses if backend == "ring" else addresses[:1])
+        ports += [0] * (len(targets) - len(ports))  # jaccl: only the coordinator listens
+        job_dirs = []
+        for rank, target in enumerate(targets):
+            if target.local:
+                job_dirs.append(str(self.run_dir / f"rank{rank}-files-{self._attempt}"))
+            else:
+                root = self._setups[_node_key(target)].cache_root
+                job_dirs.append(f"{root}/jobs/{self._tag}-{self._attempt}-rank{rank}")
+        extra = {} if spec.telemetry else {p.ENV_TELEMETRY: "0"}
+        launches = cluster_launches(backend, addresses, ports, job_dirs, spec.devices, extra)
+        for launch, target, status in zip(launches, targets, self.ranks, strict=True):
+            argv = spec.worker_argv(status.rank, python=target.interpreter)
+            log_path = self.run_dir / f"rank{status.rank}.log"
+            if target.local:
+                folder = Path(launch.job_dir)
+                folder.mkdir(parents=True, exist_ok=True)
+                for name, text in launch.files.items():
+                    (folder / name).write_text(text)
+                env = mlxenv.rank_env(status.rank, "single")  # this machine's environment...
+                env.pop("MLX_RANK")
+                env.update(launch.env)  # ...with the rank's contract
+                proc: RankProcess = LocalRank(status.rank, argv, env, log_path)
+            else:
+                key = _node_key(target)
+                setup = self._setups[key]
+                env = {**launch.env, "PYTHONPATH": setup.worker_dir}
+                proc = RemoteRank(
+                    status.rank,
+                    self._connections[key],
+                    rank_command(launch, setup.worker_dir, argv),
+                    env,
+                    log_path,
+                    reconnect=lambda t=target: replace(t, timeout=min(t.timeout, 5.0)).connection(),
+                )
+            self._follow(proc, status)
+
+    def _follow(self, proc: RankProcess, status: RankStatus) -> None:
+        status.pid = proc.pid
+        self._procs.append(proc)
+        for target, name in ((self._read_events, "events"), (self._read_log, "log")):
+            thread = threading.Thread(
+                target=target,
+                args=(proc, status),
+                name=f"rank{status.rank}-{name}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        """End the job: ask rank 0 to stop all ranks, then end whatever remains."""
+        with self._lock:
+            if self.state.finished:
+                return
+            # Only an idle rank 0 reads the stop command soon; otherwise end the ranks.
+            was_ready = self.state == JobState.READY
+            self._set_state(JobState.STOPPING, "stopping")
+            if was_ready:
+                self._send_all(p.encode_command(p.OP_STOP))
+        if was_ready:
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and any(pr.poll() is None for pr in self._procs):
+                time.sleep(0.05)
+        self._end_all()
+        self._finish(JobState.STOPPED, "stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the job has stopped or failed; True if it has."""
+        return self._finished.wait(timeout)
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until every rank has loaded; JobError if the job failed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ready.is_set():
+            if self.state.finished:
+                raise JobError(self.message)
+            if deadline is not None and time.monotonic() > deadline:
+                raise JobError(f"the model was not loaded within {timeout:.0f} s")
+            self._ready.wait(0.05)
+
+    # -- requests --
+
+    def generate(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: list[dict] | None = None,
+        max_tokens: int = 128,
+        chat: bool = True,
+    ) -> str:
+        """Send a request to the ranks; returns its id (events carry it as ``request``)."""
+        request = f"r{next(self._ids)}"
+        fields = {"id": request, "max_tokens": int(max_tokens), "chat": chat}
+        if messages is not None:
+            fields["messages"] = messages
+        else:
+            fields["prompt"] = prompt or ""
+        self._send(p.encode_command(p.OP_GENERATE, **fields), request)
+        return request
+
+    def link_test(self, nbytes: int = 32 << 20, iters: int = 5) -> str:
+        request = f"t{next(self._ids)}"
+        self._send(p.encode_command(p.OP_LINK_TEST, id=request, bytes=nbytes, iters=iters), request)
+        return request
+
+    def wait_done(self, request: str, timeout: float | None = None) -> dict:
+        """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._done_cond:
+            while request not in self._done:
+                if self.state.finished:
+                    raise JobError(self.message)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise JobError(f"no answer within {timeout:.0f} s")
+                self._done_cond.wait(0.1 if remaining is None else min(remaining, 0.1))
+            answer = self._done[request]
+        if answer["event"] == p.ERROR:
+            raise JobError(answer.get("message", "the request failed"))
+        return answer
+
+    def _send(self, line: str, request: str) -> None:
+        with self._lock:
+            if self.state not in (JobState.READY, JobState.GENERATING):
+                raise JobError(f"the cluster is {self.state.value}, not ready for a prompt")
+            self._pending.add(request)
+            self._set_state(JobState.GENERATING, "generating")
+            self._send_all(line)
+
+    def _send_all(self, line: str) -> None:
+        """Every rank gets every command, in the same order (the caller holds the lock)."""
+        for proc in self._procs:
+            proc.send(line)
+
+    # -- reading ranks --
+
+    def _read_events(self, proc: RankProcess, status: RankStatus) -> None:
+        for line in proc.stdout_lines():
+            event = p.parse_event(line)
+            if event is None:
+                status.log.append(line.rstrip())
+                continue
+            self._on_event(status, event)
+        status.exited_at = status.exited_at or time.monotonic()
+
+    def _read_log(self, proc: RankProcess, status: RankStatus) -> None:
+        for line in proc.stderr_lines():
+            line = line.rstrip("\n")
+            status.log.append(line)
+            self.log.emit(status.rank, line)
+
+    def _on_event(self, status: RankStatus, event: dict) -> None:
+        kind = event["event"]
+        with self._lock:
+            status.last_seen = time.monotonic()
+            if kind == p.LOADING:
+                status.stage = event.get("stage", "loading")
+            elif kind == p.LOADED:
+                status.loaded, status.stage = True, "loaded"
+            elif kind == p.ERROR and event.get("fatal"):
+                status.error = event.get("message", "failed")
+            elif kind == p.ERROR and event.get("request"):
+                self._answered(event)  # that request failed; the job lives on
+            elif kind == p.READY:
+                self._ready.set()
+                if self.state == JobState.LOADING:
+                    self._set_state(JobState.READY, "ready")
+            elif kind in (p.DONE, p.LINK_TEST):
+                self._answered(event)
+        self.event.emit(event)
+
+    def _answered(self, event: dict) -> None:
+        request = event.get("request", "")
+        with self._done_cond:
+            self._done[request] = event
+            if len(self._done) > 256:  # keep only recent answers
+                self._done.pop(next(iter(self._done)))
+            self._pending.discard(request)
+            if not self._pending and self.state == JobState.GENERATING:
+                self._set_state(JobState.READY, "ready")
+            self._done_cond.notify_all()
+
+    # -- failure detection --
+
+    def _monitor(self) -> None:
+        while not self._finished.is_set():
+            time.sleep(0.1)
+            with self._lock:
+                if self.state in (JobState.STOPPING,) or self.state.finished:
+                    continue
+                problem = self._find_problem()
+            if problem is None:
+                continue
+            if self._bind_failed() and self._attempt <= self.spec.bind_retries:
+                self._relaunch()
+                continue
+            time.sleep(0.3)  # let a crash's knock-on exits arrive, then blame the first
+            self._fail(self._diagnose() or problem)
+
+    def _find_problem(self) -> str | None:
+        now = time.monotonic()
+        for proc, status in zip(self._procs, self.ranks, strict=True):
+            code = proc.poll()
+            if code is not None:
+                _record_exit(proc, status, code, now)
+                return _exit_message(status)
+            limit = self.spec.watchdog_s if status.loaded else self.spec.load_timeout_s
+            if now - status.last_seen > limit:
+                return (
+                    f"Rank {status.rank}{_where(status)} stopped responding: no sign of life for "
+                    f"{now - status.last_seen:.0f} s while {status.stage}{_tail(status)}"
+                )
+        return None
+
+    def _diagnose(self) -> str | None:
+        """The root cause among exited ranks: killed first, then silent crashes, then errors."""
+        for proc, status in zip(self._procs, self.ranks, strict=True):
+            code = proc.poll()
+            if code is not None and status.exit_code is None:
+                _record_exit(proc, status, code, time.monotonic())
+        exited = [s for s in self.ranks if s.exit_code is not None]
+        if not exited:
+            return None
+        exited.sort(key=lambda s: (s.exit_code >= 0, s.error is not None, s.exited_at, s.rank))
+        return _exit_message(exited[0])
+
+    def _bind_failed(self) -> bool:
+        return any(
+            BIND_FAILURE in (s.error or "") or any(BIND_FAILURE in line for line in s.log)
+            for s in self.ranks
+        )
+
+    def _relaunch(self) -> None:
+        self._end_all()
+        with self._lock:
+            if self.state.finished or self.state == JobState.STOPPING:
+                return
+            try:
+                self._launch()
+                return
+            except SSHError as exc:
+                failure = str(exc)
+        self._fail(failure)
+
+    def _fail(self, message: str) -> None:
+        with self._lock:
+            if self.state.finished or self.state == JobState.STOPPING:
+                return
+            self.message = message
+        self._end_all()
+        self._finish(JobState.FAILED, message)
+
+    def _end_all(self) -> None:
+        procs = list(self._procs)
+        _each(procs, "terminate")  # in parallel: a remote rank's takes a round trip
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(pr.poll() is None for pr in procs):
+            time.sleep(0.05)
+        _each(procs, "kill")
+        for proc in procs:
+            proc.close()
+        # The readers end at the ranks' EOF: wait for them, so every log line is written.
+        for thread in self._threads:
+            if thread is not threading.current_thread():  # stop() called from an event slot
+                thread.join(timeout=2.0)
+        self._threads = [thread for thread in self._threads if thread.is_alive()]
+
+    def _finish(self, state: JobState, message: str) -> None:
+        with self._lock:
+            if self.state.finished:
+                return
+            self._set_state(state, message)
+            self._finished.set()
+            self._done_cond.notify_all()
+        self._close_connections()
+
+    def _close_connections(self) -> None:
+        with self._lock:
+            connections = list(self._connections.values())
+            self._connections.clear()
+        for connection in connections:
+            connection.close()
+
+    def _set_state(self, state: JobState, message: str) -> None:
+        self.state = state
+        self.message = message
+        self.state_changed.emit(state.value, message)
+
+    # -- introspection --
+
+    def rank_log(self, rank: int) -> Path:
+        return self.run_dir / f"rank{rank}.log"
+
+
+def _record_exit(proc: RankProcess, status: RankStatus, code: int, now: float) -> None:
+    status.exit_code = code
+    status.exited_at = status.exited_at or now
+    if proc.exit_reason and not status.error:
+        status.error = f"Rank {status.rank}{_where(status)} {proc.exit_reason} while {status.stage}"
+
+
+def _exit_message(status: RankStatus) -> str:
+    code = status.exit_code
+    rank = f"Rank {status.rank}{_where(status)}"
+    if status.error:
+        what = status.error
+    elif code == -1:  # a remote rank ended by a signal ssh does not name
+        what = f"{rank} was killed while {status.stage}"
+    elif code is not None and code < 0:
+        what = f"{rank} was killed (signal {-code}) while {status.stage}"
+    else:
+        what = f"{rank} exited with code {code} while {status.stage}"
+    if not what.lower().startswith("rank"):
+        what = f"Rank {status.rank}: {what}"
+    return what + _tail(status)
+
+
+def _where(status: RankStatus) -> str:
+    return f" on {status.node}" if status.node else ""
+
+
+def _node_key(target: Target) -> tuple:
+    """Ranks on one node with one Python share a connection and a prepared worker."""
+    return (target.host, target.port, target.user, target.interpreter, target.cache_root)
+
+
+def _each(procs: list[RankProcess], method: str) -> None:
+    threads = [threading.Thread(target=getattr(proc, method), daemon=True) for proc in procs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30.0)
+
+
+def _tail(status: RankStatus) -> str:
+    lines = [line for line in status.tail() if line.strip()]
+    return ("\nLast log lines:\n  " + "\n  ".join(lines)) if lines else ""
+
+
+def _new_run_dir() -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in itertools.count():
+        run_dir = paths.log_dir() / "runs" / (f"{stamp}" if n == 0 else f"{stamp}-{n}")
+        try:
+            run_dir.mkdir(parents=True)
+            return run_dir
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")

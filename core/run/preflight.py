@@ -1,0 +1,538 @@
+"""Checks before Start, each with a plain-language result and a fix (issue 6).
+
+One gather step per node, in parallel over SSH (``gather``): the probe's facts (with the
+Python that node will run, ``Target.interpreter``) and the model check by manifest
+(``core.remote.modelcopy.check``). Then pure functions over what was gathered
+(``evaluate``): every node reachable; its Python and its mlx / mlx-lm; the same versions
+everywhere (and the same macOS build for jaccl); the model present where it is needed
+("missing" → a copy is offered, "different" → refused); memory per the Plan against what
+each node reports; and the backend (``choose_backend``): jaccl when every pair of ranks
+is cabled with RDMA on, jaccl-ring when the ranks' neighbours are, else ring over each
+node's network address, with the reason said plainly.
+
+``run_preflight`` does both; the report is JSON-able (``to_dict``) and ``format_report``
+prints it for ``macmesh run``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from core.cluster.probe.facts import NodeFacts, run_local_probe
+from core.cluster.probe.remote import probe_over_ssh
+from core.cluster.rdma import GUIDES, build_mismatch, cable_verdict, node_verdict
+from core.cluster.topology import build_topology, jaccl_devices
+from core.model.manifest import HashCache, Manifest, ManifestError, build_manifest, node_manifest
+from core.plan.memory import Node, gb, node_budget
+from core.plan.planner import Plan
+from core.remote.modelcopy import CheckResult, ModelCopyError, check
+from core.remote.ssh import (
+    AuthFailed,
+    HostKeyChanged,
+    HostUnreachable,
+    RemoteLoginOff,
+    SSHError,
+    SSHTimeout,
+    UnknownHostKey,
+)
+from core.remote.targets import Target
+
+Status = Literal["ok", "warn", "fail"]
+BACKENDS = ("auto", "jaccl", "jaccl-ring", "ring")
+CLUSTER = "cluster"  # the node of checks about all nodes together
+Matrix = list[list[str | list[str] | None]]
+
+
+@dataclass(frozen=True)
+class Check:
+    node: str
+    name: str  # ssh, python, versions, macos, model, memory, plan, backend
+    status: Status
+    message: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "node": self.node,
+            "name": self.name,
+            "status": self.status,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """What the job runs on. ``devices``: jaccl's device matrix in rank order."""
+
+    name: str  # jaccl, jaccl-ring or ring
+    reason: str
+    devices: Matrix | None = None
+    problem: str | None = None  # why RDMA is not used (None when it is, or not needed)
+    guide: str | None = None  # core.cluster.rdma.GUIDES key that fixes the problem
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "reason": self.reason,
+            "devices": self.devices,
+            "problem": self.problem,
+            "guide": self.guide,
+        }
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """One node as the gather step found it: facts, or the SSH error; the model check."""
+
+    target: Target
+    facts: NodeFacts | None = None
+    error: SSHError | None = None
+    model: CheckResult | None = None
+    model_error: str | None = None
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    checks: tuple[Check, ...]
+    backend: BackendChoice
+    copies_needed: tuple[str, ...]  # nodes that lack model files: copy_model fixes them
+    manifests: Mapping[str, Manifest] = field(default_factory=dict)  # node → what it needs
+    facts: Mapping[str, NodeFacts] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing fails (warnings and copies still to make allowed)."""
+        return not any(c.status == "fail" for c in self.checks)
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status == "fail")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checks": [c.to_dict() for c in self.checks],
+            "backend": self.backend.to_dict(),
+            "copies_needed": list(self.copies_needed),
+            "manifests": {node: m.id for node, m in self.manifests.items()},
+        }
+
+
+# -- gather (SSH, parallel) ------------------------------------------------------------------
+
+
+def gather_node(
+    target: Target, manifest: Manifest | None, facts: NodeFacts | None = None
+) -> Gathered:
+    """Probe ``target`` (unless its fresh ``facts`` are given) and check its model over one
+    SSH session. Never raises for SSH."""
+    if target.local:
+        facts = facts or run_local_probe(target.name, python=target.interpreter)
+        return Gathered(target, facts)  # a local rank reads the model folder itself
+    try:
+        with target.connection() as connection:
+            if facts is None:
+                facts = probe_over_ssh(connection, target.name, python=target.interpreter)
+            if manifest is None:
+                return Gathered(target, facts)
+            try:
+                model = check(target, manifest, connection=connection)
+            except ModelCopyError as error:
+                return Gathered(target, facts, model_error=str(error))
+            return Gathered(target, facts, model=model)
+    except SSHError as error:
+        return Gathered(target, error=error)
+
+
+def gather(
+    targets: Sequence[Target],
+    manifests: Mapping[str, Manifest] | None = None,
+    facts: Mapping[str, NodeFacts] | None = None,
+) -> list[Gathered]:
+    """``gather_node`` for every target at once (one thread per node); ``facts``: nodes
+    probed moments ago (``macmesh run`` probes to plan), not probed again."""
+    manifests, facts = manifests or {}, facts or {}
+    with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
+        futures = [
+            pool.submit(gather_node, t, manifests.get(t.name), facts.get(t.name)) for t in targets
+        ]
+    return [future.result() for future in futures]
+
+
+def run_preflight(
+    targets: Sequence[Target],
+    plan: Plan,
+    model_dir: Path | str,
+    backend: str = "auto",
+    manifest: Manifest | None = None,
+    cache: HashCache | None = None,
+    facts: Mapping[str, NodeFacts] | None = None,
+) -> PreflightReport:
+    """Every check for running ``plan`` of the model in ``model_dir`` on ``targets``
+    (``facts``: nodes just probed, by name, reused instead of probing them again)."""
+    manifests: dict[str, Manifest] = {}
+    problem = None
+    try:
+        whole = manifest or build_manifest(model_dir, cache)
+        for rank, stage in enumerate(plan.ranks):
+            manifests[stage.node] = node_manifest(model_dir, plan.layers_of(rank), manifest=whole)
+    except ManifestError as error:
+        problem = Check(
+            CLUSTER, "model", "fail", f"Cannot read the model: {error}.", "Choose a model folder."
+        )
+    report = evaluate(plan, gather(targets, manifests, facts), manifests, backend)
+    if problem is not None:
+        return PreflightReport((problem, *report.checks), report.backend, (), {}, report.facts)
+    return report
+
+
+# -- checks (pure) ---------------------------------------------------------------------------
+
+
+def evaluate(
+    plan: Plan,
+    gathered: Sequence[Gathered],
+    manifests: Mapping[str, Manifest] | None = None,
+    backend: str = "auto",
+) -> PreflightReport:
+    """The report for ``plan`` from what ``gather`` found. Pure."""
+    manifests = manifests or {}
+    by_name = {g.target.name: g for g in gathered}
+    order = list(plan.nodes_used)
+    checks: list[Check] = []
+    if backend not in BACKENDS:
+        checks.append(
+            Check(
+                CLUSTER, "backend", "fail", f"Unknown backend {backend!r}.",
+                f"Choose one of {', '.join(BACKENDS)}.",
+            )
+        )  # fmt: skip
+        backend = "auto"
+    lost = [name for name in order if name not in by_name]
+    for name in lost:
+        checks.append(
+            Check(
+                name, "ssh", "fail", f"The plan uses {name}, but no host of that name was given.",
+                "Plan again with the hosts you will run on.",
+            )
+        )  # fmt: skip
+    if plan.verdict != "fits":
+        checks.append(
+            Check(CLUSTER, "plan", "fail", plan.reason, "Add a Mac, or choose a smaller model.")
+        )
+    used = [by_name[name] for name in order if name in by_name]
+    for g in used:
+        checks.append(_reachable(g))
+    reached = [g for g in used if g.facts is not None]
+    for g in reached:
+        checks.append(_python(g))
+    checks.extend(_versions(reached))
+    for g in reached:
+        checks.extend(_model(g, manifests.get(g.target.name)))
+        checks.extend(_memory(g, plan))
+    facts = {g.target.name: g.facts for g in reached if g.facts is not None}
+    if len(reached) == len(order) and not lost:
+        choice = choose_backend([facts[name] for name in order], backend)
+        checks.extend(_backend_checks(choice, backend, [by_name[n].target for n in order]))
+        if choice.name.startswith("jaccl") and (mismatch := build_mismatch(list(facts.values()))):
+            checks.append(
+                Check(
+                    CLUSTER, "macos", "fail", mismatch,
+                    "Update every Mac to the same macOS (System Settings > General > Software "
+                    "Update), or run with the ring backend.",
+                )
+            )  # fmt: skip
+    else:
+        choice = BackendChoice("ring", "Not chosen: some nodes could not be reached.")
+    copies = tuple(
+        g.target.name for g in reached if g.model is not None and g.model.status == "missing"
+    )
+    return PreflightReport(tuple(checks), choice, copies, dict(manifests), facts)
+
+
+_SSH_FIXES: tuple[tuple[type[SSHError], str], ...] = (
+    (UnknownHostKey, "Compare the fingerprint with the one that Mac shows, then accept it."),
+    (HostKeyChanged, "Find out why the key changed before removing the old one."),
+    (RemoteLoginOff, "Turn on Remote Login there: System Settings > General > Sharing."),
+    (AuthFailed, "Set up access once with that Mac's password, or check the user name."),
+    (SSHTimeout, "Wake the Mac, and check that nothing blocks SSH on the network."),
+    (HostUnreachable, "Check that the Mac is on and on this network, and its name."),
+)
+
+
+def _reachable(g: Gathered) -> Check:
+    t = g.target
+    where = f"{t.user + '@' if t.user else ''}{t.host}{f':{t.port}' if t.port != 22 else ''}"
+    if g.error is None:
+        how = "runs on this Mac" if t.local else f"reachable over SSH ({where})"
+        return Check(t.name, "ssh", "ok", f"{t.name} {how}.")
+    fix = next((f for kind, f in _SSH_FIXES if isinstance(g.error, kind)), "")
+    return Check(
+        t.name, "ssh", "fail", f"{t.name} ({where}) cannot be reached: {g.error}",
+        fix or "Check that the Mac is on, on this network, with Remote Login on.",
+    )  # fmt: skip
+
+
+def _python(g: Gathered) -> Check:
+    facts, t = g.facts, g.target
+    assert facts is not None
+    wanted = t.interpreter
+    if facts.python_version is None:
+        why = facts.unknowns.get("python_version", "it did not answer")
+        return Check(
+            t.name, "python", "fail", f"{t.name} has no usable Python at {wanted} ({why}).",
+            "Install Python 3 with mlx and mlx-lm there, or set this node's Python to one that "
+            "has them.",
+        )  # fmt: skip
+    path = facts.python_executable or wanted
+    missing = [
+        n for n, v in (("mlx", facts.mlx_version), ("mlx-lm", facts.mlx_lm_version)) if not v
+    ]
+    if missing:
+        return Check(
+            t.name, "python", "fail",
+            f"{t.name}'s Python {path} ({facts.python_version}) has no {' or '.join(missing)}.",
+            f"On {t.name} run `{shlex.quote(wanted)} -m pip install {' '.join(missing)}` (the "
+            "same versions as the other nodes), or install MacMesh.app there: its own Python "
+            "needs nothing else.",
+        )  # fmt: skip
+    runs = f"{wanted}, which runs {path}" if path != wanted else wanted
+    if facts.macmesh_app and wanted == facts.macmesh_app:
+        runs = f"MacMesh.app's own Python ({wanted})"
+    return Check(
+        t.name, "python", "ok",
+        f"{t.name} uses {runs} (Python {facts.python_version}, mlx {facts.mlx_version}, "
+        f"mlx-lm {facts.mlx_lm_version}).",
+    )  # fmt: skip
+
+
+def _versions(reached: Sequence[Gathered]) -> list[Check]:
+    """The same mlx and mlx-lm everywhere; the version most nodes have is the reference
+    (ties: the one of the lowest rank)."""
+    have = [g for g in reached if g.facts and g.facts.mlx_version and g.facts.mlx_lm_version]
+    if len(have) < 2:
+        return []
+    pairs = [(g.facts.mlx_version, g.facts.mlx_lm_version) for g in have]  # type: ignore[union-attr]
+    counts = Counter(pairs)
+    reference = max(pairs, key=lambda p: (counts[p], -pairs.index(p)))
+    odd = [(g, p) for g, p in zip(have, pairs, strict=True) if p != reference]
+    if not odd:
+        return [
+            Check(
+                CLUSTER, "versions", "ok",
+                f"Every node runs mlx {reference[0]} and mlx-lm {reference[1]}.",
+            )
+        ]  # fmt: skip
+    same = [g.target.name for g, p in zip(have, pairs, strict=True) if p == reference]
+    checks = []
+    for g, (mlx, mlx_lm) in odd:
+        python = shlex.quote(g.target.interpreter)
+        checks.append(
+            Check(
+                g.target.name, "versions", "fail",
+                f"{g.target.name} runs mlx {mlx} and mlx-lm {mlx_lm}; {', '.join(same)} "
+                f"run{'s' if len(same) == 1 else ''} mlx {reference[0]} and mlx-lm "
+                f"{reference[1]}. Every node needs the same versions.",
+                f"On {g.target.name} run `{python} -m pip install mlx=={reference[0]} "
+                f"mlx-lm=={reference[1]}`.",
+            )
+        )  # fmt: skip
+    return checks
+
+
+def _model(g: Gathered, manifest: Manifest | None) -> list[Check]:
+    name = g.target.name
+    if g.target.local or manifest is None:
+        return []
+    if g.model_error is not None:
+        return [
+            Check(
+                name, "model", "fail", f"Could not check the model on {name}: {g.model_error}",
+                "Check the node's cache folder, then run the checks again.",
+            )
+        ]  # fmt: skip
+    result = g.model
+    if result is None:
+        return []
+    if result.status == "present":
+        return [
+            Check(
+                name, "model", "ok",
+                f"{name} has the {len(manifest.files)} files of {manifest.name} it needs "
+                f"({gb(manifest.total_bytes)}), verified, in {result.folder}.",
+            )
+        ]  # fmt: skip
+    if result.status == "missing":
+        count = len(result.missing)
+        return [
+            Check(
+                name, "model", "warn",
+                f"{name} lacks {count} file{'s' if count != 1 else ''} of {manifest.name} "
+                f"({gb(result.missing_bytes)}).",
+                f"MacMesh copies them to {result.folder} before starting (resumable, verified).",
+            )
+        ]  # fmt: skip
+    return [
+        Check(
+            name, "model", "fail", result.reason,
+            f"MacMesh will not overwrite it. Remove that folder on {name} "
+            f"(`rm -rf {shlex.quote(result.folder)}`) if you do not need it, then copy again.",
+        )
+    ]  # fmt: skip
+
+
+def _memory(g: Gathered, plan: Plan) -> list[Check]:
+    facts, name = g.facts, g.target.name
+    assert facts is not None
+    ranks = [r for r in plan.ranks if r.node == name]
+    if not ranks:
+        return []
+    need = sum(r.need_bytes for r in ranks)
+    if not facts.memory_bytes:
+        why = facts.unknowns.get("memory_bytes", "it was not reported")
+        return [Check(name, "memory", "warn", f"{name}'s memory is unknown ({why}).")]
+    budget = node_budget(Node(name, facts.memory_bytes, facts.wired_limit_mb), plan.options)
+    usable = budget.usable_bytes
+    if need > usable:
+        return [
+            Check(
+                name, "memory", "fail",
+                f"{name} needs {gb(need)} for its part of the model, but it can give the GPU "
+                f"only {gb(usable)} ({gb(facts.memory_bytes)} of memory; limit from "
+                f"{budget.gpu_limit_source}).",
+                "Plan again on these Macs (the plan assumed more memory), add a Mac, or use a "
+                "smaller quantization or a shorter context.",
+            )
+        ]  # fmt: skip
+    checks = [
+        Check(name, "memory", "ok", f"{name} needs {gb(need)} of the {gb(usable)} it can give.")
+    ]
+    free = facts.free_memory_bytes
+    if free is not None and free < need:
+        checks.append(
+            Check(
+                name, "memory", "warn",
+                f"{name} has only {gb(free)} free right now; its part needs {gb(need)}.",
+                f"Quit apps on {name} that use a lot of memory before starting.",
+            )
+        )  # fmt: skip
+    return checks
+
+
+# -- backend ----------------------------------------------------------------------------------
+
+
+def choose_backend(nodes: Sequence[NodeFacts], requested: str = "auto") -> BackendChoice:
+    """The backend for ranks on ``nodes`` (rank order). jaccl needs a cable with RDMA on
+    between every pair of ranks; jaccl-ring between each rank and the next (the ranks'
+    order must follow the cabling); otherwise ring over each node's network address.
+    A requested jaccl that cannot run comes back with ``problem`` set."""
+    names = [f.name for f in nodes]
+    if len(nodes) < 2:
+        return BackendChoice("ring", "One node: no distributed backend is needed.")
+    if requested == "ring":
+        return BackendChoice("ring", "Ring over each node's network address, as asked.")
+    verdicts = [node_verdict(f) for f in nodes]
+    off = [v for v in verdicts if not v.on]
+    problem, guide, devices, wanted = None, None, None, None
+    if off:
+        problem, guide = " ".join(v.reason for v in off), off[0].guide
+    else:
+        topology = build_topology(nodes)
+        by_name = {f.name: f for f in nodes}
+        if requested == "auto":
+            wanted = {"full mesh": "jaccl", "ring": "jaccl-ring"}.get(topology.shape)
+        else:
+            wanted = requested
+        if wanted is None:
+            problem = (
+                f"the Thunderbolt cables form neither a full mesh nor a ring ({topology.verdict})"
+            )
+        else:
+            n = len(names)
+            pairs = (
+                [(i, j) for i in range(n) for j in range(i + 1, n)]
+                if wanted == "jaccl"
+                else [(i, (i + 1) % n) for i in range(n if n > 2 else 1)]
+            )
+            for i, j in pairs:
+                cables = topology.between(names[i], names[j])
+                if not cables:
+                    how = "every pair of Macs" if wanted == "jaccl" else "each Mac and the next"
+                    problem = (
+                        f"{wanted} needs a Thunderbolt cable between {how}, and none joins "
+                        f"{names[i]} and {names[j]}"
+                    )
+                    break
+                links = [cable_verdict(c, by_name) for c in cables]
+                if not any(v.on for v in links):
+                    problem, guide = links[0].reason, links[0].guide
+                    break
+            if problem is None:
+                try:
+                    devices = jaccl_devices(topology, names)
+                except ValueError as error:
+                    problem = str(error)
+    if problem is None and wanted is not None:
+        how = "every pair cabled" if wanted == "jaccl" else "each Mac cabled to the next"
+        return BackendChoice(wanted, f"{wanted}: RDMA over Thunderbolt, {how}.", devices)
+    problem = problem.rstrip(".")
+    see = f" See “{GUIDES[guide]}”." if guide in GUIDES else ""
+    if requested == "auto":
+        reason = f"Ring over each node's network address (the LAN): {problem}.{see}"
+        return BackendChoice("ring", reason, None, problem, guide)
+    return BackendChoice(
+        requested, f"{requested} cannot run: {problem}.{see}", None, problem, guide
+    )
+
+
+def _backend_checks(
+    choice: BackendChoice, requested: str, targets: Sequence[Target]
+) -> list[Check]:
+    addresses = ", ".join(t.rank_address for t in targets)
+    if choice.problem is None:
+        message = choice.reason
+        if choice.name == "ring" and len(targets) > 1:
+            message = f"{choice.reason} ({addresses})"
+        return [Check(CLUSTER, "backend", "ok", message)]
+    fix = f"Follow “{GUIDES[choice.guide]}”." if choice.guide in GUIDES else ""
+    if requested != "auto":
+        return [
+            Check(
+                CLUSTER, "backend", "fail", choice.reason,
+                (fix + " " if fix else "") + "Or run with the ring backend (--backend ring).",
+            )
+        ]  # fmt: skip
+    status: Status = "warn" if choice.guide else "ok"
+    return [Check(CLUSTER, "backend", status, f"{choice.reason} Addresses: {addresses}.", fix)]
+
+
+# -- for the terminal ----------------------------------------------------------------------
+
+_MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+
+
+def format_report(report: PreflightReport) -> str:
+    """The checks, one per line with the fix under it, then the verdict."""
+    lines = []
+    for c in report.checks:
+        lines.append(f"[{_MARK[c.status]}] {c.message}")
+        if c.fix and c.status != "ok":
+            lines.append(f"       → {c.fix}")
+    lines.append(f"Backend: {report.backend.name}.")
+    if report.copies_needed:
+        lines.append(f"To copy first: the model to {', '.join(report.copies_needed)}.")
+    failed = len(report.failures)
+    lines.append(
+        "Ready to start."
+        if report.ok
+        else f"Not ready: {failed} check{'s' if failed != 1 else ''} failed."
+    )
+    return "\n".join(lines) + "\n"
