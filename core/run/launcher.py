@@ -27,7 +27,6 @@ import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 
 from psygnal import Signal
@@ -40,23 +39,10 @@ from core.run import mlxenv
 from core.run.ranks import LocalRank, RankProcess
 from core.run.remote_ranks import RemoteRank, cluster_launches, rank_command
 from core.worker import protocol as p
+from core.worker.vocab import JobState
 
 BIND_FAILURE = "Couldn't bind socket"
 LOG_TAIL = 200
-
-
-class JobState(StrEnum):
-    STARTING = "starting"
-    LOADING = "loading"
-    READY = "ready"
-    GENERATING = "generating"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FAILED = "failed"
-
-    @property
-    def finished(self) -> bool:
-        return self in (JobState.STOPPED, JobState.FAILED)
 
 
 class JobError(Exception):
