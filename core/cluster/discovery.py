@@ -8,7 +8,9 @@ is a Mac when its model identifier starts with ``Mac``; a Linux host advertising
 ``_ssh._tcp`` is kept as another SSH host (it can join a ring job).
 
 Threads: ``added``, ``updated`` and ``removed`` fire on the zeroconf ``ServiceBrowser``'s
-own thread (one per ``Discovery``, so events arrive in order). Resolving a record blocks
+own thread (one per ``Discovery``, so events arrive in order), except the ``updated`` that
+adds a Mac's model asked for by name, which fires on a ``device-info`` asker thread
+(after the node's ``added``, in the order of the snapshots). Resolving a record blocks
 that thread (up to ``resolve_timeout``), which is what zeroconf intends; slots must not
 block for long and must not call ``close()``. The GUI crosses threads in ``gui/bridge.py``.
 
@@ -28,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Literal
@@ -49,7 +52,8 @@ PROTOCOL = "1"
 
 Interfaces = Sequence[str] | Literal["all"]
 _ASK_FIRST_ROUND_S = 0.025  # asking for a _device-info TXT: one query per round,
-_ASK_ROUND_S = 0.2  # rounds doubling up to this (the browser thread waits meanwhile)
+_ASK_ROUND_S = 1.0  # rounds doubling up to this (zeroconf repeats a question once a second)
+_ASKERS = 4  # threads asking for bare TXT records, so the browser thread never waits
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ class Discovery:
         ssh_port: int = 22,
         version: str | None = None,
         resolve_timeout: float = 3.0,
-        device_info_timeout: float = 1.0,
+        device_info_timeout: float = 20.0,
     ) -> None:
         self.interfaces = interfaces
         self.advertise = advertise
@@ -117,10 +121,15 @@ class Discovery:
         self._resolve_ms = int(resolve_timeout * 1000)
         self._device_info_ms = int(device_info_timeout * 1000)
         self._lock = threading.Lock()
+        # Held from a peer's snapshot to its signal, so the browser thread and the askers
+        # emit in the order their snapshots were taken.
+        self._emit_lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._zc: Zeroconf | None = None
         self._browser: ServiceBrowser | None = None
         self._own: ServiceInfo | None = None
+        self._askers: ThreadPoolExecutor | None = None
+        self._closing = threading.Event()
         self.own_name: str | None = None  # our instance name once registered (may be renamed)
 
     def start(self) -> None:
@@ -130,6 +139,8 @@ class Discovery:
             return
         choice, addresses = _interface_choice(self.interfaces)
         self._zc = Zeroconf(interfaces=choice)
+        self._closing.clear()
+        self._askers = ThreadPoolExecutor(_ASKERS, thread_name_prefix="device-info")
         try:
             if self.advertise:
                 self._own = self._own_info(addresses)
@@ -147,10 +158,13 @@ class Discovery:
         Every peer still known is then ``removed`` (on the calling thread), so a registry
         following us forgets what we no longer watch. Never call it from a signal slot: it
         joins the browser thread those run on."""
-        browser, zc, own = self._browser, self._zc, self._own
-        self._browser = self._zc = self._own = None
+        browser, zc, own, askers = self._browser, self._zc, self._own, self._askers
+        self._browser = self._zc = self._own = self._askers = None
+        self._closing.set()
         if browser is not None:
             browser.cancel()
+        if askers is not None:  # each ends within one round (at most _ASK_ROUND_S)
+            askers.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             gone, self._entries = [e.name for e in self._entries.values()], {}
         for name in gone:
@@ -178,7 +192,8 @@ class Discovery:
         self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
     ) -> None:
         try:
-            self._handle(zeroconf, service_type, name, state_change)
+            with self._emit_lock:
+                self._handle(zeroconf, service_type, name, state_change)
         except Exception:  # an exception would end the browser thread: log and keep going
             log.exception("discovery: could not handle %s %s", state_change, name)
 
@@ -221,8 +236,20 @@ class Discovery:
             self._emit(self.added, peer)
         elif peer != before:
             self._emit(self.updated, peer)
-        if ask:  # a Mac's _device-info may be a bare TXT record, not browsable: ask by name
+        askers = self._askers
+        if ask and askers is not None:
+            # A Mac's _device-info may be a bare TXT record, not browsable: ask by name, on
+            # an asker thread (the first answer can take seconds on a busy machine).
+            with contextlib.suppress(RuntimeError):  # closing: nothing more to ask
+                askers.submit(self._ask_device_info, zc, instance, key, entry)
+
+    def _ask_device_info(self, zc: Zeroconf, instance: str, key: str, entry: _Entry) -> None:
+        try:
             txt = self._device_info(zc, instance)
+        except Exception:  # zeroconf closed under us, or a malformed answer
+            log.debug("discovery: asking for %s's device info failed", instance, exc_info=True)
+            return
+        with self._emit_lock:
             with self._lock:
                 if not txt or entry.device_info is not None or self._entries.get(key) is not entry:
                     return  # nothing new, or removed while we asked
@@ -239,12 +266,14 @@ class Discovery:
     def _device_info(self, zc: Zeroconf, instance: str) -> dict[str, str]:
         """The TXT of ``instance``'s ``_device-info``. A bare TXT record never makes a
         ServiceInfo complete (no SRV, no address), so ``request`` would wait its whole
-        timeout even after the TXT came: ask in short rounds and stop once it is here."""
+        timeout even after the TXT came: ask in short rounds until it is here or the
+        generous deadline passes (the first question can go unanswered while the peer's
+        responder is busy; zeroconf repeats a question at most once a second)."""
         info = ServiceInfo(DEVICE_INFO, f"{instance}.{DEVICE_INFO}")
         deadline = time.monotonic() + self._device_info_ms / 1000
         info.load_from_cache(zc)
         round_s = _ASK_FIRST_ROUND_S  # short first: the TXT usually comes within milliseconds
-        while not info.text:
+        while not info.text and not self._closing.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 break
