@@ -24,6 +24,7 @@ from PySide6.QtCore import QEvent, QObject, QSocketNotifier, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 from gui import style
+from gui.linux_libs import xcb_problem
 from gui.resources import app_icon
 
 FIRST_PAINT_ENV = "MACMESH_FIRST_PAINT"
@@ -51,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, qt_args = parser.parse_known_args(argv)
     if not display_available():
-        return _headless()
+        return _headless("no display here")
+    missing = xcb_problem()
+    if missing is not None:
+        return _headless(missing)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from gui.help_menu import log_to_file
 
@@ -117,12 +121,11 @@ def display_available() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def _headless() -> int:
+def _headless(why: str) -> int:
     from core.run.demo import add_arguments, run_headless
 
     sys.stderr.write(
-        "macmesh: no display here; running the demo in the terminal instead "
-        "(macmesh demo --headless).\n"
+        f"macmesh: {why}; running the demo in the terminal instead (macmesh demo --headless).\n"
     )
     parser = argparse.ArgumentParser(prog="macmesh")
     add_arguments(parser)
