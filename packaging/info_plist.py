@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from core import discovery  # noqa: E402
+from core.cluster import discovery  # noqa: E402
 
 APP_NAME = "MacMesh"
 BUNDLE_ID = "app.macmesh.MacMesh"
