@@ -144,6 +144,7 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
             f"({heads}), so a head has no width: the file is wrong."
         )
     quantization = config.quantization()
+    named_dtype = config.name("torch_dtype", "dtype")  # checked even when tensors say it
     layer_bytes, shared_bytes, seen = _tally_bytes(tensors, layers)
     missing = sorted(set(range(layers)) - seen)
     if missing:
@@ -172,7 +173,7 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
         bytes_on_disk=bytes_on_disk,
         quantization=_public_quantization(quantization),
         tie_word_embeddings=config.flag("tie_word_embeddings"),
-        dtype=_dtype(tensors, config),
+        dtype=_dtype(tensors) or named_dtype or "bfloat16",
         context_length=config.count(
             "max_position_embeddings",
             "max_sequence_length",
@@ -328,15 +329,16 @@ def _bits_from_shapes(
     return max(1, packed.shape[-1] * 32 // inputs)
 
 
-def _dtype(tensors: dict[str, TensorEntry], config: ConfigView) -> str:
-    """The floating dtype holding the most bytes: what the model computes and caches in."""
+def _dtype(tensors: dict[str, TensorEntry]) -> str | None:
+    """The floating dtype holding the most bytes: what the model computes and caches in
+    (None when no tensor is floating: config.json says)."""
     by_dtype: dict[str, int] = {}
     for tensor in tensors.values():
         if tensor.dtype in FLOAT_DTYPES:
             by_dtype[tensor.dtype] = by_dtype.get(tensor.dtype, 0) + tensor.nbytes
     if by_dtype:
         return FLOAT_DTYPES[max(sorted(by_dtype), key=lambda d: by_dtype[d])]
-    return config.name("torch_dtype", "dtype") or "bfloat16"
+    return None
 
 
 def _count(n: int) -> str:

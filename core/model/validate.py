@@ -329,4 +329,6 @@ def index_file_names(index: Path, content: object, what: str) -> list[str]:
                 f"{index}: weight_map names the file {show(name)}, outside the model folder. "
                 f"Weight files must be inside it. {what}"
             )
+    if not names:
+        raise ModelError(f"{index}: weight_map names no weight files. {what}")
     return sorted(names)
