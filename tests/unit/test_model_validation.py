@@ -70,7 +70,7 @@ def test_an_unreadable_config_says_so(tmp_path: Path) -> None:
     config.chmod(0)
     try:
         if os.access(config, os.R_OK):
-            pytest.skip("running as root, chmod 000 leaves the file readable (see the /proc/self/mem test)")
+            pytest.skip("as root chmod 000 leaves it readable: see the /proc/self/mem test")
         with pytest.raises(ModelError) as raised:
             read_model_info(folder)
         _one_line_naming(raised.value, "config.json", "Permission denied", "permission")
