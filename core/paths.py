@@ -1,7 +1,9 @@
 """Where MacMesh keeps its files: the user's platform folders, never the app bundle.
 
 Each folder can be moved with an environment variable (tests and the packaged
-app's self-check use them to run in a temporary home).
+app's self-check use them to run in a temporary home). A folder that cannot be made or
+written to is a ``FolderError`` naming the variable and what to do: every command prints
+it as one line and exits 2.
 """
 
 from __future__ import annotations
@@ -14,9 +16,29 @@ import platformdirs
 APP_NAME = "MacMesh"
 
 
+class FolderError(Exception):
+    """One of MacMesh's folders cannot be used; the message says which and what to do."""
+
+
 def _dir(env: str, default: Path) -> Path:
-    path = Path(os.environ[env]) if os.environ.get(env) else default
-    path.mkdir(parents=True, exist_ok=True)
+    chosen = os.environ.get(env)
+    path = Path(chosen).expanduser() if chosen else default
+    fix = (
+        f"Point {env} at a folder MacMesh can write to, or unset it."
+        if chosen
+        else f"Make it writable, or set {env} to a folder MacMesh can write to."
+    )
+    where = f"{env}={chosen}" if chosen else f"MacMesh's folder {path}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise FolderError(f"{where} is a file, not a folder. {fix}") from None
+    except OSError as error:
+        raise FolderError(
+            f"{where} cannot be created ({error.strerror or type(error).__name__}). {fix}"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise FolderError(f"{where} is not writable. {fix}")
     return path
 
 

@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from core import __version__
+from core.paths import FolderError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except FolderError as error:  # a MACMESH_*_DIR (or the default) that cannot be used
+        print(f"macmesh: {error}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         # The window, with its own options (--demo, --theme, --interfaces): skip building
         # the subcommands' parsers (they import numpy).

@@ -4,18 +4,32 @@ Everything comes from ``config.json``, the safetensors index and the safetensors
 no tensor is ever loaded, so a 1 TB model is read in milliseconds and the planner works
 with real byte counts instead of parameter-count guesses. Problems a person can fix (a
 wrong folder, an interrupted download, an architecture mlx-lm lacks) raise ``ModelError``
-with a message that says what is wrong and what to do.
+with a message that says what is wrong and what to do; ``core/model/validate.py`` checks
+every value read from those files first (types, bounded counts, names inside the folder).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.model.safetensors_headers import FLOAT_DTYPES, HeaderError, TensorEntry, read_header
+from core.model.validate import (
+    MAX_CONTEXT,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_INTERMEDIATE,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    ConfigView,
+    ModelError,
+    index_file_names,
+    is_dir,
+    is_file,
+    read_json,
+)
 from core.worker.shardfiles import LAYER_PATTERN
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -27,8 +41,7 @@ _QUANT_SIDECARS = (".scales", ".biases", ".global_scale")
 _DTYPE_LABELS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 
 
-class ModelError(Exception):
-    """A model folder MacMesh cannot use; the message names the problem and the fix."""
+__all__ = ["INDEX_NAME", "ModelError", "ModelInfo", "read_model_info"]
 
 
 @dataclass(frozen=True)
@@ -104,11 +117,10 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
     """
     folder = Path(folder).expanduser()
     config = _read_config(folder)
-    text = _text_config(config)
-    architecture = str(config["model_type"])
     can_tensor_shard, has_native_pipeline = _architecture_support(config)
     files = _weight_files(folder)
     tensors: dict[str, TensorEntry] = {}
+    origin: dict[str, Path] = {}
     bytes_on_disk = 0
     for file in files:
         try:
@@ -118,14 +130,21 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
                 f"Cannot use the weights in {folder}: {error}. Download or convert the model again."
             ) from error
         tensors.update(header.tensors)
+        origin.update(dict.fromkeys(header.tensors, file))
         bytes_on_disk += header.declared_size
 
-    layers = _int(text, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _int(text, "hidden_size", "d_model", "n_embd")
-    heads = _int(text, "num_attention_heads", "n_head")
-    kv_heads = _int(text, "num_key_value_heads", default=heads)
-    head_dim = _int(text, "head_dim", default=hidden // heads if heads else 0)
-    quantization = _quantization(config)
+    layers = config.count("num_hidden_layers", "n_layer", "num_layers", limit=MAX_LAYERS)
+    hidden = config.count("hidden_size", "d_model", "n_embd", limit=MAX_HIDDEN)
+    heads = config.count("num_attention_heads", "n_head", limit=MAX_HEADS)
+    kv_heads = config.count("num_key_value_heads", limit=MAX_HEADS, default=heads)
+    head_dim = config.count("head_dim", limit=MAX_HIDDEN, default=hidden // heads or -1)
+    if head_dim < 1:
+        raise ModelError(
+            f"{config.path}: hidden_size ({hidden}) is smaller than num_attention_heads "
+            f"({heads}), so a head has no width: the file is wrong."
+        )
+    quantization = config.quantization()
+    named_dtype = config.name("torch_dtype", "dtype")  # checked even when tensors say it
     layer_bytes, shared_bytes, seen = _tally_bytes(tensors, layers)
     missing = sorted(set(range(layers)) - seen)
     if missing:
@@ -134,27 +153,33 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
             f"config.json says {layers} layers but the weights have none for layer(s) "
             f"{shown} in {folder}. The download is incomplete: download the model again."
         )
-    kv_rank = text.get("kv_lora_rank")
+    # Multi-head latent attention (DeepSeek-style) caches one compressed latent plus
+    # the rotary key per token, shared by all heads, so tensor sharding cannot split it.
+    kv_rank = config.count("kv_lora_rank", limit=MAX_HIDDEN, default=0, minimum=0)
     return ModelInfo(
         path=folder,
         name=folder.name,
-        architecture=architecture,
+        architecture=config.top["model_type"],
         layers=layers,
         hidden_size=hidden,
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=_int(text, "intermediate_size", "ffn_dim", "n_inner", default=0),
-        vocab_size=_int(text, "vocab_size", default=0),
-        parameter_count=_parameter_count(tensors, config),
+        intermediate_size=config.count(
+            "intermediate_size", "ffn_dim", "n_inner", limit=MAX_INTERMEDIATE, default=0
+        ),
+        vocab_size=config.count("vocab_size", limit=MAX_VOCAB, default=0),
+        parameter_count=_parameter_count(tensors, origin, quantization),
         bytes_on_disk=bytes_on_disk,
         quantization=_public_quantization(quantization),
-        tie_word_embeddings=bool(
-            text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))
-        ),
-        dtype=_dtype(tensors, text),
-        context_length=_int(
-            text, "max_position_embeddings", "max_sequence_length", "n_positions", default=0
+        tie_word_embeddings=config.flag("tie_word_embeddings"),
+        dtype=_dtype(tensors) or named_dtype or "bfloat16",
+        context_length=config.count(
+            "max_position_embeddings",
+            "max_sequence_length",
+            "n_positions",
+            limit=MAX_CONTEXT,
+            default=0,
         )
         or None,
         can_tensor_shard=can_tensor_shard,
@@ -162,10 +187,8 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
         weight_files=tuple(files),
         layer_bytes=tuple(layer_bytes),
         shared_bytes=shared_bytes,
-        # Multi-head latent attention (DeepSeek-style) caches one compressed latent plus
-        # the rotary key per token, shared by all heads, so tensor sharding cannot split it.
         kv_elements_per_token=(
-            int(kv_rank) + _int(text, "qk_rope_head_dim", default=0)
+            kv_rank + config.count("qk_rope_head_dim", limit=MAX_HIDDEN, default=0, minimum=0)
             if kv_rank
             else 2 * kv_heads * head_dim
         ),
@@ -173,36 +196,19 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
     )
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
-    if not folder.is_dir():
+def _read_config(folder: Path) -> ConfigView:
+    if not is_dir(folder):
         raise ModelError(f"{folder} is not a folder. Choose the folder that holds config.json.")
     path = folder / "config.json"
-    if not path.is_file():
+    if not is_file(path):
         raise ModelError(
             f"{folder} has no config.json, so it is not a model folder. Choose the folder "
             "that holds config.json and the .safetensors weights."
         )
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelError(
-            f"{path} is not valid JSON ({error}). Download the model again or fix the file."
-        ) from error
-    if not isinstance(config, dict) or not config.get("model_type"):
-        raise ModelError(f"{path} does not say the model's architecture (model_type).")
-    return config
+    return ConfigView.of(path, read_json(path, "Download the model again or fix the file."))
 
 
-def _text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Multimodal configs nest the language model under text_config: its shape is there,
-    and the top level fills in what it lacks (some put tie_word_embeddings there)."""
-    nested = config.get("text_config")
-    if isinstance(nested, dict):
-        return {**{k: v for k, v in config.items() if k != "text_config"}, **nested}
-    return config
-
-
-def _architecture_support(config: dict[str, Any]) -> tuple[bool, bool]:
+def _architecture_support(config: ConfigView) -> tuple[bool, bool]:
     """(has tensor sharding, has mlx-lm's own pipeline), from mlx-lm's model module.
 
     Imports the module (cheap next to loading weights) but never builds the model.
@@ -213,11 +219,11 @@ def _architecture_support(config: dict[str, Any]) -> tuple[bool, bool]:
     from mlx_lm.utils import _get_classes
 
     try:
-        model_class, _ = _get_classes(config)
-    except (ValueError, ImportError) as error:
+        model_class, _ = _get_classes(config.top)
+    except (ValueError, ImportError, AttributeError) as error:  # AttributeError: not a model
         raise ModelError(
             f"The installed mlx-lm {mlx_lm.__version__} does not support the architecture "
-            f"{config['model_type']!r} (config.json model_type). Update mlx-lm on every "
+            f"{config.top['model_type']!r} ({config.path} model_type). Update mlx-lm on every "
             "Mac, or choose a model with a supported architecture."
         ) from error
     module = importlib.import_module(model_class.__module__)
@@ -231,15 +237,10 @@ def _architecture_support(config: dict[str, Any]) -> tuple[bool, bool]:
 def _weight_files(folder: Path) -> list[Path]:
     """The index's files when there is one, else ``model*.safetensors`` as mlx-lm globs."""
     index = folder / INDEX_NAME
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            names = sorted(set(weight_map.values()))
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
-            raise ModelError(
-                f"{index} is not a valid safetensors index. Download the model again."
-            ) from error
-        missing = [name for name in names if not (folder / name).is_file()]
+    if is_file(index):
+        again = "Download the model again."
+        names = index_file_names(index, read_json(index, again), again)
+        missing = [name for name in names if not is_file(folder / name)]
         if missing:
             raise ModelError(
                 f"{INDEX_NAME} in {folder} names {', '.join(missing)}, which "
@@ -248,7 +249,8 @@ def _weight_files(folder: Path) -> list[Path]:
             )
         files = [folder / name for name in names]
     else:
-        files = sorted(folder.glob("model*.safetensors"))
+        # Regular files only: a FIFO or device named like a weight file would block a read.
+        files = [file for file in sorted(folder.glob("model*.safetensors")) if is_file(file)]
     if not files:
         raise ModelError(
             f"{folder} has no weight files (model*.safetensors). MacMesh runs MLX "
@@ -278,15 +280,6 @@ def _tally_bytes(tensors: dict[str, TensorEntry], layers: int) -> tuple[list[int
     return per_layer, shared, seen
 
 
-def _quantization(config: dict[str, Any]) -> dict[str, Any] | None:
-    for key in ("quantization", "quantization_config"):
-        for source in (config, config.get("text_config") or {}):
-            value = source.get(key)
-            if isinstance(value, dict) and "bits" in value and "group_size" in value:
-                return value
-    return None
-
-
 def _public_quantization(quantization: dict[str, Any] | None) -> dict[str, Any] | None:
     if quantization is None:
         return None
@@ -297,54 +290,55 @@ def _public_quantization(quantization: dict[str, Any] | None) -> dict[str, Any] 
     }
 
 
-def _parameter_count(tensors: dict[str, TensorEntry], config: dict[str, Any]) -> int:
+def _parameter_count(
+    tensors: dict[str, TensorEntry],
+    origin: dict[str, Path],
+    quantization: dict[str, Any] | None,
+) -> int:
     """Logical parameters: a packed uint32 weight holds 32/bits of them; scales are not."""
-    quantization = _quantization(config) or {}
+    quantization = quantization or {}
     total = 0
     for name, tensor in tensors.items():
         module, _, leaf = name.rpartition(".")
-        if f".{leaf}" in _QUANT_SIDECARS and f"{module}.scales" in tensors:
+        scales = tensors.get(f"{module}.scales")
+        if f".{leaf}" in _QUANT_SIDECARS and scales is not None:
             continue
-        if tensor.dtype == "U32" and f"{module}.scales" in tensors:
+        if tensor.dtype == "U32" and scales is not None:
             override = quantization.get(module)
             bits = override.get("bits") if isinstance(override, dict) else None
-            bits = bits or quantization.get("bits") or _bits_from_shapes(tensors, module, config)
+            bits = bits or quantization.get("bits")
+            if not bits:
+                bits = _bits_from_shapes(tensor, scales, quantization, origin[name], name)
             total += tensor.numel * 32 // int(bits)
         else:
             total += tensor.numel
     return total
 
 
-def _bits_from_shapes(tensors: dict[str, TensorEntry], module: str, config: dict) -> int:
+def _bits_from_shapes(
+    packed: TensorEntry, scales: TensorEntry, quantization: dict[str, Any], file: Path, name: str
+) -> int:
     """Bits of a quantized weight with no config entry: packed width over input width."""
-    group = int((_quantization(config) or {}).get("group_size", 64))
-    packed = tensors[f"{module}.weight"].shape[-1]
-    inputs = tensors[f"{module}.scales"].shape[-1] * group
-    return max(1, packed * 32 // inputs)
+    group = int(quantization.get("group_size", 64))
+    inputs = scales.shape[-1] * group if scales.shape else 0
+    if not packed.shape or inputs < 1:
+        raise ModelError(
+            f"Cannot use the weights in {file.parent}: {file.name}: tensor {name!r} is packed "
+            "but its scales give no width to tell its bits. Download or convert the model again."
+        )
+    return max(1, packed.shape[-1] * 32 // inputs)
 
 
-def _dtype(tensors: dict[str, TensorEntry], config: dict[str, Any]) -> str:
-    """The floating dtype holding the most bytes: what the model computes and caches in."""
+def _dtype(tensors: dict[str, TensorEntry]) -> str | None:
+    """The floating dtype holding the most bytes: what the model computes and caches in
+    (None when no tensor is floating: config.json says)."""
     by_dtype: dict[str, int] = {}
     for tensor in tensors.values():
         if tensor.dtype in FLOAT_DTYPES:
             by_dtype[tensor.dtype] = by_dtype.get(tensor.dtype, 0) + tensor.nbytes
     if by_dtype:
         return FLOAT_DTYPES[max(sorted(by_dtype), key=lambda d: by_dtype[d])]
-    return str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
-
-
-def _int(config: dict[str, Any], *keys: str, default: int | None = None) -> int:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    if default is None:
-        raise ModelError(
-            f"config.json has no {keys[0]}: MacMesh cannot tell the model's shape. "
-            "The file is incomplete or describes a model mlx-lm cannot run."
-        )
-    return default
+    return None
 
 
 def _count(n: int) -> str:

@@ -7,11 +7,12 @@ counts, which is all the planner needs: a 1 TB model is measured in milliseconds
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+
+from core.model.validate import parse_json, show
 
 # safetensors' own limit: a header larger than this is a corrupt (or hostile) file.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -37,7 +38,12 @@ DTYPE_BYTES: dict[str, float] = {
     "F4": 0.5,
     "F6_E2M3": 0.75,
     "F6_E3M2": 0.75,
+    "C64": 8,
 }
+# No tensor has more elements than this (2**62 bytes is 4 EiB): a larger shape is a
+# corrupt header, and refusing it keeps every size an ordinary integer.
+MAX_ELEMENTS = 2**62
+MAX_DIMENSIONS = 64
 FLOAT_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
 
 
@@ -90,9 +96,9 @@ def read_header(path: Path, *, check_data: bool = True) -> SafetensorsHeader:
     except OSError as error:
         raise HeaderError(f"cannot read {path.name}: {error.strerror or error}") from error
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise HeaderError(f"{path.name} has a header that is not valid JSON") from error
+        header = parse_json(raw, f"{path.name} has a header that")
+    except ValueError as error:
+        raise HeaderError(str(error)) from None
     if not isinstance(header, dict):
         raise HeaderError(f"{path.name} has a header that is not a JSON object")
     tensors = {}
@@ -113,18 +119,43 @@ def read_header(path: Path, *, check_data: bool = True) -> SafetensorsHeader:
 
 
 def _entry(path: Path, name: str, entry: object) -> tuple[TensorEntry, int]:
-    try:
-        dtype = str(entry["dtype"])  # type: ignore[index]
-        shape = tuple(int(d) for d in entry["shape"])  # type: ignore[index]
-        start, end = (int(x) for x in entry["data_offsets"])  # type: ignore[index]
-    except (TypeError, KeyError, ValueError) as error:
-        raise HeaderError(f"{path.name}: tensor {name!r} has a malformed header entry") from error
-    if start < 0 or end < start or any(d < 0 for d in shape):
-        raise HeaderError(f"{path.name}: tensor {name!r} has an impossible byte range or shape")
-    width = DTYPE_BYTES.get(dtype)
-    if width is not None and end - start != math.ceil(math.prod(shape) * width):
+    """One tensor's entry, checked: a known dtype, a shape of non-negative integers, a
+    byte range of exactly the size they imply."""
+    tensor = f"{path.name}: tensor {show(name)}"
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+        raise HeaderError(f"{tensor} has a malformed header entry (dtype, shape, data_offsets)")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        raise HeaderError(f"{tensor} has an unknown dtype {show(dtype)}")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_DIMENSIONS
+        or not all(_natural(d) for d in shape)
+        or math.prod(shape) > MAX_ELEMENTS
+    ):
         raise HeaderError(
-            f"{path.name}: tensor {name!r} ({dtype}{list(shape)}) should take "
-            f"{math.ceil(math.prod(shape) * width)} bytes, its header says {end - start}"
+            f"{tensor} has an impossible shape {_show_list(shape)}: "
+            "it must be a list of non-negative integers"
         )
-    return TensorEntry(dtype=dtype, shape=shape, nbytes=end - start), end
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_natural, offsets)):
+        raise HeaderError(f"{tensor} has an impossible byte range {_show_list(offsets)}")
+    start, end = offsets
+    if end < start:
+        raise HeaderError(f"{tensor} has an impossible byte range [{start}, {end}]")
+    size = math.ceil(math.prod(shape) * DTYPE_BYTES[dtype])
+    if end - start != size:
+        raise HeaderError(
+            f"{tensor} ({dtype}{shape}) should take {size} bytes, its header says {end - start}"
+        )
+    return TensorEntry(dtype=dtype, shape=tuple(shape), nbytes=end - start), end
+
+
+def _natural(value: object) -> bool:
+    """A JSON integer, 0 or more, and small enough to be a size (not 1e400, not true)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_ELEMENTS
+
+
+def _show_list(value: object) -> str:
+    if isinstance(value, list) and len(value) <= 8:
+        return "[" + ", ".join(show(v) for v in value) + "]"
+    return show(value)

@@ -144,6 +144,14 @@ def _row(plan: Plan, rank: RankPlan) -> tuple[str, ...]:
     )
 
 
+# Far above any Mac (512 GB today), low enough that every byte count stays an ordinary
+# number: an absurd value is a typo, said so, not a plan.
+MAX_NODE_GB = 1_000_000
+MAX_WIRED_MB = MAX_NODE_GB * 1024
+MAX_CONTEXT = 1_000_000_000
+MAX_BATCH = 100_000
+
+
 def parse_node(text: str) -> Node:
     """NAME:MEM_GB[:WIRED_LIMIT_MB] → Node; ValueError with the expected form otherwise."""
     parts = text.split(":")
@@ -153,10 +161,14 @@ def parse_node(text: str) -> Node:
     try:
         memory = float(parts[1])
         wired = int(parts[2]) if len(parts) == 3 else None
-    except ValueError:
-        raise ValueError(f"{text!r}: {form}") from None
-    if not memory > 0 or (wired is not None and wired < 0):
-        raise ValueError(f"{text!r}: memory must be more than 0 GB and the wired limit 0 or more")
+    except ValueError:  # also a 5000-digit number
+        raise ValueError(f"{text[:60]!r}: {form}") from None
+    # not (0 < x <= max) also refuses nan; inf and 1e400 are above the limit.
+    if not 0 < memory <= MAX_NODE_GB or (wired is not None and not 0 <= wired <= MAX_WIRED_MB):
+        raise ValueError(
+            f"{text[:60]!r}: memory must be more than 0 and at most {MAX_NODE_GB:,} GB, "
+            f"the wired limit 0 to {MAX_WIRED_MB:,} MB"
+        )
     return Node(parts[0].strip(), int(memory * GIB), wired_limit_mb=wired)
 
 
@@ -236,8 +248,12 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[Node]]:
         parser.error(f"--node {error}")
     if len({node.name for node in nodes}) != len(nodes):
         parser.error("--node: every Mac needs its own name")
-    if args.context < 1 or args.batch < 1 or not 0 <= args.margin < 1:
-        parser.error("--context and --batch must be at least 1, --margin between 0 and 1")
+    if not (1 <= args.context <= MAX_CONTEXT and 1 <= args.batch <= MAX_BATCH):
+        parser.error(
+            f"--context must be 1 to {MAX_CONTEXT:,} tokens and --batch 1 to {MAX_BATCH:,}"
+        )
+    if not 0 <= args.margin < 1:  # also refuses nan
+        parser.error("--margin must be between 0 and 1")
     return args, nodes
 
 

@@ -37,7 +37,7 @@ from core.remote.ship import worker_bundle
 from core.remote.ssh import SSHError, UnknownHostKey
 from core.remote.targets import Target
 from core.run import mlxenv
-from core.run.demo import DEFAULT_PROMPT, run_and_summarise
+from core.run.demo import DEFAULT_PROMPT, MAX_TOKENS, run_and_summarise
 from core.run.launcher import JobSpec
 from core.run.preflight import (
     BACKENDS,
@@ -228,8 +228,8 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Probe, plan, launch, ask once, stream the answer, summarise, stop every rank."""
     try:
-        if args.max_tokens < 1:
-            raise ClusterError("--max-tokens must be at least 1")
+        if not 1 <= args.max_tokens <= MAX_TOKENS:
+            raise ClusterError(f"--max-tokens must be 1 to {MAX_TOKENS:,}")
         info = read_model_info(args.model)
         hosts = [h for h in args.hosts.split(",") if h.strip()]
         targets = make_targets(hosts, args.python, args.cache_root)

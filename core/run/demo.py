@@ -75,6 +75,10 @@ def job_spec(info: ModelInfo, plan: Plan) -> JobSpec:
     )
 
 
+# One answer's length: far above any context a Mac holds, and a bound on what a typo asks.
+MAX_TOKENS = 1_000_000
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headless", action="store_true", help="no window: print to the terminal")
     parser.add_argument("--model", type=Path, help="a model folder (default: the demo model)")
@@ -98,8 +102,8 @@ def run_headless(
     if plan.verdict != "fits":
         err.write(f"macmesh: {plan.reason}\n")
         return 2
-    if args.max_tokens < 1:
-        err.write("macmesh: --max-tokens must be at least 1\n")
+    if not 1 <= args.max_tokens <= MAX_TOKENS:
+        err.write(f"macmesh: --max-tokens must be 1 to {MAX_TOKENS:,}\n")
         return 2
     spec = job_spec(info, plan)
     err.write(f"{info.summary()}\n{plan.reason}\nStarting {spec.nodes} rank(s)…\n")

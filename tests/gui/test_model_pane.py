@@ -60,7 +60,10 @@ def test_a_dropped_file_inside_a_model_folder_means_the_folder(
         ("{ not json", "is not valid JSON"),
         ('{"model_type": "llama"}', "no weight files"),
         (None, "no config.json"),
+        ('{"model_type": ["llama"]}', "config.json: model_type must be"),
+        ("[" * 100_000 + "]" * 100_000, "config.json is nested too deep"),
     ],
+    ids=["not-json", "no-weights", "no-config", "model-type-list", "deep"],
 )
 def test_a_broken_folder_says_why_and_the_pane_stays_usable(
     qtbot: QtBot,
@@ -74,6 +77,7 @@ def test_a_broken_folder_says_why_and_the_pane_stays_usable(
     drop_paths(pane.drop_zone, folder)
     qtbot.waitUntil(lambda: pane.drop_zone.state == ERROR, timeout=20_000)
     assert expected in pane.drop_zone.error_text.text()
+    assert "\n" not in pane.drop_zone.error_text.text()  # one line, whatever the file holds
     assert pane.drop_zone.error_title.text() == "Not a usable model"
     assert pane.info is None and pane.plan() is None
     with qtbot.waitSignal(pane.model_changed, timeout=20_000):

@@ -91,10 +91,34 @@ def test_parse_node(text: str, node: Node):
     assert parse_node(text) == node
 
 
-@pytest.mark.parametrize("text", ["studio", ":64", "a:b", "a:64:x", "a:0", "a:-2", "a:1:2:3"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        *("studio", ":64", "a:b", "a:64:x", "a:0", "a:-2", "a:1:2:3"),
+        *("a:inf", "a:1e400", "a:nan", "a:-inf", "a:99999999", "a:8:-1", "a:8:" + "9" * 5000),
+    ],
+)
 def test_parse_node_rejects(text: str):
-    with pytest.raises(ValueError, match=r"NAME:MEM_GB|more than 0"):
+    with pytest.raises(ValueError, match=r"NAME:MEM_GB|more than 0") as raised:
         parse_node(text)
+    assert len(str(raised.value)) < 200
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--context", str(10**30)], "--context must be 1 to"),
+        (["--context", "0"], "--context must be 1 to"),
+        (["--batch", str(10**9)], "--batch 1 to"),
+        (["--margin", "nan"], "--margin must be"),
+        (["--margin", "inf"], "--margin must be"),
+    ],
+)
+def test_cli_refuses_absurd_options(
+    tiny_models: dict[str, Path], capsys: pytest.CaptureFixture[str], args: list[str], message: str
+):
+    assert plan_cli([str(tiny_models["llama"]), "--node", "a:8", *args]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_cli_prints_a_table_and_exits_0_when_it_fits(tiny_models: dict[str, Path]):
