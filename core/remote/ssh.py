@@ -81,14 +81,19 @@ class ConnectionLost(SSHError):
 class HostKeyChanged(SSHError):
     """The host offered a key other than the one remembered (or a revoked one)."""
 
-    def __init__(self, host: str, fingerprint: str, expected: str, known_hosts: Path) -> None:
+    def __init__(
+        self, host: str, fingerprint: str, expected: str, known_hosts: Path, port: int = 22
+    ) -> None:
         self.fingerprint, self.expected = fingerprint, expected
+        # known_hosts names a host on another port "[host]:port": -R needs that form.
+        entry = host if port == 22 else f"[{host}]:{port}"
+        remove = f"ssh-keygen -R {shlex.quote(entry)} -f {shlex.quote(str(known_hosts))}"
         super().__init__(
             host,
             f"The host key of {host} has CHANGED: it was {expected}, it is now {fingerprint}. "
             "Someone may be intercepting the connection, or the Mac was reinstalled. MacMesh "
-            "will not connect. If you know why it changed, remove the old key with "
-            f"`ssh-keygen -R {host} -f {known_hosts}` and connect again.",
+            f"will not connect. If you know why it changed, remove the old key with `{remove}` "
+            "and connect again.",
         )
 
 
@@ -314,7 +319,9 @@ class Connection:
             )  # fmt: skip
             key = client.get_transport().get_remote_server_key()  # type: ignore[union-attr]
             if key.get_base64() in revoked:
-                raise HostKeyChanged(self.host, key.fingerprint, "revoked", self.known_hosts)
+                raise HostKeyChanged(
+                    self.host, key.fingerprint, "revoked", self.known_hosts, self.port
+                )
         except BaseException as error:
             client.close()
             sock.close()
@@ -350,7 +357,11 @@ class Connection:
         host, user = self.host, self.user
         if isinstance(error, paramiko.BadHostKeyException):
             return HostKeyChanged(
-                host, error.key.fingerprint, error.expected_key.fingerprint, self.known_hosts
+                host,
+                error.key.fingerprint,
+                error.expected_key.fingerprint,
+                self.known_hosts,
+                self.port,
             )
         if isinstance(error, paramiko.PasswordRequiredException):
             keys = " ".join(str(k) for k in find_keys(self.ssh_dir)) or "<your key>"

@@ -4,6 +4,7 @@ passwords)."""
 from __future__ import annotations
 
 import errno
+import re
 import socket
 import stat
 import subprocess
@@ -101,6 +102,14 @@ def test_changed_host_key_is_refused(sshd: SSHServer, tmp_path: Path) -> None:
     assert caught.value.fingerprint == openssh_fingerprint(sshd.host_key)
     assert "CHANGED" in str(caught.value) and "ssh-keygen -R" in str(caught.value)
     assert known_hosts.read_text() == before
+    # The command the message gives really removes the old key (a host on another port is
+    # "[host]:port" in known_hosts), and the next connection asks about the new one.
+    command = re.search(r"`(ssh-keygen -R [^`]+)`", str(caught.value))
+    assert command is not None
+    subprocess.run(command.group(1), shell=True, check=True, capture_output=True)
+    assert key not in known_hosts.read_text()
+    with pytest.raises(ssh.UnknownHostKey):
+        connection(sshd, STUDIO_A, known_hosts).connect()
 
 
 def test_garbage_in_known_hosts_is_skipped(sshd: SSHServer, trusted: Path) -> None:
