@@ -198,9 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--strategy",
-        type=Strategy,
-        choices=list(Strategy),
-        default=Strategy.AUTO,
+        choices=[s.value for s in Strategy],
+        default=Strategy.AUTO.value,
         help="auto (default) recommends one",
     )
     parser.add_argument(

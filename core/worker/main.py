@@ -33,8 +33,9 @@ BACKENDS = tuple(b for b in Backend if b is not Backend.AUTO)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m core.worker", description=__doc__)
     parser.add_argument("--model", required=True, help="the model folder on this node")
-    parser.add_argument("--strategy", type=Strategy, choices=STRATEGIES, default=Strategy.PIPELINE)
-    parser.add_argument("--backend", type=Backend, choices=BACKENDS, default=Backend.RING)
+    # Plain values as choices: argparse's messages then read "pipeline", not the enum's repr.
+    parser.add_argument("--strategy", choices=[s.value for s in STRATEGIES], default="pipeline")
+    parser.add_argument("--backend", choices=[b.value for b in BACKENDS], default="ring")
     parser.add_argument(
         "--split", help="pipeline layers per rank, rank order, e.g. 12,18 (default: even)"
     )
@@ -44,7 +45,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--version", action="store_true", help="print one JSON line of versions, then exit"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.strategy, args.backend = Strategy(args.strategy), Backend(args.backend)
+    return args
 
 
 def init_group(backend: Backend) -> mx.distributed.Group:
