@@ -13,6 +13,8 @@ from pathlib import Path
 
 import platformdirs
 
+from core.envvars import ENV_CACHE_DIR, ENV_CONFIG_DIR, ENV_LOG_DIR
+
 APP_NAME = "MacMesh"
 
 
@@ -44,14 +46,14 @@ def _dir(env: str, default: Path) -> Path:
 
 def cache_dir() -> Path:
     """Regenerable data: converted demo model, run logs."""
-    return _dir("MACMESH_CACHE_DIR", platformdirs.user_cache_path(APP_NAME, appauthor=False))
+    return _dir(ENV_CACHE_DIR, platformdirs.user_cache_path(APP_NAME, appauthor=False))
 
 
 def config_dir() -> Path:
     """Settings and known hosts, in files the core owns (DESIGN.md rule 6)."""
-    return _dir("MACMESH_CONFIG_DIR", platformdirs.user_config_path(APP_NAME, appauthor=False))
+    return _dir(ENV_CONFIG_DIR, platformdirs.user_config_path(APP_NAME, appauthor=False))
 
 
 def log_dir() -> Path:
     """Per-run folders with each rank's log."""
-    return _dir("MACMESH_LOG_DIR", platformdirs.user_log_path(APP_NAME, appauthor=False))
+    return _dir(ENV_LOG_DIR, platformdirs.user_log_path(APP_NAME, appauthor=False))

@@ -30,12 +30,13 @@ from typing import Any
 
 from core import paths
 from core.jsonfile import write_json_atomic
+from core.worker.vocab import Strategy
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "settings.json"
 VERSION = 1
-STRATEGIES = ("auto", "pipeline", "tensor")
+STRATEGIES = (Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR)  # the window offers these
 MAX_DEMO_NODES = 4
 MAX_TOKENS_LIMIT = 32768
 
@@ -45,7 +46,7 @@ class Settings:
     """What MacMesh remembers between runs. ``extra`` holds keys of newer versions."""
 
     last_model: str | None = None
-    last_strategy: str = "pipeline"
+    last_strategy: Strategy = Strategy.PIPELINE
     demo_nodes: int = 2
     max_tokens: int = 256
     interfaces: tuple[str, ...] = ()
@@ -122,7 +123,7 @@ def _check(name: str, value: Any, default: Any) -> Any:
         raise ValueError(f"last_model must be a folder path or null, not {value!r}")
     if name == "last_strategy":
         if value in STRATEGIES:
-            return value
+            return Strategy(value)
         raise ValueError(f"last_strategy must be one of {', '.join(STRATEGIES)}, not {value!r}")
     if name == "demo_nodes":
         return _int_in(name, value, 1, MAX_DEMO_NODES)

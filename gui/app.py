@@ -23,6 +23,7 @@ from typing import Any
 from PySide6.QtCore import QEvent, QObject, QSocketNotifier, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
+from core.settings import load_settings
 from gui import style
 from gui.linux_libs import xcb_problem
 from gui.resources import app_icon
@@ -82,7 +83,6 @@ def _start_scanner(window: Any, interfaces: str | None) -> None:
     (ending every probe)."""
     from core.cluster.discovery import choose_interfaces
     from core.cluster.scanner import Scanner
-    from core.settings import load_settings
 
     try:
         chosen = choose_interfaces(interfaces, load_settings().interfaces)

@@ -20,7 +20,6 @@ import ipaddress
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from psygnal import Signal
@@ -29,28 +28,12 @@ from core.cluster.discovery import BonjourPeer
 from core.cluster.hosts import ManualHost
 from core.cluster.probe.facts import NodeFacts
 from core.cluster.rdma import node_verdict
+from core.cluster.states import ProbeState as ProbeState  # re-exported: its old home
+from core.cluster.states import Source as Source
 
 if TYPE_CHECKING:
     from core.cluster.discovery import Discovery
     from core.cluster.hosts import HostList
-
-
-class Source(StrEnum):
-    BONJOUR = "bonjour"
-    MANUAL = "manual"
-    DEMO = "demo"
-
-
-class ProbeState(StrEnum):
-    """Where a node's probe stands; ``Node.probe_message`` says why when it is not ready."""
-
-    NEW = "new"  # not probed yet
-    PROBING = "probing"
-    READY = "ready"  # facts attached
-    UNREACHABLE = "unreachable"  # Remote Login off, no route, timeout, sshd gone ...
-    NEEDS_HOST_KEY = "needs-host-key"  # an unknown host key waits for the person's yes
-    NEEDS_ACCESS = "needs-access"  # our key is refused: "set up access" with a password
-    HOST_KEY_CHANGED = "host-key-changed"  # refused loudly, never connected
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,8 @@ from core.cluster.hosts import HostList, ManualHost
 from core.cluster.probe.facts import NodeFacts, local_runner, run_local_probe
 from core.cluster.probe.remote import PROBE_TIMEOUT_S, probe_over_ssh
 from core.cluster.reach import all_loopback, endpoint, outside_loopback, probeable, reach_key
-from core.cluster.registry import Node, ProbeState, Registry, Source, manual_name, names_node
+from core.cluster.registry import Node, Registry, manual_name, names_node
+from core.cluster.states import ProbeState, Source
 from core.cluster.topology import Topology, build_topology
 from core.remote.ssh import (
     DEFAULT_TIMEOUT,

@@ -7,9 +7,9 @@ strategy logic stays short. Pure functions, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from core.model.info import ModelInfo
+from core.worker.vocab import Strategy
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -57,12 +57,15 @@ class PlanOptions:
     """What the user chose. The margin is ``margin_fraction`` of the GPU limit, at least
     ``min_margin_bytes``: kept free for MLX's buffer cache, fragmentation and surprises."""
 
-    strategy: Literal["auto", "single", "pipeline", "tensor"] = "auto"
+    strategy: Strategy = Strategy.AUTO
     context_length: int = 4096
     batch: int = 1
     margin_fraction: float = 0.05
     min_margin_bytes: int = 512 * MIB
     prefill_chunk: int = 2048  # mlx-lm's default prefill_step_size
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "strategy", Strategy(self.strategy))  # "pipeline" too
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from core.plan.memory import (
     node_budget,
 )
 from core.plan.split import fit_split, proportional_counts
+from core.worker.vocab import Strategy
 
 __all__ = [
     "Alternative",
@@ -42,7 +43,6 @@ __all__ = [
     "node_budget",
 ]
 
-Strategy = Literal["single", "pipeline", "tensor"]
 Verdict = Literal["fits", "does_not_fit", "invalid"]
 
 
@@ -115,8 +115,8 @@ class Plan:
     rank r runs layers [sum(split[r+1:]), sum(split[r:])), so rank 0 runs the last ones."""
 
     model: str
-    requested: str
-    strategy: Strategy
+    requested: Strategy  # what was asked: AUTO or one of the others
+    strategy: Strategy  # what the plan runs: never AUTO
     verdict: Verdict
     reason: str
     ranks: tuple[RankPlan, ...]
@@ -138,7 +138,7 @@ class Plan:
         """The ``[start, end)`` layers ``rank`` holds in a pipeline; None when it holds
         a part of every layer (tensor) or all of them (single)."""
         stage = self.ranks[rank]
-        return (stage.layer_start, stage.layer_end) if self.strategy == "pipeline" else None
+        return (stage.layer_start, stage.layer_end) if self.strategy is Strategy.PIPELINE else None
 
 
 @dataclass(frozen=True)
@@ -171,18 +171,18 @@ def make_plan(
     rdma = _rdma_connected([b.node for b in ranked], nodes, links)
     problem = _input_problem(model, nodes, options)
     if problem:
-        chosen, others = _Outcome("single", "invalid", problem), []
-    elif options.strategy == "auto":
+        chosen, others = _Outcome(Strategy.SINGLE, "invalid", problem), []
+    elif options.strategy is Strategy.AUTO:
         chosen, others = _recommend(model, ranked, rdma, options)
     else:
         outcomes = {
-            "single": _single(model, ranked, options),
-            "tensor": _tensor(model, ranked, rdma, options),
-            "pipeline": _pipeline(model, ranked, options),
+            Strategy.SINGLE: _single(model, ranked, options),
+            Strategy.TENSOR: _tensor(model, ranked, rdma, options),
+            Strategy.PIPELINE: _pipeline(model, ranked, options),
         }
         chosen = outcomes.pop(options.strategy)
         others = list(outcomes.values())
-    if chosen.strategy == "tensor" and chosen.verdict == "fits" and not rdma:
+    if chosen.strategy is Strategy.TENSOR and chosen.verdict == "fits" and not rdma:
         warnings.append(
             "Tensor parallelism exchanges data at every layer of every token: "
             "without RDMA over Thunderbolt 5 between the nodes it will be slow."
@@ -239,14 +239,19 @@ def _single(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) ->
             f"Fits on {best.node} alone ({gb(rank.need_bytes)} of {gb(rank.usable_bytes)}"
             " usable): one Mac needs no communication, so it is the fastest and simplest."
         )
-        return _Outcome("single", "fits", reason, (rank,))
+        return _Outcome(Strategy.SINGLE, "fits", reason, (rank,))
     why_not = f"it needs {gb(rank.need_bytes)}, {best.node} can give it {gb(rank.usable_bytes)}"
     reason = (
         f"Needs {gb(rank.need_bytes)} but {best.node}, the node with the most memory, "
         f"can give it only {gb(rank.usable_bytes)}."
     )
     return _Outcome(
-        "single", "does_not_fit", reason, (rank,), missing=rank.overflow_bytes, why_not=why_not
+        Strategy.SINGLE,
+        "does_not_fit",
+        reason,
+        (rank,),
+        missing=rank.overflow_bytes,
+        why_not=why_not,
     )
 
 
@@ -257,7 +262,10 @@ def _tensor(
     problem = _tensor_problem(model, n)
     if problem:
         return _Outcome(
-            "tensor", "invalid", f"Tensor parallelism is not possible: {problem}.", why_not=problem
+            Strategy.TENSOR,
+            "invalid",
+            f"Tensor parallelism is not possible: {problem}.",
+            why_not=problem,
         )
     kv = kv_bytes_per_layer(model, options) * model.layers
     kv_share = -(-kv // n) if model.kv_split_by_tensor else kv
@@ -288,7 +296,7 @@ def _tensor(
         why_not = (
             "the links are not all RDMA over Thunderbolt 5, which its per-layer exchanges need"
         )
-        return _Outcome("tensor", "fits", reason, ranks, unused=unused, why_not=why_not)
+        return _Outcome(Strategy.TENSOR, "fits", reason, ranks, unused=unused, why_not=why_not)
     reason = (
         f"Tensor parallelism would need {per_node} on every node, but {smallest.node} "
         f"can give only {gb(smallest.usable_bytes)}: it is bounded by the smallest "
@@ -299,7 +307,13 @@ def _tensor(
     )
     missing = sum(rank.overflow_bytes for rank in ranks)
     return _Outcome(
-        "tensor", "does_not_fit", reason, ranks, missing=missing, unused=unused, why_not=why_not
+        Strategy.TENSOR,
+        "does_not_fit",
+        reason,
+        ranks,
+        missing=missing,
+        unused=unused,
+        why_not=why_not,
     )
 
 
@@ -341,7 +355,7 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
             if n < 2
             else f"{n} nodes need a layer each and the model has {layers}"
         )
-        return _Outcome("pipeline", "invalid", f"A pipeline is not possible: {problem}.")
+        return _Outcome(Strategy.PIPELINE, "invalid", f"A pipeline is not possible: {problem}.")
     kv_layer = kv_bytes_per_layer(model, options)
     act = activation_bytes(model, options)
     costs = [b + kv_layer for b in model.layer_bytes]
@@ -377,7 +391,7 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
             else "as near to proportional to usable memory as whole layers allow"
         )
         reason = f"The pipeline splits the layers {how} ({placed})."
-        return _Outcome("pipeline", "fits", reason, ranks, split, even=even)
+        return _Outcome(Strategy.PIPELINE, "fits", reason, ranks, split, even=even)
     shortfall = sum(costs) + n * fixed - sum(b.usable_bytes for b in ranked)
     if shortfall > 0:
         reason = (
@@ -385,7 +399,9 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
             "with at least that much GPU memory, or use a smaller quantization or a "
             "shorter context."
         )
-        return _Outcome("pipeline", "does_not_fit", reason, ranks, split, shortfall, even=even)
+        return _Outcome(
+            Strategy.PIPELINE, "does_not_fit", reason, ranks, split, shortfall, even=even
+        )
     missing = sum(rank.overflow_bytes for rank in ranks)
     smallest_stage = fixed + min(costs)
     cramped = [b.node for b in ranked if b.usable_bytes < smallest_stage]
@@ -400,7 +416,7 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
             f"The {n} nodes have enough memory in total, but no split into whole layers "
             f"keeps every node within its budget ({gb(missing)} over)."
         )
-    return _Outcome("pipeline", "does_not_fit", reason, ranks, split, missing, even=even)
+    return _Outcome(Strategy.PIPELINE, "does_not_fit", reason, ranks, split, missing, even=even)
 
 
 def _mlx_even_split(layers: int, n: int) -> tuple[int, ...]:

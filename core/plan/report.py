@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from core.model.info import ModelError, read_model_info
 from core.plan.memory import GIB, Link, Node, PlanOptions, gb
 from core.plan.planner import Plan, RankPlan, make_plan
+from core.worker.vocab import Strategy
 
 _VERDICTS = {"fits": "fits", "does_not_fit": "does NOT fit", "invalid": "invalid"}
 
@@ -93,7 +94,7 @@ def format_plan(plan: Plan) -> str:
         ]
         lines.append("")
     even = plan.mlx_even_split
-    if even is not None and plan.strategy == "pipeline":
+    if even is not None and plan.strategy is Strategy.PIPELINE:
         worst = even.worst
         counts = "/".join(str(c) for c in even.split)
         if even.fits:
@@ -125,7 +126,7 @@ def format_plan(plan: Plan) -> str:
 
 
 def _row(plan: Plan, rank: RankPlan) -> tuple[str, ...]:
-    if plan.strategy == "tensor":
+    if plan.strategy is Strategy.TENSOR:
         layers = f"all {rank.layers} (1/{len(plan.ranks)})"
     else:
         layers = f"{rank.layer_start}-{rank.layer_end - 1} ({rank.layers})"
@@ -209,8 +210,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--strategy",
-        choices=["auto", "single", "pipeline", "tensor"],
-        default="auto",
+        choices=[s.value for s in Strategy],
+        default=Strategy.AUTO.value,
         help="auto (default) recommends one",
     )
     parser.add_argument(

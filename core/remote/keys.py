@@ -18,6 +18,8 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from core.envvars import ENV_SSH_DIR
+
 log = logging.getLogger(__name__)
 
 KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")
@@ -26,7 +28,7 @@ KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")
 def default_ssh_dir() -> Path:
     """``~/.ssh``, or ``$MACMESH_SSH_DIR`` (tests and ``macmesh nodes`` subprocesses use it
     so they never read or write the person's own keys and known_hosts)."""
-    override = os.environ.get("MACMESH_SSH_DIR")
+    override = os.environ.get(ENV_SSH_DIR)
     return Path(override) if override else Path.home() / ".ssh"
 
 

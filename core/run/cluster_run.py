@@ -29,6 +29,7 @@ from core.cluster.hosts import parse_host
 from core.cluster.probe.facts import NodeFacts
 from core.cluster.probe.remote import probe_over_ssh
 from core.cluster.rdma import node_verdict
+from core.envvars import ENV_REMOTE_CACHE
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.plan.memory import Node, PlanOptions
 from core.plan.planner import Plan, make_plan
@@ -46,8 +47,7 @@ from core.run.preflight import (
     format_report,
     run_preflight,
 )
-
-ENV_REMOTE_CACHE = "MACMESH_REMOTE_CACHE"
+from core.worker.vocab import Strategy
 
 
 class ClusterError(Exception):
@@ -116,7 +116,7 @@ def plan_cluster(info: ModelInfo, facts: Sequence[NodeFacts], strategy: str = "a
         for f in facts
     ]
     if len(nodes) == 1:
-        strategy = "single"
+        strategy = Strategy.SINGLE
     return make_plan(info, nodes, options=PlanOptions(strategy=strategy))  # type: ignore[arg-type]
 
 
@@ -167,11 +167,10 @@ def cluster_spec(
 ) -> JobSpec:
     """What runs is what was planned, on the targets in the plan's rank order."""
     ordered = in_rank_order(plan, targets)
-    single = len(ordered) == 1
     return JobSpec(
         model=info.path,
-        strategy="pipeline" if single else plan.strategy,
-        split=list(plan.split) if plan.split and plan.strategy == "pipeline" else None,
+        strategy=plan.strategy,
+        split=list(plan.split) if plan.split and plan.strategy is Strategy.PIPELINE else None,
         backend=backend.name,
         targets=ordered,
         devices=backend.devices,
@@ -185,7 +184,7 @@ def show_launch(spec: JobSpec) -> dict:
     MacMesh's ``core/worker``, on every node)."""
     targets = spec.targets or []
     names = [f"{t.user}@{t.host}" if t.user else t.host for t in targets]
-    jaccl = spec.backend.startswith("jaccl")
+    jaccl = spec.backend.is_jaccl
     ips = [[t.rank_address] if (not jaccl or rank == 0) else [] for rank, t in enumerate(targets)]
     hostfile = mlxenv.launch_hostfile(spec.backend, names, ips, rdma=spec.devices)
     python = targets[0].interpreter if targets else spec.python
@@ -280,10 +279,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         return 0
     err.write(f"Starting {spec.nodes} rank(s) on {', '.join(plan.nodes_used)}…\n")
     about = {
-        "strategy": spec.strategy if spec.nodes > 1 else "single",
+        "strategy": spec.rank_strategy,
         "nodes": spec.nodes,
         "hosts": list(plan.nodes_used),
-        "backend": backend.name if spec.nodes > 1 else "single",
+        "backend": spec.rank_backend,
         "split": spec.split,
         "model": info.name,
         "preflight": [check.to_dict() for check in report.checks],

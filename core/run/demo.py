@@ -20,11 +20,12 @@ from core.plan.memory import Node, PlanOptions
 from core.plan.planner import Plan, make_plan
 from core.run.launcher import Job, JobError, JobSpec
 from core.run.telemetry import Telemetry
+from core.settings import MAX_DEMO_NODES
 from core.worker import protocol as p
+from core.worker.vocab import Strategy
 
 GIB = 1 << 30
 DEFAULT_PROMPT = "What is the capital of France?"
-MAX_DEMO_NODES = 4
 
 
 @dataclass(frozen=True)
@@ -60,18 +61,17 @@ def plan_demo(info: ModelInfo, count: int, strategy: str) -> Plan:
     """The planner's verdict for ``strategy`` on ``count`` demo Macs."""
     nodes = [mac.node() for mac in demo_macs(count)]
     if count == 1:
-        strategy = "single"
+        strategy = Strategy.SINGLE
     return make_plan(info, nodes, options=PlanOptions(strategy=strategy))
 
 
 def job_spec(info: ModelInfo, plan: Plan) -> JobSpec:
     """What runs is what was planned: the plan's strategy, rank count and split."""
-    strategy = plan.strategy if len(plan.ranks) > 1 else "single"
     return JobSpec(
         model=info.path,
-        strategy="pipeline" if strategy == "single" else strategy,
+        strategy=plan.strategy,
         nodes=len(plan.ranks),
-        split=list(plan.split) if plan.split and strategy == "pipeline" else None,
+        split=list(plan.split) if plan.split and plan.strategy is Strategy.PIPELINE else None,
     )
 
 
@@ -108,7 +108,7 @@ def run_headless(
     spec = job_spec(info, plan)
     err.write(f"{info.summary()}\n{plan.reason}\nStarting {spec.nodes} rank(s)…\n")
     about = {
-        "strategy": spec.strategy if spec.nodes > 1 else "single",
+        "strategy": spec.rank_strategy,
         "nodes": spec.nodes,
         "split": spec.split,
         "model": info.name,

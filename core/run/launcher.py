@@ -39,7 +39,7 @@ from core.run import mlxenv
 from core.run.ranks import LocalRank, RankProcess
 from core.run.remote_ranks import RemoteRank, cluster_launches, rank_command
 from core.worker import protocol as p
-from core.worker.vocab import JobState
+from core.worker.vocab import Backend, JobState, LoadingStage, Strategy
 
 BIND_FAILURE = "Couldn't bind socket"
 LOG_TAIL = 200
@@ -52,10 +52,10 @@ class JobError(Exception):
 @dataclass
 class JobSpec:
     model: Path
-    strategy: str = "pipeline"
+    strategy: Strategy = Strategy.PIPELINE  # as planned; one rank always runs it whole
     nodes: int = 2
     split: list[int] | None = None
-    backend: str = "ring"
+    backend: Backend = Backend.RING  # as preflight chose it (never AUTO)
     python: str = sys.executable
     host: str = "127.0.0.1"
     telemetry: bool = True
@@ -67,21 +67,31 @@ class JobSpec:
     devices: list[list[str | list[str] | None]] | None = None  # jaccl: the device matrix
 
     def __post_init__(self) -> None:
+        self.strategy, self.backend = Strategy(self.strategy), Backend(self.backend)
         if self.targets is not None:
             if not self.targets:
                 raise ValueError("a job needs at least one node")
             self.nodes = len(self.targets)
+        if self.strategy is Strategy.AUTO or self.backend is Backend.AUTO:
+            raise ValueError("a job runs a chosen strategy and backend, not auto")
+        if self.strategy is Strategy.SINGLE and self.nodes > 1:
+            raise ValueError(f"the single strategy runs on one node, not {self.nodes}")
 
     @property
-    def rank_backend(self) -> str:
+    def rank_backend(self) -> Backend:
         """One rank needs no backend at all."""
-        return self.backend if self.nodes > 1 else "single"
+        return self.backend if self.nodes > 1 else Backend.SINGLE
+
+    @property
+    def rank_strategy(self) -> Strategy:
+        """One rank holds the whole model, whatever the spec's strategy."""
+        return self.strategy if self.nodes > 1 else Strategy.SINGLE
 
     def worker_args(self, rank: int) -> list[str]:
         """The worker's arguments (after ``-m core.worker``) for ``rank``."""
         model = self.rank_models[rank] if self.rank_models else self.model
         args = ["--model", str(model)]
-        args += ["--strategy", self.strategy if self.nodes > 1 else "single"]
+        args += ["--strategy", self.rank_strategy]
         args += ["--backend", self.rank_backend]
         if self.split and self.nodes > 1:
             args += ["--split", ",".join(str(n) for n in self.split)]
@@ -96,7 +106,7 @@ class RankStatus:
     rank: int
     node: str | None = None  # the target's name, for a job placed on targets
     pid: int | None = None  # a remote rank's: its process group on its node
-    stage: str = "starting"
+    stage: LoadingStage = LoadingStage.STARTING
     loaded: bool = False
     last_seen: float = field(default_factory=time.monotonic)
     exit_code: int | None = None
@@ -106,6 +116,24 @@ class RankStatus:
 
     def tail(self, lines: int = 8) -> list[str]:
         return list(self.log)[-lines:]
+
+    @property
+    def doing(self) -> str:
+        """What the rank was doing, for the failure messages this module writes."""
+        return "loaded" if self.loaded else _DOING.get(self.stage, self.stage.value)
+
+
+# The launcher's own failure messages ("... while reading the model") are for people;
+# the progress words a front end shows are its own (gui/run/progress.py).
+_DOING = {
+    LoadingStage.STARTING: "starting",
+    LoadingStage.JOINING: "joining the cluster",
+    LoadingStage.READING: "reading the model",
+    LoadingStage.SLICING: "slicing every layer",
+    LoadingStage.PLACING: "placing layers",
+    LoadingStage.WEIGHTS: "loading weights",
+    LoadingStage.SYNCHRONISING: "waiting for the other ranks",
+}
 
 
 class Job:
@@ -208,7 +236,7 @@ class Job:
             self._set_state(JobState.LOADING, f"starting {spec.nodes} rank(s)")
             return
         hostfile = None
-        if spec.rank_backend == "ring":
+        if spec.rank_backend is Backend.RING:
             ports = mlxenv.free_ports(spec.nodes, spec.host)
             hostfile = self.run_dir / "hostfile.json"
             hostfile.write_text(mlxenv.ring_hostfile([(spec.host, port) for port in ports]))
@@ -230,7 +258,7 @@ class Job:
         targets = spec.targets or []
         backend = spec.rank_backend
         addresses = [t.rank_address for t in targets]
-        ports = mlxenv.rank_ports(addresses if backend == "ring" else addresses[:1])
+        ports = mlxenv.rank_ports(addresses if backend is Backend.RING else addresses[:1])
         ports += [0] * (len(targets) - len(ports))  # jaccl: only the coordinator listens
         job_dirs = []
         for rank, target in enumerate(targets):
@@ -249,7 +277,7 @@ class Job:
                 folder.mkdir(parents=True, exist_ok=True)
                 for name, text in launch.files.items():
                     (folder / name).write_text(text)
-                env = mlxenv.rank_env(status.rank, "single")  # this machine's environment...
+                env = mlxenv.rank_env(status.rank, Backend.SINGLE)  # this machine's env...
                 env.pop("MLX_RANK")
                 env.update(launch.env)  # ...with the rank's contract
                 proc: RankProcess = LocalRank(status.rank, argv, env, log_path)
@@ -387,9 +415,9 @@ class Job:
         with self._lock:
             status.last_seen = time.monotonic()
             if kind == p.LOADING:
-                status.stage = event.get("stage", "loading")
+                status.stage = _stage(event.get("stage"), status.stage)
             elif kind == p.LOADED:
-                status.loaded, status.stage = True, "loaded"
+                status.loaded, status.stage = True, LoadingStage.SYNCHRONISING
             elif kind == p.ERROR and event.get("fatal"):
                 status.error = event.get("message", "failed")
             elif kind == p.ERROR and event.get("request"):
@@ -441,7 +469,7 @@ class Job:
             if now - status.last_seen > limit:
                 return (
                     f"Rank {status.rank}{_where(status)} stopped responding: no sign of life for "
-                    f"{now - status.last_seen:.0f} s while {status.stage}{_tail(status)}"
+                    f"{now - status.last_seen:.0f} s while {status.doing}{_tail(status)}"
                 )
         return None
 
@@ -529,7 +557,7 @@ def _record_exit(proc: RankProcess, status: RankStatus, code: int, now: float) -
     status.exit_code = code
     status.exited_at = status.exited_at or now
     if proc.exit_reason and not status.error:
-        status.error = f"Rank {status.rank}{_where(status)} {proc.exit_reason} while {status.stage}"
+        status.error = f"Rank {status.rank}{_where(status)} {proc.exit_reason} while {status.doing}"
 
 
 def _exit_message(status: RankStatus) -> str:
@@ -538,14 +566,22 @@ def _exit_message(status: RankStatus) -> str:
     if status.error:
         what = status.error
     elif code == -1:  # a remote rank ended by a signal ssh does not name
-        what = f"{rank} was killed while {status.stage}"
+        what = f"{rank} was killed while {status.doing}"
     elif code is not None and code < 0:
-        what = f"{rank} was killed (signal {-code}) while {status.stage}"
+        what = f"{rank} was killed (signal {-code}) while {status.doing}"
     else:
-        what = f"{rank} exited with code {code} while {status.stage}"
+        what = f"{rank} exited with code {code} while {status.doing}"
     if not what.lower().startswith("rank"):
         what = f"Rank {status.rank}: {what}"
     return what + _tail(status)
+
+
+def _stage(value: object, current: LoadingStage) -> LoadingStage:
+    """A ``loading`` event's stage; one this version does not know keeps the last."""
+    try:
+        return LoadingStage(value)
+    except ValueError:
+        return current
 
 
 def _where(status: RankStatus) -> str:

@@ -12,6 +12,8 @@ import random
 import socket
 import threading
 
+from core.worker.vocab import Backend
+
 _handed_out: set[int] = set()
 _handed_lock = threading.Lock()
 
@@ -32,7 +34,7 @@ def jaccl_devices_file(matrix: list[list[str | list[str] | None]]) -> str:
 
 def rank_env(
     rank: int,
-    backend: str,
+    backend: Backend | str,
     hostfile: str | None = None,
     base: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
@@ -53,23 +55,24 @@ def rank_env(
         env.pop(name, None)
     env["MLX_RANK"] = str(rank)
     env["PYTHONUNBUFFERED"] = "1"
-    if backend == "ring":
+    backend = Backend(backend)
+    if backend is Backend.RING:
         if hostfile is None:
             raise ValueError("the ring backend needs a hostfile")
         env["MLX_HOSTFILE"] = hostfile
-    elif backend in ("jaccl", "jaccl-ring"):
+    elif backend.is_jaccl:
         if devices is None or coordinator is None:
             raise ValueError("jaccl needs the device matrix and rank 0's coordinator address")
         env["MLX_IBV_DEVICES"] = devices
         env["MLX_JACCL_COORDINATOR"] = coordinator
-        if backend == "jaccl-ring":
+        if backend is Backend.JACCL_RING:
             env["MLX_JACCL_RING"] = "1"
     env.update(extra or {})
     return env
 
 
 def launch_hostfile(
-    backend: str,
+    backend: Backend | str,
     ssh_names: list[str],
     ips: list[list[str]],
     rdma: list[list[str | list[str] | None]] | None = None,
@@ -85,7 +88,7 @@ def launch_hostfile(
         if rdma is not None:
             host["rdma"] = list(rdma[rank])
         hosts.append(host)
-    return {"backend": backend, "envs": list(envs or []), "hosts": hosts}
+    return {"backend": Backend(backend).value, "envs": list(envs or []), "hosts": hosts}
 
 
 def launch_command(hostfile_path: str, python: str, worker_args: list[str]) -> list[str]:

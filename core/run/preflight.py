@@ -42,9 +42,10 @@ from core.remote.ssh import (
     UnknownHostKey,
 )
 from core.remote.targets import Target
+from core.worker.vocab import Backend
 
 Status = Literal["ok", "warn", "fail"]
-BACKENDS = ("auto", "jaccl", "jaccl-ring", "ring")
+BACKENDS = (Backend.AUTO, Backend.JACCL, Backend.JACCL_RING, Backend.RING)  # a person may ask
 CLUSTER = "cluster"  # the node of checks about all nodes together
 Matrix = list[list[str | list[str] | None]]
 
@@ -71,15 +72,18 @@ class Check:
 class BackendChoice:
     """What the job runs on. ``devices``: jaccl's device matrix in rank order."""
 
-    name: str  # jaccl, jaccl-ring or ring
+    name: Backend  # jaccl, jaccl-ring or ring
     reason: str
     devices: Matrix | None = None
     problem: str | None = None  # why RDMA is not used (None when it is, or not needed)
     guide: str | None = None  # core.cluster.rdma.GUIDES key that fixes the problem
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", Backend(self.name))  # a name read from JSON too
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name,
+            "name": self.name.value,
             "reason": self.reason,
             "devices": self.devices,
             "problem": self.problem,
@@ -170,7 +174,7 @@ def run_preflight(
     targets: Sequence[Target],
     plan: Plan,
     model_dir: Path | str,
-    backend: str = "auto",
+    backend: Backend | str = Backend.AUTO,
     manifest: Manifest | None = None,
     cache: HashCache | None = None,
     facts: Mapping[str, NodeFacts] | None = None,
@@ -200,7 +204,7 @@ def evaluate(
     plan: Plan,
     gathered: Sequence[Gathered],
     manifests: Mapping[str, Manifest] | None = None,
-    backend: str = "auto",
+    backend: Backend | str = Backend.AUTO,
 ) -> PreflightReport:
     """The report for ``plan`` from what ``gather`` found. Pure."""
     manifests = manifests or {}
@@ -214,7 +218,7 @@ def evaluate(
                 f"Choose one of {', '.join(BACKENDS)}.",
             )
         )  # fmt: skip
-        backend = "auto"
+        backend = Backend.AUTO
     lost = [name for name in order if name not in by_name]
     for name in lost:
         checks.append(
@@ -239,9 +243,9 @@ def evaluate(
         checks.extend(_memory(g, plan))
     facts = {g.target.name: g.facts for g in reached if g.facts is not None}
     if len(reached) == len(order) and not lost:
-        choice = choose_backend([facts[name] for name in order], backend)
+        choice = choose_backend([facts[name] for name in order], Backend(backend))
         checks.extend(_backend_checks(choice, backend, [by_name[n].target for n in order]))
-        if choice.name.startswith("jaccl") and (mismatch := build_mismatch(list(facts.values()))):
+        if choice.name.is_jaccl and (mismatch := build_mismatch(list(facts.values()))):
             checks.append(
                 Check(
                     CLUSTER, "macos", "fail", mismatch,
@@ -250,7 +254,7 @@ def evaluate(
                 )
             )  # fmt: skip
     else:
-        choice = BackendChoice("ring", "Not chosen: some nodes could not be reached.")
+        choice = BackendChoice(Backend.RING, "Not chosen: some nodes could not be reached.")
     copies = tuple(
         g.target.name for g in reached if g.model is not None and g.model.status == "missing"
     )
@@ -429,26 +433,30 @@ def _memory(g: Gathered, plan: Plan) -> list[Check]:
 # -- backend ----------------------------------------------------------------------------------
 
 
-def choose_backend(nodes: Sequence[NodeFacts], requested: str = "auto") -> BackendChoice:
+def choose_backend(
+    nodes: Sequence[NodeFacts], requested: Backend | str = Backend.AUTO
+) -> BackendChoice:
     """The backend for ranks on ``nodes`` (rank order). jaccl needs a cable with RDMA on
     between every pair of ranks; jaccl-ring between each rank and the next (the ranks'
     order must follow the cabling); otherwise ring over each node's network address.
     A requested jaccl that cannot run comes back with ``problem`` set."""
+    requested = Backend(requested)
     names = [f.name for f in nodes]
     if len(nodes) < 2:
-        return BackendChoice("ring", "One node: no distributed backend is needed.")
-    if requested == "ring":
-        return BackendChoice("ring", "Ring over each node's network address, as asked.")
+        return BackendChoice(Backend.RING, "One node: no distributed backend is needed.")
+    if requested is Backend.RING:
+        return BackendChoice(Backend.RING, "Ring over each node's network address, as asked.")
     verdicts = [node_verdict(f) for f in nodes]
     off = [v for v in verdicts if not v.on]
-    problem, guide, devices, wanted = None, None, None, None
+    problem, guide, devices = None, None, None
+    wanted: Backend | None = None
     if off:
         problem, guide = " ".join(v.reason for v in off), off[0].guide
     else:
         topology = build_topology(nodes)
         by_name = {f.name: f for f in nodes}
-        if requested == "auto":
-            wanted = {"full mesh": "jaccl", "ring": "jaccl-ring"}.get(topology.shape)
+        if requested is Backend.AUTO:
+            wanted = {"full mesh": Backend.JACCL, "ring": Backend.JACCL_RING}.get(topology.shape)
         else:
             wanted = requested
         if wanted is None:
@@ -459,13 +467,15 @@ def choose_backend(nodes: Sequence[NodeFacts], requested: str = "auto") -> Backe
             n = len(names)
             pairs = (
                 [(i, j) for i in range(n) for j in range(i + 1, n)]
-                if wanted == "jaccl"
+                if wanted is Backend.JACCL
                 else [(i, (i + 1) % n) for i in range(n if n > 2 else 1)]
             )
             for i, j in pairs:
                 cables = topology.between(names[i], names[j])
                 if not cables:
-                    how = "every pair of Macs" if wanted == "jaccl" else "each Mac and the next"
+                    how = (
+                        "every pair of Macs" if wanted is Backend.JACCL else "each Mac and the next"
+                    )
                     problem = (
                         f"{wanted} needs a Thunderbolt cable between {how}, and none joins "
                         f"{names[i]} and {names[j]}"
@@ -481,29 +491,29 @@ def choose_backend(nodes: Sequence[NodeFacts], requested: str = "auto") -> Backe
                 except ValueError as error:
                     problem = str(error)
     if problem is None and wanted is not None:
-        how = "every pair cabled" if wanted == "jaccl" else "each Mac cabled to the next"
+        how = "every pair cabled" if wanted is Backend.JACCL else "each Mac cabled to the next"
         return BackendChoice(wanted, f"{wanted}: RDMA over Thunderbolt, {how}.", devices)
     problem = problem.rstrip(".")
     see = f" See “{GUIDES[guide]}”." if guide in GUIDES else ""
-    if requested == "auto":
+    if requested is Backend.AUTO:
         reason = f"Ring over each node's network address (the LAN): {problem}.{see}"
-        return BackendChoice("ring", reason, None, problem, guide)
+        return BackendChoice(Backend.RING, reason, None, problem, guide)
     return BackendChoice(
         requested, f"{requested} cannot run: {problem}.{see}", None, problem, guide
     )
 
 
 def _backend_checks(
-    choice: BackendChoice, requested: str, targets: Sequence[Target]
+    choice: BackendChoice, requested: Backend | str, targets: Sequence[Target]
 ) -> list[Check]:
     addresses = ", ".join(t.rank_address for t in targets)
     if choice.problem is None:
         message = choice.reason
-        if choice.name == "ring" and len(targets) > 1:
+        if choice.name is Backend.RING and len(targets) > 1:
             message = f"{choice.reason} ({addresses})"
         return [Check(CLUSTER, "backend", "ok", message)]
     fix = f"Follow “{GUIDES[choice.guide]}”." if choice.guide in GUIDES else ""
-    if requested != "auto":
+    if requested != Backend.AUTO:
         return [
             Check(
                 CLUSTER, "backend", "fail", choice.reason,

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from core.remote.ssh import Connection, SSHError
 from core.run import mlxenv
+from core.worker.vocab import Backend
 
 HOSTFILE = "hostfile.json"
 DEVICES = "devices.json"
@@ -45,7 +46,7 @@ class RankLaunch:
 
 
 def cluster_launches(
-    backend: str,
+    backend: Backend | str,
     addresses: Sequence[str],
     ports: Sequence[int],
     job_dirs: Sequence[str],
@@ -64,9 +65,10 @@ def cluster_launches(
         raise ValueError("one address, port and folder per rank")
     files: dict[str, str] = {}
     coordinator = None
-    if backend == "ring":
+    backend = Backend(backend)
+    if backend is Backend.RING:
         files[HOSTFILE] = mlxenv.ring_hostfile(list(zip(addresses, ports, strict=True)))
-    elif backend in ("jaccl", "jaccl-ring"):
+    elif backend.is_jaccl:
         if devices is None or len(devices) != size:
             raise ValueError("jaccl needs the device matrix, one row per rank")
         files[DEVICES] = mlxenv.jaccl_devices_file(devices)
@@ -75,7 +77,7 @@ def cluster_launches(
     for rank, job_dir in enumerate(job_dirs):
         env = mlxenv.rank_env(
             rank,
-            backend if size > 1 else "single",
+            backend if size > 1 else Backend.SINGLE,
             f"{job_dir}/{HOSTFILE}" if HOSTFILE in files else None,
             base={},
             extra=extra,

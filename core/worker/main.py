@@ -20,18 +20,22 @@ import mlx.core as mx
 
 from core.worker import protocol as p
 from core.worker.serve import DEFAULT_MAX_TOKENS, Reporter, generate, read_commands, serve
-from core.worker.sharding import STRATEGIES, ShardError, load_shard, synchronise
+from core.worker.sharding import ShardError, load_shard, synchronise
 from core.worker.traffic import TrafficCounter
 from core.worker.version import print_version
+from core.worker.vocab import Backend, LoadingStage, Strategy
 
-BACKENDS = ("ring", "jaccl", "jaccl-ring", "single")
+# What a rank runs: ``auto`` is only ever a request, settled before a rank starts.
+STRATEGIES = tuple(s for s in Strategy if s is not Strategy.AUTO)
+BACKENDS = tuple(b for b in Backend if b is not Backend.AUTO)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m core.worker", description=__doc__)
     parser.add_argument("--model", required=True, help="the model folder on this node")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="pipeline")
-    parser.add_argument("--backend", choices=BACKENDS, default="ring")
+    # Plain values as choices: argparse's messages then read "pipeline", not the enum's repr.
+    parser.add_argument("--strategy", choices=[s.value for s in STRATEGIES], default="pipeline")
+    parser.add_argument("--backend", choices=[b.value for b in BACKENDS], default="ring")
     parser.add_argument(
         "--split", help="pipeline layers per rank, rank order, e.g. 12,18 (default: even)"
     )
@@ -41,14 +45,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--version", action="store_true", help="print one JSON line of versions, then exit"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.strategy, args.backend = Strategy(args.strategy), Backend(args.backend)
+    return args
 
 
-def init_group(backend: str) -> mx.distributed.Group:
-    if backend == "single":
+def init_group(backend: Backend) -> mx.distributed.Group:
+    if backend is Backend.SINGLE:
         return mx.distributed.init()
-    mlx_backend = "jaccl" if backend.startswith("jaccl") else backend
-    return mx.distributed.init(strict=True, backend=mlx_backend)
+    # MLX knows one RDMA backend: a ring of cables and a full mesh differ only in devices.
+    mlx_backend = Backend.JACCL if backend.is_jaccl else backend
+    return mx.distributed.init(strict=True, backend=mlx_backend.value)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout = sys.stderr
     telemetry = os.environ.get(p.ENV_TELEMETRY, "1") != "0"
     commands = None if args.prompt else read_commands(events, rank)
+    events.emit(p.LOADING, stage=LoadingStage.JOINING)
     try:
         group = init_group(args.backend)
     except Exception as exc:

@@ -20,8 +20,8 @@ across hosts.
 ==========  =====================================================================
 event       fields
 ==========  =====================================================================
-hello       size, backend, strategy, pid, host
-loading     stage (a short phrase: "weights", "sharding", "synchronising")
+hello       size, backend, strategy (``vocab`` values), pid, host
+loading     stage (a ``vocab.LoadingStage`` value: "joining", "reading", "weights", ...)
 loaded      load_s, memory_bytes, layers ([start, end) or null for tensor), strategy
 ready       (rank 0, once every rank has loaded and synchronised)
 token       request, index (0-based), token (id), text (the new piece of text)

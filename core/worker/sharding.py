@@ -31,8 +31,7 @@ from core.worker.shardfiles import (
     read_weight_map,
     validate_split,
 )
-
-STRATEGIES = ("single", "pipeline", "tensor")
+from core.worker.vocab import LoadingStage, Strategy
 
 
 class ShardError(Exception):
@@ -44,37 +43,56 @@ class Shard:
     model: nn.Module
     tokenizer: Any
     config: dict
-    strategy: str
+    strategy: Strategy
     layers: tuple[int, int] | None  # [start, end) for pipeline; None otherwise
 
 
 def load_shard(
     path: Path,
     group: mx.distributed.Group,
-    strategy: str,
+    strategy: Strategy | str,
     split: list[int] | None = None,
-    progress: Callable[[str], None] = lambda stage: None,
+    progress: Callable[[LoadingStage], None] = lambda stage: None,
 ) -> Shard:
-    if strategy not in STRATEGIES:
-        raise ShardError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    progress("reading the model")
+    """This rank's part of the model at ``path``; ``progress`` hears each stage as it
+    begins. ``single`` runs the whole model on one rank, so it refuses a larger group."""
+    strategy = _strategy(strategy, group.size())
+    progress(LoadingStage.READING)
     model, config = load_model(Path(path), lazy=True, strict=False)
     tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id"))
     layers = None
-    if group.size() > 1 and strategy == "tensor":
-        progress("slicing every layer")
+    if group.size() > 1 and strategy is Strategy.TENSOR:
+        progress(LoadingStage.SLICING)
         _shard_tensor(model, group, config)
-    elif group.size() > 1 and strategy == "pipeline":
-        progress("placing layers")
+    elif group.size() > 1 and strategy is Strategy.PIPELINE:
+        progress(LoadingStage.PLACING)
         layers = _shard_pipeline(model, group, split)
     _check_files(Path(path), layers)
     if mx.default_device() == mx.cpu:
         # CPUs have no fast half-precision arithmetic: a float16 model runs ~30x
         # slower than in float32 there (MLX on Linux, or a Mac without Metal).
         model.set_dtype(mx.float32)
-    progress("loading weights")
+    progress(LoadingStage.WEIGHTS)
     mx.eval(model.parameters())
     return Shard(model, tokenizer, config, strategy, layers)
+
+
+def _strategy(requested: Strategy | str, size: int) -> Strategy:
+    """``requested`` as a strategy a rank can run in a group of ``size``."""
+    runnable = [s for s in Strategy if s is not Strategy.AUTO]
+    try:
+        strategy = Strategy(requested)
+    except ValueError:
+        strategy = None
+    if strategy not in runnable:
+        choices = ", ".join(runnable)
+        raise ShardError(f"unknown strategy {requested!r}; choose one of {choices}")
+    if strategy is Strategy.SINGLE and size > 1:
+        raise ShardError(
+            f"the single strategy runs the whole model on one node, not {size}; "
+            "use pipeline or tensor sharding"
+        )
+    return strategy
 
 
 def synchronise(group: mx.distributed.Group) -> None:

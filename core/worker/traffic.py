@@ -29,17 +29,18 @@ from typing import Any
 
 import mlx.core as mx
 
-RING_BACKENDS = frozenset({"ring", "jaccl-ring"})
+from core.worker.vocab import Backend
+
 _WRAPPED = ("all_sum", "all_gather", "send", "recv_like", "recv")
 
 
 class TrafficCounter:
     """Per-peer byte counts of this rank's collectives since the last ``take()``."""
 
-    def __init__(self, rank: int, size: int, backend: str) -> None:
+    def __init__(self, rank: int, size: int, backend: Backend | str) -> None:
         self.rank = rank
         self.size = size
-        self.ring = backend in RING_BACKENDS
+        self.ring = Backend(backend).is_ring
         self._lock = threading.Lock()
         self._sent: dict[int, float] = defaultdict(float)
         self._received: dict[int, float] = defaultdict(float)

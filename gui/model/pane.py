@@ -14,8 +14,10 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QWidget
 
+from core.model.demo_model import demo_model_dir, ensure_demo_model, is_complete
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.plan.planner import Plan
+from core.worker.vocab import Strategy
 from gui.bridge import Bridge
 from gui.model.drop_zone import DropZone
 from gui.model.memory_bars import MemoryBars
@@ -35,7 +37,7 @@ class ModelPane(Card):
         self._generation = 0
         self._info: ModelInfo | None = None
         self._nodes: list[object] = []
-        self._plans: dict[str, Plan] | None = None
+        self._plans: dict[Strategy, Plan] | None = None
         self.setAcceptDrops(True)
         self.drop_zone = DropZone()
         self.drop_zone.folder_chosen.connect(self.load)
@@ -53,7 +55,7 @@ class ModelPane(Card):
         self.bars = MemoryBars()
         self.body.addWidget(self.bars)
         self.body.addStretch(1)
-        self.chooser.select("pipeline")
+        self.chooser.select(Strategy.PIPELINE)
         self._replan()
 
     # -- inputs -----------------------------------------------------------------------
@@ -72,8 +74,6 @@ class ModelPane(Card):
 
     def use_demo_model(self) -> None:
         """The bundled SmolLM2-135M, converted once into the cache (a few seconds)."""
-        from core.model.demo_model import demo_model_dir, ensure_demo_model, is_complete
-
         self._generation += 1
         generation = self._generation
         first_time = not is_complete(demo_model_dir())
@@ -93,7 +93,7 @@ class ModelPane(Card):
         self._nodes = [n for n in nodes if getattr(n, "memory_bytes", 0)]
         self._replan()
 
-    def select_strategy(self, choice: str) -> None:
+    def select_strategy(self, choice: Strategy | str) -> None:
         self.chooser.select(choice)
 
     def set_locked(self, locked: bool) -> None:
@@ -110,7 +110,7 @@ class ModelPane(Card):
     def plan(self) -> Plan | None:
         return self._plans.get(self.chooser.selected()) if self._plans else None
 
-    def plans(self) -> dict[str, Plan] | None:
+    def plans(self) -> dict[Strategy, Plan] | None:
         return self._plans
 
     # -- results ----------------------------------------------------------------------------

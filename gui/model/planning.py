@@ -10,13 +10,19 @@ from collections.abc import Sequence
 from core.model.info import ModelInfo
 from core.plan.memory import Node, PlanOptions
 from core.plan.planner import Plan, make_plan
+from core.worker.vocab import Strategy
 
-CHOICES = ("auto", "pipeline", "tensor")
-LABELS = {"auto": "Auto", "pipeline": "Pipeline", "tensor": "Tensor", "single": "Single Mac"}
+CHOICES = (Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR)  # what a person can choose
+LABELS = {
+    Strategy.AUTO: "Auto",
+    Strategy.PIPELINE: "Pipeline",
+    Strategy.TENSOR: "Tensor",
+    Strategy.SINGLE: "Single Mac",  # what auto may pick
+}
 BLURBS = {
-    "auto": "MacMesh picks the best fit",
-    "pipeline": "whole layers per Mac",
-    "tensor": "every layer split across Macs",
+    Strategy.AUTO: "MacMesh picks the best fit",
+    Strategy.PIPELINE: "whole layers per Mac",
+    Strategy.TENSOR: "every layer split across Macs",
 }
 
 
@@ -33,7 +39,7 @@ def as_node(record: object) -> Node:
     )
 
 
-def plan_all(info: ModelInfo, records: Sequence[object]) -> dict[str, Plan]:
+def plan_all(info: ModelInfo, records: Sequence[object]) -> dict[Strategy, Plan]:
     """The plan of each choice. On one node pipeline and tensor are "invalid" with the
     planner's reason (they need two), and auto plans a single Mac."""
     nodes = [as_node(record) for record in records]

@@ -13,6 +13,7 @@ from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QButtonGroup, QFrame, QHBoxLayout, QRadioButton, QVBoxLayout, QWidget
 
 from core.plan.planner import Plan
+from core.worker.vocab import Strategy
 from gui.model.planning import BLURBS, CHOICES, LABELS
 from gui.style import set_role
 from gui.widgets import Badge, label
@@ -27,7 +28,7 @@ VERDICT_BADGES = {
 class StrategyOption(QFrame):
     """One choice: radio button, blurb, verdict badge, and the reason in a sentence."""
 
-    def __init__(self, choice: str, parent: QWidget | None = None) -> None:
+    def __init__(self, choice: Strategy, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.choice = choice
         set_role(self, "option")
@@ -61,7 +62,7 @@ class StrategyOption(QFrame):
             self._restyle()
             return
         text, kind = VERDICT_BADGES[plan.verdict]
-        if self.choice == "auto" and plan.verdict == "fits":
+        if self.choice is Strategy.AUTO and plan.verdict == "fits":
             text, kind = f"→ {LABELS[plan.strategy]}", "accent"
         self.badge.set(text, kind)
         self.badge.show()
@@ -94,7 +95,7 @@ class StrategyChooser(QWidget):
         super().__init__(parent)
         self.group = QButtonGroup(self)
         self.group.setExclusive(True)
-        self.options: dict[str, StrategyOption] = {}
+        self.options: dict[Strategy, StrategyOption] = {}
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(6)
@@ -107,15 +108,15 @@ class StrategyChooser(QWidget):
             )
             layout.addWidget(option)
 
-    def selected(self) -> str:
-        return next((c for c, o in self.options.items() if o.radio.isChecked()), "auto")
+    def selected(self) -> Strategy:
+        return next((c for c, o in self.options.items() if o.radio.isChecked()), Strategy.AUTO)
 
-    def select(self, choice: str) -> None:
+    def select(self, choice: Strategy | str) -> None:
         """Select ``choice`` even if it cannot work now (see the module docstring)."""
         if choice in self.options:
             self.options[choice].radio.setChecked(True)
 
-    def show_plans(self, plans: dict[str, Plan] | None) -> None:
+    def show_plans(self, plans: dict[Strategy, Plan] | None) -> None:
         for choice, option in self.options.items():
             option.show_plan(plans.get(choice) if plans else None)
 

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.cluster.rdma import GUIDES, guide_resource
 from gui.resources import resource_path
 from gui.style import mono_font, set_role
 from gui.widgets import label
@@ -97,8 +98,6 @@ class GuideDialog(_Dialog):
         check_again: Callable[[], Any] | None = None,
         parent: QWidget | None = None,
     ) -> None:
-        from core.cluster.rdma import GUIDES, guide_resource
-
         super().__init__(f"{GUIDES[guide]} — {node}", GUIDES[guide], parent)
         self.guide = guide
         self.heading.hide()  # the page's own first heading says it

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.settings import MAX_DEMO_NODES
 from gui.bridge import Bridge
 from gui.nodes.actions import NodeActions, is_demo
 from gui.nodes.node_table import NodeTable
@@ -41,7 +42,6 @@ from gui.widgets import Badge, Card, Segmented, label
 if TYPE_CHECKING:
     from core.cluster.registry import Registry
 
-MAX_DEMO_NODES = 4  # core.run.demo.MAX_DEMO_NODES (not imported at startup: it loads numpy)
 DEFAULT_DEMO_NODES = 2
 MACS, CABLES = "macs", "cables"
 

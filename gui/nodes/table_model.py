@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 
+from core.cluster.rdma import RdmaVerdict, enable_guide, node_verdict
+from core.cluster.states import ProbeState
 from core.plan.memory import GIB
-
-if TYPE_CHECKING:
-    from core.cluster.rdma import RdmaVerdict
 
 Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("Name", "Chip", "Memory", "macOS", "RDMA")
@@ -35,14 +34,37 @@ StatusRole = Qt.ItemDataRole.UserRole + 4  # Status: what a node that is not rea
 BadgeRole = Qt.ItemDataRole.UserRole + 5  # RdmaBadge: the RDMA pill and its guide
 HintRole = Qt.ItemDataRole.UserRole + 6  # "this Mac", "Linux · ring only" or ""
 
-# core.cluster.registry.ProbeState values (a StrEnum: equal to these strings). Not imported:
-# core.cluster.registry imports discovery (zeroconf), which the window must not wait for.
-NEW, PROBING, READY = "new", "probing", "ready"
-UNREACHABLE, NEEDS_HOST_KEY = "unreachable", "needs-host-key"
-NEEDS_ACCESS, HOST_KEY_CHANGED = "needs-access", "host-key-changed"
-
 # Row actions: what a click on the status's link does.
 TRUST, ACCESS, RETRY, DETAILS = "trust", "access", "retry", "details"
+
+# What a row says for each probe state but READY: headline, the detail when the probe
+# gave no message, the action it needs and its link's words, the headline's colour.
+STATUS_WORDS: dict[ProbeState, tuple[str, str, str | None, str, str]] = {
+    ProbeState.NEW: ("Waiting to be checked…", "", None, "", "muted"),
+    ProbeState.PROBING: ("Probing…", "Reading its chip, memory and cables", None, "", "muted"),
+    ProbeState.NEEDS_HOST_KEY: (
+        "New Mac: check its identity",
+        "Check its fingerprint once, then MacMesh remembers it.",
+        TRUST,
+        "Trust…",
+        "warning",
+    ),
+    ProbeState.NEEDS_ACCESS: (
+        "MacMesh cannot log in yet",
+        "Set up access once with this Mac's password.",
+        ACCESS,
+        "Set up access…",
+        "warning",
+    ),
+    ProbeState.HOST_KEY_CHANGED: (
+        "Identity changed: connection refused",
+        "Its host key is not the one remembered.",
+        DETAILS,
+        "Details…",
+        "danger",
+    ),
+    ProbeState.UNREACHABLE: ("Unreachable", "It did not answer.", RETRY, "Retry", "danger"),
+}
 
 
 class NodeRecord(Protocol):
@@ -60,7 +82,7 @@ class NodeRecord(Protocol):
 class Status:
     """A node that is not ready: a headline, the reason in words, the action it needs."""
 
-    state: str
+    state: ProbeState
     title: str
     detail: str = ""
     action: str | None = None  # TRUST, ACCESS, RETRY, DETAILS
@@ -69,7 +91,7 @@ class Status:
 
     @property
     def busy(self) -> bool:
-        return self.state in (NEW, PROBING)
+        return self.state.busy
 
 
 @dataclass(frozen=True)
@@ -84,48 +106,22 @@ class RdmaBadge:
     rdma: bool | None = None
 
 
-def probe_state(node: object) -> str:
-    return str(getattr(node, "probe_state", READY))
+def probe_state(node: object) -> ProbeState:
+    """A record's probe state; a demo Mac has none: it counts as ready."""
+    try:
+        return ProbeState(getattr(node, "probe_state", ProbeState.READY))
+    except ValueError:
+        return ProbeState.UNREACHABLE  # a state this version does not know: say it failed
 
 
 def status(node: object) -> Status | None:
     """What a row says instead of its facts while the node is not ready (None: ready)."""
     state = probe_state(node)
-    message = str(getattr(node, "probe_message", "") or "")
-    if state == READY:
+    if state is ProbeState.READY:
         return None
-    if state == NEW:
-        return Status(state, "Waiting to be checked…", message)
-    if state == PROBING:
-        return Status(state, "Probing…", message or "Reading its chip, memory and cables")
-    if state == NEEDS_HOST_KEY:
-        return Status(
-            state,
-            "New Mac: check its identity",
-            message or "Check its fingerprint once, then MacMesh remembers it.",
-            TRUST,
-            "Trust…",
-            "warning",
-        )
-    if state == NEEDS_ACCESS:
-        return Status(
-            state,
-            "MacMesh cannot log in yet",
-            message or "Set up access once with this Mac's password.",
-            ACCESS,
-            "Set up access…",
-            "warning",
-        )
-    if state == HOST_KEY_CHANGED:
-        return Status(
-            state,
-            "Identity changed: connection refused",
-            message or "Its host key is not the one remembered.",
-            DETAILS,
-            "Details…",
-            "danger",
-        )
-    return Status(state, "Unreachable", message or "It did not answer.", RETRY, "Retry", "danger")
+    title, detail, action, action_label, kind = STATUS_WORDS[state]
+    message = str(getattr(node, "probe_message", "") or "")
+    return Status(state, title, message or detail, action, action_label, kind)
 
 
 def hint(node: object) -> str:
@@ -144,8 +140,6 @@ def rdma_badge(node: object) -> RdmaBadge:
     Mac's plain flag."""
     facts = getattr(node, "facts", None)
     if facts is not None and hasattr(facts, "rdma_ctl"):
-        from core.cluster.rdma import enable_guide, node_verdict
-
         verdict = node_verdict(facts)
         return _badge_of(verdict, enable_guide(facts))
     rdma = getattr(node, "rdma", None)
@@ -281,7 +275,7 @@ class NodeTableModel(QAbstractTableModel):
         if role == RdmaRole:
             return rdma_badge(node).rdma
         if role == StateRole:
-            return probe_state(node)
+            return probe_state(node).value
         if role == StatusRole:
             return status(node)
         if role == BadgeRole:

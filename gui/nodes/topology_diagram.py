@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from core.cluster.probe.facts import NodeFacts
-    from core.cluster.topology import Topology
+from core.cluster.probe.facts import NodeFacts
+from core.cluster.rdma import cable_verdict
+from core.cluster.topology import Topology, build_topology
 
 GIB = 1 << 30
 # cable state (core.cluster.rdma.State) → theme colour and legend words
@@ -83,8 +83,6 @@ def diagram_from_topology(
     topology: Topology, facts: Mapping[str, NodeFacts], self_name: str | None = None
 ) -> Diagram:
     """The map of probed Macs: each cable coloured by ``core.cluster.rdma.cable_verdict``."""
-    from core.cluster.rdma import cable_verdict
-
     order = topology.ring if topology.shape == "ring" and topology.ring else topology.nodes
     nodes = tuple(
         DiagramNode(name, _subtitle(facts[name]) if name in facts else "", name == self_name)
@@ -170,8 +168,6 @@ def cluster_diagram(nodes: Sequence[Any], demo: bool) -> Diagram | None:
     ]
     if len(ready) < 2:
         return None
-    from core.cluster.topology import build_topology
-
     facts = {n.facts.name: n.facts for n in ready}
     self_name = next((n.facts.name for n in ready if getattr(n, "is_self", False)), None)
     try:

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from core.envvars import ENV_REMOTE_CACHE
+
 if TYPE_CHECKING:
     from core.cluster.probe.facts import NodeFacts
     from core.remote.targets import Target
-
-ENV_REMOTE_CACHE = "MACMESH_REMOTE_CACHE"  # core.run.cluster_run's (importing it loads numpy)
 
 
 class ClusterSource(Protocol):

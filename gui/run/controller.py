@@ -25,8 +25,10 @@ from PySide6.QtCore import QObject, Signal
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.worker import protocol as p
+from core.worker.vocab import LoadingStage
 from gui import format as fmt
 from gui.bridge import Bridge, JobRelay
+from gui.run.progress import STAGE_WORDS, STEPS
 
 if TYPE_CHECKING:
     from core.remote.modelcopy import CopyProgress
@@ -38,14 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Loading steps a rank goes through, for its progress bar (worker/sharding.py's stages).
-STAGES = {
-    "reading the model": 2,
-    "slicing every layer": 3,
-    "placing layers": 3,
-    "loading weights": 4,
-}
-STEPS = 6  # 0 started, 1 joined, 2-4 loading, 5 loaded, 6 ready
 MAX_AVERAGES = 256
 
 
@@ -342,14 +336,16 @@ class RunController(QObject):
         elif kind == p.DONE and rank == 0:
             self._answered(event)
         elif kind == p.HELLO:
-            self.rank_progress.emit(rank, "joined the cluster", 1)
+            self.rank_progress.emit(rank, "joined the cluster", LoadingStage.JOINING.step)
         elif kind == p.LOADING:
-            stage = str(event.get("stage", "loading"))
-            self.rank_progress.emit(rank, stage, STAGES.get(stage, 2))
+            stage = str(event.get("stage"))
+            if stage in STAGE_WORDS:
+                self.rank_progress.emit(rank, STAGE_WORDS[stage], LoadingStage(stage).step)
         elif kind == p.LOADED:
             memory = event.get("memory_bytes")
             size = f" · {fmt.gb(memory)}" if isinstance(memory, int) else ""
-            self.rank_progress.emit(rank, f"loaded in {event.get('load_s', 0):.1f} s{size}", 5)
+            done = f"loaded in {event.get('load_s', 0):.1f} s{size}"
+            self.rank_progress.emit(rank, done, LoadingStage.SYNCHRONISING.step)
         elif kind == p.READY and self.job is not None:
             for each in range(self.job.spec.nodes):
                 self.rank_progress.emit(each, "ready", STEPS)

@@ -1,11 +1,27 @@
-"""Loading, node by node: what each rank is doing and how far it got."""
+"""Loading, node by node: what each rank is doing and how far it got.
+
+A rank's ``loading`` events name a ``LoadingStage`` (``core.worker.vocab``); the words a
+person reads for each are here, so rewording one never moves a bar.
+"""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QGridLayout, QProgressBar, QWidget
 
-from gui.run.controller import STEPS
+from core.worker.vocab import LoadingStage
 from gui.widgets import label
+
+# A bar's value is the stage a rank has begun (LoadingStage.step); full when it is ready.
+STEPS = len(LoadingStage)
+STAGE_WORDS = {
+    LoadingStage.STARTING: "starting",
+    LoadingStage.JOINING: "joining the cluster",
+    LoadingStage.READING: "reading the model",
+    LoadingStage.SLICING: "slicing every layer",
+    LoadingStage.PLACING: "placing layers",
+    LoadingStage.WEIGHTS: "loading weights",
+    LoadingStage.SYNCHRONISING: "waiting for the other Macs",
+}
 
 
 class RankProgress(QWidget):
@@ -31,7 +47,7 @@ class RankProgress(QWidget):
             bar.setRange(0, STEPS)
             bar.setValue(0)
             bar.setTextVisible(False)
-            stage = label("starting", "secondary")
+            stage = label(STAGE_WORDS[LoadingStage.STARTING], "secondary")
             stage.setMinimumWidth(180)
             self.grid.addWidget(name_label, row, 0)
             self.grid.addWidget(bar, row, 1)

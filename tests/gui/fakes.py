@@ -17,13 +17,14 @@ from psygnal import Signal
 
 from core import paths
 from core.run.launcher import JobError, JobSpec, JobState
+from core.worker.vocab import LoadingStage, Strategy
 
 
 @dataclass
 class FakeRank:
     rank: int
     pid: int | None = None
-    stage: str = "starting"
+    stage: LoadingStage = LoadingStage.STARTING
 
 
 @dataclass
@@ -115,14 +116,17 @@ class FakeJob:
 
     def _load(self) -> None:
         b = self.behaviour
-        stages = ("reading the model", "placing layers", "loading weights")
+        tensor = self.spec.strategy is Strategy.TENSOR
+        cut = LoadingStage.SLICING if tensor else LoadingStage.PLACING
+        stages = (LoadingStage.READING, cut, LoadingStage.WEIGHTS)  # as the worker's sharding
         for rank in range(self.spec.nodes):
+            self._emit("loading", rank, stage=LoadingStage.JOINING.value)
             self._emit("hello", rank, size=self.spec.nodes)
         for stage in stages:
             if self._stop.wait(b.load_s):
                 return
             for rank in range(self.spec.nodes):
-                self._emit("loading", rank, stage=stage)
+                self._emit("loading", rank, stage=stage.value)
         for rank in range(self.spec.nodes):
             self._emit("loaded", rank, load_s=b.load_s * 3, memory_bytes=b.memory_bytes)
         self._emit("ready")

@@ -9,10 +9,23 @@ from psygnal import Signal
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from core.cluster.registry import Node
+from core.cluster.states import ProbeState
 from core.run.demo import DEMO_MACS, demo_macs
 from gui.bridge import Bridge
 from gui.nodes.pane import ClusterPane
-from gui.nodes.table_model import CHIP, MEMORY, NAME, RDMA, NodeRole, NodeTableModel, RdmaRole
+from gui.nodes.table_model import (
+    CHIP,
+    MEMORY,
+    NAME,
+    RDMA,
+    STATUS_WORDS,
+    NodeRole,
+    NodeTableModel,
+    RdmaRole,
+    StateRole,
+    status,
+)
 
 
 def test_node_model_passes_qtmodeltester(qtmodeltester) -> None:
@@ -150,3 +163,20 @@ def test_the_demo_cluster_has_a_plausible_cable_map(qtbot: QtBot) -> None:
     assert pane.views.currentWidget() is pane.table
     # A demo Mac's RDMA is on: its badge opens no guide.
     assert pane.actions.show_guide("Studio A") is None and pane.actions.dialog is None
+
+
+def test_every_probe_state_has_words_and_only_ready_shows_facts() -> None:
+    assert set(STATUS_WORDS) == set(ProbeState) - {ProbeState.READY}
+    model = NodeTableModel([Node(f"n-{state}", probe_state=state) for state in ProbeState])
+    for row, state in enumerate(ProbeState):
+        node = Node("n", probe_state=state)
+        said = status(node)
+        assert model.index(row, NAME).data(StateRole) == state.value
+        if state is ProbeState.READY:
+            assert said is None
+            continue
+        assert said is not None and said.state is state and said.title
+        assert said.busy == (state in (ProbeState.NEW, ProbeState.PROBING))
+        assert status(replace(node, probe_message="Because.")).detail == "Because."
+    # A record without a probe state (a demo Mac) is ready.
+    assert status(DEMO_MACS[0]) is None

@@ -16,11 +16,13 @@ from pytestqt.qtbot import QtBot
 from core.model.info import ModelInfo, read_model_info
 from core.plan.planner import Plan
 from core.run.demo import demo_macs
+from core.worker.vocab import LoadingStage
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
-from gui.run.controller import STEPS, RunState
+from gui.run.controller import RunState
 from gui.run.failure import LogDialog
 from gui.run.pane import RunPane, describe_plan
+from gui.run.progress import STAGE_WORDS, STEPS
 from tests.gui.fakes import FakeBehaviour, fake_factory
 
 
@@ -92,6 +94,27 @@ def test_start_stream_and_stop(qtbot: QtBot, demo_plans) -> None:
     assert pane.start_button.isEnabled() and not pane.timer.isActive()
     assert pane.numbers.texts()["links"] == "0 B/s"  # nothing moves once the job ended
     assert pane.numbers.texts()["total"] == "6"
+
+
+def test_every_loading_stage_has_words() -> None:
+    assert set(STAGE_WORDS) == set(LoadingStage) and all(STAGE_WORDS.values())
+    assert max(s.step for s in LoadingStage) + 1 == STEPS  # ready fills the bar
+
+
+def test_loading_stages_move_each_bar_in_order_and_read_in_words(qtbot: QtBot, demo_plans) -> None:
+    pane = _pane(qtbot, demo_plans)
+    seen: list[tuple[int, str, int]] = []
+    pane.controller.rank_progress.connect(lambda *shown: seen.append(shown))
+    pane.start()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    for rank in (0, 1):
+        steps = [(text, step) for r, text, step in seen if r == rank]
+        assert [step for _text, step in steps] == sorted(step for _text, step in steps)
+        words = [text for text, _step in steps]
+        for stage in (LoadingStage.JOINING, LoadingStage.READING, LoadingStage.PLACING):
+            assert (STAGE_WORDS[stage], stage.step) in steps, (stage, steps)
+        assert (STAGE_WORDS[LoadingStage.WEIGHTS], LoadingStage.WEIGHTS.step) in steps
+        assert words[-1] == "ready" and steps[-1][1] == STEPS
 
 
 def test_the_conversation_is_sent_with_its_history(qtbot: QtBot, demo_plans) -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from core.cluster.probe import parse_probe
+from core.cluster.probe.facts import parse_probe
 from core.cluster.topology import build_topology, jaccl_devices
 from core.run import mlxenv
 from tests.fixtures.macos.hosts import hosts, probe_output

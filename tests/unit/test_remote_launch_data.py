@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.cluster.probe import parse_probe
+from core.cluster.probe.facts import parse_probe
 from core.cluster.topology import build_topology, jaccl_devices
 from core.run.remote_ranks import DEVICES, HOSTFILE, cluster_launches, rank_command
 from tests.fixtures.macos.hosts import hosts, probe_output

@@ -1,0 +1,25 @@
+"""The environment variables MacMesh reads, by name: one home for them.
+
+Standard library only and light to import, so the GUI, the command line and the core
+use these names instead of spelling them again. The worker's own variable stays in
+``core.worker.protocol`` (the worker travels alone to every node); it is named here too.
+"""
+
+from __future__ import annotations
+
+from core.worker.protocol import ENV_TELEMETRY
+
+ENV_CACHE_DIR = "MACMESH_CACHE_DIR"  # this machine's cache: demo model, run logs, hashes
+ENV_CONFIG_DIR = "MACMESH_CONFIG_DIR"  # settings and known hosts
+ENV_LOG_DIR = "MACMESH_LOG_DIR"  # per-run folders with each rank's log
+ENV_SSH_DIR = "MACMESH_SSH_DIR"  # instead of ~/.ssh: keys and known_hosts
+ENV_REMOTE_CACHE = "MACMESH_REMOTE_CACHE"  # the nodes' cache folder; ``{host}`` is replaced
+
+__all__ = [
+    "ENV_CACHE_DIR",
+    "ENV_CONFIG_DIR",
+    "ENV_LOG_DIR",
+    "ENV_REMOTE_CACHE",
+    "ENV_SSH_DIR",
+    "ENV_TELEMETRY",
+]
