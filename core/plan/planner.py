@@ -22,11 +22,11 @@ from core.plan.memory import (
     PlanOptions,
     activation_bytes,
     default_gpu_limit_bytes,
-    gb,
     kv_bytes_per_layer,
     node_budget,
 )
 from core.plan.split import fit_split, proportional_counts
+from core.units import MIB, size
 
 __all__ = [
     "Alternative",
@@ -236,14 +236,14 @@ def _single(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) ->
     rank = _rank(0, best, 0, model.layers, model.weight_bytes, kv, act)
     if rank.fits:
         reason = (
-            f"Fits on {best.node} alone ({gb(rank.need_bytes)} of {gb(rank.usable_bytes)}"
+            f"Fits on {best.node} alone ({size(rank.need_bytes)} of {size(rank.usable_bytes)}"
             " usable): one Mac needs no communication, so it is the fastest and simplest."
         )
         return _Outcome("single", "fits", reason, (rank,))
-    why_not = f"it needs {gb(rank.need_bytes)}, {best.node} can give it {gb(rank.usable_bytes)}"
+    why_not = f"it needs {size(rank.need_bytes)}, {best.node} can give it {size(rank.usable_bytes)}"
     reason = (
-        f"Needs {gb(rank.need_bytes)} but {best.node}, the node with the most memory, "
-        f"can give it only {gb(rank.usable_bytes)}."
+        f"Needs {size(rank.need_bytes)} but {best.node}, the node with the most memory, "
+        f"can give it only {size(rank.usable_bytes)}."
     )
     return _Outcome(
         "single", "does_not_fit", reason, (rank,), missing=rank.overflow_bytes, why_not=why_not
@@ -266,11 +266,11 @@ def _tensor(
     ranks = tuple(
         _rank(r, b, 0, model.layers, weights, kv_share, act) for r, b in enumerate(ranked)
     )
-    smallest, per_node = ranked[-1], gb(ranks[0].need_bytes)
+    smallest, per_node = ranked[-1], size(ranks[0].need_bytes)
     unused = sum(b.usable_bytes - smallest.usable_bytes for b in ranked)
     bigger = [b.node for b in ranked if b.usable_bytes > smallest.usable_bytes]
     waste = (
-        f"; {_names(bigger)} {_verb(bigger, 'leaves', 'leave')} {gb(unused)} unused, "
+        f"; {_names(bigger)} {_verb(bigger, 'leaves', 'leave')} {size(unused)} unused, "
         "since every node holds the same share"
         if unused
         else ""
@@ -291,10 +291,10 @@ def _tensor(
         return _Outcome("tensor", "fits", reason, ranks, unused=unused, why_not=why_not)
     reason = (
         f"Tensor parallelism would need {per_node} on every node, but {smallest.node} "
-        f"can give only {gb(smallest.usable_bytes)}: it is bounded by the smallest "
+        f"can give only {size(smallest.usable_bytes)}: it is bounded by the smallest "
         f"node{waste}."
     )
-    why_not = f"it would need {per_node} on every node and {smallest.node} has " + gb(
+    why_not = f"it would need {per_node} on every node and {smallest.node} has " + size(
         smallest.usable_bytes
     )
     missing = sum(rank.overflow_bytes for rank in ranks)
@@ -381,7 +381,7 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
     shortfall = sum(costs) + n * fixed - sum(b.usable_bytes for b in ranked)
     if shortfall > 0:
         reason = (
-            f"Even as a pipeline over all {n} nodes it lacks {gb(shortfall)}: add a Mac "
+            f"Even as a pipeline over all {n} nodes it lacks {size(shortfall)}: add a Mac "
             "with at least that much GPU memory, or use a smaller quantization or a "
             "shorter context."
         )
@@ -392,13 +392,13 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
     if cramped:
         reason = (
             f"{_names(cramped)} cannot hold even one layer plus the shared tensors "
-            f"every stage keeps ({gb(smallest_stage)}): leave "
+            f"every stage keeps ({size(smallest_stage)}): leave "
             f"{_verb(cramped, 'it', 'them')} out or add memory."
         )
     else:
         reason = (
             f"The {n} nodes have enough memory in total, but no split into whole layers "
-            f"keeps every node within its budget ({gb(missing)} over)."
+            f"keeps every node within its budget ({size(missing)} over)."
         )
     return _Outcome("pipeline", "does_not_fit", reason, ranks, split, missing, even=even)
 
@@ -438,7 +438,7 @@ def _warnings(model: ModelInfo, nodes: Sequence[Node], options: PlanOptions) -> 
             f"{model.context_length} the model was trained for."
         )
     for node in nodes:
-        if node.wired_limit_mb and node.wired_limit_mb * (1 << 20) > node.memory_bytes:
+        if node.wired_limit_mb and node.wired_limit_mb * MIB > node.memory_bytes:
             warnings.append(
                 f"{node.name}: iogpu.wired_limit_mb ({node.wired_limit_mb}) is more "
                 "than its memory; macOS cannot give the GPU that much."

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from core import units
 from core.model.manifest import MARKER, FileEntry, Manifest, ManifestError
 from core.remote.ssh import Connection
 from core.remote.targets import Target
@@ -595,6 +596,6 @@ def describe(result: CheckResult) -> str:
         count = len(result.missing)
         return (
             f"{result.node} lacks {count} file{'s' if count != 1 else ''} of the model "
-            f"({result.missing_bytes / 1e9:.2f} GB): MacMesh can copy them."
+            f"({units.size(result.missing_bytes)}): MacMesh can copy them."
         )
     return result.reason

@@ -29,7 +29,7 @@ from core.cluster.probe.remote import probe_over_ssh
 from core.cluster.rdma import GUIDES, build_mismatch, cable_verdict, node_verdict
 from core.cluster.topology import build_topology, jaccl_devices
 from core.model.manifest import HashCache, Manifest, ManifestError, build_manifest, node_manifest
-from core.plan.memory import Node, gb, node_budget
+from core.plan.memory import Node, node_budget
 from core.plan.planner import Plan
 from core.remote.modelcopy import CheckResult, ModelCopyError, check
 from core.remote.ssh import (
@@ -42,6 +42,7 @@ from core.remote.ssh import (
     UnknownHostKey,
 )
 from core.remote.targets import Target
+from core.units import size
 
 Status = Literal["ok", "warn", "fail"]
 BACKENDS = ("auto", "jaccl", "jaccl-ring", "ring")
@@ -366,7 +367,7 @@ def _model(g: Gathered, manifest: Manifest | None) -> list[Check]:
             Check(
                 name, "model", "ok",
                 f"{name} has the {len(manifest.files)} files of {manifest.name} it needs "
-                f"({gb(manifest.total_bytes)}), verified, in {result.folder}.",
+                f"({size(manifest.total_bytes)}), verified, in {result.folder}.",
             )
         ]  # fmt: skip
     if result.status == "missing":
@@ -375,7 +376,7 @@ def _model(g: Gathered, manifest: Manifest | None) -> list[Check]:
             Check(
                 name, "model", "warn",
                 f"{name} lacks {count} file{'s' if count != 1 else ''} of {manifest.name} "
-                f"({gb(result.missing_bytes)}).",
+                f"({size(result.missing_bytes)}).",
                 f"MacMesh copies them to {result.folder} before starting (resumable, verified).",
             )
         ]  # fmt: skip
@@ -404,22 +405,22 @@ def _memory(g: Gathered, plan: Plan) -> list[Check]:
         return [
             Check(
                 name, "memory", "fail",
-                f"{name} needs {gb(need)} for its part of the model, but it can give the GPU "
-                f"only {gb(usable)} ({gb(facts.memory_bytes)} of memory; limit from "
+                f"{name} needs {size(need)} for its part of the model, but it can give the GPU "
+                f"only {size(usable)} ({size(facts.memory_bytes)} of memory; limit from "
                 f"{budget.gpu_limit_source}).",
                 "Plan again on these Macs (the plan assumed more memory), add a Mac, or use a "
                 "smaller quantization or a shorter context.",
             )
         ]  # fmt: skip
     checks = [
-        Check(name, "memory", "ok", f"{name} needs {gb(need)} of the {gb(usable)} it can give.")
+        Check(name, "memory", "ok", f"{name} needs {size(need)} of the {size(usable)} it can give.")
     ]
     free = facts.free_memory_bytes
     if free is not None and free < need:
         checks.append(
             Check(
                 name, "memory", "warn",
-                f"{name} has only {gb(free)} free right now; its part needs {gb(need)}.",
+                f"{name} has only {size(free)} free right now; its part needs {size(need)}.",
                 f"Quit apps on {name} that use a lot of memory before starting.",
             )
         )  # fmt: skip

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
+from core import units
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.worker import protocol as p
-from gui import format as fmt
 from gui.bridge import Bridge, JobRelay
 
 if TYPE_CHECKING:
@@ -348,7 +348,7 @@ class RunController(QObject):
             self.rank_progress.emit(rank, stage, STAGES.get(stage, 2))
         elif kind == p.LOADED:
             memory = event.get("memory_bytes")
-            size = f" · {fmt.gb(memory)}" if isinstance(memory, int) else ""
+            size = f" · {units.size(memory)}" if isinstance(memory, int) else ""
             self.rank_progress.emit(rank, f"loaded in {event.get('load_s', 0):.1f} s{size}", 5)
         elif kind == p.READY and self.job is not None:
             for each in range(self.job.spec.nodes):
