@@ -131,6 +131,10 @@ class Plan:
     kv_bytes_per_token: int
 
     @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
+
+    @property
     def nodes_used(self) -> tuple[str, ...]:
         return tuple(rank.node for rank in self.ranks)
 
@@ -152,6 +156,10 @@ class _Outcome:
     unused: int = 0
     even: EvenSplit | None = None
     why_not: str = ""  # a clause for "... because <why_not>" when another strategy wins
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
 
 
 def make_plan(
@@ -182,7 +190,7 @@ def make_plan(
         }
         chosen = outcomes.pop(options.strategy)
         others = list(outcomes.values())
-    if chosen.strategy == "tensor" and chosen.verdict == "fits" and not rdma:
+    if chosen.strategy == "tensor" and chosen.fits and not rdma:
         warnings.append(
             "Tensor parallelism exchanges data at every layer of every token: "
             "without RDMA over Thunderbolt 5 between the nodes it will be slow."
@@ -211,14 +219,14 @@ def _recommend(
 ) -> tuple[_Outcome, list[_Outcome]]:
     single = _single(model, ranked, options)
     tensor = _tensor(model, ranked, rdma, options)
-    if single.verdict == "fits":
+    if single.fits:
         return single, [tensor, _pipeline(model, ranked, options)]
     pipeline = _pipeline(model, ranked, options)
     too_big = f"Too big for one Mac ({single.why_not})"
-    if tensor.verdict == "fits" and (rdma or pipeline.verdict != "fits"):
+    if tensor.fits and (rdma or not pipeline.fits):
         reason = f"{too_big}; {_lower_first(tensor.reason)}"
         return replace(tensor, reason=reason), [single, pipeline]
-    if pipeline.verdict == "fits":
+    if pipeline.fits:
         reason = (
             f"{too_big}; {_lower_first(pipeline.reason)[:-1]}, and not tensor because "
             f"{tensor.why_not}."

@@ -224,7 +224,7 @@ def evaluate(
                 "Plan again with the hosts you will run on.",
             )
         )  # fmt: skip
-    if plan.verdict != "fits":
+    if not plan.fits:
         checks.append(
             Check(CLUSTER, "plan", "fail", plan.reason, "Add a Mac, or choose a smaller model.")
         )
