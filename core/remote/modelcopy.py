@@ -24,7 +24,7 @@ that are complete, and continues shorter ones from their size on the node, so it
 only what never arrived (the final hash covers the resumed prefix; if that fails the file
 is sent once more from the start).
 
-How the bytes travel, and why (measured): ``core.remote.transport``.
+How the bytes travel: ``core.remote.transport``; why (measured): ``docs/copy-transport.md``.
 
 Threads: ``copy_model`` and ``check`` block; run them in an executor (one per node).
 ``progress`` is called on the copying thread; ``cancel`` is polled between chunks.

@@ -1,24 +1,12 @@
 """How a model's bytes reach a node, and how the node vouches for them (SHA-256 there).
 
-Transport, chosen by measurement (300 MB of random bytes to a loopback OpenSSH 9.2 sshd
-on this shared 2-core Linux machine; MB/s vary with the load, ratios are what count):
-paramiko SFTP ``putfo`` reached 0.6-0.75 of ``scp``; a paramiko exec channel 0.65-0.8
-(0.8-0.95 had it used AES-GCM; paramiko spends ~0.3 ms of Python per 32 KB packet); OpenSSH's
-``ssh host 'cat > f'`` 0.85-0.9. Verifying afterwards with ``sha256sum`` cost another
-0.75 of the transfer time (Debian's coreutils hashes at 150 MB/s; Python's hashlib, on
-OpenSSL, at 700). So the bytes go through OpenSSH's client (``OpenSSHProcess``: the
-target's port, user, keys and known_hosts, BatchMode, strict host keys) to one small
-Python receiver on the node, the node's own interpreter (``Target.interpreter``, which the
-worker needs anyway), that takes every file on one session, appends from the resume
-offset and hashes as it writes (no second pass), then moves the files in and writes the
-marker when the controller agrees with every hash (no extra round trip); the receiver's
-session is opened while the node's state is read. ``MACMESH_BENCH_ONLY=copy python -m
-tests.benchmarks`` measures it against ``scp -r`` in the same run, alternating: 0.75-0.91
-of scp's MB/s when this machine was otherwise quiet, 0.59-0.69 while other work kept both
-cores busy (hashing on the node costs CPU that scp does not spend; on Macs with 8+ cores
-the link, not the CPU, is the limit). Fallbacks, slower but complete: paramiko's channel
-when there is no ``ssh`` client or it cannot get in; ``cat`` per file, then ``sha256sum``
-/ ``shasum -a 256``, when the node has no Python.
+OpenSSH's client (``OpenSSHProcess``) carries every file on one session to a small Python
+receiver on the node (the node's own interpreter) that appends from the resume offset and
+hashes as it writes; when the controller agrees with every hash, the receiver runs the one
+commit step (``COMMIT_SCRIPT``) in the same session. Fallbacks, slower but complete:
+paramiko's channel when there is no ``ssh`` client or it cannot get in; ``cat`` per file,
+then ``sha256sum`` / ``shasum -a 256``, when the node has no Python. Why this design (the
+measurements, and the benchmark against ``scp``): ``docs/copy-transport.md``.
 """
 
 from __future__ import annotations
