@@ -31,8 +31,8 @@ from core.cluster.registry import Node, ProbeState
 from core.cluster.scanner import Scanner
 from core.cluster.topology import Topology
 from core.settings import load_settings
+from core.units import size
 
-GB = 1024**3
 PROBE_WAIT_CAP_S = 240.0  # past --wait, how long to wait for probes still running
 
 
@@ -202,7 +202,7 @@ def _node_lines(node: Node) -> list[str]:
     if node.probe_state is not ProbeState.READY or facts is None:
         lines.append(f"  {state}: {node.probe_message}" if node.probe_message else f"  {state}")
         return lines
-    memory = f"{facts.memory_bytes / GB:.0f} GB" if facts.memory_bytes else "memory unknown"
+    memory = size(facts.memory_bytes) if facts.memory_bytes else "memory unknown"
     system = (
         f"macOS {facts.macos_version}"
         if facts.macos_version

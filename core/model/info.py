@@ -30,6 +30,7 @@ from core.model.validate import (
     is_file,
     read_json,
 )
+from core.units import count, size
 from core.worker.shardfiles import LAYER_PATTERN
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -97,14 +98,14 @@ class ModelInfo:
         return {"float32": 4, "float64": 8}.get(self.dtype, 2)
 
     def summary(self) -> str:
-        """One line for a list: "llama · 30 layers · 135M params · 4-bit · 98 MB"."""
+        """One line for a list: "llama · 30 layers · 135M params · 4-bit · 93.6 MB"."""
         return " · ".join(
             [
                 self.architecture,
                 f"{self.layers} layers",
-                f"{_count(self.parameter_count)} params",
+                f"{count(self.parameter_count)} params",
                 self.quantization_label,
-                _decimal_size(self.bytes_on_disk),
+                size(self.bytes_on_disk),
             ]
         )
 
@@ -339,20 +340,3 @@ def _dtype(tensors: dict[str, TensorEntry]) -> str | None:
     if by_dtype:
         return FLOAT_DTYPES[max(sorted(by_dtype), key=lambda d: by_dtype[d])]
     return None
-
-
-def _count(n: int) -> str:
-    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
-    return str(n)
-
-
-def _decimal_size(n: int) -> str:
-    """Sizes on disk as Finder shows them (decimal units)."""
-    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
-    return f"{n} bytes"

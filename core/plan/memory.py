@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.model.info import ModelInfo
+from core.units import GIB as GIB  # re-exported: plans are written with node sizes in GIB
+from core.units import MIB as MIB
 from core.worker.vocab import Strategy
 
-GIB = 1 << 30
-MIB = 1 << 20
 # macOS lets the GPU wire about 2/3 of RAM on Macs up to 36 GB and 3/4 above (Metal's
 # recommendedMaxWorkingSetSize); iogpu.wired_limit_mb overrides it when set (0 = unset).
 SMALL_MAC_BYTES = 36 * GIB
@@ -109,10 +109,3 @@ def activation_bytes(model: ModelInfo, options: PlanOptions, shards: int = 1) ->
     qkv = (model.heads + 2 * model.kv_heads) * model.head_dim // shards
     width = 4 * model.hidden_size + qkv + 3 * model.intermediate_size // shards
     return tokens * width * model.dtype_bytes + options.batch * model.vocab_size * 4
-
-
-def gb(n: int) -> str:
-    """Memory for people: GB of 2^30 bytes, as macOS counts RAM ("64 GB" Macs)."""
-    if abs(n) < GIB:
-        return f"{n / MIB:.0f} MB"
-    return f"{n / GIB:.1f} GB"

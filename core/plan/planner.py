@@ -22,11 +22,11 @@ from core.plan.memory import (
     PlanOptions,
     activation_bytes,
     default_gpu_limit_bytes,
-    gb,
     kv_bytes_per_layer,
     node_budget,
 )
 from core.plan.split import fit_split, proportional_counts
+from core.units import MIB, size
 from core.worker.vocab import Strategy
 
 __all__ = [
@@ -131,6 +131,10 @@ class Plan:
     kv_bytes_per_token: int
 
     @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
+
+    @property
     def nodes_used(self) -> tuple[str, ...]:
         return tuple(rank.node for rank in self.ranks)
 
@@ -152,6 +156,10 @@ class _Outcome:
     unused: int = 0
     even: EvenSplit | None = None
     why_not: str = ""  # a clause for "... because <why_not>" when another strategy wins
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
 
 
 def make_plan(
@@ -182,7 +190,7 @@ def make_plan(
         }
         chosen = outcomes.pop(options.strategy)
         others = list(outcomes.values())
-    if chosen.strategy is Strategy.TENSOR and chosen.verdict == "fits" and not rdma:
+    if chosen.strategy is Strategy.TENSOR and chosen.fits and not rdma:
         warnings.append(
             "Tensor parallelism exchanges data at every layer of every token: "
             "without RDMA over Thunderbolt 5 between the nodes it will be slow."
@@ -211,14 +219,14 @@ def _recommend(
 ) -> tuple[_Outcome, list[_Outcome]]:
     single = _single(model, ranked, options)
     tensor = _tensor(model, ranked, rdma, options)
-    if single.verdict == "fits":
+    if single.fits:
         return single, [tensor, _pipeline(model, ranked, options)]
     pipeline = _pipeline(model, ranked, options)
     too_big = f"Too big for one Mac ({single.why_not})"
-    if tensor.verdict == "fits" and (rdma or pipeline.verdict != "fits"):
+    if tensor.fits and (rdma or not pipeline.fits):
         reason = f"{too_big}; {_lower_first(tensor.reason)}"
         return replace(tensor, reason=reason), [single, pipeline]
-    if pipeline.verdict == "fits":
+    if pipeline.fits:
         reason = (
             f"{too_big}; {_lower_first(pipeline.reason)[:-1]}, and not tensor because "
             f"{tensor.why_not}."
@@ -236,14 +244,14 @@ def _single(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) ->
     rank = _rank(0, best, 0, model.layers, model.weight_bytes, kv, act)
     if rank.fits:
         reason = (
-            f"Fits on {best.node} alone ({gb(rank.need_bytes)} of {gb(rank.usable_bytes)}"
+            f"Fits on {best.node} alone ({size(rank.need_bytes)} of {size(rank.usable_bytes)}"
             " usable): one Mac needs no communication, so it is the fastest and simplest."
         )
         return _Outcome(Strategy.SINGLE, "fits", reason, (rank,))
-    why_not = f"it needs {gb(rank.need_bytes)}, {best.node} can give it {gb(rank.usable_bytes)}"
+    why_not = f"it needs {size(rank.need_bytes)}, {best.node} can give it {size(rank.usable_bytes)}"
     reason = (
-        f"Needs {gb(rank.need_bytes)} but {best.node}, the node with the most memory, "
-        f"can give it only {gb(rank.usable_bytes)}."
+        f"Needs {size(rank.need_bytes)} but {best.node}, the node with the most memory, "
+        f"can give it only {size(rank.usable_bytes)}."
     )
     return _Outcome(
         Strategy.SINGLE,
@@ -274,11 +282,11 @@ def _tensor(
     ranks = tuple(
         _rank(r, b, 0, model.layers, weights, kv_share, act) for r, b in enumerate(ranked)
     )
-    smallest, per_node = ranked[-1], gb(ranks[0].need_bytes)
+    smallest, per_node = ranked[-1], size(ranks[0].need_bytes)
     unused = sum(b.usable_bytes - smallest.usable_bytes for b in ranked)
     bigger = [b.node for b in ranked if b.usable_bytes > smallest.usable_bytes]
     waste = (
-        f"; {_names(bigger)} {_verb(bigger, 'leaves', 'leave')} {gb(unused)} unused, "
+        f"; {_names(bigger)} {_verb(bigger, 'leaves', 'leave')} {size(unused)} unused, "
         "since every node holds the same share"
         if unused
         else ""
@@ -299,10 +307,10 @@ def _tensor(
         return _Outcome(Strategy.TENSOR, "fits", reason, ranks, unused=unused, why_not=why_not)
     reason = (
         f"Tensor parallelism would need {per_node} on every node, but {smallest.node} "
-        f"can give only {gb(smallest.usable_bytes)}: it is bounded by the smallest "
+        f"can give only {size(smallest.usable_bytes)}: it is bounded by the smallest "
         f"node{waste}."
     )
-    why_not = f"it would need {per_node} on every node and {smallest.node} has " + gb(
+    why_not = f"it would need {per_node} on every node and {smallest.node} has " + size(
         smallest.usable_bytes
     )
     missing = sum(rank.overflow_bytes for rank in ranks)
@@ -395,7 +403,7 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
     shortfall = sum(costs) + n * fixed - sum(b.usable_bytes for b in ranked)
     if shortfall > 0:
         reason = (
-            f"Even as a pipeline over all {n} nodes it lacks {gb(shortfall)}: add a Mac "
+            f"Even as a pipeline over all {n} nodes it lacks {size(shortfall)}: add a Mac "
             "with at least that much GPU memory, or use a smaller quantization or a "
             "shorter context."
         )
@@ -408,13 +416,13 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
     if cramped:
         reason = (
             f"{_names(cramped)} cannot hold even one layer plus the shared tensors "
-            f"every stage keeps ({gb(smallest_stage)}): leave "
+            f"every stage keeps ({size(smallest_stage)}): leave "
             f"{_verb(cramped, 'it', 'them')} out or add memory."
         )
     else:
         reason = (
             f"The {n} nodes have enough memory in total, but no split into whole layers "
-            f"keeps every node within its budget ({gb(missing)} over)."
+            f"keeps every node within its budget ({size(missing)} over)."
         )
     return _Outcome(Strategy.PIPELINE, "does_not_fit", reason, ranks, split, missing, even=even)
 
@@ -454,7 +462,7 @@ def _warnings(model: ModelInfo, nodes: Sequence[Node], options: PlanOptions) -> 
             f"{model.context_length} the model was trained for."
         )
     for node in nodes:
-        if node.wired_limit_mb and node.wired_limit_mb * (1 << 20) > node.memory_bytes:
+        if node.wired_limit_mb and node.wired_limit_mb * MIB > node.memory_bytes:
             warnings.append(
                 f"{node.name}: iogpu.wired_limit_mb ({node.wired_limit_mb}) is more "
                 "than its memory; macOS cannot give the GPU that much."

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from core.model.info import ModelError, read_model_info
-from core.plan.memory import GIB, Link, Node, PlanOptions, gb
+from core.plan.memory import Link, Node, PlanOptions
 from core.plan.planner import Plan, RankPlan, make_plan
+from core.units import BYTES_NOTE, GIB, size
 from core.worker.vocab import Strategy
 
 _VERDICTS = {"fits": "fits", "does_not_fit": "does NOT fit", "invalid": "invalid"}
@@ -101,15 +102,15 @@ def format_plan(plan: Plan) -> str:
             lines.append(f"MLX's even split ({counts}) would also fit.")
         else:
             lines.append(
-                f"MLX's even split ({counts}) would need {gb(worst.need_bytes)} on {worst.node}, "
-                f"{gb(worst.overflow_bytes)} more than it can give."
+                f"MLX's even split ({counts}) would need {size(worst.need_bytes)} on {worst.node}, "
+                f"{size(worst.overflow_bytes)} more than it can give."
             )
     lines.append("Nodes:")
     for budget in plan.budgets:
         lines.append(
-            f"  {budget.node}: {gb(budget.memory_bytes)} RAM, GPU limit "
-            f"{gb(budget.gpu_limit_bytes)} ({budget.gpu_limit_source}), margin "
-            f"{gb(budget.margin_bytes)}, usable {gb(budget.usable_bytes)}"
+            f"  {budget.node}: {size(budget.memory_bytes)} RAM, GPU limit "
+            f"{size(budget.gpu_limit_bytes)} ({budget.gpu_limit_source}), margin "
+            f"{size(budget.margin_bytes)}, usable {size(budget.usable_bytes)}"
         )
     if plan.alternatives:
         lines.append("Other strategies:")
@@ -120,7 +121,7 @@ def format_plan(plan: Plan) -> str:
     options = plan.options
     lines.append(
         f"Context {options.context_length} tokens, batch {options.batch}; KV cache "
-        f"{plan.kv_bytes_per_token / 1024:.0f} kB per token. GB = 2^30 bytes, as macOS counts RAM."
+        f"{size(plan.kv_bytes_per_token)} per token. {BYTES_NOTE}."
     )
     return "\n".join(lines)
 
@@ -135,13 +136,13 @@ def _row(plan: Plan, rank: RankPlan) -> tuple[str, ...]:
         str(rank.rank),
         rank.node,
         layers,
-        gb(rank.weights_bytes),
-        gb(rank.kv_cache_bytes),
-        gb(rank.activation_bytes),
-        gb(rank.margin_bytes),
-        gb(rank.need_bytes + rank.margin_bytes),
-        gb(rank.gpu_limit_bytes),
-        gb(free) if free >= 0 else f"-{gb(-free)} OVER",
+        size(rank.weights_bytes),
+        size(rank.kv_cache_bytes),
+        size(rank.activation_bytes),
+        size(rank.margin_bytes),
+        size(rank.need_bytes + rank.margin_bytes),
+        size(rank.gpu_limit_bytes),
+        size(free) if free >= 0 else f"-{size(-free)} OVER",
     )
 
 
@@ -280,4 +281,4 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
     plan = make_plan(model, nodes, links if args.rdma else (), options)
     text = json.dumps(plan_to_dict(plan), indent=2) if args.json else format_plan(plan)
     print(text, file=out)
-    return 0 if plan.verdict == "fits" else 1
+    return 0 if plan.fits else 1

@@ -24,7 +24,7 @@ that are complete, and continues shorter ones from their size on the node, so it
 only what never arrived (the final hash covers the resumed prefix; if that fails the file
 is sent once more from the start).
 
-How the bytes travel, and why (measured): ``core.remote.transport``.
+How the bytes travel: ``core.remote.transport``; why (measured): ``docs/copy-transport.md``.
 
 Threads: ``copy_model`` and ``check`` block; run them in an executor (one per node).
 ``progress`` is called on the copying thread; ``cancel`` is polled between chunks.
@@ -33,23 +33,25 @@ Threads: ``copy_model`` and ``check`` block; run them in an executor (one per no
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from core.model.manifest import MARKER, FileEntry, Manifest, ManifestError
+from core import units
+from core.model.manifest import FileEntry, Manifest, ManifestError
 from core.remote.ssh import Connection
 from core.remote.targets import Target
 from core.remote.transport import (
     CopyCancelled,
     EarlyReceiver,
     ModelCopyError,
+    commit_on_node,
+    commit_payload,
     hash_on_node,
     send_files,
 )
@@ -362,6 +364,62 @@ def copy_model(
             early.discard()
 
 
+@dataclass(frozen=True)
+class TransferPlan:
+    """What one copy sends and commits, decided from what the node has before a byte moves.
+
+    ``sends``: (file, offset) in manifest order. A file continues from what ``.partial``
+    holds, or restarts from 0 when that is longer than the file (not ours to continue);
+    offset == size: complete in ``.partial``, only hashed. ``moved``: what the commit moves
+    into the folder; ``marker``: what it writes last. ``commit_needed``: nothing to send,
+    but the folder still lacks a marker vouching for files it already holds."""
+
+    sends: tuple[tuple[FileEntry, int], ...]
+    moved: tuple[str, ...]
+    marker: Manifest
+    reused_bytes: int  # verified in the folder, or complete in .partial
+    resumed_bytes: int  # partial files continued from their size
+    commit_needed: bool
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(entry.size for entry, _ in self.sends)
+
+    @property
+    def done_bytes(self) -> int:
+        return sum(offset for _, offset in self.sends)
+
+    @property
+    def complete(self) -> tuple[str, ...]:
+        """Files complete in ``.partial``: hashed on the node before the others are sent,
+        so the receiver can commit right after them."""
+        return tuple(e.name for e, offset in self.sends if offset == e.size and e.size)
+
+    def again(self, bad: Sequence[FileEntry]) -> TransferPlan:
+        """The same plan with only ``bad`` to send once more, from 0 (a bad resumed prefix,
+        or bytes damaged on the way)."""
+        return replace(self, sends=tuple((entry, 0) for entry in bad))
+
+
+def plan_transfer(manifest: Manifest, state: RemoteState, result: Evaluation) -> TransferPlan:
+    """Pure: the transfer for ``manifest`` to a node in ``state`` that ``evaluate`` found
+    ``result`` in (no ``different`` files: those are refused before)."""
+    todo = [e for e in manifest.files if e.name in result.missing]
+    sends = []
+    for entry in todo:
+        have = state.partial.get(entry.name, 0)
+        sends.append((entry, have if have <= entry.size else 0))
+    complete = sum(e.size for e, offset in sends if offset == e.size)
+    return TransferPlan(
+        sends=tuple(sends),
+        moved=tuple(e.name for e in todo),
+        marker=_marker(manifest, state.marker),
+        reused_bytes=manifest.total_bytes - sum(e.size for e in todo) + complete,
+        resumed_bytes=sum(offset for e, offset in sends if 0 < offset < e.size),
+        commit_needed=bool(todo) or state.marker is None or bool(result.to_hash),
+    )
+
+
 def _copy(
     target: Target,
     manifest: Manifest,
@@ -387,80 +445,82 @@ def _copy(
                 f"files, remove the folder on {target.name} (`rm -rf {shlex.quote(folder)}`) "
                 "and copy again."
             )
-        todo = [e for e in manifest.files if e.name in verdict.missing]
+        plan = plan_transfer(manifest, state, result)
         meter = _Meter(target.name, progress)
-        reused = manifest.total_bytes - sum(e.size for e in todo)
-        if not todo:
-            if state.marker is None or result.to_hash:
-                _finish(conn, folder, staging, manifest, [], state.marker)
-            meter.total = meter.done = 0
-            meter.emit("verified", force=True)
-            return CopyResult(target.name, folder, 0, reused, 0, (), time.monotonic() - started)
-
-        # A partial file longer than the manifest's is not ours to continue: it restarts.
-        offsets = {e.name: min(state.partial.get(e.name, 0), e.size) for e in todo}
-        offsets = {e.name: 0 if state.partial.get(e.name, 0) > e.size else offsets[e.name]
-                   for e in todo}  # fmt: skip
-        meter.total = sum(e.size for e in todo)
-        meter.done = sum(offsets.values())
-        meter.start()
-        sent = 0
-        resumed = sum(o for e in todo if 0 < (o := offsets[e.name]) < e.size)
-        reused += sum(e.size for e in todo if offsets[e.name] == e.size)
-        python = target.interpreter if state.python else None
-        moved = [e.name for e in manifest.files if e.name in verdict.missing]
-        expected = {e.name: e.sha256 for e in manifest.files}
-        finish = json.dumps(
-            {"folder": folder, "move": moved, "marker_name": MARKER,
-             "marker": _marker(manifest, state.marker).to_json()}
-        ).encode()  # fmt: skip
-
-        def commit(streamed: dict[str, str]) -> bytes | None:
-            """The receiver finishes (moves in, marker last) only if every hash agrees."""
-            digests = known | streamed
-            return finish if all(digests.get(n) == expected[n] for n in moved) else None
-
-        # Files that were complete in .partial are hashed first, so the receiver can
-        # finish the copy right after the rest: no extra round trip.
-        complete = [e.name for e in todo if offsets[e.name] == e.size and e.size]
-        known: dict[str, str] = {}
-        if complete:
-            meter.emit("verifying", force=True)
-            known = hash_on_node(conn, target, staging, manifest, complete)
-        committed = False
-        for attempt in range(2):
+        sent, committed = 0, False
+        if plan.sends:
+            python = target.interpreter if state.python else None
             try:
-                count, streamed, committed = send_files(
-                    conn, target, source, staging, [(e, offsets[e.name]) for e in todo], meter.add,
-                    stopped, python, early if attempt == 0 else None, commit,
-                )  # fmt: skip
+                sent, committed = _send(
+                    conn, target, manifest, source, folder, plan, meter, stopped, python, early
+                )
             except CopyCancelled:
                 raise _cancelled(target, manifest) from None
-            sent += count
-            digests = known | streamed
-            unhashed = [e.name for e in todo if e.name not in digests]
-            if unhashed:  # received without Python on the node: hashed now
-                meter.emit("verifying", force=True)
-                digests |= hash_on_node(conn, target, staging, manifest, unhashed)
-            bad = [e for e in todo if digests.get(e.name) != e.sha256]
-            if not bad:
-                break
-            if attempt == 1:
-                raise ModelCopyError(
-                    f"{bad[0].name} arrived damaged on {target.name} twice (its SHA-256 does "
-                    "not match). Check that node's disk and network, then copy again."
-                )
-            # A bad resumed prefix, or bytes damaged on the way: those files once more
-            # from zero (the total grows by them, so bytes done never go back).
-            known = {n: d for n, d in digests.items() if d == expected.get(n)}
-            meter.total += sum(e.size for e in bad)
-            offsets = {e.name: 0 for e in bad}
-            todo = bad
-        if not committed:
-            _finish(conn, folder, staging, manifest, moved, state.marker)
+        else:
+            meter.total = meter.done = 0
+        if plan.commit_needed and not committed:
+            commit_on_node(conn, folder, staging, plan.moved, plan.marker.to_json())
         meter.emit("verified", force=True)
         elapsed = time.monotonic() - started
-        return CopyResult(target.name, folder, sent, reused, resumed, tuple(moved), elapsed)
+        return CopyResult(
+            target.name, folder, sent, plan.reused_bytes, plan.resumed_bytes, plan.moved, elapsed
+        )
+
+
+def _send(
+    conn: Connection,
+    target: Target,
+    manifest: Manifest,
+    source: Path,
+    folder: str,
+    plan: TransferPlan,
+    meter: _Meter,
+    stopped: Callable[[], bool],
+    python: str | None,
+    early: EarlyReceiver | None,
+) -> tuple[int, bool]:
+    """Carry out ``plan``'s sends, every file verified by its SHA-256 on the node; a file
+    that arrives damaged is sent once more from 0. (bytes sent, whether the receiver
+    committed.)"""
+    staging = folder + ".partial"
+    expected = {entry.name: entry.sha256 for entry, _ in plan.sends}
+    payload = commit_payload(folder, plan.moved, plan.marker.to_json())
+    meter.total, meter.done = plan.total_bytes, plan.done_bytes
+    meter.start()
+    known: dict[str, str] = {}
+
+    def commit(streamed: dict[str, str]) -> bytes | None:
+        """The receiver commits only if every hash agrees."""
+        digests = known | streamed
+        return payload if all(digests.get(n) == expected[n] for n in plan.moved) else None
+
+    if plan.complete:
+        meter.emit("verifying", force=True)
+        known = hash_on_node(conn, target, staging, manifest, plan.complete)
+    sent, todo = 0, plan
+    while True:
+        receiver = early if todo is plan else None  # a started receiver serves the first
+        count, streamed, committed = send_files(
+            conn, target, source, staging, todo.sends, meter.add, stopped, python, receiver, commit
+        )
+        sent += count
+        digests = known | streamed
+        unhashed = [e.name for e, _ in todo.sends if e.name not in digests]
+        if unhashed:  # received without Python on the node: hashed now
+            meter.emit("verifying", force=True)
+            digests |= hash_on_node(conn, target, staging, manifest, unhashed)
+        bad = [e for e, _ in todo.sends if digests.get(e.name) != e.sha256]
+        if not bad:
+            return sent, committed
+        if todo is not plan:
+            raise ModelCopyError(
+                f"{bad[0].name} arrived damaged on {target.name} twice (its SHA-256 does "
+                "not match). Check that node's disk and network, then copy again."
+            )
+        # The total grows by the files sent again, so bytes done never go back.
+        known = {n: d for n, d in digests.items() if d == expected.get(n)}
+        meter.total += sum(e.size for e in bad)
+        todo = todo.again(bad)
 
 
 class _Meter:
@@ -513,25 +573,6 @@ def _cancelled(target: Target, manifest: Manifest) -> CopyCancelled:
         f"Copy of {manifest.name} to {target.name} stopped; what arrived is kept and the "
         "next copy continues from there."
     )
-
-
-def _finish(
-    conn: Connection,
-    folder: str,
-    staging: str,
-    manifest: Manifest,
-    moved: Sequence[str],
-    old_marker: str | None,
-) -> None:
-    """Move verified files in, then write the marker, last."""
-    marker = _marker(manifest, old_marker)
-    script = (
-        'D=$1; S=$2; shift 2; mkdir -p "$D" || exit 1; '
-        'for f in "$@"; do mkdir -p "$(dirname "$D/$f")" && mv -f "$S/$f" "$D/$f" || exit 1; done; '
-        f'cat > "$D/{MARKER}.tmp" && mv -f "$D/{MARKER}.tmp" "$D/{MARKER}" || exit 1; '
-        'rm -rf "$S"'
-    )
-    _run(conn, ["/bin/sh", "-c", script, "sh", folder, staging, *moved], stdin=marker.to_json())
 
 
 def _marker(manifest: Manifest, old_marker: str | None) -> Manifest:
@@ -595,6 +636,6 @@ def describe(result: CheckResult) -> str:
         count = len(result.missing)
         return (
             f"{result.node} lacks {count} file{'s' if count != 1 else ''} of the model "
-            f"({result.missing_bytes / 1e9:.2f} GB): MacMesh can copy them."
+            f"({units.size(result.missing_bytes)}): MacMesh can copy them."
         )
     return result.reason

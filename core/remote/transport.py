@@ -1,29 +1,18 @@
 """How a model's bytes reach a node, and how the node vouches for them (SHA-256 there).
 
-Transport, chosen by measurement (300 MB of random bytes to a loopback OpenSSH 9.2 sshd
-on this shared 2-core Linux machine; MB/s vary with the load, ratios are what count):
-paramiko SFTP ``putfo`` reached 0.6-0.75 of ``scp``; a paramiko exec channel 0.65-0.8
-(0.8-0.95 had it used AES-GCM; paramiko spends ~0.3 ms of Python per 32 KB packet); OpenSSH's
-``ssh host 'cat > f'`` 0.85-0.9. Verifying afterwards with ``sha256sum`` cost another
-0.75 of the transfer time (Debian's coreutils hashes at 150 MB/s; Python's hashlib, on
-OpenSSL, at 700). So the bytes go through OpenSSH's client (``OpenSSHProcess``: the
-target's port, user, keys and known_hosts, BatchMode, strict host keys) to one small
-Python receiver on the node, the node's own interpreter (``Target.interpreter``, which the
-worker needs anyway), that takes every file on one session, appends from the resume
-offset and hashes as it writes (no second pass), then moves the files in and writes the
-marker when the controller agrees with every hash (no extra round trip); the receiver's
-session is opened while the node's state is read. ``MACMESH_BENCH_ONLY=copy python -m
-tests.benchmarks`` measures it against ``scp -r`` in the same run, alternating: 0.75-0.91
-of scp's MB/s when this machine was otherwise quiet, 0.59-0.69 while other work kept both
-cores busy (hashing on the node costs CPU that scp does not spend; on Macs with 8+ cores
-the link, not the CPU, is the limit). Fallbacks, slower but complete: paramiko's channel
-when there is no ``ssh`` client or it cannot get in; ``cat`` per file, then ``sha256sum``
-/ ``shasum -a 256``, when the node has no Python.
+OpenSSH's client (``OpenSSHProcess``) carries every file on one session to a small Python
+receiver on the node (the node's own interpreter) that appends from the resume offset and
+hashes as it writes; when the controller agrees with every hash, the receiver runs the one
+commit step (``COMMIT_SCRIPT``) in the same session. Fallbacks, slower but complete:
+paramiko's channel when there is no ``ssh`` client or it cannot get in; ``cat`` per file,
+then ``sha256sum`` / ``shasum -a 256``, when the node has no Python. Why this design (the
+measurements, and the benchmark against ``scp``): ``docs/copy-transport.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import shlex
@@ -34,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.model.manifest import FileEntry, Manifest
+from core.model.manifest import MARKER, FileEntry, Manifest
 from core.remote.keys import default_ssh_dir, find_keys
 from core.remote.ssh import Connection, SSHError
 from core.remote.targets import Target
@@ -53,28 +42,36 @@ class CopyCancelled(ModelCopyError):
     """Stopped by the person; what arrived stays and a new copy resumes from it."""
 
 
+# The one commit step (POSIX sh, so it runs on a node without Python too): move the
+# verified files from staging into the folder (``mv`` renames, atomic within a file
+# system), then write the marker from stdin, last, and drop the staging folder. Arguments:
+# folder, staging, marker name, then the files to move. The receiver runs it in its own
+# session (``@commit``); ``commit_on_node`` runs it over SSH when no receiver did.
+COMMIT_SCRIPT = (
+    'D=$1; S=$2; M=$3; shift 3; mkdir -p "$D" || exit 1; '
+    'for f in "$@"; do mkdir -p "$(dirname "$D/$f")" && mv -f "$S/$f" "$D/$f" || exit 1; done; '
+    'cat > "$D/$M.tmp" && mv -f "$D/$M.tmp" "$D/$M" || exit 1; '
+    'rm -rf "$S"'
+)
+
 # Receives files on the node, one after another on stdin, each after a header line
 # "<offset> <size> <name>": hashes what is already there (a resumed file), appends the
 # rest, hashing as it writes, and prints "<sha256>  <name>" for the whole file, so
 # verifying needs no second pass over it, and one session carries every file. Then, if
-# the controller agrees with every hash, "@commit <length>" and a JSON of what to move
-# into the folder and the marker to write last: no extra round trip to finish.
+# the controller agrees with every hash, "@commit <length>" and a JSON (``commit_payload``)
+# for COMMIT_SCRIPT, run right there: no extra round trip to finish.
 _RECEIVER = r"""
-import hashlib, json, os, shutil, sys
+import hashlib, json, os, subprocess, sys
 staging, source = sys.argv[1], sys.stdin.buffer
 print("ready", flush=True)
 while header := source.readline():
     if header.startswith(b"@commit "):
         spec = json.loads(source.read(int(header.split()[1])))
-        for name in spec["move"]:
-            dest = os.path.join(spec["folder"], name)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            os.replace(os.path.join(staging, name), dest)
-        marker = os.path.join(spec["folder"], spec["marker_name"])
-        with open(marker + ".tmp", "w") as out:
-            out.write(spec["marker"])
-        os.replace(marker + ".tmp", marker)
-        shutil.rmtree(staging, ignore_errors=True)
+        argv = [spec["folder"], staging, spec["marker_name"], *spec["move"]]
+        done = subprocess.run(["/bin/sh", "-c", spec["script"], "sh", *argv],
+                              input=spec["marker"].encode(), capture_output=True)
+        if done.returncode:
+            sys.exit("moving the files in failed: " + done.stderr.decode(errors="replace"))
         print("committed", flush=True)
         continue
     offset, size, name = header.decode().rstrip("\n").split(" ", 2)
@@ -136,6 +133,33 @@ def send_files(
     link: _Link = process if process is not None else conn
     process = process if process is not None else conn.start(command)
     return _pipe(process, link, source, files, on_bytes, stopped, framed=True, commit=commit)
+
+
+def commit_payload(folder: str, moved: Sequence[str], marker_json: str) -> bytes:
+    """What the receiver's ``@commit`` runs: COMMIT_SCRIPT with its arguments."""
+    spec = {
+        "script": COMMIT_SCRIPT,
+        "folder": folder,
+        "move": list(moved),
+        "marker_name": MARKER,
+        "marker": marker_json,
+    }
+    return json.dumps(spec).encode()
+
+
+def commit_on_node(
+    conn: Connection, folder: str, staging: str, moved: Sequence[str], marker_json: str
+) -> None:
+    """COMMIT_SCRIPT over ``conn``: when no receiver committed (nothing was sent, the node
+    has no Python, or a file needed sending twice)."""
+    argv = ["/bin/sh", "-c", COMMIT_SCRIPT, "sh", folder, staging, MARKER, *moved]
+    result = conn.run(argv, timeout=60.0, stdin=marker_json.encode())
+    if result.rc != 0:
+        raise ModelCopyError(
+            f"On {conn.host}, moving the copied files into {folder} failed: "
+            f"{result.stderr.strip() or f'exit status {result.rc}'}. Is the disk full or "
+            "the cache folder not writable?"
+        )
 
 
 def receiver_command(python: str, staging: str) -> str:

@@ -47,6 +47,7 @@ from core.run.preflight import (
     format_report,
     run_preflight,
 )
+from core.units import bytes_per_s, duration, size
 from core.worker.vocab import Strategy
 
 
@@ -301,11 +302,11 @@ def _progress_printer(err: TextIO) -> Callable[[CopyProgress], None]:
             if shown.get(progress.node) == step:
                 return
             shown[progress.node] = step
-            rate = f", {progress.rate / 1e6:.1f} MB/s" if progress.rate else ""
-            eta = f", about {progress.eta_s:.0f} s left" if progress.eta_s else ""
+            rate = f", {bytes_per_s(progress.rate)}" if progress.rate else ""
+            eta = f", about {duration(progress.eta_s)} left" if progress.eta_s else ""
             err.write(
                 f"Copying the model to {progress.node}: {progress.phase} "
-                f"{progress.bytes_done / 1e6:.1f} of {progress.bytes_total / 1e6:.1f} MB"
+                f"{size(progress.bytes_done)} of {size(progress.bytes_total)}"
                 f"{rate}{eta}\n"
             )
             err.flush()

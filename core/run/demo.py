@@ -21,10 +21,10 @@ from core.plan.planner import Plan, make_plan
 from core.run.launcher import Job, JobError, JobSpec
 from core.run.telemetry import Telemetry
 from core.settings import MAX_DEMO_NODES
+from core.units import GIB, bytes_per_s, rate, seconds
 from core.worker import protocol as p
 from core.worker.vocab import Strategy
 
-GIB = 1 << 30
 DEFAULT_PROMPT = "What is the capital of France?"
 
 
@@ -177,11 +177,11 @@ def print_token(event: dict, out: TextIO) -> None:
 
 
 def human_summary(summary: dict) -> str:
-    links = ", ".join(f"{k} {v / 1e6:.2f} MB/s" for k, v in summary["link_bytes_per_s"].items())
+    links = ", ".join(f"{k} {bytes_per_s(v)}" for k, v in summary["link_bytes_per_s"].items())
     return (
         f"{summary['strategy']} on {summary['nodes']} node(s): "
-        f"{summary['generation_tps']:.1f} tokens/s, first token after {summary['ttft_s']:.2f} s, "
-        f"prompt {summary['prompt_tps']:.1f} tokens/s"
+        f"{rate(summary['generation_tps'])} tokens/s, first token after "
+        f"{seconds(summary['ttft_s'])}, prompt {rate(summary['prompt_tps'])} tokens/s"
         + (f"; links: {links}" if links else "")
         + "\n"
     )

@@ -29,7 +29,7 @@ from core.cluster.probe.remote import probe_over_ssh
 from core.cluster.rdma import GUIDES, build_mismatch, cable_verdict, node_verdict
 from core.cluster.topology import build_topology, jaccl_devices
 from core.model.manifest import HashCache, Manifest, ManifestError, build_manifest, node_manifest
-from core.plan.memory import Node, gb, node_budget
+from core.plan.memory import Node, node_budget
 from core.plan.planner import Plan
 from core.remote.modelcopy import CheckResult, ModelCopyError, check
 from core.remote.ssh import (
@@ -42,6 +42,7 @@ from core.remote.ssh import (
     UnknownHostKey,
 )
 from core.remote.targets import Target
+from core.units import size
 from core.worker.vocab import Backend
 
 Status = Literal["ok", "warn", "fail"]
@@ -57,6 +58,19 @@ class Check:
     status: Status
     message: str
     fix: str = ""
+
+    @classmethod
+    def ok(cls, node: str, name: str, message: str) -> Check:
+        return cls(node, name, "ok", message)
+
+    @classmethod
+    def warn(cls, node: str, name: str, message: str, fix: str = "") -> Check:
+        return cls(node, name, "warn", message, fix)
+
+    @classmethod
+    def fail(cls, node: str, name: str, message: str, fix: str) -> Check:
+        """A failed check always says what to do about it."""
+        return cls(node, name, "fail", message, fix)
 
     def to_dict(self) -> dict[str, str]:
         return {
@@ -188,8 +202,8 @@ def run_preflight(
         for rank, stage in enumerate(plan.ranks):
             manifests[stage.node] = node_manifest(model_dir, plan.layers_of(rank), manifest=whole)
     except ManifestError as error:
-        problem = Check(
-            CLUSTER, "model", "fail", f"Cannot read the model: {error}.", "Choose a model folder."
+        problem = Check.fail(
+            CLUSTER, "model", f"Cannot read the model: {error}.", "Choose a model folder."
         )
     report = evaluate(plan, gather(targets, manifests, facts), manifests, backend)
     if problem is not None:
@@ -213,23 +227,27 @@ def evaluate(
     checks: list[Check] = []
     if backend not in BACKENDS:
         checks.append(
-            Check(
-                CLUSTER, "backend", "fail", f"Unknown backend {backend!r}.",
+            Check.fail(
+                CLUSTER,
+                "backend",
+                f"Unknown backend {backend!r}.",
                 f"Choose one of {', '.join(BACKENDS)}.",
             )
-        )  # fmt: skip
+        )
         backend = Backend.AUTO
     lost = [name for name in order if name not in by_name]
     for name in lost:
         checks.append(
-            Check(
-                name, "ssh", "fail", f"The plan uses {name}, but no host of that name was given.",
+            Check.fail(
+                name,
+                "ssh",
+                f"The plan uses {name}, but no host of that name was given.",
                 "Plan again with the hosts you will run on.",
             )
-        )  # fmt: skip
-    if plan.verdict != "fits":
+        )
+    if not plan.fits:
         checks.append(
-            Check(CLUSTER, "plan", "fail", plan.reason, "Add a Mac, or choose a smaller model.")
+            Check.fail(CLUSTER, "plan", plan.reason, "Add a Mac, or choose a smaller model.")
         )
     used = [by_name[name] for name in order if name in by_name]
     for g in used:
@@ -247,12 +265,14 @@ def evaluate(
         checks.extend(_backend_checks(choice, backend, [by_name[n].target for n in order]))
         if choice.name.is_jaccl and (mismatch := build_mismatch(list(facts.values()))):
             checks.append(
-                Check(
-                    CLUSTER, "macos", "fail", mismatch,
+                Check.fail(
+                    CLUSTER,
+                    "macos",
+                    mismatch,
                     "Update every Mac to the same macOS (System Settings > General > Software "
                     "Update), or run with the ring backend.",
                 )
-            )  # fmt: skip
+            )
     else:
         choice = BackendChoice(Backend.RING, "Not chosen: some nodes could not be reached.")
     copies = tuple(
@@ -276,12 +296,14 @@ def _reachable(g: Gathered) -> Check:
     where = f"{t.user + '@' if t.user else ''}{t.host}{f':{t.port}' if t.port != 22 else ''}"
     if g.error is None:
         how = "runs on this Mac" if t.local else f"reachable over SSH ({where})"
-        return Check(t.name, "ssh", "ok", f"{t.name} {how}.")
+        return Check.ok(t.name, "ssh", f"{t.name} {how}.")
     fix = next((f for kind, f in _SSH_FIXES if isinstance(g.error, kind)), "")
-    return Check(
-        t.name, "ssh", "fail", f"{t.name} ({where}) cannot be reached: {g.error}",
+    return Check.fail(
+        t.name,
+        "ssh",
+        f"{t.name} ({where}) cannot be reached: {g.error}",
         fix or "Check that the Mac is on, on this network, with Remote Login on.",
-    )  # fmt: skip
+    )
 
 
 def _python(g: Gathered) -> Check:
@@ -290,31 +312,35 @@ def _python(g: Gathered) -> Check:
     wanted = t.interpreter
     if facts.python_version is None:
         why = facts.unknowns.get("python_version", "it did not answer")
-        return Check(
-            t.name, "python", "fail", f"{t.name} has no usable Python at {wanted} ({why}).",
+        return Check.fail(
+            t.name,
+            "python",
+            f"{t.name} has no usable Python at {wanted} ({why}).",
             "Install Python 3 with mlx and mlx-lm there, or set this node's Python to one that "
             "has them.",
-        )  # fmt: skip
+        )
     path = facts.python_executable or wanted
     missing = [
         n for n, v in (("mlx", facts.mlx_version), ("mlx-lm", facts.mlx_lm_version)) if not v
     ]
     if missing:
-        return Check(
-            t.name, "python", "fail",
+        return Check.fail(
+            t.name,
+            "python",
             f"{t.name}'s Python {path} ({facts.python_version}) has no {' or '.join(missing)}.",
             f"On {t.name} run `{shlex.quote(wanted)} -m pip install {' '.join(missing)}` (the "
             "same versions as the other nodes), or install MacMesh.app there: its own Python "
             "needs nothing else.",
-        )  # fmt: skip
+        )
     runs = f"{wanted}, which runs {path}" if path != wanted else wanted
     if facts.macmesh_app and wanted == facts.macmesh_app:
         runs = f"MacMesh.app's own Python ({wanted})"
-    return Check(
-        t.name, "python", "ok",
+    return Check.ok(
+        t.name,
+        "python",
         f"{t.name} uses {runs} (Python {facts.python_version}, mlx {facts.mlx_version}, "
         f"mlx-lm {facts.mlx_lm_version}).",
-    )  # fmt: skip
+    )
 
 
 def _versions(reached: Sequence[Gathered]) -> list[Check]:
@@ -329,25 +355,27 @@ def _versions(reached: Sequence[Gathered]) -> list[Check]:
     odd = [(g, p) for g, p in zip(have, pairs, strict=True) if p != reference]
     if not odd:
         return [
-            Check(
-                CLUSTER, "versions", "ok",
+            Check.ok(
+                CLUSTER,
+                "versions",
                 f"Every node runs mlx {reference[0]} and mlx-lm {reference[1]}.",
             )
-        ]  # fmt: skip
+        ]
     same = [g.target.name for g, p in zip(have, pairs, strict=True) if p == reference]
     checks = []
     for g, (mlx, mlx_lm) in odd:
         python = shlex.quote(g.target.interpreter)
         checks.append(
-            Check(
-                g.target.name, "versions", "fail",
+            Check.fail(
+                g.target.name,
+                "versions",
                 f"{g.target.name} runs mlx {mlx} and mlx-lm {mlx_lm}; {', '.join(same)} "
                 f"run{'s' if len(same) == 1 else ''} mlx {reference[0]} and mlx-lm "
                 f"{reference[1]}. Every node needs the same versions.",
                 f"On {g.target.name} run `{python} -m pip install mlx=={reference[0]} "
                 f"mlx-lm=={reference[1]}`.",
             )
-        )  # fmt: skip
+        )
     return checks
 
 
@@ -357,39 +385,45 @@ def _model(g: Gathered, manifest: Manifest | None) -> list[Check]:
         return []
     if g.model_error is not None:
         return [
-            Check(
-                name, "model", "fail", f"Could not check the model on {name}: {g.model_error}",
+            Check.fail(
+                name,
+                "model",
+                f"Could not check the model on {name}: {g.model_error}",
                 "Check the node's cache folder, then run the checks again.",
             )
-        ]  # fmt: skip
+        ]
     result = g.model
     if result is None:
         return []
     if result.status == "present":
         return [
-            Check(
-                name, "model", "ok",
+            Check.ok(
+                name,
+                "model",
                 f"{name} has the {len(manifest.files)} files of {manifest.name} it needs "
-                f"({gb(manifest.total_bytes)}), verified, in {result.folder}.",
+                f"({size(manifest.total_bytes)}), verified, in {result.folder}.",
             )
-        ]  # fmt: skip
+        ]
     if result.status == "missing":
         count = len(result.missing)
         return [
-            Check(
-                name, "model", "warn",
+            Check.warn(
+                name,
+                "model",
                 f"{name} lacks {count} file{'s' if count != 1 else ''} of {manifest.name} "
-                f"({gb(result.missing_bytes)}).",
+                f"({size(result.missing_bytes)}).",
                 f"MacMesh copies them to {result.folder} before starting (resumable, verified).",
             )
-        ]  # fmt: skip
+        ]
     return [
-        Check(
-            name, "model", "fail", result.reason,
+        Check.fail(
+            name,
+            "model",
+            result.reason,
             f"MacMesh will not overwrite it. Remove that folder on {name} "
             f"(`rm -rf {shlex.quote(result.folder)}`) if you do not need it, then copy again.",
         )
-    ]  # fmt: skip
+    ]
 
 
 def _memory(g: Gathered, plan: Plan) -> list[Check]:
@@ -401,32 +435,34 @@ def _memory(g: Gathered, plan: Plan) -> list[Check]:
     need = sum(r.need_bytes for r in ranks)
     if not facts.memory_bytes:
         why = facts.unknowns.get("memory_bytes", "it was not reported")
-        return [Check(name, "memory", "warn", f"{name}'s memory is unknown ({why}).")]
+        return [Check.warn(name, "memory", f"{name}'s memory is unknown ({why}).")]
     budget = node_budget(Node(name, facts.memory_bytes, facts.wired_limit_mb), plan.options)
     usable = budget.usable_bytes
     if need > usable:
         return [
-            Check(
-                name, "memory", "fail",
-                f"{name} needs {gb(need)} for its part of the model, but it can give the GPU "
-                f"only {gb(usable)} ({gb(facts.memory_bytes)} of memory; limit from "
+            Check.fail(
+                name,
+                "memory",
+                f"{name} needs {size(need)} for its part of the model, but it can give the GPU "
+                f"only {size(usable)} ({size(facts.memory_bytes)} of memory; limit from "
                 f"{budget.gpu_limit_source}).",
                 "Plan again on these Macs (the plan assumed more memory), add a Mac, or use a "
                 "smaller quantization or a shorter context.",
             )
-        ]  # fmt: skip
+        ]
     checks = [
-        Check(name, "memory", "ok", f"{name} needs {gb(need)} of the {gb(usable)} it can give.")
+        Check.ok(name, "memory", f"{name} needs {size(need)} of the {size(usable)} it can give.")
     ]
     free = facts.free_memory_bytes
     if free is not None and free < need:
         checks.append(
-            Check(
-                name, "memory", "warn",
-                f"{name} has only {gb(free)} free right now; its part needs {gb(need)}.",
+            Check.warn(
+                name,
+                "memory",
+                f"{name} has only {size(free)} free right now; its part needs {size(need)}.",
                 f"Quit apps on {name} that use a lot of memory before starting.",
             )
-        )  # fmt: skip
+        )
     return checks
 
 
@@ -511,17 +547,21 @@ def _backend_checks(
         message = choice.reason
         if choice.name is Backend.RING and len(targets) > 1:
             message = f"{choice.reason} ({addresses})"
-        return [Check(CLUSTER, "backend", "ok", message)]
+        return [Check.ok(CLUSTER, "backend", message)]
     fix = f"Follow “{GUIDES[choice.guide]}”." if choice.guide in GUIDES else ""
     if requested != Backend.AUTO:
         return [
-            Check(
-                CLUSTER, "backend", "fail", choice.reason,
+            Check.fail(
+                CLUSTER,
+                "backend",
+                choice.reason,
                 (fix + " " if fix else "") + "Or run with the ring backend (--backend ring).",
             )
-        ]  # fmt: skip
-    status: Status = "warn" if choice.guide else "ok"
-    return [Check(CLUSTER, "backend", status, f"{choice.reason} Addresses: {addresses}.", fix)]
+        ]
+    message = f"{choice.reason} Addresses: {addresses}."
+    if choice.guide:
+        return [Check.warn(CLUSTER, "backend", message, fix)]
+    return [Check.ok(CLUSTER, "backend", message)]
 
 
 # -- for the terminal ----------------------------------------------------------------------

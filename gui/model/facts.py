@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QGridLayout, QVBoxLayout, QWidget
 
+from core import units
 from core.model.info import ModelInfo
-from gui import format as fmt
 from gui.widgets import label
 
 FACTS = ("Architecture", "Parameters", "Layers", "Attention heads", "Quantization", "Size")
@@ -40,14 +40,15 @@ class ModelFacts(QWidget):
         kv = f" ({info.kv_heads} KV)" if info.kv_heads != info.heads else ""
         texts = {
             "Architecture": info.architecture,
-            "Parameters": fmt.count(info.parameter_count),
+            "Parameters": units.count(info.parameter_count),
             "Layers": str(info.layers),
             "Attention heads": f"{info.heads}{kv}",
             "Quantization": info.quantization_label,
-            "Size": fmt.decimal_size(info.bytes_on_disk),
+            "Size": units.size(info.bytes_on_disk),
         }
         for fact, text in texts.items():
             self.values[fact].setText(text)  # type: ignore[attr-defined]
+        self.values["Size"].setToolTip(units.BYTES_NOTE)
 
     def text(self) -> str:
         """Everything shown, as one string (tests and accessibility)."""

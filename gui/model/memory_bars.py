@@ -12,8 +12,8 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QFontMetrics, QPainter, QPaintEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from core import units
 from core.plan.planner import Plan
-from gui import format as fmt
 from gui import style
 
 ROW_H, BAR_H, NAME_W, GAP = 30, 8, 78, 10
@@ -34,8 +34,8 @@ class Bar:
     @property
     def text(self) -> str:
         if self.need is None:
-            return f"not used · {fmt.gb(self.usable)} free"
-        return f"{fmt.gb(self.need)} of {fmt.gb(self.usable)}"
+            return f"not used · {units.size(self.usable)} free"
+        return f"{units.size(self.need)} of {units.size(self.usable)}"
 
 
 def bars_for(plan: Plan | None) -> list[Bar]:
@@ -49,9 +49,9 @@ def bars_for(plan: Plan | None) -> list[Bar]:
             bars.append(Bar(budget.node, None, budget.usable_bytes))
             continue
         detail = (
-            f"rank {rank.rank}: weights {fmt.gb(rank.weights_bytes)}, KV cache "
-            f"{fmt.gb(rank.kv_cache_bytes)}, activations {fmt.gb(rank.activation_bytes)}; "
-            f"{fmt.gb(rank.usable_bytes)} usable after a {fmt.gb(rank.margin_bytes)} margin"
+            f"rank {rank.rank}: weights {units.size(rank.weights_bytes)}, KV cache "
+            f"{units.size(rank.kv_cache_bytes)}, activations {units.size(rank.activation_bytes)}; "
+            f"{units.size(rank.usable_bytes)} usable after a {units.size(rank.margin_bytes)} margin"
         )
         bars.append(Bar(rank.node, rank.need_bytes, rank.usable_bytes, detail))
     return bars
@@ -70,7 +70,8 @@ class MemoryBars(QWidget):
         self.bars = bars_for(plan)
         if empty_text:
             self.empty_text = empty_text
-        self.setToolTip("\n".join(f"{b.node}: {b.detail}" for b in self.bars if b.detail))
+        details = [f"{b.node}: {b.detail}" for b in self.bars if b.detail]
+        self.setToolTip("\n".join([*details, units.BYTES_NOTE]) if details else "")
         self.updateGeometry()
         self.update()
 

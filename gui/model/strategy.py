@@ -62,13 +62,13 @@ class StrategyOption(QFrame):
             self._restyle()
             return
         text, kind = VERDICT_BADGES[plan.verdict]
-        if self.choice is Strategy.AUTO and plan.verdict == "fits":
+        if self.choice is Strategy.AUTO and plan.fits:
             text, kind = f"→ {LABELS[plan.strategy]}", "accent"
         self.badge.set(text, kind)
         self.badge.show()
         self.reason.setText(plan.reason)
         self.reason.show()
-        works = self._works = plan.verdict == "fits"
+        works = self._works = plan.fits
         self.radio.setEnabled(works)
         self.setToolTip("" if works else f"{LABELS[self.choice]} cannot run: {plan.reason}")
         self._restyle()

@@ -20,9 +20,9 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 
+from core import units
 from core.cluster.rdma import RdmaVerdict, enable_guide, node_verdict
 from core.cluster.states import ProbeState
-from core.plan.memory import GIB
 
 Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("Name", "Chip", "Memory", "macOS", "RDMA")
@@ -296,7 +296,7 @@ def _display(node: NodeRecord, column: int) -> str | None:
     if column == CHIP:
         return current.title if current else node.chip.removeprefix("Apple ")
     if column == MEMORY:
-        return f"{node.memory_bytes / GIB:.0f} GB" if node.memory_bytes else ""
+        return units.size(node.memory_bytes) if node.memory_bytes else ""
     if column == MACOS:
         return node.macos
     if column == RDMA:
@@ -312,7 +312,9 @@ def _tooltip(node: NodeRecord, column: int) -> str | None:
         badge = rdma_badge(node)
         return badge.reason + (" Click for how to fix it." if badge.guide else "")
     if column == MEMORY:
-        return f"{node.memory_bytes / GIB:.0f} GB unified memory" if node.memory_bytes else None
+        if not node.memory_bytes:
+            return None
+        return f"{units.size(node.memory_bytes)} unified memory ({units.BYTES_NOTE})"
     if column == NAME:
         state = "Ready" if current is None else current.title
         note = hint(node)

@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core import units
 from core.cluster.probe.facts import NodeFacts
 from core.cluster.rdma import cable_verdict
 from core.cluster.topology import Topology, build_topology
 
-GIB = 1 << 30
 # cable state (core.cluster.rdma.State) → theme colour and legend words
 STATE_COLORS = {"on": "success", "off": "warning", "unusable": "text3", "unknown": "text3"}
 STATE_WORDS = {"on": "RDMA on", "off": "RDMA off", "unusable": "No RDMA", "unknown": "RDMA unknown"}
@@ -75,7 +75,7 @@ def _port(port: Any) -> str:
 
 def _subtitle(facts: NodeFacts) -> str:
     chip = (facts.chip or facts.machine_name or "").removeprefix("Apple ")
-    memory = f"{facts.memory_bytes / GIB:.0f} GB" if facts.memory_bytes else ""
+    memory = units.size(facts.memory_bytes) if facts.memory_bytes else ""
     return " · ".join(part for part in (chip, memory) if part)
 
 
@@ -127,7 +127,7 @@ def demo_diagram(nodes: Sequence[Any]) -> Diagram:
                 p
                 for p in (
                     (getattr(n, "chip", "") or "").removeprefix("Apple "),
-                    f"{n.memory_bytes / GIB:.0f} GB" if getattr(n, "memory_bytes", 0) else "",
+                    units.size(n.memory_bytes) if getattr(n, "memory_bytes", 0) else "",
                 )
                 if p
             ),

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui import format as fmt
+from core import units
 from gui import style
 from gui.style import set_role
 from gui.widgets import OpaqueBackground
@@ -112,8 +112,8 @@ class ChatView(QWidget):
         ttft = done.get("ttft_s")
         parts = [
             f"{tokens} tokens" if tokens is not None else None,
-            f"{fmt.rate(tps)} tokens/s" if tps else None,
-            f"first token after {fmt.seconds(ttft)}" if ttft is not None else None,
+            f"{units.rate(tps)} tokens/s" if tps else None,
+            f"first token after {units.seconds(ttft)}" if ttft is not None else None,
         ]
         self._write(" · ".join(p for p in parts if p), "meta", new_block=True)
 

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
+from core import units
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.worker import protocol as p
 from core.worker.vocab import LoadingStage
-from gui import format as fmt
 from gui.bridge import Bridge, JobRelay
 from gui.run.progress import STAGE_WORDS, STEPS
 
@@ -343,7 +343,7 @@ class RunController(QObject):
                 self.rank_progress.emit(rank, STAGE_WORDS[stage], LoadingStage(stage).step)
         elif kind == p.LOADED:
             memory = event.get("memory_bytes")
-            size = f" · {fmt.gb(memory)}" if isinstance(memory, int) else ""
+            size = f" · {units.size(memory)}" if isinstance(memory, int) else ""
             done = f"loaded in {event.get('load_s', 0):.1f} s{size}"
             self.rank_progress.emit(rank, done, LoadingStage.SYNCHRONISING.step)
         elif kind == p.READY and self.job is not None:

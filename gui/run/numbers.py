@@ -13,7 +13,7 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QFontMetrics, QPainter, QPaintEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from gui import format as fmt
+from core import units
 from gui import style
 
 if TYPE_CHECKING:
@@ -66,17 +66,17 @@ class BigNumbers(QWidget):
         """Live rate while generating; the last answer's average once it is done. Once
         the job has ended (``live`` False) no link carries anything any more."""
         if generating and headline.tokens_per_s > 0:
-            tps = self.tps.set(fmt.rate(headline.tokens_per_s), note="live, smoothed")
+            tps = self.tps.set(units.rate(headline.tokens_per_s), note="live, smoothed")
         elif headline.last_avg_tps is not None:
-            tps = self.tps.set(fmt.rate(headline.last_avg_tps), note="average of the last answer")
+            tps = self.tps.set(units.rate(headline.last_avg_tps), note="average of the last answer")
         else:
             tps = self.tps.set("–", note="live, smoothed")
         if headline.ttft_s is None:
             ttft = self.ttft.set("–", "", note="the current or last answer")
         else:
-            number, _, unit = fmt.seconds(headline.ttft_s).partition(" ")
+            number, _, unit = units.seconds(headline.ttft_s).partition(" ")
             ttft = self.ttft.set(number, unit, note="the current or last answer")
-        number, unit = fmt.bytes_per_s(headline.total_bytes_per_s if live else 0.0)
+        number, unit = units.bytes_per_s_parts(headline.total_bytes_per_s if live else 0.0)
         links = len(headline.link_bytes_per_s)
         note = (
             "bytes moved by collectives"

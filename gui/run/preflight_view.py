@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core import units
 from gui.style import set_role
 from gui.widgets import Badge, label, section
 
@@ -43,38 +44,21 @@ MIN_HEIGHT = 120  # below this the rows scroll
 
 
 def copy_line(progress: Any) -> str:
-    """ "12.3 of 45.6 MB · 80.1 MB/s · about 3 s left" (nothing said before it is known)."""
+    """ "12.3 MB of 45.6 MB · 80.1 MB/s · about 3 s left" (nothing said before it is known)."""
     if progress.phase == "verified":
-        return f"{fmt_mb(progress.bytes_total)} · verified"
+        return f"{units.size(progress.bytes_total)} · verified"
     if progress.phase == "checking":
         return "checking what is there…"
-    parts = [f"{fmt_mb(progress.bytes_done)} of {fmt_mb(progress.bytes_total)}"]
+    parts = [f"{units.size(progress.bytes_done)} of {units.size(progress.bytes_total)}"]
     if progress.phase == "verifying":
         parts.append("verifying")
     if progress.rate:
-        parts.append(f"{fmt_mb(progress.rate)}/s")
+        parts.append(units.bytes_per_s(progress.rate))
     if progress.eta_s is not None and progress.phase == "copying":
-        parts.append(f"about {fmt_duration(progress.eta_s)} left")
+        parts.append(f"about {units.duration(progress.eta_s)} left")
     elif progress.phase == "copying":
         parts.append("measuring speed…")
     return " · ".join(parts)
-
-
-def fmt_mb(count: int) -> str:
-    if count >= 10**9:
-        return f"{count / 1e9:.2f} GB"
-    return f"{count / 1e6:.1f} MB"
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
 
 
 class PreflightView(QFrame):

@@ -23,6 +23,7 @@ from core.plan.planner import Plan, make_plan
 from core.remote.modelcopy import CopyProgress
 from core.remote.targets import Target
 from core.run.demo import demo_macs
+from core.units import MIB
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
 from gui.run.controller import RunState
@@ -132,24 +133,24 @@ def test_copy_progress_per_mac_with_speed_and_time_left(qtbot: QtBot) -> None:
     pane = make_pane(qtbot)
     view = pane.checks
     view.show_checking(["mac-a", "mac-b"])
-    mb = 1_000_000
-    view.show_copy(CopyProgress("mac-a", "copying", 12 * mb, 48 * mb, 80e6, 0.45))
+    mb = MIB
+    view.show_copy(CopyProgress("mac-a", "copying", 12 * mb, 48 * mb, 80 * mb, 0.45))
     view.show_copy(CopyProgress("mac-b", "copying", 3 * mb, 48 * mb))
-    view.show_copy(CopyProgress("mac-b", "copying", 30 * mb, 48 * mb, 95.5e6, 95.0))
+    view.show_copy(CopyProgress("mac-b", "copying", 30 * mb, 48 * mb, 95.5 * mb, 95.0))
     lines = view.copy_text()
-    assert lines["mac-a"] == "12.0 MB of 48.0 MB · 80.0 MB/s · about 0 s left"
-    assert lines["mac-b"] == "30.0 MB of 48.0 MB · 95.5 MB/s · about 1 min 35 s left"
+    assert lines["mac-a"] == "12 MB of 48 MB · 80 MB/s · about 0 s left"
+    assert lines["mac-b"] == "30 MB of 48 MB · 95.5 MB/s · about 1 min 35 s left"
     bar_a, _ = view.copy_rows["mac-a"]
     assert bar_a.value() == BAR_STEPS // 4 and view.badge.text() == "Copying"
-    view.show_copy(CopyProgress("mac-a", "verified", 48 * mb, 48 * mb, 80e6, 0.0))
-    assert view.copy_text()["mac-a"] == "48.0 MB · verified"
+    view.show_copy(CopyProgress("mac-a", "verified", 48 * mb, 48 * mb, 80 * mb, 0.0))
+    assert view.copy_text()["mac-a"] == "48 MB · verified"
     assert bar_a.value() == BAR_STEPS and bar_a.property("done") == "true"
-    view.show_copy(CopyProgress("mac-b", "verified", 48 * mb, 48 * mb, 80e6, 0.0))
+    view.show_copy(CopyProgress("mac-b", "verified", 48 * mb, 48 * mb, 80 * mb, 0.0))
     assert view.badge.text() == "Copied"
     view.show_error("The model could not be copied: disk full on mac-b.")
     assert "disk full" in view.text() and view.badge.text() == "Not ready"
     early = CopyProgress("mac-a", "copying", 0, 48 * mb)
-    assert copy_line(early) == "0.0 MB of 48.0 MB · measuring speed…"
+    assert copy_line(early) == "0 B of 48 MB · measuring speed…"
 
 
 def test_the_mlx_launch_dialog_for_the_demo(qtbot: QtBot, tiny: ModelInfo) -> None:

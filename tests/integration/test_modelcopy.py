@@ -217,6 +217,25 @@ def test_a_half_copied_folder_never_passes(targets: list[Target], sharded_model:
     assert modelcopy.check(target, manifest).status == "present"
 
 
+def test_a_damaged_resumed_prefix_is_sent_again_from_the_start(
+    targets: list[Target], sharded_model: Path
+) -> None:
+    """A staged file whose bytes went bad (one cut short, one complete): the node's hash
+    catches both, they are sent once more from 0, and the copy ends verified."""
+    manifest = build_manifest(sharded_model)
+    target = targets[0]
+    staging = Path(modelcopy.remote_model_dir(target, manifest) + ".partial")
+    staging.mkdir(parents=True)
+    weights = sorted(n for n in manifest.names if n.endswith(".safetensors"))
+    short, whole = ((sharded_model / name).read_bytes() for name in weights[:2])
+    (staging / weights[0]).write_bytes(b"\0" * (len(short) // 2))
+    (staging / weights[1]).write_bytes(b"\0" * len(whole))
+    result = modelcopy.copy_model(target, manifest, sharded_model)
+    assert result.sent_bytes >= len(short) + len(whole)  # both again, from the start
+    assert modelcopy.check(target, manifest, verify=True).status == "present"
+    assert not staging.exists()
+
+
 def test_a_model_copied_by_hand_is_hashed_once_then_marked(
     targets: list[Target], sharded_model: Path
 ) -> None:

@@ -83,3 +83,58 @@ def test_the_meter_gives_no_eta_before_it_has_data_and_ends_at_the_total(
     assert events[-1].bytes_done == events[-1].bytes_total == 1000 and events[-1].eta_s == 0
     done = [e.bytes_done for e in events]
     assert done == sorted(done)
+
+
+THREE = Manifest(
+    "Three",
+    (
+        FileEntry("config.json", 10, "a" * 64),
+        FileEntry("a.safetensors", 100, "b" * 64),
+        FileEntry("b.safetensors", 50, "c" * 64),
+        FileEntry("c.safetensors", 30, "d" * 64),
+    ),
+)
+
+
+def _plan(state: mc.RemoteState) -> mc.TransferPlan:
+    return mc.plan_transfer(THREE, state, mc.evaluate(THREE, state))
+
+
+def test_the_transfer_plan_sends_what_is_missing_from_where_it_stopped() -> None:
+    # config.json verified in the folder; a: 40 bytes in .partial (resumed); b: complete in
+    # .partial (only hashed); c: longer in .partial than it should be (not ours: from 0).
+    state = mc.RemoteState(
+        True,
+        THREE.subset(["config.json"]).to_json(),
+        {"config.json": 10},
+        {"a.safetensors": 40, "b.safetensors": 50, "c.safetensors": 31},
+    )
+    plan = _plan(state)
+    assert [(e.name, offset) for e, offset in plan.sends] == [
+        ("a.safetensors", 40),
+        ("b.safetensors", 50),
+        ("c.safetensors", 0),
+    ]  # manifest order
+    assert plan.moved == ("a.safetensors", "b.safetensors", "c.safetensors")
+    assert plan.complete == ("b.safetensors",)
+    assert plan.reused_bytes == 10 + 50 and plan.resumed_bytes == 40
+    assert plan.total_bytes == 180 and plan.done_bytes == 90
+    assert plan.commit_needed and {e.name for e in plan.marker.files} == set(THREE.names)
+    again = plan.again([e for e in THREE.files if e.name == "a.safetensors"])
+    assert [(e.name, offset) for e, offset in again.sends] == [("a.safetensors", 0)]
+    assert again.moved == plan.moved and again.marker == plan.marker  # one commit for all
+
+
+def test_a_marker_keeps_the_files_of_other_shards_and_nothing_sent_may_still_commit() -> None:
+    first = THREE.subset(["config.json", "a.safetensors"])
+    second = THREE.subset(["config.json", "b.safetensors"])
+    state = mc.RemoteState(True, first.to_json(), {"config.json": 10, "a.safetensors": 100})
+    plan = mc.plan_transfer(second, state, mc.evaluate(second, state))
+    assert [e.name for e, _ in plan.sends] == ["b.safetensors"]
+    assert {e.name for e in plan.marker.files} == {"config.json", "a.safetensors", "b.safetensors"}
+    everything = mc.RemoteState(True, first.to_json(), {"config.json": 10, "a.safetensors": 100})
+    done = mc.plan_transfer(first, everything, mc.evaluate(first, everything))
+    assert done.sends == () and not done.commit_needed and done.reused_bytes == 110
+    by_hand = mc.RemoteState(True, None, {"config.json": 10, "a.safetensors": 100})
+    vouch = mc.plan_transfer(first, by_hand, mc.evaluate(first, by_hand))
+    assert vouch.sends == () and vouch.commit_needed and vouch.moved == ()  # the marker only

@@ -66,7 +66,7 @@ def test_format_plan_reads_like_a_table():
         for line in lines
     )
     assert "MLX's even split (30/30) would need" in text and "on studio-128" in text
-    assert "studio-256: 256.0 GB RAM, GPU limit 192.0 GB (macOS default" in text
+    assert "studio-256: 256 GB RAM, GPU limit 192 GB (macOS default" in text
 
 
 def test_format_plan_shows_an_overflow_and_invalid_plans_have_no_table():
@@ -130,7 +130,7 @@ def test_cli_prints_a_table_and_exits_0_when_it_fits(tiny_models: dict[str, Path
     assert code == 0
     text = out.getvalue()
     assert text.startswith("llama: pipeline (fits)")
-    assert "a: 8.0 GB RAM" in text and "b: 8.0 GB RAM" in text
+    assert "a: 8 GB RAM" in text and "b: 8 GB RAM" in text
 
 
 def test_cli_json(tiny_models: dict[str, Path]):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from core import units
 from core.model.info import ModelInfo, read_model_info
 from core.plan.memory import activation_bytes, kv_bytes_per_layer
 from core.plan.planner import (
@@ -21,6 +22,7 @@ from core.plan.planner import (
     make_plan,
     node_budget,
 )
+from core.units import GIB
 from tests.helpers.header_models import (
     kimi_k2_config,
     llama_config,
@@ -30,7 +32,6 @@ from tests.helpers.header_models import (
     write_header_only_model,
 )
 
-GIB = 1 << 30
 MIB = 1 << 20
 
 
@@ -280,7 +281,7 @@ def test_one_terabyte_model_on_four_512gb_macs(kimi: ModelInfo):
     assert single.missing_bytes == single.ranks[0].need_bytes - _usable(512)
     two = make_plan(kimi, nodes[:2])
     assert two.verdict == "does_not_fit" and two.missing_bytes > 250 * GIB
-    assert f"lacks {two.missing_bytes / GIB:.1f} GB" in two.reason
+    assert f"lacks {units.size(two.missing_bytes)}:" in two.reason
 
 
 # ------------------------------------------------------------------ validity

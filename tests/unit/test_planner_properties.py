@@ -108,7 +108,7 @@ def test_pipeline_fits_whenever_some_split_fits(model, nodes, context):
         all(load <= cap for load, cap in zip(segment_loads(costs, counts), caps, strict=True))
         for counts in _compositions(model.layers, len(nodes))
     )
-    assert (plan.verdict == "fits") == feasible
+    assert plan.fits == (plan.verdict == "fits") == feasible
     _check_split(plan, model.layers)
 
 

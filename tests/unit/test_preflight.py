@@ -14,9 +14,21 @@ from core.plan.planner import make_plan
 from core.remote import ssh
 from core.remote.modelcopy import CheckResult
 from core.remote.targets import Target
-from core.run.preflight import Gathered, choose_backend, evaluate, format_report
+from core.run.preflight import Check, Gathered, choose_backend, evaluate, format_report
 from tests.fixtures.macos.hosts import load_facts
 from tests.helpers.header_models import synthetic_model_info
+
+# -- checks ---------------------------------------------------------------------------------
+
+
+def test_check_constructors_say_the_status_and_a_failure_says_its_fix() -> None:
+    assert Check.ok("a", "ssh", "fine") == Check("a", "ssh", "ok", "fine", "")
+    assert Check.warn("a", "memory", "tight") == Check("a", "memory", "warn", "tight", "")
+    assert Check.warn("a", "model", "m", "copy") == Check("a", "model", "warn", "m", "copy")
+    assert Check.fail("a", "plan", "no", "add a Mac") == Check(
+        "a", "plan", "fail", "no", "add a Mac"
+    )
+
 
 # -- backend --------------------------------------------------------------------------------
 

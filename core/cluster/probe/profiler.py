@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.cluster.probe.sections import Unknown
+from core.units import parse_size
 
 RDMA_SERVICE_PROTOCOL = 64087  # the "unknown_xd_service" a peer with RDMA on advertises
 _MAX_DEPTH = 8  # docks behind docks: deeper than this is not a desk
@@ -46,10 +47,10 @@ def _entries(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
 
 def _bytes(text: str | None) -> int | None:
     """ "512 GB" → 549755813888 (macOS counts memory in binary units)."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(MB|GB|TB)", text or "")
-    if not match:
+    try:
+        return parse_size(text or "")
+    except ValueError:
         return None
-    return int(float(match[1]) * {"MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}[match[2]])
 
 
 @dataclass(frozen=True)
