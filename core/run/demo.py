@@ -134,7 +134,7 @@ def run_and_summarise(
         return 130
     finally:
         job.stop()
-    summary = {**about, **figures}
+    summary = {**about, **figures, "ranks": telemetry.rank_facts()}
     out.write("\n")
     out.write(json.dumps(summary) + "\n" if args.json else human_summary(summary))
     out.flush()
