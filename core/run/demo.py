@@ -39,7 +39,9 @@ class DemoMac:
     rdma: bool
 
     def node(self) -> Node:
-        return Node(self.name, self.memory_bytes, chip=self.chip, rdma=self.rdma)
+        # The simulated Macs' ranks run here: on the CPU when this is not a Mac.
+        cpu = sys.platform != "darwin"
+        return Node(self.name, self.memory_bytes, chip=self.chip, rdma=self.rdma, cpu=cpu)
 
 
 DEMO_MACS = (
@@ -72,6 +74,7 @@ def job_spec(info: ModelInfo, plan: Plan) -> JobSpec:
         strategy="pipeline" if strategy == "single" else strategy,
         nodes=len(plan.ranks),
         split=list(plan.split) if plan.split and strategy == "pipeline" else None,
+        weights=[rank.worker_weights for rank in plan.ranks],
     )
 
 

@@ -65,6 +65,8 @@ class JobSpec:
     rank_models: list[Path] | None = None  # per-rank model folder, when nodes hold different files
     targets: list[Target] | None = None  # where each rank runs, rank order (None: this machine)
     devices: list[list[str | list[str] | None]] | None = None  # jaccl: the device matrix
+    # On a CPU, per rank (rank order): "float" (dequantize), "quantized", "auto" (if room).
+    weights: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.targets is not None:
@@ -85,6 +87,8 @@ class JobSpec:
         args += ["--backend", self.rank_backend]
         if self.split and self.nodes > 1:
             args += ["--split", ",".join(str(n) for n in self.split)]
+        if self.weights and self.weights[rank] != "auto":
+            args += ["--weights", self.weights[rank]]
         return args
 
     def worker_argv(self, rank: int, python: str | None = None) -> list[str]:
