@@ -58,18 +58,44 @@ def find_openblas() -> dict[str, str] | None:
     return None
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = (
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    )
+
+
+def resolved_sgemm() -> str | None:
+    """The library whose ``cblas_sgemm`` the process's global scope resolves (a preload
+    comes first there), or None when none does: MLX then uses the one it links itself.
+    Other libraries in the process (numpy's ``scipy_openblas``) use prefixed names and
+    do not count."""
+    try:
+        process = ctypes.CDLL(None)
+        address = ctypes.cast(process.cblas_sgemm, ctypes.c_void_p).value
+        info = _DlInfo()
+        if not address or not process.dladdr(ctypes.c_void_p(address), ctypes.byref(info)):
+            return None
+    except (OSError, AttributeError):
+        return None
+    return os.path.realpath(info.dli_fname.decode()) if info.dli_fname else None
+
+
 def loaded_blas(maps: str | None = None) -> str | None:
-    """The BLAS library this process has mapped (a fast one first: a preloaded OpenBLAS
-    sits beside MLX's own reference ``libblas``, and the preload is what resolves)."""
+    """The BLAS MLX's matmuls call: the globally resolved ``cblas_sgemm`` (a preload),
+    else the ``libblas`` MLX links (seen in ``/proc/self/maps``)."""
+    resolved = resolved_sgemm()
+    if resolved:
+        return resolved
     if maps is None:
         try:
             maps = Path("/proc/self/maps").read_text()
         except OSError:
             return None
     paths = {line.split()[-1] for line in maps.splitlines() if "/" in line}
-    names = sorted(p for p in paths if "blas" in Path(p).name.lower())
-    fast = [p for p in names if any(n in Path(p).name.lower() for n in FAST_NAMES)]
-    return (fast or names or [None])[0]
+    return next(iter(sorted(p for p in paths if Path(p).name.startswith("libblas"))), None)
 
 
 def _openblas_says(path: str) -> tuple[str | None, int | None]:

@@ -5,7 +5,7 @@ The demo model on the 2-rank pipeline, local ranks, the same prompts: the new pa
 one (no preload: MLX's bundled reference BLAS, weights kept 4-bit). Rounds alternate
 the two arms so a shared machine's load hits both alike; figures are medians. While
 rank 0 generates, the ranks' threads are counted: all of them (psutil num_threads) and
-the busy ones (those that used over a quarter of a core meanwhile), against the cores.
+the busy ones (those that used over 5 % of a core meanwhile), against the cores.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class _ThreadSampler(threading.Thread):
         elapsed = time.monotonic() - self._began
         end = self._cpu_times()
         busy = sum(
-            1 for key, t in end.items() if t - self._start_times.get(key, 0.0) > 0.25 * elapsed
+            1 for key, t in end.items() if t - self._start_times.get(key, 0.0) > 0.05 * elapsed
         )
         return {"threads_total": self.most, "threads_busy": busy}
 
