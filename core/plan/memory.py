@@ -40,6 +40,7 @@ class Node:
     wired_limit_mb: int | None = None
     chip: str | None = None
     rdma: bool | None = None
+    cpu: bool = False  # MLX runs on its CPU (a Linux host, the demo on Linux): no Metal
 
 
 @dataclass(frozen=True)
@@ -109,3 +110,14 @@ def activation_bytes(model: ModelInfo, options: PlanOptions, shards: int = 1) ->
     qkv = (model.heads + 2 * model.kv_heads) * model.head_dim // shards
     width = 4 * model.hidden_size + qkv + 3 * model.intermediate_size // shards
     return tokens * width * model.dtype_bytes + options.batch * model.vocab_size * 4
+
+
+def float_weight_bytes(model: ModelInfo, quantized_bytes: int) -> int:
+    """``quantized_bytes`` of ``model``'s weights once dequantized to float32 (a CPU rank
+    does that when it has room): each packed ``bits``-bit value plus its group's
+    float16 scale and bias becomes 4 bytes."""
+    quantization = model.quantization
+    if not quantization:
+        return quantized_bytes
+    stored_bits = quantization["bits"] + 2 * 16 / quantization["group_size"]
+    return int(quantized_bytes * 32 / stored_bits)

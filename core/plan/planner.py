@@ -22,6 +22,7 @@ from core.plan.memory import (
     PlanOptions,
     activation_bytes,
     default_gpu_limit_bytes,
+    float_weight_bytes,
     kv_bytes_per_layer,
     node_budget,
 )
@@ -60,6 +61,14 @@ class RankPlan:
     activation_bytes: int
     margin_bytes: int
     gpu_limit_bytes: int
+    # On a CPU node, whether quantized layers become float32 (room for them) or stay;
+    # None elsewhere (Metal), or for a model that is not quantized.
+    float_weights: bool | None = None
+
+    @property
+    def worker_weights(self) -> str:
+        """The worker's ``--weights`` for this rank."""
+        return {None: "auto", True: "float", False: "quantized"}[self.float_weights]
 
     @property
     def layers(self) -> int:
@@ -201,7 +210,9 @@ def make_plan(
         strategy=chosen.strategy,
         verdict=chosen.verdict,
         reason=chosen.reason,
-        ranks=chosen.ranks,
+        ranks=_cpu_float_weights(chosen.ranks, model, nodes)
+        if chosen.verdict == "fits"
+        else chosen.ranks,
         split=chosen.split,
         budgets=budgets,
         missing_bytes=chosen.missing,
@@ -431,6 +442,28 @@ def _mlx_even_split(layers: int, n: int) -> tuple[int, ...]:
     """mlx-lm's PipelineMixin default: equal counts, the low ranks take the extra layers."""
     base, extra = divmod(layers, n)
     return tuple(base + (1 if r < extra else 0) for r in range(n))
+
+
+def _cpu_float_weights(
+    ranks: tuple[RankPlan, ...], model: ModelInfo, nodes: Sequence[Node]
+) -> tuple[RankPlan, ...]:
+    """On a CPU node (MLX without Metal) quantized weights run far slower than float32
+    ones with a real BLAS: a rank there holds its weights in float32 when its node has
+    room for them, counted here; otherwise it keeps them quantized."""
+    cpu = {node.name for node in nodes if node.cpu}
+    if not cpu or not model.quantization:
+        return ranks
+    planned = []
+    for rank in ranks:
+        grown = replace(rank, weights_bytes=float_weight_bytes(model, rank.weights_bytes))
+        if rank.node in cpu:
+            rank = (
+                replace(grown, float_weights=True)
+                if grown.fits
+                else replace(rank, float_weights=False)
+            )
+        planned.append(rank)
+    return tuple(planned)
 
 
 def _rank(

@@ -113,6 +113,7 @@ def plan_cluster(info: ModelInfo, facts: Sequence[NodeFacts], strategy: str = "a
             wired_limit_mb=f.wired_limit_mb,
             chip=f.chip,
             rdma=node_verdict(f).on,
+            cpu=f.runs_on_cpu,
         )
         for f in facts
     ]
@@ -176,6 +177,7 @@ def cluster_spec(
         targets=ordered,
         devices=backend.devices,
         rank_models=[Path(folder) for folder in rank_models] if rank_models else None,
+        weights=[rank.worker_weights for rank in plan.ranks],
         **fields,
     )
 

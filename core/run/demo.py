@@ -40,7 +40,9 @@ class DemoMac:
     rdma: bool
 
     def node(self) -> Node:
-        return Node(self.name, self.memory_bytes, chip=self.chip, rdma=self.rdma)
+        # The simulated Macs' ranks run here: on the CPU when this is not a Mac.
+        cpu = sys.platform != "darwin"
+        return Node(self.name, self.memory_bytes, chip=self.chip, rdma=self.rdma, cpu=cpu)
 
 
 DEMO_MACS = (
@@ -72,6 +74,7 @@ def job_spec(info: ModelInfo, plan: Plan) -> JobSpec:
         strategy=plan.strategy,
         nodes=len(plan.ranks),
         split=list(plan.split) if plan.split and plan.strategy is Strategy.PIPELINE else None,
+        weights=[rank.worker_weights for rank in plan.ranks],
     )
 
 
@@ -138,7 +141,7 @@ def run_and_summarise(
         return 130
     finally:
         job.stop()
-    summary = {**about, **figures}
+    summary = {**about, **figures, "ranks": telemetry.rank_facts()}
     out.write("\n")
     out.write(json.dumps(summary) + "\n" if args.json else human_summary(summary))
     out.flush()

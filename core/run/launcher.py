@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,7 +35,7 @@ from core import paths
 from core.remote.ship import NodeSetup, prepare_node, version_skew
 from core.remote.ssh import Connection, SSHError
 from core.remote.targets import Target
-from core.run import mlxenv
+from core.run import cpu, mlxenv
 from core.run.ranks import LocalRank, RankProcess
 from core.run.remote_ranks import RemoteRank, cluster_launches, rank_command
 from core.worker import protocol as p
@@ -65,6 +65,8 @@ class JobSpec:
     rank_models: list[Path] | None = None  # per-rank model folder, when nodes hold different files
     targets: list[Target] | None = None  # where each rank runs, rank order (None: this machine)
     devices: list[list[str | list[str] | None]] | None = None  # jaccl: the device matrix
+    # On a CPU, per rank (rank order): "float" (dequantize), "quantized", "auto" (if room).
+    weights: list[str] | None = None
 
     def __post_init__(self) -> None:
         self.strategy, self.backend = Strategy(self.strategy), Backend(self.backend)
@@ -95,6 +97,8 @@ class JobSpec:
         args += ["--backend", self.rank_backend]
         if self.split and self.nodes > 1:
             args += ["--split", ",".join(str(n) for n in self.split)]
+        if self.weights and self.weights[rank] != "auto":
+            args += ["--weights", self.weights[rank]]
         return args
 
     def worker_argv(self, rank: int, python: str | None = None) -> list[str]:
@@ -246,6 +250,7 @@ class Job:
             env = mlxenv.rank_env(
                 status.rank, spec.rank_backend, str(hostfile) if hostfile else None, extra=extra
             )
+            env.update(cpu.local_cpu_env(spec.nodes, env))
             log_path = self.run_dir / f"rank{status.rank}.log"
             proc = LocalRank(status.rank, spec.worker_argv(status.rank), env, log_path)
             self._follow(proc, status)
@@ -269,6 +274,7 @@ class Job:
                 job_dirs.append(f"{root}/jobs/{self._tag}-{self._attempt}-rank{rank}")
         extra = {} if spec.telemetry else {p.ENV_TELEMETRY: "0"}
         launches = cluster_launches(backend, addresses, ports, job_dirs, spec.devices, extra)
+        sharing = Counter("local" if t.local else _node_key(t) for t in targets)
         for launch, target, status in zip(launches, targets, self.ranks, strict=True):
             argv = spec.worker_argv(status.rank, python=target.interpreter)
             log_path = self.run_dir / f"rank{status.rank}.log"
@@ -280,11 +286,13 @@ class Job:
                 env = mlxenv.rank_env(status.rank, Backend.SINGLE)  # this machine's env...
                 env.pop("MLX_RANK")
                 env.update(launch.env)  # ...with the rank's contract
+                env.update(cpu.local_cpu_env(sharing["local"], env))
                 proc: RankProcess = LocalRank(status.rank, argv, env, log_path)
             else:
                 key = _node_key(target)
                 setup = self._setups[key]
                 env = {**launch.env, "PYTHONPATH": setup.worker_dir}
+                env.update(cpu.node_cpu_env(setup.versions, sharing[key]))
                 proc = RemoteRank(
                     status.rank,
                     self._connections[key],

@@ -54,7 +54,7 @@ Matrix = list[list[str | list[str] | None]]
 @dataclass(frozen=True)
 class Check:
     node: str
-    name: str  # ssh, python, versions, macos, model, memory, plan, backend
+    name: str  # ssh, python, blas, versions, macos, model, memory, plan, backend
     status: Status
     message: str
     fix: str = ""
@@ -255,6 +255,8 @@ def evaluate(
     reached = [g for g in used if g.facts is not None]
     for g in reached:
         checks.append(_python(g))
+        if g.facts is not None and g.facts.runs_on_cpu:
+            checks.append(_blas(g.facts, g.target.name))
     checks.extend(_versions(reached))
     for g in reached:
         checks.extend(_model(g, manifests.get(g.target.name)))
@@ -341,6 +343,22 @@ def _python(g: Gathered) -> Check:
         f"{t.name} uses {runs} (Python {facts.python_version}, mlx {facts.mlx_version}, "
         f"mlx-lm {facts.mlx_lm_version}).",
     )
+
+
+def _blas(facts: NodeFacts, name: str) -> Check:
+    """A Linux node runs MLX on its CPU: which BLAS its ranks will preload."""
+    if facts.blas_path:
+        return Check(
+            name, "blas", "ok",
+            f"{name} runs MLX on its CPU with OpenBLAS ({facts.blas_source}: {facts.blas_path}).",
+        )  # fmt: skip
+    return Check(
+        name, "blas", "warn",
+        f"{name} runs MLX on its CPU with MLX's reference BLAS, about 30x slower at float "
+        "matmuls.",
+        f"On {name} run `python3 -m pip install cmeel-openblas` for its Python, or install "
+        "Debian's libopenblas0.",
+    )  # fmt: skip
 
 
 def _versions(reached: Sequence[Gathered]) -> list[Check]:

@@ -171,6 +171,7 @@ class Telemetry:
         self._link_total_series = RingBuffer(capacity)
         self._loaded_memory: dict[int, int] = {}
         self._peak_memory: dict[int, int] = {}
+        self._rank_facts: dict[int, dict[str, Any]] = {}
         self._malformed = 0
         self._handlers: dict[str, Callable[[Mapping[str, Any], int, float, float], None]] = {
             protocol.LOADED: self._on_loaded,
@@ -252,6 +253,11 @@ class Telemetry:
                 r: max(self._loaded_memory.get(r, 0), self._peak_memory.get(r, 0)) for r in ranks
             }
 
+    def rank_facts(self) -> list[dict[str, Any]]:
+        """What each loaded rank runs on (``rank_facts``), in rank order."""
+        with self._lock:
+            return [self._rank_facts[r] for r in sorted(self._rank_facts)]
+
     def requests(self) -> list[RequestSummary]:
         """Finished requests (oldest first, bounded), then the unfinished ones."""
         with self._lock:
@@ -289,6 +295,7 @@ class Telemetry:
 
     def _on_loaded(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
         self._loaded_memory[rank] = _count(event.get("memory_bytes"), "memory_bytes")
+        self._rank_facts[rank] = rank_facts(event)
 
     def _on_token(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
         if rank != self._token_rank:
@@ -413,6 +420,27 @@ class Telemetry:
 
 
 # -- helpers ----------------------------------------------------------------------
+
+
+def rank_facts(loaded: Mapping[str, Any]) -> dict[str, Any]:
+    """A rank's ``loaded`` event → what it runs on, flat, for a summary: device, BLAS
+    (name, path, threads, measured GFLOP/s, whether it is a fast one; None on a GPU)
+    and the weights' precision (and whether they were dequantized at load)."""
+    blas = loaded.get("blas") if isinstance(loaded.get("blas"), Mapping) else {}
+    weights = loaded.get("weights") if isinstance(loaded.get("weights"), Mapping) else {}
+    facts: dict[str, Any] = {"rank": _rank(loaded.get("rank")), "device": loaded.get("device")}
+    facts.update(
+        blas=blas.get("name"),
+        blas_path=blas.get("path"),
+        blas_threads=blas.get("threads"),
+        blas_gflops=blas.get("gflops"),
+        blas_fast=blas.get("fast"),
+        weights=weights.get("precision"),
+        dequantized=weights.get("dequantized"),
+    )
+    if weights.get("reason"):
+        facts["weights_note"] = weights["reason"]
+    return facts
 
 
 def _append_in_order(buffer: RingBuffer, t: float, value: float) -> None:

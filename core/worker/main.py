@@ -19,6 +19,7 @@ import traceback
 import mlx.core as mx
 
 from core.worker import protocol as p
+from core.worker.blas import blas_report
 from core.worker.serve import DEFAULT_MAX_TOKENS, Reporter, generate, read_commands, serve
 from core.worker.sharding import ShardError, load_shard, synchronise
 from core.worker.traffic import TrafficCounter
@@ -28,6 +29,7 @@ from core.worker.vocab import Backend, LoadingStage, Strategy
 # What a rank runs: ``auto`` is only ever a request, settled before a rank starts.
 STRATEGIES = tuple(s for s in Strategy if s is not Strategy.AUTO)
 BACKENDS = tuple(b for b in Backend if b is not Backend.AUTO)
+WEIGHTS = ("auto", "float", "quantized")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -38,6 +40,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=[b.value for b in BACKENDS], default="ring")
     parser.add_argument(
         "--split", help="pipeline layers per rank, rank order, e.g. 12,18 (default: even)"
+    )
+    parser.add_argument(
+        "--weights",
+        choices=WEIGHTS,
+        default="auto",
+        help="on the CPU: dequantize to float32, keep quantized, or auto (when memory has room)",
     )
     parser.add_argument("--prompt", help="run this one request, then exit")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
@@ -111,13 +119,19 @@ def run(args, group, events: p.EventWriter, commands, telemetry: bool) -> None:
         args.strategy,
         split,
         progress=lambda stage: events.emit(p.LOADING, stage=stage),
+        float_weights={"auto": None, "float": True, "quantized": False}[args.weights],
     )
+    on_cpu = mx.default_device() == mx.cpu
     events.emit(
         p.LOADED,
         load_s=round(time.monotonic() - started, 3),
         memory_bytes=int(mx.get_active_memory()),
         layers=list(shard.layers) if shard.layers else None,
         strategy=args.strategy,
+        device="cpu" if on_cpu else "gpu",
+        # A rank on the reference BLAS is ~30x slower: say what this one runs on.
+        blas=blas_report() if on_cpu else None,
+        weights=shard.weights,
     )
     synchronise(group)
     if group.rank() == 0:

@@ -16,13 +16,13 @@ embeddings, norm and head), and a node needs only the files holding them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.utils import load_model, load_tokenizer
+from mlx_lm.utils import dequantize_model, load_model, load_tokenizer
 
 from core.worker.shardfiles import (
     even_split,
@@ -45,6 +45,7 @@ class Shard:
     config: dict
     strategy: Strategy
     layers: tuple[int, int] | None  # [start, end) for pipeline; None otherwise
+    weights: dict = field(default_factory=dict)  # precision on this rank (describe_weights)
 
 
 def load_shard(
@@ -53,9 +54,13 @@ def load_shard(
     strategy: Strategy | str,
     split: list[int] | None = None,
     progress: Callable[[LoadingStage], None] = lambda stage: None,
+    float_weights: bool | None = None,
 ) -> Shard:
-    """This rank's part of the model at ``path``; ``progress`` hears each stage as it
-    begins. ``single`` runs the whole model on one rank, so it refuses a larger group."""
+    """This rank's part of the model at ``path``, evaluated; ``progress`` hears each stage
+    as it begins. ``single`` runs the whole model on one rank, so it refuses a larger
+    group. On the CPU, quantized layers become float32 when ``float_weights`` (None: when
+    this machine's memory has room, ``_cpu_weights``): MLX's CPU quantized matmul gains
+    nothing from a fast BLAS."""
     strategy = _strategy(strategy, group.size())
     progress(LoadingStage.READING)
     model, config = load_model(Path(path), lazy=True, strict=False)
@@ -68,13 +73,65 @@ def load_shard(
         progress(LoadingStage.PLACING)
         layers = _shard_pipeline(model, group, split)
     _check_files(Path(path), layers)
+    weights = describe_weights(config)
     if mx.default_device() == mx.cpu:
+        weights = _cpu_weights(model, config, weights, float_weights)
         # CPUs have no fast half-precision arithmetic: a float16 model runs ~30x
         # slower than in float32 there (MLX on Linux, or a Mac without Metal).
         model.set_dtype(mx.float32)
     progress(LoadingStage.WEIGHTS)
     mx.eval(model.parameters())
-    return Shard(model, tokenizer, config, strategy, layers)
+    return Shard(model, tokenizer, config, strategy, layers, weights)
+
+
+def describe_weights(config: dict) -> dict:
+    """The weights' precision as the model folder has them: ``{"precision",
+    "dequantized": False}``, precision as "4-bit" or the config's dtype."""
+    quantization = config.get("quantization") or config.get("quantization_config")
+    if isinstance(quantization, dict) and "bits" in quantization:
+        return {"precision": f"{quantization['bits']}-bit", "dequantized": False}
+    return {"precision": str(config.get("torch_dtype") or "float"), "dequantized": False}
+
+
+def _cpu_weights(model: nn.Module, config: dict, weights: dict, wanted: bool | None) -> dict:
+    """Dequantize the quantized layers to float32 when wanted (or, with ``wanted`` None,
+    when the extra memory is under a quarter of what this machine has available)."""
+    quantized = [
+        m
+        for _, m in model.named_modules()
+        if isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding)
+    ]
+    if not quantized or wanted is False:
+        reason = "kept as planned" if quantized else "not quantized"
+        return {**weights, "reason": reason} if quantized else weights
+    extra = sum(_float_bytes(m) - _quantized_bytes(m) for m in quantized)
+    available = _available_bytes()
+    if wanted is None and available is not None and extra > available // 4:
+        return {**weights, "reason": f"kept: float32 needs {extra >> 20} MB more"}
+    dequantize_model(model)
+    return {"precision": "float32", "dequantized": True, "from": weights["precision"]}
+
+
+def _float_bytes(module: nn.Module) -> int:
+    rows, packed = module.weight.shape
+    return rows * packed * 32 // module.bits * 4
+
+
+def _quantized_bytes(module: nn.Module) -> int:
+    parts = [module.weight, module.scales, getattr(module, "biases", None)]
+    return sum(part.nbytes for part in parts if part is not None)
+
+
+def _available_bytes() -> int | None:
+    """This machine's available memory (Linux's MemAvailable), or None when unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _strategy(requested: Strategy | str, size: int) -> Strategy:

@@ -14,9 +14,12 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
+import os
 import platform
 import sys
 from pathlib import Path
+
+from core.worker.blas import find_openblas
 
 # The files a worker is made of, relative to the folder holding the ``core`` package.
 CORE_INIT = "core/__init__.py"
@@ -66,6 +69,10 @@ def version_info() -> dict:
         "executable": sys.executable,
         "mlx": package_version("mlx", "mlx.core"),
         "mlx_lm": package_version("mlx-lm", "mlx_lm"),
+        # What a CPU rank there needs (core.run.cpu): its system, cores and fast BLAS.
+        "system": platform.system(),
+        "cores": os.cpu_count(),
+        "blas": find_openblas(),
     }
 
 

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
-MACMESH_BENCH_ONLY=planner,discovery,probe,gui,launcher,remote,copy,telemetry,memory picks
+MACMESH_BENCH_ONLY=planner,discovery,probe,gui,launcher,remote,copy,telemetry,memory,blas picks
 some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
@@ -57,6 +57,12 @@ def _probe(_model) -> dict:
     return bench_probe()
 
 
+def _blas(model) -> dict:
+    from tests.benchmarks.bench_blas import bench_blas
+
+    return bench_blas(model)
+
+
 def _copy(_model) -> dict:
     from tests.benchmarks.bench_copy import bench_copy
 
@@ -73,6 +79,7 @@ BENCHES = {
     "copy": _copy,
     "telemetry": bench_engine.bench_telemetry,
     "memory": _memory,
+    "blas": _blas,
 }
 
 

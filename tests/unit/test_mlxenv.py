@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from core.run import mlxenv
+from core.run import cpu, mlxenv
 
 
 def test_ring_hostfile_has_one_list_of_ip_port_per_rank() -> None:
@@ -103,3 +106,48 @@ def test_the_equivalent_mlx_launch_hostfile_and_command() -> None:
         "/usr/bin/python3",
     ]
     assert command[5:] == ["--", "-m", "core.worker", "--model", "/m"]
+
+
+# -- CPU ranks (issue 17) ---------------------------------------------------------------
+
+
+@given(cores=st.integers(1, 512), ranks=st.integers(1, 64))
+def test_cpu_rank_threads_never_oversubscribe_the_cores(cores: int, ranks: int) -> None:
+    env = mlxenv.cpu_rank_env("/lib/libopenblas.so.0", cores, ranks)
+    threads = int(env["OPENBLAS_NUM_THREADS"])
+    assert env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"]
+    assert threads >= 1
+    if ranks <= cores:
+        assert ranks * threads <= cores + 1
+    else:  # more ranks than cores: one thread each, the least there is
+        assert threads == 1
+
+
+def test_cpu_rank_env_preloads_the_fast_blas_first_once() -> None:
+    env = mlxenv.cpu_rank_env("/a/libopenblas.so.0", 8, 2, preload="/b/x.so:/a/libopenblas.so.0")
+    assert env["LD_PRELOAD"] == "/a/libopenblas.so.0:/b/x.so"
+    assert env["OPENBLAS_NUM_THREADS"] == "4"
+
+
+def test_cpu_rank_env_without_a_fast_blas_only_sets_threads() -> None:
+    assert mlxenv.cpu_rank_env(None, 2, 2) == {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def test_remote_cpu_env_comes_from_the_nodes_version_line() -> None:
+    linux = {"system": "Linux", "cores": 16, "blas": {"path": "/x/libopenblas.so.0"}}
+    assert cpu.node_cpu_env(linux, 2) == {
+        "OPENBLAS_NUM_THREADS": "8",
+        "OMP_NUM_THREADS": "8",
+        "LD_PRELOAD": "/x/libopenblas.so.0",
+    }
+    assert cpu.node_cpu_env({"system": "Darwin", "cores": 16}, 1) == {}  # Metal: untouched
+    assert "LD_PRELOAD" not in cpu.node_cpu_env({"system": "Linux", "blas": None}, 1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+def test_local_cpu_env_uses_this_machines_blas_and_cores(monkeypatch) -> None:
+    monkeypatch.setattr(cpu, "local_blas", lambda: {"path": "/y/libopenblas.so.0", "source": "x"})
+    monkeypatch.setattr(cpu, "local_cores", lambda: 2)
+    env = cpu.local_cpu_env(2, {"LD_PRELOAD": "/z.so"})
+    assert env["LD_PRELOAD"] == "/y/libopenblas.so.0:/z.so"
+    assert env["OPENBLAS_NUM_THREADS"] == "1"

@@ -19,6 +19,7 @@ from core.plan.planner import (
     Node,
     PlanOptions,
     default_gpu_limit_bytes,
+    float_weight_bytes,
     make_plan,
     node_budget,
 )
@@ -363,3 +364,29 @@ def test_repaired_split_says_so():
     assert plan.verdict == "fits" and all(rank.fits for rank in plan.ranks)
     assert "as near to proportional" in plan.reason
     assert plan.split == (33, 7)  # b: the first 7 layers (42 GB); a: the other 33 (48 GB)
+
+
+def test_cpu_nodes_plan_float_weights_when_they_have_room():
+    """Issue 17: on a CPU (no Metal) a rank dequantizes to float32 when its node has room,
+    and the plan counts those bytes; without room it stays quantized; a Mac's rank is
+    left as it was (its worker decides nothing: Metal)."""
+    model = synthetic_model_info(
+        layers=4,
+        layer_bytes=GIB,
+        shared_bytes=GIB,
+        quantization={"bits": 4, "group_size": 64, "mode": "affine"},
+    )
+    roomy, tight, mac = (
+        Node("roomy", 128 * GIB, cpu=True),
+        Node("tight", 16 * GIB, cpu=True),
+        Node("mac", 64 * GIB),
+    )
+    ranks = {r.node: r for r in make_plan(model, [roomy], options=PlanOptions()).ranks}
+    assert ranks["roomy"].float_weights is True and ranks["roomy"].worker_weights == "float"
+    assert ranks["roomy"].weights_bytes == float_weight_bytes(model, 5 * GIB)
+    assert float_weight_bytes(model, 5 * GIB) == int(5 * GIB * 32 / 4.5)  # 4 bits + scales
+    ranks = {r.node: r for r in make_plan(model, [tight], options=PlanOptions()).ranks}
+    assert ranks["tight"].float_weights is False and ranks["tight"].worker_weights == "quantized"
+    assert ranks["tight"].weights_bytes == 5 * GIB
+    ranks = {r.node: r for r in make_plan(model, [mac], options=PlanOptions()).ranks}
+    assert ranks["mac"].float_weights is None and ranks["mac"].worker_weights == "auto"

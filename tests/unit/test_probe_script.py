@@ -25,6 +25,7 @@ from core.cluster.probe.script import (
     build_probe_script,
 )
 from core.cluster.probe.sections import split_sections
+from core.worker.blas import find_openblas
 
 SHELLS = [
     ["/bin/sh"],
@@ -76,6 +77,10 @@ def test_the_python_section_reports_versions_as_json() -> None:
         "executable": sys.executable,
         "mlx": importlib.metadata.version("mlx"),
         "mlx_lm": importlib.metadata.version("mlx-lm"),
+        "cores": os.cpu_count(),
+        # On Linux, the fast BLAS the worker itself would find (MLX on the CPU).
+        "blas": (find_openblas() or {}).get("path"),
+        "blas_source": (find_openblas() or {}).get("source"),
     }
 
 

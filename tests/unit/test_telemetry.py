@@ -457,3 +457,22 @@ def test_done_with_odd_optional_fields_still_finishes_the_request() -> None:
     telemetry.feed(event("done", 0, 1.0, request="r1", prompt_tps="fast", text=None))
     (summary,) = telemetry.requests()
     assert summary.finished and summary.prompt_tps is None and summary.text == "x"
+
+
+def test_rank_facts_say_what_each_rank_runs_on() -> None:
+    """Issue 17: the BLAS and weight precision of every rank, from its loaded event."""
+    from core.run.telemetry import Telemetry
+
+    telemetry = Telemetry(clock=None)
+    blas = {"name": "OpenBLAS 0.3.31", "path": "/x.so", "threads": 1, "gflops": 90.0, "fast": True}
+    weights = {"precision": "float32", "dequantized": True, "from": "4-bit"}
+    for rank in (1, 0):
+        telemetry.feed(
+            {"event": "loaded", "rank": rank, "t": 1.0, "memory_bytes": 10, "device": "cpu",
+             "blas": blas, "weights": weights}
+        )  # fmt: skip
+    facts = telemetry.rank_facts()
+    assert [f["rank"] for f in facts] == [0, 1]
+    assert facts[0]["blas"] == "OpenBLAS 0.3.31" and facts[0]["blas_fast"] is True
+    assert facts[0]["blas_gflops"] == 90.0 and facts[0]["weights"] == "float32"
+    assert facts[0]["dequantized"] is True

@@ -77,6 +77,9 @@ class NodeFacts:
     python_executable: str | None = None
     mlx_version: str | None = None
     mlx_lm_version: str | None = None
+    cpu_count: int | None = None
+    blas_path: str | None = None  # Linux (MLX on the CPU): the fast BLAS ranks preload there
+    blas_source: str | None = None  # where it comes from: "pip cmeel-openblas" or "system"
     macmesh_app: str | None = None  # MacMesh.app's binary: runs the worker with its own Python
     macmesh_app_version: str | None = None
     thunderbolt: tuple[ThunderboltPort, ...] = ()
@@ -97,6 +100,11 @@ class NodeFacts:
         if self.os_name is not None:
             return self.os_name == "Darwin"
         return True if self.macos_version else None
+
+    @property
+    def runs_on_cpu(self) -> bool:
+        """MLX runs on the CPU here (a Linux host): no Metal, a BLAS matters."""
+        return self.os_name == "Linux"
 
     @property
     def thunderbolt_interfaces(self) -> tuple[str, ...]:
@@ -325,6 +333,9 @@ def _python(r: _Reader) -> None:
         python_executable=versions.executable,
         mlx_version=versions.mlx,
         mlx_lm_version=versions.mlx_lm,
+        cpu_count=versions.cores,
+        blas_path=versions.blas,
+        blas_source=versions.blas_source,
     )
     where = versions.executable or "the node's Python"
     if versions.mlx is None:

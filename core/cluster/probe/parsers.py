@@ -398,6 +398,9 @@ class PythonVersions:
     executable: str | None
     mlx: str | None
     mlx_lm: str | None
+    cores: int | None = None
+    blas: str | None = None  # Linux: the fast BLAS a rank there preloads (None: none found)
+    blas_source: str | None = None  # "pip cmeel-openblas" or "system"
 
 
 def _json_object(line: str) -> dict | None:
@@ -424,8 +427,15 @@ def parse_python_versions(text: str) -> PythonVersions | Unknown:
             value = data.get(key)
             return value if isinstance(value, str) else None
 
+        cores = data.get("cores")
         return PythonVersions(
-            data["python"], text_or_none("executable"), text_or_none("mlx"), text_or_none("mlx_lm")
+            data["python"],
+            text_or_none("executable"),
+            text_or_none("mlx"),
+            text_or_none("mlx_lm"),
+            cores if isinstance(cores, int) and not isinstance(cores, bool) else None,
+            text_or_none("blas"),
+            text_or_none("blas_source"),
         )
     return Unknown(f"python: {first_line(text) or 'no version printed'}")
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.bundle import APP_BINARIES
+from core.worker.blas import PIP_LIBRARY, PIP_OPENBLAS, SYSTEM_OPENBLAS
 
 BEGIN = "@@macmesh-begin"
 STDERR = "@@macmesh-stderr"
@@ -39,17 +40,35 @@ RC_TIMEOUT = 124
 RC_NOT_FOUND = 127
 
 # Asks the node's Python for its version and the mlx / mlx-lm versions, without
-# importing mlx (an import can take seconds and fail for reasons of its own).
-PYTHON_CODE = """\
-import json, sys
+# importing mlx (an import can take seconds and fail for reasons of its own); on Linux
+# (MLX on the CPU), its cores and the fast BLAS a rank there would preload
+# (core.worker.blas.find_openblas, which the worker is not yet there to run).
+PYTHON_CODE = f"""\
+import json, os, sys
 import importlib.metadata as m
 def v(name):
     try:
         return m.version(name)
     except Exception:
         return None
-print(json.dumps({"python": sys.version.split()[0], "executable": sys.executable,
-                  "mlx": v("mlx"), "mlx_lm": v("mlx-lm")}))
+def blas():
+    if not sys.platform.startswith("linux"):
+        return None, None
+    try:
+        files = m.distribution({PIP_OPENBLAS!r}).files or []
+    except Exception:
+        files = []
+    for f in files:
+        if f.name == {PIP_LIBRARY!r} and os.path.isfile(str(f.locate())):
+            return os.path.realpath(str(f.locate())), "pip {PIP_OPENBLAS}"
+    for path in {SYSTEM_OPENBLAS!r}:
+        if os.path.exists(path):
+            return os.path.realpath(path), "system"
+    return None, None
+path, source = blas()
+print(json.dumps({{"python": sys.version.split()[0], "executable": sys.executable,
+                  "mlx": v("mlx"), "mlx_lm": v("mlx-lm"), "cores": os.cpu_count(),
+                  "blas": path, "blas_source": source}}))
 """
 
 

@@ -1,0 +1,50 @@
+"""Ranks on MLX's CPU backend (Linux): which BLAS they preload and how many threads.
+
+mlx[cpu] links the reference BLAS; ``core.run.mlxenv.cpu_rank_env`` turns a node's fast
+BLAS, its cores and the ranks sharing it into a rank's environment. This module finds
+those facts: for this machine directly, for a remote node from what its worker's
+``--version`` said (``core.remote.ship.NodeSetup.versions``). On a Mac nothing is added:
+MLX runs on Metal there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from functools import cache
+
+from core.run import mlxenv
+from core.worker.blas import find_openblas
+
+
+@cache
+def local_blas() -> dict[str, str] | None:
+    """This machine's fast BLAS (``{"path", "source"}``), looked up once."""
+    return find_openblas()
+
+
+def local_cores() -> int:
+    """The cores this process may run on (a container's or taskset's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def local_cpu_env(local_ranks: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The CPU environment of a rank on this machine, one of ``local_ranks`` here."""
+    if not sys.platform.startswith("linux"):
+        return {}
+    blas = local_blas()
+    preload = (os.environ if base is None else base).get("LD_PRELOAD")
+    return mlxenv.cpu_rank_env(blas and blas["path"], local_cores(), local_ranks, preload)
+
+
+def node_cpu_env(versions: Mapping, local_ranks: int) -> dict[str, str]:
+    """The CPU environment of a rank on a remote node, from its worker's ``--version``."""
+    if versions.get("system") != "Linux":
+        return {}
+    blas = versions.get("blas") or {}
+    cores = versions.get("cores") or 1
+    return mlxenv.cpu_rank_env(blas.get("path"), int(cores), local_ranks)
