@@ -131,6 +131,10 @@ class Plan:
     kv_bytes_per_token: int
 
     @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
+
+    @property
     def nodes_used(self) -> tuple[str, ...]:
         return tuple(rank.node for rank in self.ranks)
 

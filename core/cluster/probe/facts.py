@@ -12,6 +12,7 @@ import os
 import platform
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -89,6 +90,13 @@ class NodeFacts:
     bridge_active: bool | None = None
     bridge_members: tuple[str, ...] = ()
     unknowns: dict[str, str] = field(default_factory=dict)  # field → why it is unknown
+    # When these facts were established (time.monotonic()): a Start reuses facts probed
+    # moments ago instead of asking again. Not part of what the facts say.
+    probed_at: float = field(default_factory=time.monotonic, compare=False, repr=False)
+
+    def age_s(self, now: float | None = None) -> float:
+        """Seconds since the probe."""
+        return (time.monotonic() if now is None else now) - self.probed_at
 
     @property
     def is_macos(self) -> bool | None:
