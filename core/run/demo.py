@@ -10,7 +10,6 @@ needs SSH (probe, checks, copy).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,12 +71,6 @@ def demo_nodes(count: int) -> list[Node]:
         )
         for facts in demo_facts(count)
     ]
-
-
-def named(names: Sequence[str]) -> list[NodeFacts]:
-    """The simulated Macs called ``names`` (a plan's nodes), in that order."""
-    by_name = {facts.name: facts for facts in DEMO_MACS}
-    return [by_name[name] for name in names if name in by_name]
 
 
 def demo_model() -> Path:

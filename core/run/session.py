@@ -148,6 +148,7 @@ class Session:
         self.report: PreflightReport | None = None
         self.copies: list[CopyResult] = []
         self.job: Any = None
+        self.spec: JobSpec | None = None  # what launch() runs, once worked out
         self.state = RunState.IDLE
         self.step: Step | None = None  # the step running, or the last one run
         self.completed: set[Step] = set()
@@ -181,7 +182,7 @@ class Session:
         """Run one step: its state first (none for the demo's skipped steps); a failure
         becomes NOT_READY with the reason, then propagates."""
         self.step = step
-        if state is not None and self.state != RunState.STOPPING:
+        if state is not None:
             self._set(state)
         try:
             yield
@@ -318,7 +319,7 @@ class Session:
         """Start the job's ranks: returns once they are starting (``wait_ready``).
         LOADING; FAILED when they cannot be started (then raises)."""
         with self._step(Step.LAUNCH, RunState.LOADING):
-            spec = self.job_spec()
+            spec = self.spec or self.job_spec()
             job = self._job_factory(spec)
             job.event.connect(self.event.emit)
             job.state_changed.connect(self._on_job_state)
@@ -363,16 +364,20 @@ class Session:
 
     # -- what runs ------------------------------------------------------------------------
 
-    def job_spec(self, *, checked: bool = True, **fields: Any) -> JobSpec:
+    def job_spec(self, *, checked: bool = True) -> JobSpec:
         """The plan as a ``JobSpec``: local ranks for the demo, else the targets in rank
         order with each rank's model folder on its node (``checked``: only after checks
-        that passed)."""
+        that passed). Worked out once (a node may be asked where its cache is)."""
         plan = self._planned()
         if self.demo:
-            return job_spec(self.info, plan, **fields)
-        report = self._checked() if checked else self._reported()
-        folders = model_folders(report, plan, self.targets, self.info.path)
-        return job_spec(self.info, plan, self.targets, report.backend, folders, **fields)
+            spec = job_spec(self.info, plan)
+        else:
+            report = self._checked() if checked else self._reported()
+            folders = model_folders(report, plan, self.targets, self.info.path)
+            spec = job_spec(self.info, plan, self.targets, report.backend, folders)
+        if checked:
+            self.spec = spec
+        return spec
 
     def launch_command(self) -> dict[str, Any]:
         """The equivalent ``mlx.launch`` command and hostfile for this Start."""

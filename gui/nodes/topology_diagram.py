@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core.cluster.probe.facts import NodeFacts
+    from core.cluster.registry import Node
     from core.cluster.topology import Topology
 
 GIB = 1 << 30
@@ -118,7 +119,7 @@ def diagram_from_topology(
     return Diagram(nodes, tuple(cables), missing, topology.shape, topology.verdict)
 
 
-def demo_diagram(nodes: Sequence[Any]) -> Diagram:
+def demo_diagram(nodes: Sequence[Node]) -> Diagram:
     """A plausible map for the demo Macs (they have no probed ports): a full mesh of
     Thunderbolt 5 cables with RDMA on, ports numbered in order on every Mac."""
     names = [n.name for n in nodes]
@@ -128,8 +129,8 @@ def demo_diagram(nodes: Sequence[Any]) -> Diagram:
             " · ".join(
                 p
                 for p in (
-                    (getattr(n, "chip", "") or "").removeprefix("Apple "),
-                    f"{n.memory_bytes / GIB:.0f} GB" if getattr(n, "memory_bytes", 0) else "",
+                    n.chip.removeprefix("Apple "),
+                    f"{n.memory_bytes / GIB:.0f} GB" if n.memory_bytes else "",
                 )
                 if p
             ),
@@ -155,25 +156,23 @@ def demo_diagram(nodes: Sequence[Any]) -> Diagram:
     return Diagram(boxes, cables, (), shape, verdict)
 
 
-def cluster_diagram(nodes: Sequence[Any], demo: bool) -> Diagram | None:
+def cluster_diagram(nodes: Sequence[Node], demo: bool) -> Diagram | None:
     """The map of the nodes a pane shows: the demo's full mesh, or the cables among the
     ready Macs (a Linux host has no Thunderbolt link: it joins over IP). None with
     fewer than two."""
     if demo:
         return demo_diagram(nodes) if len(nodes) > 1 else None
     ready = [
-        n
+        (n, n.facts)
         for n in nodes
-        if getattr(n, "probe_state", "ready") == "ready"
-        and hasattr(getattr(n, "facts", None), "thunderbolt")
-        and getattr(n.facts, "is_macos", None) is not False
+        if n.probe_state == "ready" and n.facts is not None and n.facts.is_macos is not False
     ]
     if len(ready) < 2:
         return None
     from core.cluster.topology import build_topology
 
-    facts = {n.facts.name: n.facts for n in ready}
-    self_name = next((n.facts.name for n in ready if getattr(n, "is_self", False)), None)
+    facts = {f.name: f for _n, f in ready}
+    self_name = next((f.name for n, f in ready if n.is_self), None)
     try:
         topology = build_topology(list(facts.values()))
     except ValueError:  # two nodes report the same name: no map rather than a wrong one

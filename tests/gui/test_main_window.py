@@ -8,11 +8,11 @@ import pytest
 from PySide6.QtCore import QByteArray, QSettings
 from pytestqt.qtbot import QtBot
 
+from core.run.states import RunState
 from core.settings import Settings, load_settings
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
 from gui.preferences import Preferences
-from gui.run.controller import RunState
 from tests.gui.fakes import fake_factory
 from tests.gui.helpers import drop_paths
 

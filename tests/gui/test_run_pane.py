@@ -15,10 +15,11 @@ from pytestqt.qtbot import QtBot
 
 from core.model.info import ModelInfo, read_model_info
 from core.plan.planner import Plan
-from core.run.demo import demo_macs
+from core.run.demo import demo_facts
+from core.run.states import RunState
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
-from gui.run.controller import STEPS, RunState
+from gui.run.controller import STEPS
 from gui.run.failure import LogDialog
 from gui.run.pane import RunPane, describe_plan
 from tests.gui.fakes import FakeBehaviour, fake_factory
@@ -27,7 +28,7 @@ from tests.gui.fakes import FakeBehaviour, fake_factory
 @pytest.fixture(scope="module")
 def demo_plans(demo_model: Path) -> tuple[ModelInfo, dict[str, Plan]]:
     info = read_model_info(demo_model)
-    return info, plan_all(info, demo_macs(2))
+    return info, plan_all(info, demo_facts(2))
 
 
 def _pane(
