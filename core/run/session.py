@@ -321,7 +321,7 @@ class Session:
         with self._step(Step.LAUNCH, RunState.LOADING):
             spec = self.spec or self.job_spec()
             job = self._job_factory(spec)
-            job.event.connect(self.event.emit)
+            job.event.connect(self._on_event)
             job.state_changed.connect(self._on_job_state)
             self.job = job
         try:
@@ -359,7 +359,7 @@ class Session:
         if job is not None:
             job.stop()
         with self._lock:
-            if self.state.active:
+            if self.state not in (RunState.STOPPED, RunState.FAILED, RunState.NOT_READY):
                 self._set(RunState.STOPPED)
 
     # -- what runs ------------------------------------------------------------------------
@@ -420,6 +420,10 @@ class Session:
         if self.job is None:
             raise JobError("nothing was started")
         return self.job
+
+    def _on_event(self, event: dict) -> None:
+        """On a job's reader thread: pass the event on."""
+        self.event.emit(event)
 
     def _on_job_state(self, state: str, message: str) -> None:
         """On a job thread: the job's state as the session's."""
