@@ -101,6 +101,10 @@ def test_closing_stops_the_job_first(qtbot: QtBot, demo_model: Path, when: str) 
     window.run.start()
     if when == "ready":
         qtbot.waitUntil(lambda: window.run.controller.state == RunState.READY, timeout=10_000)
+    else:  # the ranks are started on the controller's queue: close while they load
+        qtbot.waitUntil(
+            lambda: bool(factory.jobs) and factory.jobs[0].state.value == "loading", timeout=10_000
+        )
     assert window.cluster.size_box.isEnabled() is False  # locked while running
     window.close()
     assert window.isVisible()  # not yet: the ranks stop first

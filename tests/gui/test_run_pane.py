@@ -124,9 +124,7 @@ def test_a_prompt_typed_while_loading_is_sent_once_loaded(qtbot: QtBot, demo_pla
 def test_stop_while_loading(qtbot: QtBot, demo_plans) -> None:
     pane = _pane(qtbot, demo_plans, FakeBehaviour(load_s=1.0))
     pane.start()
-    qtbot.waitUntil(
-        lambda: bool(pane.jobs) and pane.jobs[0].state.value == "loading", timeout=5000
-    )
+    qtbot.waitUntil(lambda: bool(pane.jobs) and pane.jobs[0].state.value == "loading", timeout=5000)
     pane.stop()
     qtbot.waitUntil(lambda: _state(pane) == RunState.STOPPED, timeout=10_000)
     assert pane.jobs[0].state.value == "stopped"
