@@ -143,4 +143,4 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
     plan = make_plan(model, nodes, links if args.rdma else (), options)
     text = json.dumps(plan_to_dict(plan), indent=2) if args.json else format_plan(plan)
     print(text, file=out)
-    return 0 if plan.verdict == "fits" else 1
+    return 0 if plan.fits else 1
