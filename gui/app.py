@@ -122,14 +122,12 @@ def display_available() -> bool:
 
 
 def _headless(why: str) -> int:
-    from core.run.demo import add_arguments, run_headless
+    from core.cli.demo import demo_cli
 
     sys.stderr.write(
         f"macmesh: {why}; running the demo in the terminal instead (macmesh demo --headless).\n"
     )
-    parser = argparse.ArgumentParser(prog="macmesh")
-    add_arguments(parser)
-    return run_headless(parser.parse_args([]))
+    return demo_cli([])
 
 
 class _FirstPaint(QObject):

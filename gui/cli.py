@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"macmesh {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from core.run.demo import add_arguments
+    from core.cli.demo import add_arguments
 
     demo = commands.add_parser("demo", help="run the demo cluster on this machine")
     add_arguments(demo)
@@ -54,7 +54,7 @@ def _main(argv: list[str]) -> int:
         # the subcommands' parsers (they import numpy).
         return _app(argv)
     if argv and argv[0] == "plan":
-        from core.plan.report import plan_cli
+        from core.cli.plan import plan_cli
 
         return plan_cli(argv[1:])
     if argv[0] == "nodes":
@@ -62,7 +62,7 @@ def _main(argv: list[str]) -> int:
 
         return nodes_cli(argv[1:])
     if argv[0] == "run":
-        from core.run.cluster_run import run_cli
+        from core.cli.run import run_cli
 
         return run_cli(argv[1:])
     args = _parser().parse_args(argv)
@@ -72,7 +72,7 @@ def _main(argv: list[str]) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from core.run.demo import run_headless
+    from core.cli.demo import run_headless
 
     if not args.headless:
         gui = _gui_main()
@@ -85,11 +85,9 @@ def _app(argv: list[str]) -> int:
     gui = _gui_main()
     if gui is None:
         # No window yet (or no Qt on this machine): the headless demo stands in.
-        from core.run.demo import add_arguments, run_headless
+        from core.cli.demo import demo_cli
 
-        parser = argparse.ArgumentParser(prog="macmesh")
-        add_arguments(parser)
-        return run_headless(parser.parse_args([]))
+        return demo_cli([])
     return gui(argv)
 
 

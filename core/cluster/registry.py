@@ -20,7 +20,7 @@ import ipaddress
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from psygnal import Signal
 
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Node:
     """One machine MacMesh knows of. ``is_mac`` None: not known yet (a manual host before
-    its probe). ``facts`` is what the probe found (``core.cluster.probe``), None until then."""
+    its probe). ``facts`` is what the probe found (``core.cluster.probe``), None until then;
+    a demo Mac carries the facts a probe of it would give."""
 
     name: str
     hostname: str | None = None
@@ -52,7 +53,7 @@ class Node:
     sources: frozenset[Source] = frozenset()
     is_self: bool = False
     macmesh_version: str | None = None
-    facts: Any = None
+    facts: NodeFacts | None = None
     probe_state: ProbeState = ProbeState.NEW
     probe_message: str = ""
 
@@ -74,36 +75,34 @@ class Node:
 
     @property
     def chip(self) -> str:
-        return getattr(self.facts, "chip", None) or ""
+        return (self.facts.chip if self.facts else None) or ""
 
     @property
     def memory_bytes(self) -> int:
-        return getattr(self.facts, "memory_bytes", None) or 0
+        return (self.facts.memory_bytes if self.facts else None) or 0
 
     @property
     def macos(self) -> str:
         """The probed macOS version, else the major version Bonjour's Darwin number implies."""
-        probed = getattr(self.facts, "macos", None) or getattr(self.facts, "macos_version", None)
-        if probed:
-            return str(probed)
+        if self.facts is not None and self.facts.macos_version:
+            return self.facts.macos_version
         return str(macos_major(self.darwin)) if self.darwin else ""
 
     @property
     def rdma(self) -> bool | None:
-        """RDMA over Thunderbolt on: ``core.cluster.rdma.node_verdict`` for probed facts (None while
-        it cannot tell), the demo Mac's own flag otherwise."""
-        if isinstance(self.facts, NodeFacts):
-            state = node_verdict(self.facts).state
-            return None if state == "unknown" else state == "on"
-        return getattr(self.facts, "rdma", None)
+        """RDMA over Thunderbolt on, by ``core.cluster.rdma.node_verdict`` (None while it
+        cannot tell, or before the probe)."""
+        if self.facts is None:
+            return None
+        state = node_verdict(self.facts).state
+        return None if state == "unknown" else state == "on"
 
     @property
     def kind(self) -> str:
         """ "Mac", "Linux" (or another system's name), or "" while not known."""
         if self.is_mac:
             return "Mac"
-        os_name = getattr(self.facts, "os_name", None)
-        return os_name or ""
+        return (self.facts.os_name if self.facts else None) or ""
 
 
 def macos_major(darwin: int) -> int | None:
@@ -123,7 +122,7 @@ def merge(
     peers: Iterable[BonjourPeer],
     manual: Iterable[ManualHost],
     demo: Iterable[Node] = (),
-    facts: Mapping[str, Any] | None = None,
+    facts: Mapping[str, NodeFacts] | None = None,
     probes: Mapping[str, tuple[ProbeState, str]] | None = None,
 ) -> dict[str, Node]:
     """The nodes, by name. A manual host naming a peer (its host name, address or instance
@@ -154,11 +153,11 @@ def merge(
     probes = probes or {}
     merged = {}
     for name, node in nodes.items():
-        found = facts.get(name)
+        found = facts.get(name, node.facts)  # a demo Mac comes with its facts
         known = (ProbeState.READY, "") if found is not None else None
         state, message = probes.get(name) or known or (node.probe_state, node.probe_message)
         # The probe is the truth about the system; Bonjour's model is only a hint.
-        is_macos = getattr(found, "is_macos", None)
+        is_macos = found.is_macos if found is not None else None
         merged[name] = replace(
             node,
             facts=found,
@@ -182,7 +181,7 @@ class Registry:
         self._peers: dict[str, BonjourPeer] = {}
         self._manual: list[ManualHost] = []
         self._demo: list[Node] = []
-        self._facts: dict[str, Any] = {}
+        self._facts: dict[str, NodeFacts] = {}
         self._probes: dict[str, tuple[ProbeState, str]] = {}
         self._nodes: dict[str, Node] = {}
 
@@ -216,7 +215,7 @@ class Registry:
             self._demo = list(nodes)
             self._refresh()
 
-    def set_facts(self, name: str, facts: Any) -> None:
+    def set_facts(self, name: str, facts: NodeFacts) -> None:
         """Attach a probe's result to the node ``name`` (ignored if it is gone)."""
         with self._lock:
             if name in self._nodes:
@@ -231,7 +230,7 @@ class Registry:
                 self._refresh()
 
     def set_probe_result(
-        self, name: str, state: ProbeState, message: str = "", facts: Any = None
+        self, name: str, state: ProbeState, message: str = "", facts: NodeFacts | None = None
     ) -> None:
         """A probe's outcome in one change: its state and its facts (None drops older ones,
         so a node that stops answering shows no stale facts). Ignored if ``name`` is gone."""

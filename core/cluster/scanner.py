@@ -351,7 +351,12 @@ class Scanner:
             return not self._closed and self._gen.get(name) == gen
 
     def _set(
-        self, name: str, gen: int, state: ProbeState, message: str = "", facts: object = None
+        self,
+        name: str,
+        gen: int,
+        state: ProbeState,
+        message: str = "",
+        facts: NodeFacts | None = None,
     ) -> bool:
         if not self._current(name, gen):
             return False

@@ -1,31 +1,49 @@
-"""One Start on real Macs, step by step: preflight → copy what is missing → the JobSpec.
+"""One Start, from the nodes to a running job and back: the one object behind
+``macmesh run``, ``macmesh demo --headless`` and the window's Start.
 
-The app's Start and ``macmesh run`` take the same path (``core.run.cluster_run``'s pieces);
-this object holds one Start's state between the steps so a GUI can show each step's
-result, run each step off its own thread, and cancel a copy with Stop. Each step blocks;
-the caller runs them in order on one worker thread:
+A session is one model on some hosts: real Macs (``Host`` with a ``Target``) or the
+demo's simulated Macs (no target: their ranks run on this machine, and what needs SSH,
+the probe, the checks and the copy, is skipped). Each step blocks; the caller runs them
+in order on one worker thread (the window on its bridge's serial queue, the command line
+on its main thread); ``start()`` runs the first five:
 
-- ``preflight()`` → ``PreflightReport`` (every check with its fix, the backend);
-- ``copy()`` copies each node's part of the model where preflight found it missing, all
-  nodes at once, with ``progress`` per node; ``cancel()`` stops it between chunks and
-  what arrived is kept (the next copy resumes);
-- ``job_spec()`` → the plan as a ``JobSpec`` on the targets, each rank's model on its node.
+- ``probe(force=False)``: every host's facts. Facts a scanner probed within ``fresh_s``
+  (60 s) are reused; the others are probed over SSH, in parallel (``force``: all).
+- ``make_plan()``: the plan given (the window's Model pane made it), or the planner's on
+  the probed facts for ``strategy``.
+- ``preflight()``: every check with its fix, and the backend (reusing the probed facts).
+- ``copy()``: each node's missing part of the model, every node at once.
+- ``launch()``: the job's ranks start (it returns once they are starting).
+- ``ask(...)``: a request; its tokens arrive as ``event``s. ``stop()``: every rank ends.
 
-``planned_launch`` / ``demo_launch`` give the equivalent ``mlx.launch`` command and
-hostfile, for the dialog and for people who run jobs by hand.
+``cancel()`` (any thread) ends the running step at its next boundary (a copy between
+chunks; what arrived is kept and the next copy resumes); ``start()`` then runs no
+further step and stops a job it started.
 
-Threads: ``progress`` fires on the copying threads (one per node).
+Signals, and the thread each fires on:
+
+- ``state_changed(state, detail)``: a ``core.run.states.RunState``; ``detail`` is why, for
+  NOT_READY after a failed step and FAILED (the launcher's message), else "". On the
+  thread running the step, or on the job's threads for LOADING/READY/GENERATING/
+  STOPPING/FAILED. Emitted with the session's lock held, so slots see them in order.
+- ``checked(report)``: the ``PreflightReport``, on the preflight step's thread.
+- ``copy_progress(progress)``: ``CopyProgress``, on the copying threads (one per node).
+- ``event(event)``: every worker event, on the job's reader threads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from psygnal import Signal
 
+from core.bundle import worker_python
 from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
@@ -33,130 +51,388 @@ from core.remote.modelcopy import CopyResult, copy_model
 from core.remote.ssh import SSHError
 from core.remote.targets import Target
 from core.remote.transport import CopyCancelled, ModelCopyError
+from core.run import cluster_run
 from core.run.cluster_run import (
     ClusterError,
-    cluster_spec,
+    demo_launch,
     in_rank_order,
+    job_spec,
     model_folders,
-    show_launch,
+    planned_launch,
 )
-from core.run.launcher import JobSpec
-from core.run.preflight import BackendChoice, PreflightReport, choose_backend, run_preflight
+from core.run.launcher import Job, JobError, JobSpec
+from core.run.planning import plan_on
+from core.run.preflight import PreflightReport, run_preflight
+from core.run.states import RunState, Step
+from core.worker.vocab import Backend, JobState, Strategy
 
-__all__ = ["ClusterError", "ClusterSession", "CopyCancelled", "demo_launch", "planned_launch"]
+__all__ = ["FRESH_S", "ClusterError", "CopyCancelled", "Host", "Session"]
+
+FRESH_S = 60.0  # facts probed this recently are not asked for again
+
+# The job's states as the session's (STOPPED is said by stop() once every rank ended).
+_FROM_JOB = {
+    JobState.STARTING: RunState.LOADING,
+    JobState.LOADING: RunState.LOADING,
+    JobState.READY: RunState.READY,
+    JobState.GENERATING: RunState.GENERATING,
+    JobState.STOPPING: RunState.STOPPING,
+    JobState.FAILED: RunState.FAILED,
+}
 
 
-class ClusterSession:
-    """One Start of ``plan`` (of the model ``info``) on ``targets``."""
+@dataclass(frozen=True)
+class Host:
+    """One node a Start may use. ``target``: how to reach it; None for a simulated Mac
+    (the demo), whose rank runs on this machine. ``facts``: what a probe found (a
+    scanner's), None when not probed yet."""
 
-    progress = Signal(object)  # CopyProgress, on a copying thread
+    name: str
+    target: Target | None = None
+    facts: NodeFacts | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.target is None
+
+
+def real_hosts(targets: Sequence[Target], facts: Sequence[NodeFacts] = ()) -> list[Host]:
+    """A host per target, with the facts already known of it (by name)."""
+    known = {f.name: f for f in facts}
+    return [Host(t.name, t, known.get(t.name)) for t in targets]
+
+
+def simulated_hosts(facts: Sequence[NodeFacts]) -> list[Host]:
+    return [Host(f.name, None, f) for f in facts]
+
+
+class Session:
+    """One Start of the model ``info`` on ``hosts`` (see the module doc)."""
+
+    state_changed = Signal(str, str)  # RunState, detail
+    checked = Signal(object)  # PreflightReport
+    copy_progress = Signal(object)  # CopyProgress
+    event = Signal(dict)  # a worker event
 
     def __init__(
-        self, info: ModelInfo, plan: Plan, targets: Sequence[Target], backend: str = "auto"
+        self,
+        info: ModelInfo,
+        hosts: Sequence[Host],
+        *,
+        plan: Plan | None = None,
+        strategy: Strategy | str = Strategy.AUTO,
+        backend: Backend | str = Backend.AUTO,
+        job_factory: Callable[[JobSpec], Any] | None = None,
+        fresh_s: float = FRESH_S,
     ) -> None:
-        if plan.verdict != "fits":
-            raise ClusterError(plan.reason)
-        missing = [name for name in plan.nodes_used if name not in {t.name for t in targets}]
-        if missing:
-            raise ClusterError(f"The plan uses {', '.join(missing)}, which is not ready here.")
-        self.info, self.plan, self.targets, self.backend = info, plan, list(targets), backend
+        names = [h.name for h in hosts]
+        if not hosts:
+            raise ClusterError("A Start needs at least one node.")
+        if len(set(names)) != len(names):
+            raise ClusterError("A host is listed twice.")
+        if len({h.simulated for h in hosts}) > 1:
+            raise ClusterError("The demo's simulated Macs and real Macs cannot run one job.")
+        if plan is not None:
+            if not plan.fits:
+                raise ClusterError(plan.reason)
+            missing = [name for name in plan.nodes_used if name not in names]
+            if missing:
+                raise ClusterError(f"The plan uses {', '.join(missing)}, which is not ready here.")
+        self.info, self.hosts = info, list(hosts)
+        self.demo = hosts[0].simulated
+        self.strategy, self.backend = Strategy(strategy), Backend(backend)
+        self.plan: Plan | None = plan
+        self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
+        self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
+        self.probed: tuple[str, ...] = ()  # the hosts the last probe() asked over SSH
         self.report: PreflightReport | None = None
         self.copies: list[CopyResult] = []
+        self.job: Any = None
+        self.spec: JobSpec | None = None  # what launch() runs, once worked out
+        self.state = RunState.IDLE
+        self.step: Step | None = None  # the step running, or the last one run
+        self.completed: set[Step] = set()
+        self.error = ""  # why the last step failed
+        self._fresh_s = fresh_s
+        self._asked: dict[str, str] = {}  # host → the Python its probe here was asked about
+        self._job_factory = job_factory or Job
+        self._lock = threading.RLock()
         self._cancel = threading.Event()
+
+    # -- state -----------------------------------------------------------------------
 
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
     def cancel(self) -> None:
-        """Stop a copy between chunks (what arrived stays, for the next copy to resume)."""
+        """Any thread: end the running step at its next boundary (a copy between chunks,
+        what arrived is kept) and run no further step."""
         self._cancel.set()
 
-    def preflight(self) -> PreflightReport:
-        used = in_rank_order(self.plan, self.targets)
-        self.report = run_preflight(used, self.plan, self.info.path, self.backend)
-        return self.report
+    def _set(self, state: RunState, detail: str = "") -> None:
+        with self._lock:
+            if state == self.state and not detail:
+                return
+            self.state = state
+            self.state_changed.emit(state.value, detail)
+
+    @contextlib.contextmanager
+    def _step(self, step: Step, state: RunState | None) -> Iterator[None]:
+        """Run one step: its state first (none for the demo's skipped steps); a failure
+        becomes NOT_READY with the reason, then propagates."""
+        self.step = step
+        if state is not None:
+            self._set(state)
+        try:
+            yield
+        except CopyCancelled:
+            raise
+        except Exception as error:
+            self.error = str(error) if isinstance(error, ClusterError) else _describe(error)
+            if not self.cancelled:
+                self._set(RunState.NOT_READY, self.error)
+            raise
+        self.completed.add(step)
+
+    # -- the steps ---------------------------------------------------------------------
+
+    def start(self, reprobe: bool = False) -> bool:
+        """probe → plan → preflight → copy → launch. True once the ranks are starting;
+        False when a check failed (NOT_READY, ``report``) or after ``cancel()``
+        (STOPPED). A step that cannot run raises (NOT_READY, ``error``)."""
+        steps = (partial(self.probe, reprobe), self.make_plan, self.preflight, self.copy)
+        try:
+            for step in steps:
+                if self.cancelled:
+                    break
+                step()
+                if self.state == RunState.NOT_READY:
+                    return False
+            if not self.cancelled:
+                self.launch()
+        except CopyCancelled:
+            pass
+        except Exception:
+            if not self.cancelled:
+                raise
+        if self.cancelled:
+            self.stop()
+            return False
+        return True
+
+    def probe(self, force: bool = False) -> list[NodeFacts]:
+        """Every host's facts, in host order: a scanner's when fresh, else probed over
+        SSH now (``force``: every host). ClusterError naming each host that could not be
+        probed. The demo's simulated Macs have their facts already."""
+        with self._step(Step.PROBE, None if self.demo else RunState.CHECKING):
+            if not self.demo:
+                stale = [h.name for h in self.hosts if force or not self._fresh(h.name)]
+                by_name = {t.name: t for t in self.targets}
+                asked = [by_name[name] for name in stale]
+                for facts, target in zip(
+                    cluster_run.probe_targets(asked) if asked else [], asked, strict=True
+                ):
+                    self.facts[target.name] = facts
+                    self._asked[target.name] = target.interpreter
+                self.probed = tuple(stale)
+                # Each node's worker Python: the one asked for, else MacMesh.app there
+                # when fitting, else the Python the probe found.
+                self.targets = [
+                    replace(t, python=worker_python(t.python, self.facts[t.name]))
+                    for t in self.targets
+                ]
+            return [self.facts[h.name] for h in self.hosts if h.name in self.facts]
+
+    def make_plan(self) -> Plan:
+        """The plan given, or the planner's for ``strategy`` on the probed facts (one
+        host: single). ClusterError when a node's memory is unknown or it does not fit."""
+        with self._step(Step.PLAN, None if self.demo else RunState.CHECKING):
+            if self.plan is None:
+                facts = [self.facts.get(h.name) or NodeFacts(h.name) for h in self.hosts]
+                unknown = [f for f in facts if not f.memory_bytes]
+                if unknown:
+                    why = "; ".join(
+                        f"{f.name}: {f.unknowns.get('memory_bytes', 'not reported')}"
+                        for f in unknown
+                    )
+                    raise ClusterError(f"Cannot plan: the memory of some nodes is unknown ({why}).")
+                plan = plan_on(self.info, facts, self.strategy)
+                if not plan.fits:
+                    raise ClusterError(plan.reason)
+                self.plan = plan
+            return self.plan
+
+    def preflight(self) -> PreflightReport | None:
+        """Every check for the plan on the nodes it uses, with the backend; None for the
+        demo. A failed check: NOT_READY (the report says which, with its fix)."""
+        if self.demo:
+            return None
+        with self._step(Step.PREFLIGHT, RunState.CHECKING):
+            plan = self._planned()
+            used = in_rank_order(plan, self.targets)
+            known = {t.name: self.facts[t.name] for t in used if self._describes(t)}
+            report = run_preflight(used, plan, self.info.path, self.backend.value, facts=known)
+            self.report = report
+            self.checked.emit(report)
+            if not report.ok and not self.cancelled:
+                self._set(RunState.NOT_READY)
+            return report
 
     def copy(self) -> list[CopyResult]:
         """Copy each node's missing part, every node at once. ``CopyCancelled`` after
-        ``cancel()``; ``ClusterError`` naming each node whose copy failed."""
+        ``cancel()`` (STOPPED); ClusterError naming each node whose copy failed."""
+        if self.demo:
+            return []
         report = self._checked()
         by_name = {t.name: t for t in self.targets}
         todo = [(by_name[name], report.manifests[name]) for name in report.copies_needed]
         if not todo:
             return []
-        with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="model-copy") as pool:
-            source, report_progress = self.info.path, self.progress.emit
-            futures = [
-                pool.submit(copy_model, target, part, source, report_progress, self._cancel)
-                for target, part in todo
-            ]
-        results, problems = [], []
-        for future in futures:
-            try:
-                results.append(future.result())
-            except CopyCancelled:
-                continue
-            except (ModelCopyError, SSHError, OSError) as exc:
-                problems.append(str(exc))
-        if problems:
-            raise ClusterError("\n".join(problems) + "\nStart again: the copy resumes.")
-        if self.cancelled:
-            raise CopyCancelled(
-                "The copy stopped; what arrived is kept and the next Start continues from there."
-            )
-        self.copies = results
-        return results
+        with self._step(Step.COPY, RunState.COPYING):
+            with ThreadPoolExecutor(len(todo), thread_name_prefix="model-copy") as pool:
+                source, progress = self.info.path, self.copy_progress.emit
+                futures = [
+                    pool.submit(copy_model, target, part, source, progress, self._cancel)
+                    for target, part in todo
+                ]
+            results, problems = [], []
+            for future in futures:
+                try:
+                    results.append(future.result())
+                except CopyCancelled:
+                    continue
+                except (ModelCopyError, SSHError, OSError) as exc:
+                    problems.append(str(exc))
+            if problems:
+                raise ClusterError("\n".join(problems) + "\nThe next Start resumes the copy.")
+            if self.cancelled:
+                self._set(RunState.STOPPED)
+                raise CopyCancelled(
+                    "The copy stopped; what arrived is kept and the next Start continues "
+                    "from there."
+                )
+            self.copies = results
+            return results
 
-    def job_spec(self, **fields: Any) -> JobSpec:
-        report = self._checked()
-        folders = model_folders(report, self.plan, self.targets, self.info.path)
-        return cluster_spec(self.info, self.plan, self.targets, report.backend, folders, **fields)
+    def launch(self) -> Any:
+        """Start the job's ranks: returns once they are starting (``wait_ready``).
+        LOADING; FAILED when they cannot be started (then raises)."""
+        with self._step(Step.LAUNCH, RunState.LOADING):
+            spec = self.spec or self.job_spec()
+            job = self._job_factory(spec)
+            job.event.connect(self._on_event)
+            job.state_changed.connect(self._on_job_state)
+            self.job = job
+        try:
+            job.start()
+        except Exception as error:
+            with contextlib.suppress(Exception):
+                job.stop()
+            self._set(RunState.FAILED, f"The ranks could not be started: {_describe(error)}")
+            raise
+        return job
 
-    def _checked(self) -> PreflightReport:
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until every rank has loaded; JobError if the job failed first."""
+        self._running().wait_ready(timeout)
+
+    def ask(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: list[dict] | None = None,
+        max_tokens: int = 128,
+    ) -> str:
+        """Send a request (a prompt, or a conversation's ``messages``); its id."""
+        return str(self._running().generate(prompt, messages=messages, max_tokens=max_tokens))
+
+    def wait_done(self, request: str, timeout: float | None = None) -> dict:
+        """The request's ``done`` event; JobError if the job ends first."""
+        return dict(self._running().wait_done(request, timeout))
+
+    def stop(self) -> None:
+        """End every rank (blocking) and whatever step is left; STOPPED once the ranks
+        are gone. Safe at any moment and more than once."""
+        self._cancel.set()
+        job = self.job
+        if job is not None:
+            job.stop()
+        with self._lock:
+            if self.state not in (RunState.STOPPED, RunState.FAILED, RunState.NOT_READY):
+                self._set(RunState.STOPPED)
+
+    # -- what runs ------------------------------------------------------------------------
+
+    def job_spec(self, *, checked: bool = True) -> JobSpec:
+        """The plan as a ``JobSpec``: local ranks for the demo, else the targets in rank
+        order with each rank's model folder on its node (``checked``: only after checks
+        that passed). Worked out once (a node may be asked where its cache is)."""
+        plan = self._planned()
+        if self.demo:
+            spec = job_spec(self.info, plan)
+        else:
+            report = self._checked() if checked else self._reported()
+            folders = model_folders(report, plan, self.targets, self.info.path)
+            spec = job_spec(self.info, plan, self.targets, report.backend, folders)
+        if checked:
+            self.spec = spec
+        return spec
+
+    def launch_command(self) -> dict[str, Any]:
+        """The equivalent ``mlx.launch`` command and hostfile for this Start."""
+        plan = self._planned()
+        if self.demo:
+            return demo_launch(job_spec(self.info, plan))
+        return planned_launch(self.info, plan, self.targets, list(self.facts.values()), self.report)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _fresh(self, name: str) -> bool:
+        facts = self.facts.get(name)
+        return facts is not None and facts.age_s() <= self._fresh_s
+
+    def _describes(self, target: Target) -> bool:
+        """Do the facts held for ``target`` describe the Python its rank will run (so
+        preflight need not probe it again)?"""
+        facts = self.facts.get(target.name)
+        if facts is None or not self._fresh(target.name):
+            return False
+        return target.interpreter in (self._asked.get(target.name), facts.python_executable)
+
+    def _planned(self) -> Plan:
+        if self.plan is None:
+            raise ClusterError("Plan first.")
+        return self.plan
+
+    def _reported(self) -> PreflightReport:
         if self.report is None:
             raise ClusterError("Run the checks first.")
-        if not self.report.ok:
-            raise ClusterError("The checks failed; nothing was started.")
         return self.report
 
+    def _checked(self) -> PreflightReport:
+        report = self._reported()
+        if not report.ok:
+            raise ClusterError("The checks failed; nothing was started.")
+        return report
 
-# -- the equivalent mlx.launch ------------------------------------------------------------
+    def _running(self) -> Any:
+        if self.job is None:
+            raise JobError("nothing was started")
+        return self.job
+
+    def _on_event(self, event: dict) -> None:
+        """On a job's reader thread: pass the event on."""
+        self.event.emit(event)
+
+    def _on_job_state(self, state: str, message: str) -> None:
+        """On a job thread: the job's state as the session's."""
+        mapped = _FROM_JOB.get(JobState(state))
+        with self._lock:
+            if mapped is None or self.state in (RunState.STOPPED, RunState.FAILED):
+                return
+            self._set(mapped, message if mapped == RunState.FAILED else "")
 
 
-def demo_launch(spec: JobSpec) -> dict:
-    """``mlx.launch`` for the demo's local ranks: ``-n N --backend ring`` on this
-    machine (mlx.launch writes the loopback hostfile itself, so there is none to show)."""
-    command = [
-        "mlx.launch", "-n", str(spec.nodes), "--backend", "ring", "--python", spec.python,
-        "--", "-m", "core.worker", *spec.worker_args(0),
-    ]  # fmt: skip
-    return {"command": command, "hostfile": None, "local": True}
-
-
-def planned_launch(
-    info: ModelInfo,
-    plan: Plan,
-    targets: Sequence[Target],
-    facts: Sequence[NodeFacts],
-    report: PreflightReport | None = None,
-) -> dict:
-    """``mlx.launch`` and its hostfile for ``plan`` on real nodes. The backend is the
-    last preflight's when there is one, else chosen from the probed ``facts`` (rank
-    order) as preflight would; the model path is each node's copy once preflight knows
-    it, else this Mac's folder."""
-    ordered = in_rank_order(plan, targets)
-    if report is not None and report.ok:
-        backend, folders = report.backend, model_folders(report, plan, targets, info.path)
-    else:
-        by_name = {f.name: f for f in facts}
-        known = [by_name[t.name] for t in ordered if t.name in by_name]
-        backend = (
-            choose_backend(known)
-            if len(known) == len(ordered)
-            else BackendChoice("ring", "Ring over each node's network address.")
-        )
-        folders = None
-    spec = cluster_spec(info, plan, ordered, backend, folders)
-    launch = show_launch(spec)
-    return {**launch, "backend": backend.name, "reason": backend.reason, "local": False}
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

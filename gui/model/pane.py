@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
@@ -25,6 +26,10 @@ from gui.model.planning import plan_all
 from gui.model.strategy import StrategyChooser
 from gui.widgets import Card, label, section
 
+if TYPE_CHECKING:
+    from core.cluster.probe.facts import NodeFacts
+    from core.cluster.registry import Node
+
 
 class ModelPane(Card):
     plan_changed = Signal(object, object)  # ModelInfo | None, Plan | None
@@ -36,7 +41,7 @@ class ModelPane(Card):
         self._bridge = bridge
         self._generation = 0
         self._info: ModelInfo | None = None
-        self._nodes: list[object] = []
+        self._nodes: list[NodeFacts] = []  # the facts of the nodes planned on
         self._plans: dict[Strategy, Plan] | None = None
         self.setAcceptDrops(True)
         self.drop_zone = DropZone()
@@ -88,9 +93,9 @@ class ModelPane(Card):
             lambda error: self._failed(generation, None, error),
         )
 
-    def set_nodes(self, nodes: Sequence[object]) -> None:
+    def set_nodes(self, nodes: Sequence[Node]) -> None:
         """Plan on the nodes whose memory is known (a host not probed yet has none)."""
-        self._nodes = [n for n in nodes if getattr(n, "memory_bytes", 0)]
+        self._nodes = [n.facts for n in nodes if n.facts is not None and n.facts.memory_bytes]
         self._replan()
 
     def select_strategy(self, choice: Strategy | str) -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
-from core.plan.memory import Node, PlanOptions
+from core.plan.memory import PlanOptions
 from core.plan.planner import Plan, make_plan
+from core.run.planning import planner_node
 from core.worker.vocab import Strategy
 
 CHOICES = (Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR)  # what a person can choose
@@ -26,23 +28,11 @@ BLURBS = {
 }
 
 
-def as_node(record: object) -> Node:
-    """A planner Node from a node record (DemoMac has ``node()``; others give the facts)."""
-    make = getattr(record, "node", None)
-    if callable(make):
-        return make()
-    return Node(
-        record.name,  # type: ignore[attr-defined]
-        record.memory_bytes,  # type: ignore[attr-defined]
-        chip=getattr(record, "chip", None),
-        rdma=getattr(record, "rdma", None),
-    )
-
-
-def plan_all(info: ModelInfo, records: Sequence[object]) -> dict[Strategy, Plan]:
-    """The plan of each choice. On one node pipeline and tensor are "invalid" with the
-    planner's reason (they need two), and auto plans a single Mac."""
-    nodes = [as_node(record) for record in records]
+def plan_all(info: ModelInfo, facts: Sequence[NodeFacts]) -> dict[Strategy, Plan]:
+    """The plan of each choice on the nodes' probed facts. On one node pipeline and
+    tensor are "invalid" with the planner's reason (they need two), and auto plans a
+    single Mac."""
+    nodes = [planner_node(f) for f in facts]
     return {
         choice: make_plan(info, nodes, options=PlanOptions(strategy=choice)) for choice in CHOICES
     }

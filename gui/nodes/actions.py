@@ -13,7 +13,7 @@ from __future__ import annotations
 import getpass
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import shiboken6
 from PySide6.QtCore import QUrl
@@ -22,6 +22,9 @@ from PySide6.QtWidgets import QDialog, QWidget
 
 from gui.nodes import dialogs
 from gui.nodes.table_model import ACCESS, DETAILS, RETRY, TRUST, NodeTableModel, rdma_badge, status
+
+if TYPE_CHECKING:
+    from core.cluster.registry import Node
 
 
 class Pane(Protocol):
@@ -36,12 +39,12 @@ class Pane(Protocol):
     def notify(self, text: str) -> None: ...
 
 
-def is_demo(node: object) -> bool:
-    return "demo" in getattr(node, "sources", ())
+def is_demo(node: Node) -> bool:
+    return "demo" in node.sources
 
 
-def is_manual(node: object) -> bool:
-    return "manual" in getattr(node, "sources", ())
+def is_manual(node: Node) -> bool:
+    return "manual" in node.sources
 
 
 class NodeActions:
@@ -75,7 +78,7 @@ class NodeActions:
         elif action == RETRY and self.scanner is not None:
             self.scanner.reprobe(name)
 
-    def _node(self, name: str) -> Any:
+    def _node(self, name: str) -> Node | None:
         model = self._pane.model
         row = model.row_of(name)
         return model.node(row) if row is not None else None
@@ -145,7 +148,7 @@ class NodeActions:
         scanner = self.scanner
         dialog = dialogs.HostKeyChangedDialog(
             name,
-            getattr(node, "probe_message", ""),
+            node.probe_message,
             check_again=(lambda: scanner.reprobe(name)) if scanner is not None else None,
             parent=self._pane.window(),
         )
@@ -157,7 +160,7 @@ class NodeActions:
         bridge = self._pane.bridge
         if node is None or self.scanner is None or bridge is None:
             return None
-        scanner, user = self.scanner, getattr(node, "user", None)
+        scanner, user = self.scanner, node.user
 
         def set_up(new_user: str, password: str) -> None:
             """Off the GUI thread. A user other than the node's is remembered first (as a

@@ -33,14 +33,14 @@ from core.settings import MAX_DEMO_NODES
 from gui.bridge import Bridge
 from gui.nodes.actions import NodeActions, is_demo
 from gui.nodes.node_table import NodeTable
-from gui.nodes.table_model import NodeRecord, NodeTableModel, status
+from gui.nodes.table_model import NodeTableModel, status
 from gui.nodes.topology_diagram import Diagram, cluster_diagram
 from gui.nodes.topology_view import TopologyView
 from gui.style import set_role
 from gui.widgets import Badge, Card, Segmented, label
 
 if TYPE_CHECKING:
-    from core.cluster.registry import Registry
+    from core.cluster.registry import Node, Registry
 
 DEFAULT_DEMO_NODES = 2
 MACS, CABLES = "macs", "cables"
@@ -54,7 +54,7 @@ class ClusterPane(Card):
     record the URL); ``host_is_mac`` says whether this computer can open it.
     """
 
-    nodes_changed = Signal(list)  # list[NodeRecord]
+    nodes_changed = Signal(list)  # list[core.cluster.registry.Node]
     demo_size_changed = Signal(int)
 
     def __init__(
@@ -235,12 +235,12 @@ class ClusterPane(Card):
         for node in registry.nodes():
             self._apply(node)
 
-    def _wanted(self, node: object) -> bool:
+    def _wanted(self, node: Node) -> bool:
         return is_demo(node) == self._demo
 
-    def _apply(self, node: NodeRecord) -> None:
+    def _apply(self, node: Node) -> None:
         if self._wanted(node):
-            self.model.add(node, 0 if getattr(node, "is_self", False) else None)  # this Mac first
+            self.model.add(node, 0 if node.is_self else None)  # this Mac first
         else:
             self.model.remove(node.name)
             self._update_summary()  # "Leave the demo (2 Macs found)"
@@ -291,19 +291,9 @@ class ClusterPane(Card):
 
     def _set_demo_macs(self, count: int) -> None:
         """The demo Macs as registry nodes; their facts are what a probe would report."""
-        from core.cluster.registry import Node, Source
-        from core.run.demo import demo_macs
+        from core.run.demo import demo_nodes
 
-        macs = demo_macs(count)
-        registry = self.registry
-        registry.set_demo_nodes(
-            [
-                Node(mac.name, model_id=mac.model_id, is_mac=True, sources=frozenset({Source.DEMO}))
-                for mac in macs
-            ]
-        )
-        for mac in macs:
-            registry.set_facts(mac.name, mac)
+        self.registry.set_demo_nodes(demo_nodes(count))
 
     def set_demo_size(self, count: int) -> None:
         """As if the person clicked ``count`` in "Simulated Macs"."""
@@ -340,7 +330,7 @@ class ClusterPane(Card):
         self.leave_button.setEnabled(not locked)
         self.demo_button.setEnabled(not locked)
 
-    def nodes(self) -> list[NodeRecord]:
+    def nodes(self) -> list[Node]:
         return self.model.nodes()
 
     @property
@@ -387,7 +377,7 @@ class ClusterPane(Card):
             )
 
     def _update_page(self) -> None:
-        real_nodes = any(not getattr(n, "is_self", False) for n in self.model.nodes())
+        real_nodes = any(not n.is_self for n in self.model.nodes())
         table = self._demo or real_nodes
         self.pages.setCurrentIndex(1 if table else 0)
         self._demo_footer.setVisible(self._demo)

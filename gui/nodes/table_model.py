@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 
 from core import units
 from core.cluster.rdma import RdmaVerdict, enable_guide, node_verdict
 from core.cluster.states import ProbeState
+
+if TYPE_CHECKING:
+    from core.cluster.registry import Node
 
 Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("Name", "Chip", "Memory", "macOS", "RDMA")
@@ -67,17 +70,6 @@ STATUS_WORDS: dict[ProbeState, tuple[str, str, str | None, str, str]] = {
 }
 
 
-class NodeRecord(Protocol):
-    """What a row shows: ``core.cluster.registry.Node`` has it, and so has ``core.run.demo.DemoMac``
-    (a demo Mac has no probe state: it counts as ready)."""
-
-    name: str
-    chip: str
-    memory_bytes: int
-    macos: str
-    rdma: bool | None
-
-
 @dataclass(frozen=True)
 class Status:
     """A node that is not ready: a headline, the reason in words, the action it needs."""
@@ -106,57 +98,37 @@ class RdmaBadge:
     rdma: bool | None = None
 
 
-def probe_state(node: object) -> ProbeState:
-    """A record's probe state; a demo Mac has none: it counts as ready."""
-    try:
-        return ProbeState(getattr(node, "probe_state", ProbeState.READY))
-    except ValueError:
-        return ProbeState.UNREACHABLE  # a state this version does not know: say it failed
+def probe_state(node: Node) -> ProbeState:
+    return node.probe_state
 
 
-def status(node: object) -> Status | None:
+def status(node: Node) -> Status | None:
     """What a row says instead of its facts while the node is not ready (None: ready)."""
     state = probe_state(node)
     if state is ProbeState.READY:
         return None
     title, detail, action, action_label, kind = STATUS_WORDS[state]
-    message = str(getattr(node, "probe_message", "") or "")
+    message = node.probe_message
     return Status(state, title, message or detail, action, action_label, kind)
 
 
-def hint(node: object) -> str:
+def hint(node: Node) -> str:
     """The short note after a node's name."""
-    facts = getattr(node, "facts", None)
-    linux = getattr(node, "is_mac", None) is False or getattr(facts, "is_macos", None) is False
-    if getattr(node, "is_self", False):
+    facts = node.facts
+    linux = node.is_mac is False or (facts is not None and facts.is_macos is False)
+    if node.is_self:
         return "this computer" if linux else "this Mac"
     if linux:
         return "Linux · ring only"
     return ""
 
 
-def rdma_badge(node: object) -> RdmaBadge:
-    """The RDMA pill from the node's facts (``core.cluster.rdma.node_verdict``), or from a demo
-    Mac's plain flag."""
-    facts = getattr(node, "facts", None)
-    if facts is not None and hasattr(facts, "rdma_ctl"):
-        verdict = node_verdict(facts)
-        return _badge_of(verdict, enable_guide(facts))
-    rdma = getattr(node, "rdma", None)
-    if rdma is True:
-        return RdmaBadge(
-            "RDMA on", "success", "RDMA over Thunderbolt is enabled on this Mac.", rdma=True
-        )
-    if rdma is False:
-        return RdmaBadge(
-            "RDMA off",
-            "warning",
-            "RDMA over Thunderbolt is off. Turn it on in System Settings > Privacy & "
-            "Security > Developer Tools (macOS 27), or with rdma_ctl enable in "
-            "Recovery (macOS 26.2+), then restart.",
-            rdma=False,
-        )
-    return RdmaBadge("unknown", "muted", "MacMesh could not tell whether RDMA is on.")
+def rdma_badge(node: Node) -> RdmaBadge:
+    """The RDMA pill from the node's facts (``core.cluster.rdma.node_verdict``)."""
+    facts = node.facts
+    if facts is None:
+        return RdmaBadge("unknown", "muted", "MacMesh could not tell whether RDMA is on.")
+    return _badge_of(node_verdict(facts), enable_guide(facts))
 
 
 _GUIDE_BADGES = {  # guide → (pill text, kind)
@@ -181,18 +153,18 @@ def _badge_of(verdict: RdmaVerdict, enable: str | None) -> RdmaBadge:
 
 
 class NodeTableModel(QAbstractTableModel):
-    def __init__(self, nodes: Sequence[NodeRecord] = (), parent: Any = None) -> None:
+    def __init__(self, nodes: Sequence[Node] = (), parent: Any = None) -> None:
         super().__init__(parent)
-        self._nodes: list[NodeRecord] = list(nodes)
+        self._nodes: list[Node] = list(nodes)
 
     # -- notifications ------------------------------------------------------------
 
-    def reset(self, nodes: Sequence[NodeRecord]) -> None:
+    def reset(self, nodes: Sequence[Node]) -> None:
         self.beginResetModel()
         self._nodes = list(nodes)
         self.endResetModel()
 
-    def add(self, node: NodeRecord, row: int | None = None) -> None:
+    def add(self, node: Node, row: int | None = None) -> None:
         """A node appeared; an existing name is an update instead."""
         if self.row_of(node.name) is not None:
             self.update(node)
@@ -202,7 +174,7 @@ class NodeTableModel(QAbstractTableModel):
         self._nodes.insert(row, node)
         self.endInsertRows()
 
-    def update(self, node: NodeRecord) -> None:
+    def update(self, node: Node) -> None:
         row = self.row_of(node.name)
         if row is None:
             self.add(node)
@@ -228,13 +200,13 @@ class NodeTableModel(QAbstractTableModel):
 
     # -- reading --------------------------------------------------------------------
 
-    def nodes(self) -> list[NodeRecord]:
+    def nodes(self) -> list[Node]:
         return list(self._nodes)
 
     def row_of(self, name: str) -> int | None:
         return next((i for i, node in enumerate(self._nodes) if node.name == name), None)
 
-    def node(self, row: int) -> NodeRecord | None:
+    def node(self, row: int) -> Node | None:
         return self._nodes[row] if 0 <= row < len(self._nodes) else None
 
     # -- QAbstractTableModel ------------------------------------------------------
@@ -289,7 +261,7 @@ def rdma_text(rdma: bool | None) -> str:
     return {True: "RDMA on", False: "RDMA off", None: "unknown"}[rdma]
 
 
-def _display(node: NodeRecord, column: int) -> str | None:
+def _display(node: Node, column: int) -> str | None:
     if column == NAME:
         return node.name
     current = status(node)
@@ -304,7 +276,7 @@ def _display(node: NodeRecord, column: int) -> str | None:
     return None
 
 
-def _tooltip(node: NodeRecord, column: int) -> str | None:
+def _tooltip(node: Node, column: int) -> str | None:
     current = status(node)
     if current is not None and column != NAME:
         return f"{current.title}. {current.detail}".strip()

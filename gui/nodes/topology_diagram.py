@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import units
 from core.cluster.probe.facts import NodeFacts
 from core.cluster.rdma import cable_verdict
+from core.cluster.states import ProbeState
 from core.cluster.topology import Topology, build_topology
+
+if TYPE_CHECKING:
+    from core.cluster.registry import Node
 
 # cable state (core.cluster.rdma.State) → theme colour and legend words
 STATE_COLORS = {"on": "success", "off": "warning", "unusable": "text3", "unknown": "text3"}
@@ -116,7 +120,7 @@ def diagram_from_topology(
     return Diagram(nodes, tuple(cables), missing, topology.shape, topology.verdict)
 
 
-def demo_diagram(nodes: Sequence[Any]) -> Diagram:
+def demo_diagram(nodes: Sequence[Node]) -> Diagram:
     """A plausible map for the demo Macs (they have no probed ports): a full mesh of
     Thunderbolt 5 cables with RDMA on, ports numbered in order on every Mac."""
     names = [n.name for n in nodes]
@@ -126,8 +130,8 @@ def demo_diagram(nodes: Sequence[Any]) -> Diagram:
             " · ".join(
                 p
                 for p in (
-                    (getattr(n, "chip", "") or "").removeprefix("Apple "),
-                    units.size(n.memory_bytes) if getattr(n, "memory_bytes", 0) else "",
+                    n.chip.removeprefix("Apple "),
+                    units.size(n.memory_bytes) if n.memory_bytes else "",
                 )
                 if p
             ),
@@ -153,23 +157,23 @@ def demo_diagram(nodes: Sequence[Any]) -> Diagram:
     return Diagram(boxes, cables, (), shape, verdict)
 
 
-def cluster_diagram(nodes: Sequence[Any], demo: bool) -> Diagram | None:
+def cluster_diagram(nodes: Sequence[Node], demo: bool) -> Diagram | None:
     """The map of the nodes a pane shows: the demo's full mesh, or the cables among the
     ready Macs (a Linux host has no Thunderbolt link: it joins over IP). None with
     fewer than two."""
     if demo:
         return demo_diagram(nodes) if len(nodes) > 1 else None
     ready = [
-        n
+        (n, n.facts)
         for n in nodes
-        if getattr(n, "probe_state", "ready") == "ready"
-        and hasattr(getattr(n, "facts", None), "thunderbolt")
-        and getattr(n.facts, "is_macos", None) is not False
+        if n.probe_state is ProbeState.READY
+        and n.facts is not None
+        and n.facts.is_macos is not False
     ]
     if len(ready) < 2:
         return None
-    facts = {n.facts.name: n.facts for n in ready}
-    self_name = next((n.facts.name for n in ready if getattr(n, "is_self", False)), None)
+    facts = {f.name: f for _n, f in ready}
+    self_name = next((f.name for n, f in ready if n.is_self), None)
     try:
         topology = build_topology(list(facts.values()))
     except ValueError:  # two nodes report the same name: no map rather than a wrong one

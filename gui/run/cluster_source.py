@@ -1,9 +1,11 @@
-"""Where a plan's nodes are: the demo's simulated Macs (None) or real Macs (Targets).
+"""Where a plan's nodes are: the demo's simulated Macs or real Macs, as session hosts.
 
 The Run pane asks this when Start is pressed. The Cluster pane knows which it shows: the
 demo cluster, or the scanner's nodes, whose ``Scanner.target(name)`` says how to reach
-each. ``MACMESH_REMOTE_CACHE`` (as for ``macmesh run``; ``{host}`` is replaced by the
-node's name) sets the folder on every node where models and the worker go.
+each and whose registry holds the facts the scanner probed (a Start reuses them while
+they are fresh). ``MACMESH_REMOTE_CACHE`` (as for ``macmesh run``; ``{host}`` is
+replaced by the node's name) sets the folder on every node where models and the worker
+go.
 """
 
 from __future__ import annotations
@@ -16,46 +18,40 @@ from typing import TYPE_CHECKING, Any, Protocol
 from core.envvars import ENV_REMOTE_CACHE
 
 if TYPE_CHECKING:
-    from core.cluster.probe.facts import NodeFacts
-    from core.remote.targets import Target
+    from core.run.session import Host
 
 
 class ClusterSource(Protocol):
-    def targets(self, names: Sequence[str]) -> list[Target] | None:
-        """The nodes' targets, None for the demo's local ranks; ValueError if one is not
-        ready (its message says why)."""
+    def hosts(self, names: Sequence[str]) -> list[Host]:
+        """The nodes called ``names``: simulated Macs for the demo, else real Macs with
+        their targets and known facts; ValueError if one is not ready (its message says
+        why)."""
         ...
-
-    def facts(self, names: Sequence[str]) -> list[NodeFacts]: ...
 
 
 class PaneSource:
-    """The Cluster pane's nodes (``gui.nodes.pane.ClusterPane``: ``is_demo``, ``scanner``)."""
+    """The Cluster pane's nodes (``gui.nodes.pane.ClusterPane``: ``is_demo``, ``scanner``,
+    ``registry``)."""
 
     def __init__(self, pane: Any) -> None:
         self.pane = pane
 
-    def targets(self, names: Sequence[str]) -> list[Target] | None:
+    def hosts(self, names: Sequence[str]) -> list[Host]:
+        from core.run.session import Host
+
         scanner = self.pane.scanner
+        nodes = {name: self.pane.registry.get(name) for name in names}
+        facts = {name: node.facts if node is not None else None for name, node in nodes.items()}
         if self.pane.is_demo or scanner is None:
-            return None
+            return [Host(name, None, facts[name]) for name in names]
         root = os.environ.get(ENV_REMOTE_CACHE)
-        targets = []
+        hosts = []
         for name in names:
             target = scanner.target(name)  # core.cluster.scanner.NodeNotReady (a ValueError)
             if root and not target.cache_root:
                 target = replace(target, cache_root=root.replace("{host}", _safe(name)))
-            targets.append(target)
-        return targets
-
-    def facts(self, names: Sequence[str]) -> list[NodeFacts]:
-        from core.cluster.probe.facts import NodeFacts
-
-        scanner = self.pane.scanner
-        if scanner is None:
-            return []
-        nodes = [scanner.registry.get(name) for name in names]
-        return [n.facts for n in nodes if n is not None and isinstance(n.facts, NodeFacts)]
+            hosts.append(Host(name, target, facts[name]))
+        return hosts
 
 
 def _safe(name: str) -> str:

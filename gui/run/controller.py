@@ -1,14 +1,16 @@
-"""One job's life as the window sees it: start, ask, stop, fail, in plain Qt signals.
+"""One Start as the window sees it: start, ask, stop, fail, in plain Qt signals.
 
-Everything blocking (starting ranks, sending a prompt, stopping) runs on one serial queue
-of the bridge, in order: a Stop pressed during loading runs right after the Start that
-spawned the ranks, so no rank escapes. On real Macs (``targets``) Start first runs
-``core.run.session``'s steps on that queue: the checks (their report is shown; a
-failed check ends in NOT_READY, Start stays available), then the copy of what is missing
-(per-node progress; Stop cancels it and the next Start resumes it), then the job. The
-job's own threads reach this object only through ``gui.bridge.JobRelay``. The chat
-history is kept here so every prompt is sent with the prior turns (a conversation, not
-isolated questions).
+The work is a ``core.run.session.Session``, the same object ``macmesh run`` and ``macmesh
+demo --headless`` drive: its steps (on real Macs: probe what the scanner has not probed
+lately, plan, the checks, the copy of what is missing; then the job) run in order on one
+serial queue of the bridge, so a Stop pressed during loading runs right after the Start
+that spawned the ranks and no rank escapes. The session's signals reach this object only
+through the bridge (``gui.bridge.JobRelay`` for its states and events, ``run_on_main``
+for the checks' report and the copy's progress); this object turns its states into
+words. A failed check ends in NOT_READY with the report shown and Start available; Stop
+during the copy keeps what arrived and the next Start resumes it. The chat history is
+kept here so every prompt is sent with the prior turns (a conversation, not isolated
+questions).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from PySide6.QtCore import QObject, Signal
 from core import units
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
+from core.run.states import RunState, Step
 from core.worker import protocol as p
 from core.worker.vocab import LoadingStage
 from gui.bridge import Bridge, JobRelay
@@ -32,40 +34,24 @@ from gui.run.progress import STAGE_WORDS, STEPS
 
 if TYPE_CHECKING:
     from core.remote.modelcopy import CopyProgress
-    from core.remote.targets import Target
     from core.run.launcher import JobSpec
     from core.run.preflight import PreflightReport
-    from core.run.session import ClusterSession
+    from core.run.session import Host, Session
     from core.run.telemetry import Telemetry
+
+__all__ = ["STEPS", "RunController", "RunState"]
 
 log = logging.getLogger(__name__)
 
 MAX_AVERAGES = 256
-
-
-class RunState(StrEnum):
-    IDLE = "idle"
-    CHECKING = "checking"  # preflight on real Macs
-    COPYING = "copying"  # the model to the Macs that lack it
-    NOT_READY = "not-ready"  # a check failed (or the copy did): nothing was started
-    LOADING = "loading"  # includes starting the ranks
-    READY = "ready"
-    GENERATING = "generating"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FAILED = "failed"
-
-    @property
-    def active(self) -> bool:
-        """A job exists and may still hold ranks."""
-        return self in (
-            RunState.CHECKING,
-            RunState.COPYING,
-            RunState.LOADING,
-            RunState.READY,
-            RunState.GENERATING,
-            RunState.STOPPING,
-        )
+# What could not be done, by the step that failed (the session says why).
+FAILED_STEP = {
+    Step.PROBE: "The Macs could not be probed",
+    Step.PLAN: "The plan cannot run on these Macs",
+    Step.PREFLIGHT: "The checks could not run",
+    Step.COPY: "The model could not be copied",
+    Step.LAUNCH: "The job could not be prepared",
+}
 
 
 class RunController(QObject):
@@ -90,11 +76,11 @@ class RunController(QObject):
         self._queue = bridge.serial_queue()
         self._job_factory = job_factory
         self.state = RunState.IDLE
-        self.job: Any = None
+        self.session: Session | None = None
         self.telemetry: Telemetry | None = None
         self.relay: JobRelay | None = None
+        self.info: ModelInfo | None = None
         self.plan: Plan | None = None
-        self.session: ClusterSession | None = None
         self.report: PreflightReport | None = None
         self.backend = "auto"  # for real Macs: auto, jaccl, jaccl-ring or ring
         self.t0 = time.monotonic()
@@ -103,64 +89,72 @@ class RunController(QObject):
         self._pending: tuple[str, int] | None = None
         self._first_token: dict[str, float] = {}
 
+    @property
+    def job(self) -> Any:
+        """The session's job once launched (``core.run.launcher.Job``), else None."""
+        return self.session.job if self.session is not None else None
+
     # -- commands -------------------------------------------------------------------------
 
-    def start(self, info: ModelInfo, plan: Plan, targets: Sequence[Target] | None = None) -> None:
-        """Run ``plan``: on the demo's local ranks, or on ``targets`` (real Macs) after
-        the checks and the copy."""
+    def start(self, info: ModelInfo, plan: Plan, hosts: Sequence[Host] | None = None) -> None:
+        """Run ``plan``: on the demo's simulated Macs (``hosts`` None: the plan's nodes),
+        or on real Macs after the checks and the copy."""
         if self.state.active:
             return
         self._detach()
-        if targets is not None:
-            self._start_cluster(info, plan, targets)
-            return
-        from core.run.demo import job_spec  # the launcher, numpy...: loaded at the first Start
-
-        self.session = self.report = None
-        self._run(info, plan, job_spec(info, plan))
-
-    def _run(self, info: ModelInfo, plan: Plan, spec: JobSpec) -> None:
-        from core.run.launcher import Job
+        from core.run.session import ClusterError, Host, Session  # numpy...: at the first Start
         from core.run.telemetry import Telemetry
 
-        self.plan = plan
-        self.job = job = (self._job_factory or Job)(spec)
+        chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
+        self.info, self.plan, self.report = info, plan, None
+        try:
+            session = Session(
+                info, chosen, plan=plan, backend=self.backend, job_factory=self._job_factory
+            )
+        except ClusterError as error:
+            self.session = None
+            self._not_ready(str(error))
+            return
+        self.session = session
         self.telemetry = Telemetry()
-        self.relay = JobRelay(job, self.telemetry, self)
+        self.relay = JobRelay(session, self.telemetry, self)
         self.relay.event.connect(self._on_event)
-        self.relay.state_changed.connect(self._on_job_state)
+        self.relay.state_changed.connect(
+            lambda state, detail: self._on_session_state(session, state, detail)
+        )
+        session.checked.connect(
+            lambda report: self._bridge.run_on_main(lambda: self._checked(session, report))
+        )
+        session.copy_progress.connect(lambda progress: self._cross(session, progress))
         self.t0 = time.monotonic()
         self.averages = []
         self._history = []
         self._pending = None
         self._first_token = {}
-        macs = f"{spec.nodes} Macs" if spec.nodes > 1 else "1 Mac"
-        self._set_state(RunState.LOADING, f"Loading {info.name} on {macs}…")
-        for status_rank in range(spec.nodes):
-            self.rank_progress.emit(status_rank, "starting", 0)
+        if session.demo:
+            self._loading()
+        else:
+            count = len(plan.nodes_used)
+            self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
         self._bridge.run_in_background(
-            job.start, None, lambda e: self._start_failed(job, e), queue=self._queue
+            session.start, None, lambda error: self._start_error(session, error), queue=self._queue
         )
 
     def stop(self) -> None:
-        """Stop at any moment; the ranks end on the serial queue, off the GUI thread."""
-        if not self.state.active or self.state == RunState.STOPPING:
+        """Stop at any moment: a step in progress ends at its next boundary (a copy keeps
+        what arrived), the ranks end on the serial queue, off the GUI thread."""
+        session = self.session
+        if not self.state.active or self.state == RunState.STOPPING or session is None:
             return
-        if self.state in (RunState.CHECKING, RunState.COPYING) and self.session is not None:
-            self.session.cancel()  # the step's result then ends in STOPPED
-            copying = self.state == RunState.COPYING
-            self._set_state(
-                RunState.STOPPING, "Stopping the copy…" if copying else "Stopping the checks…"
-            )
-            return
-        job = self.job
         self._pending = None
-        self._set_state(RunState.STOPPING, "Stopping every rank…")
+        words = {
+            RunState.CHECKING: "Stopping the checks…",
+            RunState.COPYING: "Stopping the copy…",
+        }.get(self.state, "Stopping every rank…")
+        session.cancel()
+        self._set_state(RunState.STOPPING, words)
         self._bridge.run_in_background(
-            job.stop,
-            lambda _: self._stopped(job),
-            lambda e: self._stopped(job, e),
-            queue=self._queue,
+            session.stop, None, lambda error: self._stop_failed(session, error), queue=self._queue
         )
 
     def ask(self, prompt: str, max_tokens: int) -> bool:
@@ -180,12 +174,12 @@ class RunController(QObject):
 
     def shutdown(self, timeout_s: float = 15.0) -> None:
         """Synchronous stop, for quitting: wait for queued work, then end every rank."""
-        if self.session is not None:
-            self.session.cancel()
+        session = self.session
+        if session is not None:
+            session.cancel()
         self._bridge.wait(timeout_s)
-        job = self.job
-        if job is not None and self.state.active:
-            job.stop()
+        if session is not None and self.state.active:
+            session.stop()
         self._detach()
 
     # -- reading -------------------------------------------------------------------------
@@ -204,103 +198,98 @@ class RunController(QObject):
             return []
         return [(rank, job.rank_log(rank)) for rank in range(job.spec.nodes)]
 
-    # -- real Macs: checks, copy, then the job -------------------------------------------
+    # -- the session's news, on the GUI thread ------------------------------------------
 
-    def _start_cluster(self, info: ModelInfo, plan: Plan, targets: Sequence[Target]) -> None:
-        from core.run.session import ClusterError, ClusterSession
-
-        self.plan, self.job, self.report = plan, None, None
-        try:
-            session = ClusterSession(info, plan, targets, self.backend)
-        except ClusterError as error:
-            self.session = None
-            self._not_ready(str(error))
+    def _on_session_state(self, session: Session, value: str, detail: str) -> None:
+        if session is not self.session or not self.state.active:
             return
-        self.session = session
-        session.progress.connect(lambda progress: self._cross(session, progress))
-        count = len(plan.nodes_used)
-        self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
-        self._bridge.run_in_background(
-            session.preflight,
-            lambda report: self._checked(session, info, report),
-            lambda error: self._setup_error(session, "The checks could not run", error),
-            queue=self._queue,
-        )
+        state = RunState(value)
+        if self.state == RunState.STOPPING and state not in (RunState.STOPPED, RunState.FAILED):
+            return
+        if state == RunState.CHECKING:
+            count = len(self.plan.nodes_used) if self.plan else 0
+            self._set_state(state, f"Checking {count} Mac{'s' * (count != 1)}…")
+        elif state == RunState.COPYING:
+            names = ", ".join(self.report.copies_needed) if self.report else "the Macs"
+            model = self.info.name if self.info else "the model"
+            self._set_state(state, f"Copying {model} to {names}…")
+        elif state == RunState.NOT_READY:
+            if detail:
+                what = FAILED_STEP.get(session.step) if session.step else None
+                self._not_ready(f"{what}: {detail}" if what else detail)
+            else:
+                self._checks_failed()
+        elif state == RunState.LOADING:
+            if self.state != RunState.LOADING:
+                self._loading()
+        elif state == RunState.READY:
+            self._set_state(state, "Ready: ask the cluster something.")
+            if self._pending is not None:
+                prompt, max_tokens = self._pending
+                self._pending = None
+                self._send(prompt, max_tokens)
+        elif state == RunState.GENERATING:
+            self._set_state(state, "Generating…")
+        elif state == RunState.STOPPING:
+            self._set_state(state, "Stopping every rank…")
+        elif state == RunState.STOPPED:
+            self._set_state(state, self._stopped_words(session))
+        elif state == RunState.FAILED:
+            self._fail(detail)
 
-    def _cross(self, session: ClusterSession, progress: CopyProgress) -> None:
+    def _cross(self, session: Session, progress: CopyProgress) -> None:
         """On a copying thread: hand the progress to the GUI thread."""
         self._bridge.run_on_main(
             lambda: self.copy_progress.emit(progress) if session is self.session else None
         )
 
-    def _checked(self, session: ClusterSession, info: ModelInfo, report: PreflightReport) -> None:
-        if session is not self.session:
-            return
-        self.report = report
-        self.preflight_done.emit(report)
-        if self.state == RunState.STOPPING or session.cancelled:
-            self._set_state(RunState.STOPPED, "Stopped before anything was started.")
-        elif not report.ok:
-            failed = len(report.failures)  # each is shown with its fix (preflight_done)
-            self._set_state(
-                RunState.NOT_READY,
-                f"Not ready: {failed} check{'s' * (failed != 1)} failed. Fix "
-                f"{'them' if failed != 1 else 'it'} as shown, then press Start again.",
-            )
-        elif report.copies_needed:
-            names = ", ".join(report.copies_needed)
-            self._set_state(RunState.COPYING, f"Copying {info.name} to {names}…")
-            self._bridge.run_in_background(
-                session.copy,
-                lambda _results: self._copied(session, info),
-                lambda error: self._copy_error(session, error),
-                queue=self._queue,
-            )
-        else:
-            self._launch(session, info)
+    def _checked(self, session: Session, report: PreflightReport) -> None:
+        if session is self.session:
+            self.report = report
+            self.preflight_done.emit(report)
 
-    def _copied(self, session: ClusterSession, info: ModelInfo) -> None:
-        if session is not self.session:
-            return
-        if self.state == RunState.STOPPING or session.cancelled:
-            self._set_state(RunState.STOPPED, "Stopped. The model is on every Mac now.")
-            return
-        self._launch(session, info)
+    def _checks_failed(self) -> None:
+        failed = len(self.report.failures) if self.report else 0  # shown with their fixes
+        self._set_state(
+            RunState.NOT_READY,
+            f"Not ready: {failed} check{'s' * (failed != 1)} failed. Fix "
+            f"{'them' if failed != 1 else 'it'} as shown, then press Start again.",
+        )
 
-    def _copy_error(self, session: ClusterSession, error: BaseException) -> None:
-        from core.run.session import CopyCancelled
+    def _loading(self) -> None:
+        count = len(self.plan.ranks) if self.plan else 0
+        macs = f"{count} Macs" if count > 1 else "1 Mac"
+        model = self.info.name if self.info else "the model"
+        self._set_state(RunState.LOADING, f"Loading {model} on {macs}…")
+        for rank in range(count):
+            self.rank_progress.emit(rank, "starting", 0)
 
-        if session is not self.session:
-            return
-        if isinstance(error, CopyCancelled):
-            self._set_state(
-                RunState.STOPPED,
-                "Copy stopped. What arrived is kept: the next Start continues from there.",
-            )
-            return
-        self._setup_error(session, "The model could not be copied", error)
+    @staticmethod
+    def _stopped_words(session: Session) -> str:
+        if session.job is not None:
+            return "Stopped."
+        if session.step == Step.COPY:
+            if Step.COPY in session.completed:
+                return "Stopped. The model is on every Mac now."
+            return "Copy stopped. What arrived is kept: the next Start continues from there."
+        return "Stopped before anything was started."
 
-    def _launch(self, session: ClusterSession, info: ModelInfo) -> None:
-        try:
-            spec = session.job_spec()
-        except Exception as error:  # a node's folder could not be asked: say so, never crash
-            self._setup_error(session, "The job could not be prepared", error)
-            return
-        self._run(info, session.plan, spec)
-
-    def _setup_error(self, session: ClusterSession, what: str, error: BaseException) -> None:
-        if session is not self.session:
+    def _start_error(self, session: Session, error: BaseException) -> None:
+        """``session.start`` raised: the session said why (NOT_READY or FAILED) unless the
+        error is not one it knows; say it then, never crash."""
+        if session is not self.session or not self.state.active:
             return
         if self.state == RunState.STOPPING:
-            self._set_state(RunState.STOPPED, "Stopped before anything was started.")
+            self._set_state(RunState.STOPPED, self._stopped_words(session))
             return
-        from core.run.session import ClusterError
+        what = FAILED_STEP.get(session.step) if session.step else None
+        detail = f"{type(error).__name__}: {error}"
+        log.warning("the Start failed: %s", detail)
+        self._not_ready(f"{what}: {detail}" if what else detail)
 
-        detail = (
-            str(error) if isinstance(error, ClusterError) else f"{type(error).__name__}: {error}"
-        )
-        log.warning("%s: %s", what, detail)
-        self._not_ready(f"{what}: {detail}")
+    def _stop_failed(self, session: Session, error: BaseException) -> None:
+        if session is self.session and self.state != RunState.FAILED:
+            self._set_state(RunState.STOPPED, f"Stopped, with a problem: {error}")
 
     def _not_ready(self, message: str) -> None:
         self._set_state(RunState.NOT_READY, message.splitlines()[0])
@@ -311,12 +300,13 @@ class RunController(QObject):
     def _send(self, prompt: str, max_tokens: int) -> None:
         self._history.append({"role": "user", "content": prompt})
         messages = list(self._history)
-        job, telemetry = self.job, self.telemetry
+        session, telemetry = self.session, self.telemetry
+        assert session is not None and telemetry is not None
         self._set_state(RunState.GENERATING, "Generating…")
 
         def send() -> str:
             started = time.monotonic()
-            request = job.generate(messages=messages, max_tokens=max_tokens)
+            request = session.ask(messages=messages, max_tokens=max_tokens)
             telemetry.request_started(request, started)
             return request
 
@@ -362,34 +352,6 @@ class RunController(QObject):
             self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
             del self.averages[:-MAX_AVERAGES]
         self.answer_done.emit(request, event)
-
-    def _on_job_state(self, state: str, message: str) -> None:
-        if self.state in (RunState.STOPPED, RunState.FAILED):
-            return
-        if state == "ready":
-            self._set_state(RunState.READY, "Ready: ask the cluster something.")
-            if self._pending is not None:
-                prompt, max_tokens = self._pending
-                self._pending = None
-                self._send(prompt, max_tokens)
-        elif state == "generating" and self.state != RunState.STOPPING:
-            self._set_state(RunState.GENERATING, "Generating…")
-        elif state == "failed":
-            self._fail(message)
-        elif state == "stopped" and self.state == RunState.STOPPING:
-            pass  # _stopped reports it once job.stop() has returned
-
-    def _start_failed(self, job: Any, error: BaseException) -> None:
-        if job is self.job and self.state.active:
-            log.warning("the job did not start: %s", error)
-            self._bridge.run_in_background(job.stop, None, lambda _e: None, queue=self._queue)
-            self._fail(f"The ranks could not be started: {type(error).__name__}: {error}")
-
-    def _stopped(self, job: Any, error: BaseException | None = None) -> None:
-        if job is not self.job or self.state == RunState.FAILED:
-            return
-        message = "Stopped." if error is None else f"Stopped, with a problem: {error}"
-        self._set_state(RunState.STOPPED, message)
 
     def _fail(self, message: str) -> None:
         self._pending = None

@@ -27,12 +27,13 @@ from PySide6.QtWidgets import (
 
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
+from core.run.states import RunState
 from core.settings import MAX_TOKENS_LIMIT
 from gui.bridge import Bridge
 from gui.model.planning import LABELS
 from gui.run.chat import ChatView
 from gui.run.cluster_source import ClusterSource
-from gui.run.controller import RunController, RunState
+from gui.run.controller import RunController
 from gui.run.failure import FailureBanner
 from gui.run.launch_dialog import LaunchDialog, show_launch_dialog
 from gui.run.numbers import BigNumbers
@@ -43,6 +44,7 @@ from gui.widgets import Badge, Card, label
 
 if TYPE_CHECKING:
     from core.run.launcher import JobSpec
+    from core.run.session import Host
     from gui.run.plots import LivePlots
 
 REDRAW_HZ = 10
@@ -194,17 +196,18 @@ class RunPane(Card):
         """Where the plan's nodes are (the Cluster pane); without one every plan is local."""
         self._source = source
 
-    def _targets(self) -> list | None:
-        """The plan's real Macs, None for the demo; ValueError when one is not ready."""
+    def _hosts(self) -> list[Host] | None:
+        """The plan's nodes (simulated or real Macs), None without a Cluster pane (the
+        plan's nodes are then simulated); ValueError when one is not ready."""
         if self._source is None or self._plan is None:
             return None
-        return self._source.targets(list(self._plan.nodes_used))
+        return self._source.hosts(list(self._plan.nodes_used))
 
     def start(self) -> None:
-        if self._info is None or self._plan is None or self._plan.verdict != "fits":
+        if self._info is None or self._plan is None or not self._plan.fits:
             return
         try:
-            targets = self._targets()
+            hosts = self._hosts()
         except ValueError as error:
             self.checks.show_checking([])
             self.checks.show_error(f"{error}\nWait until every Mac is ready, then Start.")
@@ -212,38 +215,37 @@ class RunPane(Card):
             return
         self.banner.hide()
         self.checks.hide()
-        if targets is not None:
+        if hosts is not None and not hosts[0].simulated:
             self.checks.show_checking(list(self._plan.nodes_used))
         self.chat.clear()
         self.plots.clear()
         self.numbers.clear()
         self._drawn = -1
         self.progress.reset({r.rank: r.node for r in self._plan.ranks})
-        self.controller.start(self._info, self._plan, targets)
+        self.controller.start(self._info, self._plan, hosts)
 
     def launch_job(self) -> Callable[[], dict] | None:
         """What works out the equivalent mlx.launch for the current plan (it may ask a
         node over SSH where its cache is: run it off the GUI thread). None: no plan.
         ValueError when a Mac of the plan is not ready."""
         info, plan = self._info, self._plan
-        if info is None or plan is None or plan.verdict != "fits":
+        if info is None or plan is None or not plan.fits:
             return None
-        targets = self._targets()
-        if targets is None:
+        hosts = self._hosts()
+        if hosts is None or hosts[0].simulated:
 
             def demo() -> dict:
-                from core.run.demo import job_spec
-                from core.run.session import demo_launch
+                from core.run.cluster_run import demo_launch, job_spec
 
                 return demo_launch(job_spec(info, plan))
 
             return demo
-        names = list(plan.nodes_used)
-        facts = self._source.facts(names) if self._source is not None else []
+        targets = [h.target for h in hosts if h.target is not None]
+        facts = [h.facts for h in hosts if h.facts is not None]
         report = self.controller.report
 
         def real() -> dict:
-            from core.run.session import planned_launch
+            from core.run.cluster_run import planned_launch
 
             return planned_launch(info, plan, targets, facts, report)
 
@@ -307,11 +309,11 @@ class RunPane(Card):
             not state.active
             and self._info is not None
             and self._plan is not None
-            and self._plan.verdict == "fits"
+            and self._plan.fits
         )
         self.start_button.setEnabled(can_start)
         self.launch_button.setEnabled(
-            self._info is not None and self._plan is not None and self._plan.verdict == "fits"
+            self._info is not None and self._plan is not None and self._plan.fits
         )
         self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
         self.status.setText(self._status_text(state, message))
@@ -349,7 +351,7 @@ class RunPane(Card):
             return "Choose a model to start."
         if self._plan is None:
             return "Add Macs (or try the demo cluster) to start."
-        if self._plan.verdict != "fits":
+        if not self._plan.fits:
             return f"Can't start: {self._plan.reason}"
         prefix = "Stopped. " if state == RunState.STOPPED else ""
         return f"{prefix}Start runs {describe_plan(self._plan)}."

@@ -193,8 +193,8 @@ def _eight_mac_plan(info):
 def _measure_streaming(app, info, seconds: float = 10.0, traffic_hz: float = RATE_HZ) -> dict:
     from PySide6.QtCore import QEventLoop, QTimer
 
+    from core.run.states import RunState
     from gui.main_window import MainWindow
-    from gui.run.controller import RunState
     from tests.gui.fakes import FakeBehaviour, fake_factory
 
     words = " ".join(["token"] * 100_000)

@@ -56,6 +56,8 @@ class FakeJob:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._done: dict[str, dict] = {}
 
     def start(self) -> FakeJob:
         if self.behaviour.start_error:
@@ -99,6 +101,24 @@ class FakeJob:
         ).start()
         return request
 
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """As the launcher's: until every rank has loaded; JobError if it ended first."""
+        with self._changed:
+            if not self._changed.wait_for(
+                lambda: self.state == JobState.READY or self.state.finished, timeout
+            ):
+                raise JobError("not loaded in time")
+        if self.state.finished:
+            raise JobError(self.message)
+
+    def wait_done(self, request: str, timeout: float | None = None) -> dict:
+        """The request's ``done`` event; JobError if the job ends first."""
+        with self._changed:
+            self._changed.wait_for(lambda: request in self._done or self.state.finished, timeout)
+            if request not in self._done:
+                raise JobError(self.message or "no answer in time")
+            return self._done[request]
+
     def rank_log(self, rank: int) -> Path:
         return self.run_dir / f"rank{rank}.log"
 
@@ -111,7 +131,9 @@ class FakeJob:
         self.event.emit({"event": kind, "rank": rank, "t": time.monotonic(), **fields})
 
     def _set(self, state: JobState, message: str) -> None:
-        self.state, self.message = state, message
+        with self._changed:
+            self.state, self.message = state, message
+            self._changed.notify_all()
         self.state_changed.emit(state.value, message)
 
     def _load(self) -> None:
@@ -179,6 +201,9 @@ class FakeJob:
                 return
             self._set(JobState.READY, "ready")
         self._emit("done", **done)
+        with self._changed:
+            self._done[request] = {"event": "done", **done}
+            self._changed.notify_all()
 
 
 def fake_factory(behaviour: FakeBehaviour | None = None, jobs: list | None = None):

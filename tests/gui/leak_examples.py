@@ -10,9 +10,9 @@ import threading
 
 from PySide6.QtWidgets import QDialog, QWidget
 
+from core.run.states import RunState
 from gui.bridge import Bridge
 from gui.run.chat import ChatView
-from gui.run.controller import RunState
 from gui.run.pane import RunPane
 
 _kept: list = []

@@ -117,11 +117,11 @@ def take(outdir: Path) -> list[Path]:
     from PySide6.QtWidgets import QApplication
 
     from core.model.demo_model import ensure_demo_model
+    from core.run.states import RunState
     from core.settings import Settings
     from gui.app import configure
     from gui.main_window import MainWindow
     from gui.preferences import Preferences
-    from gui.run.controller import RunState
 
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)
     QSettings.setPath(
@@ -299,9 +299,10 @@ def take_run_setup(outdir: Path) -> list[Path]:
     from core.plan.planner import make_plan
     from core.remote.modelcopy import CheckResult, CopyProgress
     from core.remote.targets import Target
-    from core.run.demo import job_spec, plan_demo
+    from core.run.cluster_run import demo_launch, job_spec, planned_launch
+    from core.run.demo import demo_facts
+    from core.run.planning import plan_on
     from core.run.preflight import Gathered, evaluate
-    from core.run.session import demo_launch, planned_launch
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.run.launch_dialog import LaunchDialog
@@ -383,7 +384,7 @@ def take_run_setup(outdir: Path) -> list[Path]:
         dialog.show()
         shoot(dialog, "launch-command")
         dialog.close()
-        demo_plan = plan_demo(info, 2, "pipeline")
+        demo_plan = plan_on(info, demo_facts(2), "pipeline")
         spec = replace(job_spec(info, demo_plan), python="/Users/admin/mlx/bin/python3")
         dialog = LaunchDialog(demo_launch(spec))
         dialog.show()

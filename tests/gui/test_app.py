@@ -66,10 +66,10 @@ def test_display_available(
 
 
 def test_without_a_display_the_demo_runs_in_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    import core.run.demo
+    import core.cli.demo
 
     monkeypatch.setattr(gui_app, "display_available", lambda: False)
-    monkeypatch.setattr(core.run.demo, "run_headless", lambda args: 7)
+    monkeypatch.setattr(core.cli.demo, "run_headless", lambda args: 7)
     assert gui_app.main([]) == 7
 
 

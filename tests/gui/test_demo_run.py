@@ -15,9 +15,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from core.run.states import RunState
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
-from gui.run.controller import RunState
 from gui.run.failure import LogDialog
 from tests.gui.helpers import drop_paths
 from tests.helpers.jobs import assert_no_ranks_left

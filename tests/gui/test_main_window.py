@@ -8,11 +8,11 @@ import pytest
 from PySide6.QtCore import QByteArray, QSettings
 from pytestqt.qtbot import QtBot
 
+from core.run.states import RunState
 from core.settings import Settings, load_settings
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
 from gui.preferences import Preferences
-from gui.run.controller import RunState
 from tests.gui.fakes import fake_factory
 from tests.gui.helpers import drop_paths
 
@@ -101,6 +101,10 @@ def test_closing_stops_the_job_first(qtbot: QtBot, demo_model: Path, when: str) 
     window.run.start()
     if when == "ready":
         qtbot.waitUntil(lambda: window.run.controller.state == RunState.READY, timeout=10_000)
+    else:  # the ranks are started on the controller's queue: close while they load
+        qtbot.waitUntil(
+            lambda: bool(factory.jobs) and factory.jobs[0].state.value == "loading", timeout=10_000
+        )
     assert window.cluster.size_box.isEnabled() is False  # locked while running
     window.close()
     assert window.isVisible()  # not yet: the ranks stop first

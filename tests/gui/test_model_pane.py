@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from core.run.demo import demo_macs
+from core.run.demo import demo_nodes
 from gui.bridge import Bridge
 from gui.model.drop_zone import BUSY, ERROR, LOADED
 from gui.model.pane import ModelPane
@@ -116,7 +116,7 @@ def test_a_stale_result_is_dropped(
 def test_tensor_on_two_demo_nodes_is_refused_with_the_reason(
     qtbot: QtBot, pane: ModelPane, demo_model: Path
 ) -> None:
-    pane.set_nodes(demo_macs(2))
+    pane.set_nodes(demo_nodes(2))
     with qtbot.waitSignal(pane.model_changed, timeout=20_000):
         pane.load(demo_model)
     tensor = pane.chooser.options["tensor"]
@@ -131,7 +131,7 @@ def test_tensor_on_two_demo_nodes_is_refused_with_the_reason(
     _info, plan = changed.args
     assert plan.verdict == "invalid" and "divide by 2 nodes" in plan.reason
     assert pane.bars.bars == []
-    pane.set_nodes(demo_macs(3))  # 9 heads divide by 3
+    pane.set_nodes(demo_nodes(3))  # 9 heads divide by 3
     assert pane.chooser.options["tensor"].works
     assert pane.plan().verdict == "fits"
 
@@ -139,7 +139,7 @@ def test_tensor_on_two_demo_nodes_is_refused_with_the_reason(
 def test_memory_bars_show_planned_use_against_usable(
     qtbot: QtBot, pane: ModelPane, demo_model: Path
 ) -> None:
-    pane.set_nodes(demo_macs(2))
+    pane.set_nodes(demo_nodes(2))
     pane.select_strategy("pipeline")
     with qtbot.waitSignal(pane.model_changed, timeout=20_000):
         pane.load(demo_model)

@@ -11,7 +11,7 @@ from pytestqt.qtbot import QtBot
 
 from core.cluster.registry import Node
 from core.cluster.states import ProbeState
-from core.run.demo import DEMO_MACS, demo_macs
+from core.run.demo import demo_nodes
 from gui.bridge import Bridge
 from gui.nodes.pane import ClusterPane
 from gui.nodes.table_model import (
@@ -27,19 +27,27 @@ from gui.nodes.table_model import (
     status,
 )
 
+DEMO_MACS = demo_nodes(4)
+
+
+def rdma_off(node: Node) -> Node:
+    """The same demo Mac with RDMA turned off, as its probe would read."""
+    assert node.facts is not None
+    return replace(node, facts=replace(node.facts, rdma_ctl="disabled"))
+
 
 def test_node_model_passes_qtmodeltester(qtmodeltester) -> None:
-    model = NodeTableModel(demo_macs(2))
+    model = NodeTableModel(demo_nodes(2))
     qtmodeltester.check(model, force_py=True)
     model.add(DEMO_MACS[2])
     model.remove("Studio A")
-    model.update(replace(DEMO_MACS[1], rdma=False))
-    model.reset(demo_macs(4))
+    model.update(rdma_off(DEMO_MACS[1]))
+    model.reset(demo_nodes(4))
     qtmodeltester.check(model, force_py=True)
 
 
 def test_node_model_rows_and_roles() -> None:
-    model = NodeTableModel(demo_macs(2))
+    model = NodeTableModel(DEMO_MACS[:2])
     assert model.rowCount() == 2 and model.columnCount() == 5
     assert model.index(0, NAME).data() == "Studio A"
     assert model.index(0, MEMORY).data() == "96 GB"
@@ -50,12 +58,12 @@ def test_node_model_rows_and_roles() -> None:
 
 
 def test_node_model_notifications_are_row_level(qtbot: QtBot) -> None:
-    model = NodeTableModel(demo_macs(1))
+    model = NodeTableModel(demo_nodes(1))
     with qtbot.waitSignal(model.rowsInserted) as inserted:
         model.add(DEMO_MACS[1])
     assert inserted.args[1:] == [1, 1]
     with qtbot.waitSignal(model.dataChanged):
-        model.update(replace(DEMO_MACS[1], rdma=False))
+        model.update(rdma_off(DEMO_MACS[1]))
     assert model.index(1, RDMA).data() == "RDMA off"
     with qtbot.waitSignal(model.rowsRemoved) as removed:
         model.remove("Studio A")

@@ -22,11 +22,12 @@ from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import Plan, make_plan
 from core.remote.modelcopy import CopyProgress
 from core.remote.targets import Target
-from core.run.demo import demo_macs
+from core.run.demo import demo_facts
+from core.run.session import Host
+from core.run.states import RunState
 from core.units import MIB
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
-from gui.run.controller import RunState
 from gui.run.launch_dialog import LaunchDialog
 from gui.run.pane import RunPane
 from gui.run.preflight_view import BAR_STEPS, copy_line
@@ -36,16 +37,14 @@ WAIT_MS = 60_000
 
 
 class Targets:
-    """A ClusterSource over fixed targets (the app's is the Cluster pane's scanner)."""
+    """A ClusterSource over fixed targets (the app's is the Cluster pane's scanner), each
+    with facts just probed that say nothing (so the checks probe them again)."""
 
     def __init__(self, targets: Sequence[Target]) -> None:
         self._targets = {t.name: t for t in targets}
 
-    def targets(self, names: Sequence[str]) -> list[Target]:
-        return [self._targets[name] for name in names]
-
-    def facts(self, names: Sequence[str]) -> list[NodeFacts]:
-        return [NodeFacts(name) for name in names]
+    def hosts(self, names: Sequence[str]) -> list[Host]:
+        return [Host(name, self._targets[name], NodeFacts(name)) for name in names]
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +155,7 @@ def test_copy_progress_per_mac_with_speed_and_time_left(qtbot: QtBot) -> None:
 def test_the_mlx_launch_dialog_for_the_demo(qtbot: QtBot, tiny: ModelInfo) -> None:
     pane = make_pane(qtbot)
     assert not pane.launch_button.isEnabled()  # no plan yet
-    pane.set_plan(tiny, plan_all(tiny, demo_macs(2))["pipeline"])
+    pane.set_plan(tiny, plan_all(tiny, demo_facts(2))["pipeline"])
     assert pane.launch_button.isEnabled()
     qtbot.mouseClick(pane.launch_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: pane.launch_dialog is not None, timeout=WAIT_MS)

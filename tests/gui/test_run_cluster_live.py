@@ -16,9 +16,9 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from core.remote.modelcopy import CopyProgress
+from core.run.states import RunState
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
-from gui.run.controller import RunState
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.gui.helpers import drop_paths
 from tests.helpers.jobs import assert_no_ranks_left

@@ -15,11 +15,11 @@ from pytestqt.qtbot import QtBot
 
 from core.model.info import ModelInfo, read_model_info
 from core.plan.planner import Plan
-from core.run.demo import demo_macs
+from core.run.demo import demo_facts
+from core.run.states import RunState
 from core.worker.vocab import LoadingStage
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
-from gui.run.controller import RunState
 from gui.run.failure import LogDialog
 from gui.run.pane import RunPane, describe_plan
 from gui.run.progress import STAGE_WORDS, STEPS
@@ -29,7 +29,7 @@ from tests.gui.fakes import FakeBehaviour, fake_factory
 @pytest.fixture(scope="module")
 def demo_plans(demo_model: Path) -> tuple[ModelInfo, dict[str, Plan]]:
     info = read_model_info(demo_model)
-    return info, plan_all(info, demo_macs(2))
+    return info, plan_all(info, demo_facts(2))
 
 
 def _pane(
@@ -146,7 +146,7 @@ def test_a_prompt_typed_while_loading_is_sent_once_loaded(qtbot: QtBot, demo_pla
 def test_stop_while_loading(qtbot: QtBot, demo_plans) -> None:
     pane = _pane(qtbot, demo_plans, FakeBehaviour(load_s=1.0))
     pane.start()
-    qtbot.waitUntil(lambda: pane.jobs and pane.jobs[0].state.value == "loading", timeout=5000)
+    qtbot.waitUntil(lambda: bool(pane.jobs) and pane.jobs[0].state.value == "loading", timeout=5000)
     pane.stop()
     qtbot.waitUntil(lambda: _state(pane) == RunState.STOPPED, timeout=10_000)
     assert pane.jobs[0].state.value == "stopped"

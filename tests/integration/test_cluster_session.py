@@ -1,10 +1,13 @@
 """core.run.session through a real sshd: two simulated Thunderbolt 4 Mac minis
-(mini-tb4: no RDMA, so auto runs ring over their addresses), each with its own cache."""
+(mini-tb4: no RDMA, so auto runs ring over their addresses), each with its own cache.
+Fresh facts a scanner holds are reused (no SSH probe, and the checks do not probe again);
+a forced re-probe probes."""
 
 from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,18 +17,17 @@ from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import Plan, make_plan
 from core.remote.modelcopy import CopyProgress, check
 from core.remote.targets import Target
-from core.run.demo import job_spec, plan_demo
+from core.run import cluster_run, preflight
+from core.run.cluster_run import demo_launch, job_spec, planned_launch
+from core.run.demo import demo_facts
 from core.run.launcher import JobSpec
-from core.run.session import (
-    ClusterError,
-    ClusterSession,
-    CopyCancelled,
-    demo_launch,
-    planned_launch,
-)
+from core.run.planning import plan_on
+from core.run.session import ClusterError, CopyCancelled, Host, Session, real_hosts
+from core.run.states import RunState
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.jobs import run_job
 from tests.helpers.remote import sshd_targets, wait_nothing_left
+from tests.helpers.scanner import hand_added_scanner
 from tests.helpers.sshd import SSHServer
 from tests.helpers.tiny_models import make_tiny_model
 
@@ -71,9 +73,9 @@ def test_checks_copy_with_progress_then_the_job_runs_on_both_macs(
     targets: list[Target], model: Path, sshd: SSHServer
 ) -> None:
     info = read_model_info(model)
-    session = ClusterSession(info, pipeline(model), targets)
+    session = Session(info, real_hosts(targets), plan=pipeline(model))
     report = session.preflight()
-    assert report.ok, [c.message for c in report.failures]
+    assert report is not None and report.ok, [c.message for c in report.failures]
     assert report.backend.name == "ring"  # Thunderbolt 4: no RDMA, said plainly
     assert report.copies_needed == ("mini-g", "mini-h")
     events: list[CopyProgress] = []
@@ -83,7 +85,7 @@ def test_checks_copy_with_progress_then_the_job_runs_on_both_macs(
         with lock:
             events.append(progress)
 
-    session.progress.connect(record)
+    session.copy_progress.connect(record)
     results = session.copy()
     assert sorted(r.node for r in results) == ["mini-g", "mini-h"]
     last = {event.node: event for event in events}
@@ -95,6 +97,7 @@ def test_checks_copy_with_progress_then_the_job_runs_on_both_macs(
         done = [e.bytes_done for e in events if e.node == node]
         assert done == sorted(done)
     spec = session.job_spec()
+    assert session.plan is not None
     assert [t.name for t in spec.targets or []] == list(session.plan.nodes_used)
     assert all(str(folder).startswith(str(Path(t.cache_root or "/"))) for folder, t in
                zip(spec.rank_models or [], spec.targets or [], strict=True))  # fmt: skip
@@ -102,31 +105,33 @@ def test_checks_copy_with_progress_then_the_job_runs_on_both_macs(
     local = run_job(JobSpec(model=model, strategy="pipeline", nodes=2), max_tokens=6)
     assert remote.tokens == local.tokens and len(remote.tokens) == 6
     assert wait_nothing_left(sshd) == []
-    again = ClusterSession(info, session.plan, targets).preflight()
-    assert again.ok and again.copies_needed == ()
+    again = Session(info, real_hosts(targets), plan=session.plan).preflight()
+    assert again is not None and again.ok and again.copies_needed == ()
 
 
 def test_stop_during_the_copy_keeps_what_arrived_and_the_next_copy_resumes(
     targets: list[Target], model: Path, sshd: SSHServer
 ) -> None:
     info = read_model_info(model)
-    session = ClusterSession(info, pipeline(model), targets)
+    session = Session(info, real_hosts(targets), plan=pipeline(model))
     report = session.preflight()
+    assert report is not None
 
     def stop_early(progress: CopyProgress) -> None:
         if progress.phase == "copying" and progress.bytes_done > progress.bytes_total // 5:
             session.cancel()
 
-    session.progress.connect(stop_early)
+    session.copy_progress.connect(stop_early)
     with pytest.raises(CopyCancelled, match="continues from there"):
         session.copy()
+    assert session.state == RunState.STOPPED
     assert wait_nothing_left(sshd) == []
     node = targets[0]
     assert check(node, report.manifests[node.name]).status == "missing"
     partial = Path(f"{check(node, report.manifests[node.name]).folder}.partial")
     arrived = sum(f.stat().st_size for f in partial.rglob("*") if f.is_file())
     assert arrived > 0
-    resumed = ClusterSession(info, session.plan, targets)
+    resumed = Session(info, real_hosts(targets), plan=session.plan)
     resumed.preflight()
     results = {r.node: r for r in resumed.copy()}
     total = report.manifests[node.name].total_bytes
@@ -138,9 +143,9 @@ def test_a_failed_check_starts_nothing(targets: list[Target], model: Path) -> No
     import dataclasses
 
     gone = dataclasses.replace(targets[1], host="127.0.0.9")  # nothing listens there
-    session = ClusterSession(read_model_info(model), pipeline(model), [targets[0], gone])
+    session = Session(read_model_info(model), real_hosts([targets[0], gone]), plan=pipeline(model))
     report = session.preflight()
-    assert not report.ok
+    assert report is not None and not report.ok and session.state == RunState.NOT_READY
     [failure] = [c for c in report.failures if c.name == "ssh"]
     assert failure.node == "mini-h" and "127.0.0.9" in failure.message and failure.fix
     with pytest.raises(ClusterError, match="checks failed"):
@@ -151,7 +156,7 @@ def test_a_failed_check_starts_nothing(targets: list[Target], model: Path) -> No
 
 def test_a_plan_on_macs_that_are_not_given_is_refused(targets: list[Target], model: Path):
     with pytest.raises(ClusterError, match="mini-h"):
-        ClusterSession(read_model_info(model), pipeline(model), targets[:1])
+        Session(read_model_info(model), real_hosts(targets[:1]), plan=pipeline(model))
 
 
 def test_the_equivalent_mlx_launch_for_real_macs_and_for_the_demo(
@@ -169,8 +174,54 @@ def test_the_equivalent_mlx_launch_for_real_macs_and_for_the_demo(
     assert [h["ssh"] for h in hosts] == [t.host for t in targets]
     assert [h["ips"] for h in hosts] == [[t.host] for t in targets]
     assert "--split" in launch["command"]
-    demo_plan = plan_demo(info, 3, "pipeline")
+    demo_plan = plan_on(info, demo_facts(3), "pipeline")
     demo = demo_launch(job_spec(info, demo_plan))
     assert demo["command"][:5] == ["mlx.launch", "-n", "3", "--backend", "ring"]
     assert demo["hostfile"] is None and demo["local"]
     assert demo["command"][demo["command"].index("--") + 1 :][:2] == ["-m", "core.worker"]
+
+
+def test_fresh_scanner_facts_are_reused_and_a_forced_reprobe_probes(
+    sshd: SSHServer, model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts_lines())
+    names = [f"{address}:{sshd.port}" for address in HOSTS]
+    with hand_added_scanner(sshd, tmp_path, known) as scanner:
+        for name in names:
+            scanner.add_host(name)
+        assert scanner.wait_idle(60)
+        hosts = []
+        for name in names:
+            node = scanner.registry.get(name)
+            assert node is not None and node.facts is not None, node
+            root = str(tmp_path / "nodes" / name)
+            hosts.append(Host(name, replace(scanner.target(name), cache_root=root), node.facts))
+    scanned = {h.name: h.facts for h in hosts}
+    probes: list[list[str]] = []  # the hosts each SSH probe round asked
+    checked: list[str] = []  # the hosts the checks probed again
+    real_probe, real_check_probe = cluster_run.probe_targets, preflight.probe_over_ssh
+
+    def spy(targets):
+        probes.append([t.name for t in targets])
+        return real_probe(targets)
+
+    def check_spy(connection, name, **options):
+        checked.append(name)
+        return real_check_probe(connection, name, **options)
+
+    monkeypatch.setattr(cluster_run, "probe_targets", spy)
+    monkeypatch.setattr(preflight, "probe_over_ssh", check_spy)
+    info = read_model_info(model)
+    session = Session(info, hosts, strategy="pipeline")
+    assert [f.name for f in session.probe()] == names
+    assert probes == [] and session.probed == ()  # the scanner's facts, not asked again
+    plan = session.make_plan()
+    assert plan.fits and sorted(plan.nodes_used) == sorted(names)
+    report = session.preflight()
+    assert report is not None and report.ok, [c.message for c in report.failures]
+    assert checked == []  # nor probed again by the checks
+    again = session.probe(force=True)
+    assert probes == [names] and session.probed == tuple(names)
+    assert all(f.probed_at > scanned[f.name].probed_at for f in again)
+    assert wait_nothing_left(sshd) == []

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from core.model.info import read_model_info
-from core.run.demo import job_spec, plan_demo
+from core.run.cluster_run import job_spec
+from core.run.demo import demo_facts
 from core.run.launcher import JobError, JobSpec
+from core.run.planning import plan_on
 from core.worker.shardfiles import files_for_layers, layer_ranges, read_weight_map
 from tests.helpers.jobs import run_job
 
@@ -85,7 +87,7 @@ def test_demo_model_pipeline_and_tensor_match_one_process(demo_model: Path) -> N
     # The planner's memory-proportional split on the demo Macs (96 GB + 64 GB) is uneven,
     # and it is exactly what the launcher runs.
     info = read_model_info(demo_model)
-    plan = plan_demo(info, 2, "pipeline")
+    plan = plan_on(info, demo_facts(2), "pipeline")
     spec = job_spec(info, plan)
     assert spec.split == list(plan.split) == [18, 12]
     uneven = run_job(spec, max_tokens=8)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from core.cli.plan import parse_node, plan_cli
 from core.model.info import read_model_info
 from core.plan.planner import Node, PlanOptions, make_plan
-from core.plan.report import format_plan, parse_node, plan_cli, plan_to_dict
+from core.plan.report import format_plan, plan_to_dict
 from tests.helpers.header_models import synthetic_model_info
 
 GIB = 1 << 30

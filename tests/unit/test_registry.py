@@ -4,7 +4,6 @@ make."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given
@@ -12,6 +11,7 @@ from hypothesis import strategies as st
 
 from core.cluster.discovery import DEVICE_INFO, MACMESH, SFTP_SSH, SSH, BonjourPeer
 from core.cluster.hosts import ManualHost
+from core.cluster.probe.facts import NodeFacts
 from core.cluster.registry import (
     Node,
     ProbeState,
@@ -21,6 +21,7 @@ from core.cluster.registry import (
     manual_name,
     merge,
 )
+from core.run.demo import DEMO_MACS, demo_nodes
 
 STUDIO_A = BonjourPeer(
     name="Studio A",
@@ -147,19 +148,11 @@ def test_demo_nodes_give_way_to_real_ones(registry: Registry) -> None:
     assert [n.name for n in registry.nodes()] == ["Studio A"]
 
 
-@dataclass(frozen=True)
-class Facts:
-    chip: str
-    memory_bytes: int
-    macos: str
-    rdma: bool | None
-
-
 def test_facts_attach_and_fill_the_row(registry: Registry, events: Events) -> None:
     registry.peer_seen(STUDIO_A)
     events.take()
     assert (registry.get("Studio A").chip, registry.get("Studio A").rdma) == ("", None)  # type: ignore[union-attr]
-    facts = Facts("Apple M3 Ultra", 96 << 30, "26.2", True)
+    facts = DEMO_MACS[0]  # a Mac Studio with RDMA on, as its probe reads
     registry.set_facts("Studio A", facts)
     node = registry.get("Studio A")
     assert node is not None and node.facts == facts
@@ -169,6 +162,7 @@ def test_facts_attach_and_fill_the_row(registry: Registry, events: Events) -> No
         "26.2",
         True,
     )
+    assert node.is_mac and node.kind == "Mac"
     assert events.take() == [("updated", "Studio A")]
     registry.peer_seen(BonjourPeer(**{**STUDIO_A.__dict__, "ssh_port": 2200}))
     assert registry.get("Studio A").facts == facts  # type: ignore[union-attr]
@@ -260,5 +254,18 @@ def test_probe_state_follows_the_node(registry: Registry, events: Events) -> Non
 
 def test_facts_without_a_probe_state_mean_ready(registry: Registry) -> None:
     registry.peer_seen(STUDIO_A)
-    registry.set_facts("Studio A", object())
+    registry.set_facts("Studio A", NodeFacts("Studio A"))
     assert registry.get("Studio A").probe_state == ProbeState.READY
+
+
+def test_demo_macs_come_ready_with_the_facts_a_probe_would_give(registry: Registry) -> None:
+    registry.set_demo_nodes(demo_nodes(2))
+    node = registry.get("Studio B")
+    assert node is not None and node.probe_state == ProbeState.READY
+    assert isinstance(node.facts, NodeFacts) and node.facts is DEMO_MACS[1]
+    assert (node.chip, node.memory_bytes, node.rdma, node.source) == (
+        "Apple M4 Max",
+        64 << 30,
+        True,
+        "demo",
+    )

@@ -12,6 +12,8 @@ import os
 import platform
 import signal
 import subprocess
+import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -92,6 +94,15 @@ class NodeFacts:
     bridge_active: bool | None = None
     bridge_members: tuple[str, ...] = ()
     unknowns: dict[str, str] = field(default_factory=dict)  # field → why it is unknown
+    # When these facts were established (time.monotonic()): a Start reuses facts probed
+    # moments ago instead of asking again. Not part of what the facts say.
+    probed_at: float = field(default_factory=time.monotonic, compare=False, repr=False)
+    # A demo Mac: what a probe of such a Mac would say, but its ranks run on this machine.
+    simulated: bool = False
+
+    def age_s(self, now: float | None = None) -> float:
+        """Seconds since the probe."""
+        return (time.monotonic() if now is None else now) - self.probed_at
 
     @property
     def is_macos(self) -> bool | None:
@@ -103,7 +114,10 @@ class NodeFacts:
 
     @property
     def runs_on_cpu(self) -> bool:
-        """MLX runs on the CPU here (a Linux host): no Metal, a BLAS matters."""
+        """MLX runs on the CPU here (a Linux host, or a simulated Mac whose ranks run on
+        this machine when it is not a Mac): no Metal, a BLAS matters."""
+        if self.simulated:
+            return sys.platform != "darwin"
         return self.os_name == "Linux"
 
     @property

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.run.cluster_run import ClusterError, make_targets
+from core.cli.run import make_targets
+from core.run.cluster_run import ClusterError
 
 
 def test_hosts_as_typed_become_targets_with_their_own_cache_folder() -> None:

@@ -1,0 +1,112 @@
+"""Ask a started session once, stream the answer, summarise: the end of ``macmesh run``
+and ``macmesh demo --headless``.
+
+Front-end code: it prints. The session (``core.run.session.Session``) does the work.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, TextIO
+
+from core.run.cluster_run import ClusterError
+from core.run.launcher import JobError
+from core.run.telemetry import Telemetry
+from core.units import bytes_per_s, rate, seconds
+from core.worker import protocol as p
+
+if TYPE_CHECKING:
+    from core.run.session import Session
+
+DEFAULT_PROMPT = "What is the capital of France?"
+# One answer's length: far above any context a Mac holds, and a bound on what a typo asks.
+MAX_TOKENS = 1_000_000
+
+
+def check_max_tokens(max_tokens: int) -> None:
+    if not 1 <= max_tokens <= MAX_TOKENS:
+        raise ClusterError(f"--max-tokens must be 1 to {MAX_TOKENS:,}")
+
+
+def launch_and_ask(
+    session: Session,
+    prompt: str,
+    max_tokens: int,
+    about: dict[str, Any],
+    what: str,
+    out: TextIO,
+    err: TextIO,
+    as_json: bool = False,
+) -> int:
+    """Launch ``session``, ask ``prompt`` once streaming the answer to ``out``, stop every
+    rank, then print ``about`` and the figures (one JSON line with ``as_json``). The exit
+    code: 0, 1 when ``what`` (the cluster) failed, 2 when it could not be launched, 130
+    when interrupted."""
+    telemetry = Telemetry()
+    session.event.connect(telemetry.feed)
+    session.event.connect(lambda event: print_token(event, out))
+    try:
+        session.launch()
+        session.wait_ready()
+        figures = ask_once(session, telemetry, prompt, max_tokens)
+    except ClusterError as exc:
+        err.write(f"macmesh: {exc}\n")
+        return 2
+    except JobError as exc:
+        logs = session.job.run_dir if session.job is not None else "none"
+        err.write(f"\nmacmesh: {what} failed: {exc}\nLogs: {logs}\n")
+        return 1
+    except KeyboardInterrupt:
+        err.write("\nmacmesh: interrupted; stopping every rank\n")
+        return 130
+    finally:
+        session.stop()
+    summary = {**about, **figures, "ranks": telemetry.rank_facts()}
+    out.write("\n")
+    out.write(json.dumps(summary) + "\n" if as_json else human_summary(summary))
+    out.flush()
+    return 0
+
+
+def ask_once(session: Session, telemetry: Telemetry, prompt: str, max_tokens: int) -> dict:
+    """One request and its figures: tokens/s, time to first token, bytes per link."""
+    before = telemetry.link_totals()
+    started = time.monotonic()
+    request = session.ask(prompt, max_tokens=max_tokens)
+    telemetry.request_started(request, started)
+    done = session.wait_done(request)
+    elapsed = max(time.monotonic() - started, 1e-9)
+    time.sleep(p.TRAFFIC_S + 0.2)  # the ranks' last traffic reports of this request
+    after = telemetry.link_totals()
+    summary = next((r for r in telemetry.requests() if r.id == request), None)
+    return {
+        "prompt_tokens": done["prompt_tokens"],
+        "prompt_tps": done["prompt_tps"],
+        "generation_tokens": done["generation_tokens"],
+        "generation_tps": done["generation_tps"],
+        "avg_tps": summary.avg_tps if summary else None,
+        "ttft_s": summary.ttft_s if summary and summary.ttft_s is not None else done["ttft_s"],
+        "link_bytes_per_s": {
+            link: round((after.get(link, 0) - before.get(link, 0)) / elapsed, 1) for link in after
+        },
+        "finish_reason": done["finish_reason"],
+        "text": done["text"],
+    }
+
+
+def print_token(event: dict, out: TextIO) -> None:
+    if event["event"] == p.TOKEN:
+        out.write(event["text"])
+        out.flush()
+
+
+def human_summary(summary: dict) -> str:
+    links = ", ".join(f"{k} {bytes_per_s(v)}" for k, v in summary["link_bytes_per_s"].items())
+    return (
+        f"{summary['strategy']} on {summary['nodes']} node(s): "
+        f"{rate(summary['generation_tps'])} tokens/s, first token after "
+        f"{seconds(summary['ttft_s'])}, prompt {rate(summary['prompt_tps'])} tokens/s"
+        + (f"; links: {links}" if links else "")
+        + "\n"
+    )

@@ -1,0 +1,70 @@
+"""``macmesh demo --headless``: the demo cluster from the terminal. Plan on the simulated
+Macs, start their ranks on this machine, ask once, print the answer as it streams,
+summarise, stop; the same ``core.run.session.Session`` as the window's Start."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
+from core.model.info import ModelError, read_model_info
+from core.run import demo
+from core.run.cluster_run import ClusterError
+from core.run.session import Session, simulated_hosts
+from core.worker.vocab import Strategy
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--headless", action="store_true", help="no window: print to the terminal")
+    parser.add_argument("--model", type=Path, help="a model folder (default: the demo model)")
+    parser.add_argument("--nodes", type=int, default=2, help="simulated Macs, 1-4 (default 2)")
+    parser.add_argument(
+        "--strategy", choices=(Strategy.PIPELINE, Strategy.TENSOR), default=Strategy.PIPELINE
+    )
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
+
+
+def demo_cli(argv: Sequence[str] | None = None) -> int:
+    """The headless demo with its own arguments (``macmesh`` with no display)."""
+    parser = argparse.ArgumentParser(prog="macmesh demo", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run_headless(parser.parse_args(argv))
+
+
+def run_headless(
+    args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    """Plan, start, ask once, print the answer as it streams, summarise, stop."""
+    try:
+        info = read_model_info(args.model or _demo_model(err))
+        session = Session(
+            info, simulated_hosts(demo.demo_facts(args.nodes)), strategy=args.strategy
+        )
+        plan = session.make_plan()
+        check_max_tokens(args.max_tokens)
+        spec = session.job_spec()
+    except (ClusterError, ModelError, ValueError) as exc:
+        err.write(f"macmesh: {exc}\n")
+        return 2
+    err.write(f"{info.summary()}\n{plan.reason}\nStarting {spec.nodes} rank(s)…\n")
+    about = {
+        "strategy": spec.rank_strategy,
+        "nodes": spec.nodes,
+        "split": spec.split,
+        "model": info.name,
+    }
+    return launch_and_ask(
+        session, args.prompt, args.max_tokens, about, "the demo cluster", out, err, args.json
+    )
+
+
+def _demo_model(err: TextIO) -> Path:
+    if demo.needs_preparing():
+        err.write("Preparing the demo model (once)…\n")
+    return demo.demo_model()

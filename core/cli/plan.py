@@ -1,0 +1,163 @@
+"""``macmesh plan MODEL [--node NAME:MEM_GB ...]``: what fits where, and why.
+
+It reads the model folder (headers only) and plans it on the Macs given with ``--node``,
+or on this machine alone when none are given: the first question a person asks is "does
+it fit on my Mac?", and the answer says which machine it assumed. The table and the JSON
+are ``core.plan.report``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from core.model.info import ModelError, read_model_info
+from core.plan.memory import Link, Node, PlanOptions
+from core.plan.planner import make_plan
+from core.plan.report import format_plan, plan_to_dict
+from core.units import GIB
+from core.worker.vocab import Strategy
+
+# Far above any Mac (512 GB today), low enough that every byte count stays an ordinary
+# number: an absurd value is a typo, said so, not a plan.
+MAX_NODE_GB = 1_000_000
+MAX_WIRED_MB = MAX_NODE_GB * 1024
+MAX_CONTEXT = 1_000_000_000
+MAX_BATCH = 100_000
+
+
+def parse_node(text: str) -> Node:
+    """NAME:MEM_GB[:WIRED_LIMIT_MB] → Node; ValueError with the expected form otherwise."""
+    parts = text.split(":")
+    form = "expected NAME:MEM_GB or NAME:MEM_GB:WIRED_LIMIT_MB, e.g. studio:192 or mini:64:57344"
+    if len(parts) not in (2, 3) or not parts[0].strip():
+        raise ValueError(f"{text!r}: {form}")
+    try:
+        memory = float(parts[1])
+        wired = int(parts[2]) if len(parts) == 3 else None
+    except ValueError:  # also a 5000-digit number
+        raise ValueError(f"{text[:60]!r}: {form}") from None
+    # not (0 < x <= max) also refuses nan; inf and 1e400 are above the limit.
+    if not 0 < memory <= MAX_NODE_GB or (wired is not None and not 0 <= wired <= MAX_WIRED_MB):
+        raise ValueError(
+            f"{text[:60]!r}: memory must be more than 0 and at most {MAX_NODE_GB:,} GB, "
+            f"the wired limit 0 to {MAX_WIRED_MB:,} MB"
+        )
+    return Node(parts[0].strip(), int(memory * GIB), wired_limit_mb=wired)
+
+
+def this_machine() -> Node:
+    """This computer as a node: physical memory, and on macOS its iogpu.wired_limit_mb."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    wired = None
+    if platform.system() == "Darwin":
+        memory = int(_sysctl("hw.memsize") or memory)
+        wired = int(_sysctl("iogpu.wired_limit_mb") or 0) or None
+    return Node(socket.gethostname().split(".")[0] or "this-mac", memory, wired_limit_mb=wired)
+
+
+def _sysctl(name: str) -> str | None:
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip().isdecimal() else None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="macmesh plan",
+        description="Plan how to run a model folder on one or more Macs: strategy, layers "
+        "per Mac, memory per Mac, and whether it fits.",
+        epilog="Without --node the plan is for this machine alone (its physical memory and, "
+        "on macOS, its iogpu.wired_limit_mb). GB are 2^30 bytes, as Apple sizes memory. "
+        "Exit status: 0 it fits, 1 it does not fit or the strategy is invalid, 2 bad input.",
+    )
+    parser.add_argument("model", type=Path, help="a model folder (config.json + safetensors)")
+    parser.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="NAME:MEM_GB[:WIRED_MB]",
+        help="a Mac and its memory in GB, optionally its iogpu.wired_limit_mb; repeat for each Mac",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=[s.value for s in Strategy],
+        default=Strategy.AUTO.value,
+        help="auto (default) recommends one",
+    )
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=PlanOptions.context_length,
+        metavar="N",
+        help="context length in tokens to reserve KV cache for (default 4096)",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=1, metavar="N", help="sequences generated at once (default 1)"
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=PlanOptions.margin_fraction,
+        metavar="FRACTION",
+        help="share of each GPU limit kept free (default 0.05)",
+    )
+    parser.add_argument(
+        "--rdma",
+        action="store_true",
+        help="every pair of Macs is cabled with RDMA over Thunderbolt 5",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    return parser
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[Node]]:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        nodes = [parse_node(text) for text in args.node] or [this_machine()]
+    except ValueError as error:
+        parser.error(f"--node {error}")
+    if len({node.name for node in nodes}) != len(nodes):
+        parser.error("--node: every Mac needs its own name")
+    if not (1 <= args.context <= MAX_CONTEXT and 1 <= args.batch <= MAX_BATCH):
+        parser.error(
+            f"--context must be 1 to {MAX_CONTEXT:,} tokens and --batch 1 to {MAX_BATCH:,}"
+        )
+    if not 0 <= args.margin < 1:  # also refuses nan
+        parser.error("--margin must be between 0 and 1")
+    return args, nodes
+
+
+def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
+    """``macmesh plan MODEL [--node NAME:MEM_GB ...] ...``; returns the exit status."""
+    out = out or sys.stdout
+    try:  # argparse reports bad input (and --help) by exiting: return its status instead
+        args, nodes = _parse(argv)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 2
+    try:
+        model = read_model_info(args.model)
+    except ModelError as error:
+        print(f"macmesh plan: {error}", file=sys.stderr)
+        return 2
+    links = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
+    options = PlanOptions(
+        strategy=args.strategy,
+        context_length=args.context,
+        batch=args.batch,
+        margin_fraction=args.margin,
+    )
+    plan = make_plan(model, nodes, links if args.rdma else (), options)
+    text = json.dumps(plan_to_dict(plan), indent=2) if args.json else format_plan(plan)
+    print(text, file=out)
+    return 0 if plan.fits else 1

@@ -1,0 +1,158 @@
+"""``macmesh run MODEL --hosts a,b,...``: the model on real Macs over SSH, one answer.
+
+Probe the hosts, plan, check (every check with its fix, and the backend: jaccl when RDMA
+joins the ranks as it needs, else ring, said plainly), copy what nodes lack, launch on
+the hosts in the plan's rank order, ask once, stop; ``--show-launch`` prints the
+equivalent ``mlx.launch`` command and hostfile instead. The steps are
+``core.run.session.Session``'s, the same object the window's Start drives; this module
+only reads arguments and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
+from core.cluster.hosts import parse_host
+from core.envvars import ENV_REMOTE_CACHE
+from core.model.info import ModelError, read_model_info
+from core.remote.modelcopy import CopyProgress
+from core.remote.targets import Target
+from core.run.cluster_run import ClusterError, show_launch
+from core.run.preflight import BACKENDS, format_report
+from core.run.session import Session, real_hosts
+from core.units import bytes_per_s, duration, size
+from core.worker.vocab import Backend, Strategy
+
+
+def make_targets(
+    hosts: Sequence[str], python: str | None = None, cache_root: str | None = None
+) -> list[Target]:
+    """Targets from ``[user@]host[:port]`` strings. ``cache_root`` may hold ``{host}``
+    (the host as typed), so simulated hosts on one machine keep separate folders."""
+    targets = []
+    for text in hosts:
+        host = parse_host(text)
+        name = str(host)
+        root = cache_root.replace("{host}", name.replace("/", "_")) if cache_root else None
+        targets.append(
+            Target(name, host.host, host.port, host.user, python=python, cache_root=root)
+        )
+    if len({t.name for t in targets}) != len(targets):
+        raise ClusterError("a host is listed twice in --hosts")
+    return targets
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "model", type=Path, help="the model folder on this Mac (copied to nodes that lack it)"
+    )
+    parser.add_argument("--hosts", required=True, help="[user@]host[:port],... in any order")
+    parser.add_argument(
+        "--strategy",
+        choices=(Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR),
+        default=Strategy.AUTO,
+    )
+    parser.add_argument("--backend", choices=BACKENDS, default=Backend.AUTO)
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--python", help="the Python on every node (default: this one's path)")
+    parser.add_argument(
+        "--cache-root",
+        default=os.environ.get(ENV_REMOTE_CACHE) or None,
+        help="MacMesh's folder on every node ({host} is replaced by the host); default the "
+        f"node's cache folder, or ${ENV_REMOTE_CACHE}",
+    )
+    parser.add_argument(
+        "--show-launch", action="store_true", help="print the equivalent mlx.launch; run nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
+
+
+def run_cli(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="macmesh run", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Probe, plan, check, copy, launch, ask once, stream the answer, summarise, stop."""
+    try:
+        check_max_tokens(args.max_tokens)
+        info = read_model_info(args.model)
+        hosts = [h for h in args.hosts.split(",") if h.strip()]
+        targets = make_targets(hosts, args.python, args.cache_root)
+        session = Session(info, real_hosts(targets), strategy=args.strategy, backend=args.backend)
+        err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
+        session.probe()
+        plan = session.make_plan()
+        err.write(f"{plan.reason}\nChecking the nodes…\n")
+        report = session.preflight()
+        assert report is not None  # real hosts are always checked
+        err.write(format_report(report))
+        if args.show_launch and report.backend.problem and args.backend != Backend.AUTO:
+            raise ClusterError(report.backend.reason)
+        if not args.show_launch:
+            if not report.ok:
+                raise ClusterError("the checks above failed; nothing was started")
+            session.copy_progress.connect(_progress_printer(err))
+            session.copy()
+        spec = session.job_spec(checked=not args.show_launch)
+    except (ClusterError, ModelError, ValueError) as exc:
+        err.write(f"macmesh: {exc}\n")
+        return 2
+    if args.show_launch:
+        launch = show_launch(spec)
+        if args.json:
+            out.write(json.dumps(launch) + "\n")
+        else:
+            out.write(
+                "# on every node, MacMesh's core/ and core/worker/ (worker "
+                f"{launch['worker_hash']}) must be importable: add --cwd <that folder>\n"
+            )
+            out.write(" ".join(launch["command"]) + "\n")
+            out.write("hostfile.json:\n" + json.dumps(launch["hostfile"], indent=2) + "\n")
+        return 0
+    err.write(f"Starting {spec.nodes} rank(s) on {', '.join(plan.nodes_used)}…\n")
+    about = {
+        "strategy": spec.rank_strategy,
+        "nodes": spec.nodes,
+        "hosts": list(plan.nodes_used),
+        "backend": spec.rank_backend,
+        "split": spec.split,
+        "model": info.name,
+        "preflight": [check.to_dict() for check in report.checks],
+    }
+    return launch_and_ask(
+        session, args.prompt, args.max_tokens, about, "the cluster", out, err, args.json
+    )
+
+
+def _progress_printer(err: TextIO) -> Callable[[CopyProgress], None]:
+    """Copy progress on stderr: a line per node at each tenth, and when verified."""
+    shown: dict[str, tuple[str, int]] = {}
+    lock = threading.Lock()
+
+    def show(progress: CopyProgress) -> None:
+        step = (progress.phase, int(progress.fraction * 10))
+        with lock:
+            if shown.get(progress.node) == step:
+                return
+            shown[progress.node] = step
+            rate = f", {bytes_per_s(progress.rate)}" if progress.rate else ""
+            eta = f", about {duration(progress.eta_s)} left" if progress.eta_s else ""
+            err.write(
+                f"Copying the model to {progress.node}: {progress.phase} "
+                f"{size(progress.bytes_done)} of {size(progress.bytes_total)}"
+                f"{rate}{eta}\n"
+            )
+            err.flush()
+
+    return show
