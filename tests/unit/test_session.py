@@ -191,5 +191,5 @@ def test_the_demo_spec_and_the_cluster_spec_come_from_one_function(
     assert [t.name for t in placed.targets or []] == list(plan.nodes_used)  # rank order
     assert placed.split == local.split and placed.strategy == local.strategy == "pipeline"
     single = job_spec(info, plan_on(info, demo_facts(1)))
-    assert single.nodes == 1 and single.strategy == "pipeline" and single.split is None
+    assert single.nodes == 1 and single.strategy is Strategy.SINGLE and single.split is None
     assert real_hosts(targets, [DEMO_MACS[0]])[0].facts is None  # facts go by name
