@@ -29,6 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check core gui tests
 	$(BIN)/ruff format --check core gui tests
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks
