@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import socket
 import sys
 import time
 import traceback
+from typing import Any
 
 import mlx.core as mx
 
@@ -110,7 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run(args, group, events: p.EventWriter, commands, telemetry: bool) -> None:
+def run(
+    args: argparse.Namespace,
+    group: mx.distributed.Group,
+    events: p.EventWriter,
+    commands: queue.Queue[dict[str, Any]] | None,
+    telemetry: bool,
+) -> None:
     started = time.monotonic()
     split = [int(n) for n in args.split.split(",")] if args.split else None
     shard = load_shard(
@@ -146,4 +154,5 @@ def run(args, group, events: p.EventWriter, commands, telemetry: bool) -> None:
         }
         generate(shard, command, events, group.rank(), telemetry)
         return
+    assert commands is not None  # read_commands ran: there is no --prompt
     serve(shard, group, events, commands, telemetry)

@@ -28,7 +28,7 @@ from core.worker.traffic import TrafficCounter
 DEFAULT_MAX_TOKENS = 128
 
 
-def prompt_tokens(tokenizer: Any, command: dict) -> list[int]:
+def prompt_tokens(tokenizer: Any, command: dict[str, Any]) -> list[int]:
     """Token ids for a command: chat messages, a chat prompt, or raw text."""
     messages = command.get("messages")
     if messages is None and command.get("chat", True):
@@ -40,8 +40,8 @@ def prompt_tokens(tokenizer: Any, command: dict) -> list[int]:
 
 
 def generate(
-    shard: Shard, command: dict, events: p.EventWriter, rank: int, stream_tokens: bool
-) -> dict:
+    shard: Shard, command: dict[str, Any], events: p.EventWriter, rank: int, stream_tokens: bool
+) -> dict[str, Any]:
     """Run one request on this rank; rank 0 reports tokens and the summary."""
     request = command.get("id", "")
     started = time.monotonic()
@@ -83,7 +83,7 @@ def generate(
     return summary
 
 
-def link_test(group: mx.distributed.Group, command: dict, events: p.EventWriter) -> None:
+def link_test(group: mx.distributed.Group, command: dict[str, Any], events: p.EventWriter) -> None:
     """Time a large all_sum (bandwidth) and a tiny one (latency) across the group."""
     size = group.size()
     nbytes = int(command.get("bytes", 32 << 20))
@@ -121,7 +121,7 @@ def serve(
     shard: Shard,
     group: mx.distributed.Group,
     events: p.EventWriter,
-    commands: queue.Queue,
+    commands: queue.Queue[dict[str, Any]],
     stream_tokens: bool,
 ) -> None:
     """Run commands until ``stop``, or until the controller is gone."""
@@ -171,13 +171,13 @@ class Reporter(threading.Thread):
         self._stop.set()
 
 
-def read_commands(events: p.EventWriter, rank: int) -> queue.Queue:
+def read_commands(events: p.EventWriter, rank: int) -> queue.Queue[dict[str, Any]]:
     """Start the stdin reader; the controller closing stdin ends this process.
 
     Every rank watches its stdin: when the controller dies (or its SSH session
     drops), the pipe closes and the rank exits at once instead of lingering.
     """
-    commands: queue.Queue = queue.Queue()
+    commands: queue.Queue[dict[str, Any]] = queue.Queue()
 
     def reader() -> None:
         for line in sys.stdin:

@@ -39,7 +39,8 @@ def read_weight_map(model: Path) -> dict[str, str] | None:
     index = model / INDEX_NAME
     if not index.is_file():
         return None
-    return json.loads(index.read_text())["weight_map"]
+    weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+    return weight_map
 
 
 def layer_ranges(split: list[int]) -> list[tuple[int, int]]:

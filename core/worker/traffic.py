@@ -131,7 +131,7 @@ class TrafficCounter:
 
         return counted
 
-    def _count(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+    def _count(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         group = kwargs.get("group")
         if group is not None and group.size() != self.size:
             return  # a sub-group: not this job's links
@@ -147,5 +147,5 @@ class TrafficCounter:
             self.recv(out.nbytes, _peer(args, kwargs, "src", 2))  # recv(shape, dtype, src)
 
 
-def _peer(args: tuple, kwargs: dict, key: str, position: int) -> int:
+def _peer(args: tuple[Any, ...], kwargs: dict[str, Any], key: str, position: int) -> int:
     return int(kwargs[key] if key in kwargs else args[position])

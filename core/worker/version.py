@@ -18,6 +18,7 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 from core.worker.blas import find_openblas
 
@@ -58,7 +59,7 @@ def package_version(distribution: str, module: str) -> str | None:
         return None
 
 
-def version_info() -> dict:
+def version_info() -> dict[str, Any]:
     import core
 
     root = Path(core.__file__).resolve().parent.parent
