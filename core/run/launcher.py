@@ -28,6 +28,7 @@ from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from psygnal import Signal
 
@@ -43,6 +44,8 @@ from core.worker.vocab import Backend, JobState, LoadingStage, Strategy
 
 BIND_FAILURE = "Couldn't bind socket"
 LOG_TAIL = 200
+# host, port, user, interpreter, cache root: see _node_key
+NodeKey = tuple[str, int, str | None, str, str | None]
 
 
 class JobError(Exception):
@@ -116,7 +119,7 @@ class RankStatus:
     exit_code: int | None = None
     exited_at: float | None = None
     error: str | None = None
-    log: deque = field(default_factory=lambda: deque(maxlen=LOG_TAIL))
+    log: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL))
 
     def tail(self, lines: int = 8) -> list[str]:
         return list(self.log)[-lines:]
@@ -158,15 +161,15 @@ class Job:
         self._lock = threading.RLock()
         self._ready = threading.Event()
         self._finished = threading.Event()
-        self._done: dict[str, dict] = {}
+        self._done: dict[str, dict[str, Any]] = {}
         self._done_cond = threading.Condition(self._lock)
         self._pending: set[str] = set()
         self._ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
         self._attempt = 0
         self._tag = uuid.uuid4().hex[:10]  # names this job's folders on the nodes
-        self._connections: dict[tuple, Connection] = {}
-        self._setups: dict[tuple, NodeSetup] = {}
+        self._connections: dict[NodeKey, Connection] = {}
+        self._setups: dict[NodeKey, NodeSetup] = {}
 
     @property
     def remote(self) -> bool:
@@ -208,7 +211,7 @@ class Job:
         """Connect to every node, ship the worker, check what will run it: in parallel."""
         nodes = {_node_key(t): t for t in self.spec.targets or () if not t.local}
 
-        def prepare(key: tuple, target: Target) -> NodeSetup:
+        def prepare(key: NodeKey, target: Target) -> NodeSetup:
             connection = target.connection()
             with self._lock:
                 self._connections[key] = connection
@@ -299,7 +302,7 @@ class Job:
                     rank_command(launch, setup.worker_dir, argv),
                     env,
                     log_path,
-                    reconnect=lambda t=target: replace(t, timeout=min(t.timeout, 5.0)).connection(),
+                    reconnect=replace(target, timeout=min(target.timeout, 5.0)).connection,
                 )
             self._follow(proc, status)
 
@@ -353,7 +356,7 @@ class Job:
         self,
         prompt: str | None = None,
         *,
-        messages: list[dict] | None = None,
+        messages: list[dict[str, Any]] | None = None,
         max_tokens: int = 128,
         chat: bool = True,
     ) -> str:
@@ -372,7 +375,7 @@ class Job:
         self._send(p.encode_command(p.OP_LINK_TEST, id=request, bytes=nbytes, iters=iters), request)
         return request
 
-    def wait_done(self, request: str, timeout: float | None = None) -> dict:
+    def wait_done(self, request: str, timeout: float | None = None) -> dict[str, Any]:
         """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._done_cond:
@@ -418,7 +421,7 @@ class Job:
             status.log.append(line)
             self.log.emit(status.rank, line)
 
-    def _on_event(self, status: RankStatus, event: dict) -> None:
+    def _on_event(self, status: RankStatus, event: dict[str, Any]) -> None:
         kind = event["event"]
         with self._lock:
             status.last_seen = time.monotonic()
@@ -438,7 +441,7 @@ class Job:
                 self._answered(event)
         self.event.emit(event)
 
-    def _answered(self, event: dict) -> None:
+    def _answered(self, event: dict[str, Any]) -> None:
         request = event.get("request", "")
         with self._done_cond:
             self._done[request] = event
@@ -490,7 +493,14 @@ class Job:
         exited = [s for s in self.ranks if s.exit_code is not None]
         if not exited:
             return None
-        exited.sort(key=lambda s: (s.exit_code >= 0, s.error is not None, s.exited_at, s.rank))
+        exited.sort(
+            key=lambda s: (
+                s.exit_code is not None and s.exit_code >= 0,
+                s.error is not None,
+                s.exited_at,
+                s.rank,
+            )
+        )
         return _exit_message(exited[0])
 
     def _bind_failed(self) -> bool:
@@ -596,7 +606,7 @@ def _where(status: RankStatus) -> str:
     return f" on {status.node}" if status.node else ""
 
 
-def _node_key(target: Target) -> tuple:
+def _node_key(target: Target) -> NodeKey:
     """Ranks on one node with one Python share a connection and a prepared worker."""
     return (target.host, target.port, target.user, target.interpreter, target.cache_root)
 

@@ -11,6 +11,7 @@ import os
 import random
 import socket
 import threading
+from typing import Any
 
 from core.worker.vocab import Backend
 
@@ -95,14 +96,14 @@ def launch_hostfile(
     ips: list[list[str]],
     rdma: list[list[str | list[str] | None]] | None = None,
     envs: list[str] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The same cluster as ``mlx.launch --hostfile`` reads it, for people who want to
     run a job by hand: ``{"backend", "envs", "hosts": [{"ssh", "ips", "rdma"}]}``."""
     if len(ssh_names) != len(ips) or (rdma is not None and len(rdma) != len(ssh_names)):
         raise ValueError("one ssh name, one list of IPs (and one rdma row) per host")
     hosts = []
     for rank, name in enumerate(ssh_names):
-        host: dict = {"ssh": name, "ips": list(ips[rank])}
+        host: dict[str, Any] = {"ssh": name, "ips": list(ips[rank])}
         if rdma is not None:
             host["rdma"] = list(rdma[rank])
         hosts.append(host)

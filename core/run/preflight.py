@@ -367,7 +367,7 @@ def _versions(reached: Sequence[Gathered]) -> list[Check]:
     have = [g for g in reached if g.facts and g.facts.mlx_version and g.facts.mlx_lm_version]
     if len(have) < 2:
         return []
-    pairs = [(g.facts.mlx_version, g.facts.mlx_lm_version) for g in have]  # type: ignore[union-attr]
+    pairs = [(g.facts.mlx_version, g.facts.mlx_lm_version) for g in have if g.facts]
     counts = Counter(pairs)
     reference = max(pairs, key=lambda p: (counts[p], -pairs.index(p)))
     odd = [(g, p) for g, p in zip(have, pairs, strict=True) if p != reference]
@@ -547,6 +547,7 @@ def choose_backend(
     if problem is None and wanted is not None:
         how = "every pair cabled" if wanted is Backend.JACCL else "each Mac cabled to the next"
         return BackendChoice(wanted, f"{wanted}: RDMA over Thunderbolt, {how}.", devices)
+    assert problem is not None  # every way here without a backend says why
     problem = problem.rstrip(".")
     see = f" See “{GUIDES[guide]}”." if guide in GUIDES else ""
     if requested is Backend.AUTO:

@@ -16,7 +16,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 
 class RankProcess(Protocol):
@@ -57,6 +57,7 @@ class LocalRank:
     def send(self, line: str) -> None:
         with self._send_lock:
             try:
+                assert self._proc.stdin is not None  # Popen(stdin=PIPE)
                 self._proc.stdin.write(line)
                 self._proc.stdin.flush()
             except (BrokenPipeError, ValueError, OSError):
@@ -86,7 +87,8 @@ class LocalRank:
     def close(self) -> None:
         for stream in (self._proc.stdin,):
             with contextlib.suppress(OSError, ValueError):
-                stream.close()
+                if stream is not None:
+                    stream.close()
         with contextlib.suppress(ValueError):
             self._log.close()
 
@@ -96,7 +98,9 @@ class LocalRank:
             os.killpg(self.pid, sig)
 
 
-def _lines(stream) -> Iterator[str]:
+def _lines(stream: IO[str] | None) -> Iterator[str]:
+    if stream is None:
+        return
     try:
         yield from iter(stream.readline, "")
     except (ValueError, OSError):

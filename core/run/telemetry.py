@@ -276,7 +276,7 @@ class Telemetry:
         rank = _rank(event.get("rank"))
         t = _finite(event.get("t"), "t")
         at = self._to_local(rank, t, received_at)
-        kind = event.get("event")
+        kind = event.get("event", "")
         if kind != protocol.TOKEN:  # tokens are frequent; the rest comes often enough
             self._expire_directions(at)
         handler = self._handlers.get(kind)
