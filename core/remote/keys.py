@@ -54,7 +54,7 @@ def accept_host_key(host: str, port: int, key: paramiko.PKey, known_hosts: Path)
 
 def read_known_hosts(path: Path) -> tuple[paramiko.HostKeys, set[str]]:
     """The keys in ``path`` and the revoked ones; lines that do not parse are skipped."""
-    keys, revoked = paramiko.HostKeys(), set()
+    keys, revoked = paramiko.HostKeys(), set[str]()
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:

@@ -40,11 +40,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from core import units
 from core.model.manifest import FileEntry, Manifest, ManifestError
-from core.remote.ssh import Connection
+from core.remote.ssh import Connection, Result
 from core.remote.targets import Target
 from core.remote.transport import (
     CopyCancelled,
@@ -96,7 +96,7 @@ class CheckResult:
     missing_bytes: int = 0
     reason: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "node": self.node,
             "status": self.status,
@@ -222,8 +222,8 @@ def parse_state(output: str) -> RemoteState:
         if inside:
             if line == "@@end":
                 inside = False
-            else:
-                marker_lines.append(line)  # type: ignore[union-attr]
+            elif marker_lines is not None:  # always, once inside
+                marker_lines.append(line)
             continue
         if line == "@@dir":
             exists = True
@@ -596,7 +596,7 @@ def _remote_state(
     return parse_state(result.stdout)
 
 
-def _run(conn: Connection, argv: Sequence[str], stdin: str = "", timeout: float = 60.0):
+def _run(conn: Connection, argv: Sequence[str], stdin: str = "", timeout: float = 60.0) -> Result:
     result = conn.run(list(argv), timeout=timeout, stdin=stdin.encode())
     if result.rc != 0:
         raise ModelCopyError(

@@ -20,6 +20,7 @@ import tarfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import core
 from core.remote.ssh import Connection, SSHError
@@ -65,7 +66,7 @@ class NodeSetup:
     python: str
     cache_root: str
     worker_dir: str
-    versions: dict
+    versions: dict[str, Any]
 
     @property
     def mlx(self) -> str | None:
@@ -151,7 +152,7 @@ def version_skew(setups: list[NodeSetup]) -> str | None:
     return None
 
 
-def _parse(stdout: str) -> tuple[str | None, dict | None]:
+def _parse(stdout: str) -> tuple[str | None, dict[str, Any] | None]:
     root = versions = None
     for line in stdout.splitlines():
         if line.startswith(_ROOT_MARK + " "):

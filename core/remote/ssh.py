@@ -309,15 +309,18 @@ class Connection:
                 client.get_host_keys().add(name, kind, key)
         client.set_missing_host_key_policy(_AskPerson(self))
         left = max(0.1, deadline - time.monotonic())
-        keys = [str(path) for path in find_keys(self.ssh_dir)]
+        key_files = [str(path) for path in find_keys(self.ssh_dir)]
         try:
+            # key_filename takes a list (paramiko's docs); types-paramiko says str only.
             client.connect(  # with ``sock``, the host name only names the host key
                 self.host.lower(), self.port, self.user, password=password, sock=sock,
                 timeout=left, banner_timeout=left, auth_timeout=self.timeout,
-                channel_timeout=self.timeout, key_filename=keys,
+                channel_timeout=self.timeout, key_filename=key_files,  # type: ignore[arg-type]
                 allow_agent=self.use_agent, look_for_keys=False,
             )  # fmt: skip
-            key = client.get_transport().get_remote_server_key()  # type: ignore[union-attr]
+            transport = client.get_transport()
+            assert transport is not None  # connect() returned: it has one
+            key = transport.get_remote_server_key()
             if key.get_base64() in revoked:
                 raise HostKeyChanged(
                     self.host, key.fingerprint, "revoked", self.known_hosts, self.port

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from core.model.manifest import MARKER, FileEntry, Manifest
 from core.remote.keys import default_ssh_dir, find_keys
-from core.remote.ssh import Connection, SSHError
+from core.remote.ssh import Connection, RemoteProcess, SSHError
 from core.remote.targets import Target
 
 log = logging.getLogger(__name__)
@@ -129,9 +129,9 @@ def send_files(
             sent += _pipe(conn.start(command), conn, source, one, on_bytes, stopped)[0]
         return sent, {}, False
     command = receiver_command(python, staging)
-    process = early.take() if early is not None else OpenSSHProcess.start(target, command)
-    link: _Link = process if process is not None else conn
-    process = process if process is not None else conn.start(command)
+    ssh = early.take() if early is not None else OpenSSHProcess.start(target, command)
+    link: _Link = ssh if ssh is not None else conn
+    process = ssh if ssh is not None else conn.start(command)
     return _pipe(process, link, source, files, on_bytes, stopped, framed=True, commit=commit)
 
 
@@ -364,9 +364,9 @@ class OpenSSHProcess:
                     pipe.close()
 
 
-def end_process(process: object) -> None:
+def end_process(process: OpenSSHProcess | RemoteProcess) -> None:
     with contextlib.suppress(SSHError, OSError):
-        process.kill()  # type: ignore[attr-defined]
+        process.kill()
 
 
 _HASH_SCRIPT = r"""
