@@ -54,7 +54,8 @@ def worker_python(configured: str | None, facts: Any) -> str | None:
     """
     if configured:
         return configured
-    app = getattr(facts, "macmesh_app", None)
+    app: str | None = getattr(facts, "macmesh_app", None)
     if app and (is_frozen() or not getattr(facts, "mlx_version", None)):
         return app
-    return getattr(facts, "python_executable", None)
+    python: str | None = getattr(facts, "python_executable", None)
+    return python

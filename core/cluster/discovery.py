@@ -36,7 +36,7 @@ from importlib import metadata
 from typing import Literal
 
 import psutil
-from psygnal import Signal
+from psygnal import Signal, SignalInstance
 from zeroconf import InterfaceChoice, ServiceBrowser, ServiceInfo, ServiceStateChange, Zeroconf
 
 log = logging.getLogger(__name__)
@@ -302,9 +302,9 @@ class Discovery:
             is_self=self.own_name is not None and entry.name.lower() == self.own_name.lower(),
         )
 
-    def _emit(self, signal: object, value: object) -> None:
+    def _emit(self, signal: SignalInstance, value: object) -> None:
         try:
-            signal.emit(value)  # type: ignore[attr-defined]
+            signal.emit(value)
         except Exception:
             log.exception("discovery: a slot failed on %r", value)
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from core.model.gguf_tokenizer import metadata_int, write_tokenizer
 from core.paths import cache_dir
@@ -217,7 +217,9 @@ def _convert(source: Path, folder: Path) -> None:
     """Write the mlx-lm model files for the GGUF `source` into `folder`."""
     import mlx.core as mx
 
-    weights, metadata = mx.load(str(source), return_metadata=True)
+    # mlx's stub cannot tie the result's shape to return_metadata: a GGUF file gives both.
+    loaded = mx.load(str(source), return_metadata=True)
+    weights, metadata = cast(tuple[dict[str, mx.array], dict[str, Any]], loaded)
     tensors = _rename_tensors(weights)
     config = _model_config(metadata, tensors)
     _write_json(folder / "config.json", config)
@@ -312,8 +314,8 @@ def _quantization(tensors: dict[str, Any], config: dict[str, Any]) -> dict[str, 
 
 def _input_dims(module: str, config: dict[str, Any]) -> int:
     if module.endswith("mlp.down_proj"):
-        return config["intermediate_size"]
-    return config["hidden_size"]
+        return int(config["intermediate_size"])
+    return int(config["hidden_size"])
 
 
 def _write_weights(folder: Path, tensors: dict[str, Any], layers: int) -> None:

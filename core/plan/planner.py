@@ -188,7 +188,7 @@ def make_plan(
     rdma = _rdma_connected([b.node for b in ranked], nodes, links)
     problem = _input_problem(model, nodes, options)
     if problem:
-        chosen, others = _Outcome(Strategy.SINGLE, "invalid", problem), []
+        chosen, others = _Outcome(Strategy.SINGLE, "invalid", problem), list[_Outcome]()
     elif options.strategy is Strategy.AUTO:
         chosen, others = _recommend(model, ranked, rdma, options)
     else:

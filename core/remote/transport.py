@@ -284,6 +284,8 @@ class OpenSSHProcess:
     its stdin close and exits: nothing stays behind."""
 
     def __init__(self, host: str, proc: subprocess.Popen[bytes]) -> None:
+        # Started with three PIPEs: the `ignore[union-attr]`s below are for their
+        # Optional types, never None here.
         self.host, self._proc = host, proc
 
     @classmethod

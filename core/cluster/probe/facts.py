@@ -260,7 +260,8 @@ def _hardware(r: _Reader) -> Thunderbolt | None:
     for key in _HARDWARE:
         if r.facts.get(key) is None:
             r.unknown("neither sysctl nor system_profiler gave it", key)
-    return r.parse("system_profiler", parse_thunderbolt, "thunderbolt")
+    thunderbolt: Thunderbolt | None = r.parse("system_profiler", parse_thunderbolt, "thunderbolt")
+    return thunderbolt
 
 
 def _rdma(r: _Reader) -> dict[str, str]:

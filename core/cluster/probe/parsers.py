@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from core.cluster.probe.sections import Unknown, first_line
 
@@ -251,7 +251,7 @@ def parse_ibv_devinfo(stdout: str, stderr: str = "") -> IbvDevInfo | Unknown:
     if NO_IB_DEVICES in stdout or NO_IB_DEVICES in stderr:
         return IbvDevInfo(devices=())
     devices: list[IbvDeviceInfo] = []
-    current: dict | None = None
+    current: dict[str, Any] | None = None
 
     def flush() -> None:
         if current is not None:
@@ -403,7 +403,7 @@ class PythonVersions:
     blas_source: str | None = None  # "pip cmeel-openblas" or "system"
 
 
-def _json_object(line: str) -> dict | None:
+def _json_object(line: str) -> dict[str, Any] | None:
     """The JSON object a whole line holds, else None (a probe's Python may print other
     lines first)."""
     line = line.strip()
@@ -423,7 +423,7 @@ def parse_python_versions(text: str) -> PythonVersions | Unknown:
         if data is None or not isinstance(data.get("python"), str):
             continue
 
-        def text_or_none(key: str, data: dict = data) -> str | None:
+        def text_or_none(key: str, data: dict[str, Any] = data) -> str | None:
             value = data.get(key)
             return value if isinstance(value, str) else None
 
