@@ -597,7 +597,7 @@ def _exit_message(status: RankStatus) -> str:
 def _stage(value: object, current: LoadingStage) -> LoadingStage:
     """A ``loading`` event's stage; one this version does not know keeps the last."""
     try:
-        return LoadingStage(value)
+        return LoadingStage(str(value))
     except ValueError:
         return current
 
