@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Mapping
 from functools import cache
+from typing import Any
 
 from core.run import mlxenv
 from core.worker.blas import find_openblas
@@ -38,10 +39,10 @@ def local_cpu_env(local_ranks: int, base: Mapping[str, str] | None = None) -> di
         return {}
     blas = local_blas()
     preload = (os.environ if base is None else base).get("LD_PRELOAD")
-    return mlxenv.cpu_rank_env(blas and blas["path"], local_cores(), local_ranks, preload)
+    return mlxenv.cpu_rank_env(blas["path"] if blas else None, local_cores(), local_ranks, preload)
 
 
-def node_cpu_env(versions: Mapping, local_ranks: int) -> dict[str, str]:
+def node_cpu_env(versions: Mapping[str, Any], local_ranks: int) -> dict[str, str]:
     """The CPU environment of a rank on a remote node, from its worker's ``--version``."""
     if versions.get("system") != "Linux":
         return {}

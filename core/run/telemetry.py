@@ -426,8 +426,9 @@ def rank_facts(loaded: Mapping[str, Any]) -> dict[str, Any]:
     """A rank's ``loaded`` event → what it runs on, flat, for a summary: device, BLAS
     (name, path, threads, measured GFLOP/s, whether it is a fast one; None on a GPU)
     and the weights' precision (and whether they were dequantized at load)."""
-    blas = loaded.get("blas") if isinstance(loaded.get("blas"), Mapping) else {}
-    weights = loaded.get("weights") if isinstance(loaded.get("weights"), Mapping) else {}
+    blas, weights = loaded.get("blas"), loaded.get("weights")
+    blas = blas if isinstance(blas, Mapping) else {}
+    weights = weights if isinstance(weights, Mapping) else {}
     facts: dict[str, Any] = {"rank": _rank(loaded.get("rank")), "device": loaded.get("device")}
     facts.update(
         blas=blas.get("name"),

@@ -130,7 +130,7 @@ def blas_report(maps: str | None = None) -> dict[str, Any]:
     gflops = measure_gflops()  # first: MLX (and the BLAS it links) is loaded by then
     path = loaded_blas(maps)
     config, threads = _openblas_says(path) if path else (None, None)
-    optimised = bool(path) and any(n in Path(path).name.lower() for n in FAST_NAMES)
+    optimised = path is not None and any(n in Path(path).name.lower() for n in FAST_NAMES)
     name = config or (Path(path).name if path else "unknown")
     if path and not optimised:
         name = f"reference BLAS ({Path(path).name})"

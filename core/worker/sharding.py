@@ -45,7 +45,8 @@ class Shard:
     config: dict[str, Any]
     strategy: Strategy
     layers: tuple[int, int] | None  # [start, end) for pipeline; None otherwise
-    weights: dict = field(default_factory=dict)  # precision on this rank (describe_weights)
+    # precision on this rank (describe_weights)
+    weights: dict[str, Any] = field(default_factory=dict)
 
 
 def load_shard(
@@ -84,7 +85,7 @@ def load_shard(
     return Shard(model, tokenizer, config, strategy, layers, weights)
 
 
-def describe_weights(config: dict) -> dict:
+def describe_weights(config: dict[str, Any]) -> dict[str, Any]:
     """The weights' precision as the model folder has them: ``{"precision",
     "dequantized": False}``, precision as "4-bit" or the config's dtype."""
     quantization = config.get("quantization") or config.get("quantization_config")
@@ -93,7 +94,9 @@ def describe_weights(config: dict) -> dict:
     return {"precision": str(config.get("torch_dtype") or "float"), "dequantized": False}
 
 
-def _cpu_weights(model: nn.Module, config: dict, weights: dict, wanted: bool | None) -> dict:
+def _cpu_weights(
+    model: nn.Module, config: dict[str, Any], weights: dict[str, Any], wanted: bool | None
+) -> dict[str, Any]:
     """Dequantize the quantized layers to float32 when wanted (or, with ``wanted`` None,
     when the extra memory is under a quarter of what this machine has available)."""
     quantized = [
@@ -114,7 +117,7 @@ def _cpu_weights(model: nn.Module, config: dict, weights: dict, wanted: bool | N
 
 def _float_bytes(module: nn.Module) -> int:
     rows, packed = module.weight.shape
-    return rows * packed * 32 // module.bits * 4
+    return int(rows * packed * 32 // module.bits * 4)
 
 
 def _quantized_bytes(module: nn.Module) -> int:
