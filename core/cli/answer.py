@@ -69,7 +69,9 @@ def launch_and_ask(
     return 0
 
 
-def ask_once(session: Session, telemetry: Telemetry, prompt: str, max_tokens: int) -> dict:
+def ask_once(
+    session: Session, telemetry: Telemetry, prompt: str, max_tokens: int
+) -> dict[str, Any]:
     """One request and its figures: tokens/s, time to first token, bytes per link."""
     before = telemetry.link_totals()
     started = time.monotonic()
@@ -95,13 +97,13 @@ def ask_once(session: Session, telemetry: Telemetry, prompt: str, max_tokens: in
     }
 
 
-def print_token(event: dict, out: TextIO) -> None:
+def print_token(event: dict[str, Any], out: TextIO) -> None:
     if event["event"] == p.TOKEN:
         out.write(event["text"])
         out.flush()
 
 
-def human_summary(summary: dict) -> str:
+def human_summary(summary: dict[str, Any]) -> str:
     links = ", ".join(f"{k} {bytes_per_s(v)}" for k, v in summary["link_bytes_per_s"].items())
     return (
         f"{summary['strategy']} on {summary['nodes']} node(s): "

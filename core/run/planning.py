@@ -42,4 +42,4 @@ def plan_on(
     """The planner's verdict for ``strategy`` on these nodes (one node: single)."""
     nodes = [planner_node(f) for f in facts]
     chosen = Strategy.SINGLE if len(nodes) == 1 else Strategy(strategy)
-    return make_plan(info, nodes, options=PlanOptions(strategy=chosen.value))  # type: ignore[arg-type]
+    return make_plan(info, nodes, options=PlanOptions(strategy=chosen))

@@ -341,13 +341,13 @@ class Session:
         self,
         prompt: str | None = None,
         *,
-        messages: list[dict] | None = None,
+        messages: list[dict[str, Any]] | None = None,
         max_tokens: int = 128,
     ) -> str:
         """Send a request (a prompt, or a conversation's ``messages``); its id."""
         return str(self._running().generate(prompt, messages=messages, max_tokens=max_tokens))
 
-    def wait_done(self, request: str, timeout: float | None = None) -> dict:
+    def wait_done(self, request: str, timeout: float | None = None) -> dict[str, Any]:
         """The request's ``done`` event; JobError if the job ends first."""
         return dict(self._running().wait_done(request, timeout))
 
@@ -421,7 +421,7 @@ class Session:
             raise JobError("nothing was started")
         return self.job
 
-    def _on_event(self, event: dict) -> None:
+    def _on_event(self, event: dict[str, Any]) -> None:
         """On a job's reader thread: pass the event on."""
         self.event.emit(event)
 
