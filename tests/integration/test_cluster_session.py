@@ -12,7 +12,7 @@ import pytest
 from core.model.info import read_model_info
 from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import Plan, make_plan
-from core.remote.modelcopy import CopyProgress, check
+from core.remote.modelcopy import CopyProgress, check, remote_model_dir
 from core.remote.targets import Target
 from core.run.demo import job_spec, plan_demo
 from core.run.launcher import JobSpec
@@ -24,6 +24,7 @@ from core.run.session import (
     planned_launch,
 )
 from tests.fixtures.macos.make_bin import make_host_bins
+from tests.helpers.copying import StopMidCopy
 from tests.helpers.jobs import run_job
 from tests.helpers.remote import sshd_targets, wait_nothing_left
 from tests.helpers.sshd import SSHServer
@@ -107,25 +108,23 @@ def test_checks_copy_with_progress_then_the_job_runs_on_both_macs(
 
 
 def test_stop_during_the_copy_keeps_what_arrived_and_the_next_copy_resumes(
-    targets: list[Target], model: Path, sshd: SSHServer
+    targets: list[Target], model: Path, sshd: SSHServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     info = read_model_info(model)
     session = ClusterSession(info, pipeline(model), targets)
     report = session.preflight()
-
-    def stop_early(progress: CopyProgress) -> None:
-        if progress.phase == "copying" and progress.bytes_done > progress.bytes_total // 5:
-            session.cancel()
+    node = targets[0]
+    staging = remote_model_dir(node, report.manifests[node.name]) + ".partial"
+    stop_early = StopMidCopy(monkeypatch, staging, session.cancel, 1 / 5, node=node.name)
 
     session.progress.connect(stop_early)
     with pytest.raises(CopyCancelled, match="continues from there"):
         session.copy()
     assert wait_nothing_left(sshd) == []
-    node = targets[0]
     assert check(node, report.manifests[node.name]).status == "missing"
     partial = Path(f"{check(node, report.manifests[node.name]).folder}.partial")
     arrived = sum(f.stat().st_size for f in partial.rglob("*") if f.is_file())
-    assert arrived > 0
+    assert 0 < arrived == stop_early.arrived  # nothing was sent after the cancel
     resumed = ClusterSession(info, session.plan, targets)
     resumed.preflight()
     results = {r.node: r for r in resumed.copy()}
