@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
-MACMESH_BENCH_ONLY=planner,discovery,probe,gui,launcher,remote,copy,telemetry,memory,blas picks
-some;
+MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,copy,telemetry,
+memory,blas picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -31,6 +31,12 @@ def _planner(_model) -> dict:
     from tests.benchmarks.bench_planner import bench_planner
 
     return bench_planner()
+
+
+def _demo_model(model) -> dict:
+    from tests.benchmarks.bench_demo_model import bench_demo_model
+
+    return bench_demo_model(model)
 
 
 def _remote(model) -> dict:
@@ -71,6 +77,7 @@ def _copy(_model) -> dict:
 
 BENCHES = {
     "planner": _planner,
+    "demo_model": _demo_model,
     "discovery": _discovery,
     "probe": _probe,
     "gui": _gui,

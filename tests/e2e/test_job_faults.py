@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from core.run import mlxenv
 from core.run.launcher import Job, JobError, JobSpec, JobState
+from core.worker import protocol as p
 from tests.helpers.jobs import _alive, assert_no_ranks_left, generating, run_job, wait_finished
 
 pytestmark = pytest.mark.slow
@@ -53,18 +55,33 @@ def test_hung_rank_trips_the_watchdog_and_everything_is_killed(tiny_models) -> N
 
 
 def test_stop_during_loading_is_clean(tiny_models) -> None:
-    job = Job(JobSpec(model=tiny_models["qwen3"], nodes=2)).start()
-    time.sleep(0.5)
-    assert job.state == JobState.LOADING
-    job.stop()
+    loading, stopping = threading.Event(), threading.Event()
+
+    def hold_rank0(event: dict) -> None:
+        # Rank 0 says "ready" once every rank has loaded: holding its reader at its first
+        # loading event until Stop keeps the job loading, however fast the ranks are.
+        if event["event"] == p.LOADING and event["rank"] == 0 and not loading.is_set():
+            loading.set()
+            stopping.wait(60)
+
+    job = Job(JobSpec(model=tiny_models["qwen3"], nodes=2))
+    job.event.connect(hold_rank0)
+    job.state_changed.connect(lambda state, _: state == JobState.STOPPING and stopping.set())
+    job.start()
+    try:
+        assert loading.wait(60), f"no rank started loading (state {job.state})"
+        assert job.state == JobState.LOADING
+        job.stop()
+    finally:
+        stopping.set()
+        job.stop()
     assert job.state == JobState.STOPPED
     assert_no_ranks_left(job)
 
 
 def test_stop_while_generating_is_clean(tiny_models) -> None:
     job = _ready_job(tiny_models["qwen3"])
-    job.generate("go on", max_tokens=100_000)
-    time.sleep(1.0)
+    generating(job)  # tokens flow
     assert job.state == JobState.GENERATING
     job.stop()
     assert job.state == JobState.STOPPED

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from PySide6.QtWidgets import QDialog, QWidget
 
 from core.run.states import RunState
@@ -16,6 +17,21 @@ from gui.run.chat import ChatView
 from gui.run.pane import RunPane
 
 _kept: list = []
+_leaked: list[threading.Event] = []  # lets a leaked thread or task end
+
+
+@pytest.fixture(autouse=True)
+def _end_earlier_leaks() -> None:
+    """A leaked thread or task runs until the next test starts, so the leak check sees it
+    however slow the machine is, and it fails only its own test."""
+    for leak in _leaked:
+        leak.set()
+    for thread in threading.enumerate():
+        if thread.name == "rank0-events":
+            thread.join(10)
+    for bridge in _kept:
+        if isinstance(bridge, Bridge):
+            bridge.wait()
 
 
 def test_leaks_a_running_timer(qtbot) -> None:
@@ -35,17 +51,15 @@ def test_leaks_a_dialog(qtbot) -> None:
 
 
 def test_leaks_a_job_thread(qtbot) -> None:
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait, args=(5,), name="rank0-events", daemon=True)
+    _leaked.append(stop := threading.Event())
+    thread = threading.Thread(target=stop.wait, args=(300,), name="rank0-events", daemon=True)
     thread.start()
-    _kept.append(stop)
 
 
 def test_leaks_background_work(qtbot) -> None:
-    import time
-
+    _leaked.append(stop := threading.Event())
     bridge = Bridge()
-    bridge.run_in_background(lambda: time.sleep(3))
+    bridge.run_in_background(lambda: stop.wait(300))
     _kept.append(bridge)
 
 

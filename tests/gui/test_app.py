@@ -99,13 +99,13 @@ def test_the_window_paints_soon_after_macmesh_starts(tmp_path: Path) -> None:
 def test_without_the_xcb_libraries_the_demo_runs_in_the_terminal_saying_what_to_install(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import core.run.demo
+    import core.cli.demo
 
     monkeypatch.setattr(gui_app, "display_available", lambda: True)
     monkeypatch.setattr(
         gui_app, "xcb_problem", lambda: "install them with: sudo apt-get install libxcb-icccm4"
     )
-    monkeypatch.setattr(core.run.demo, "run_headless", lambda args: 7)
+    monkeypatch.setattr(core.cli.demo, "run_headless", lambda args: 7)
     assert gui_app.main([]) == 7
     err = capsys.readouterr().err
     assert "sudo apt-get install libxcb-icccm4" in err and "macmesh demo --headless" in err

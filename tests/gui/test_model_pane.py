@@ -3,13 +3,16 @@ strategies, see memory per node."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from pytestqt.qtbot import QtBot
 
+from core.model.info import ModelInfo, read_model_info
 from core.run.demo import demo_nodes
 from gui.bridge import Bridge
+from gui.model import pane as model_pane
 from gui.model.drop_zone import BUSY, ERROR, LOADED
 from gui.model.pane import ModelPane
 from tests.gui.helpers import broken_model, drop_paths
@@ -104,13 +107,35 @@ def test_non_local_drops_are_refused(pane: ModelPane) -> None:
 
 
 def test_a_stale_result_is_dropped(
-    qtbot: QtBot, pane: ModelPane, tmp_path: Path, tiny_models: dict[str, Path]
+    qtbot: QtBot,
+    pane: ModelPane,
+    tmp_path: Path,
+    tiny_models: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pane.load(broken_model(tmp_path / "broken"))
-    pane.load(tiny_models["llama"])  # the person changed their mind at once
-    qtbot.waitUntil(lambda: _loaded(pane), timeout=20_000)
-    qtbot.wait(200)
+    broken, llama = broken_model(tmp_path / "broken"), tiny_models["llama"]
+    newer_shown = threading.Event()
+
+    def read_broken_last(folder: Path) -> ModelInfo:
+        if folder == broken:  # the first folder's answer comes after the second's
+            assert newer_shown.wait(30), "the newer model was never shown"
+        return read_model_info(folder)
+
+    monkeypatch.setattr(model_pane, "read_model_info", read_broken_last)
+    failures: list[Path | None] = []
+    show_failure = pane._failed
+    monkeypatch.setattr(
+        pane, "_failed", lambda g, folder, e: (failures.append(folder), show_failure(g, folder, e))
+    )
+    try:
+        pane.load(broken)
+        pane.load(llama)  # the person changed their mind at once
+        qtbot.waitUntil(lambda: _loaded(pane), timeout=20_000)
+    finally:
+        newer_shown.set()
+    qtbot.waitUntil(lambda: failures == [broken], timeout=20_000)  # the stale one, last
     assert _loaded(pane)
+    assert pane.info is not None and pane.info.path == llama
 
 
 def test_tensor_on_two_demo_nodes_is_refused_with_the_reason(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -139,13 +138,17 @@ def test_clear_forgets_links(plots: LivePlots) -> None:
     assert plots.smoothed.getData()[0] is None or len(plots.smoothed.getData()[0]) == 0
 
 
-def test_refresh_is_cheap_with_an_hour_of_data(plots: LivePlots, qapp) -> None:
+def test_every_redraw_of_an_hour_hands_pyqtgraph_the_window_only(plots: LivePlots, qapp) -> None:
+    """What keeps a redraw cheap however long the job ran (its time per redraw is a
+    figure of ``make bench``: gui.redraw, budget 16 ms)."""
     source = Source(_hour_of_data())
     plots.refresh(source)
     qapp.processEvents()
-    started = time.perf_counter()
     for _ in range(10):
         plots.refresh(source)
         plots.repaint()
-    per_redraw = (time.perf_counter() - started) / 10
-    assert per_redraw < 0.1, f"{per_redraw * 1000:.0f} ms per redraw"  # loose; see bench_gui
+        curves = (plots.instant, plots.smoothed, *plots.link_curves.values())
+        assert plots.link_curves and all(
+            len(curve.getData()[0]) < (WINDOW_S * 1.2) * 10 + 10  # three minutes, not an hour
+            for curve in curves
+        )

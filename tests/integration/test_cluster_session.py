@@ -15,7 +15,7 @@ import pytest
 from core.model.info import read_model_info
 from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import Plan, make_plan
-from core.remote.modelcopy import CopyProgress, check
+from core.remote.modelcopy import CopyProgress, check, remote_model_dir
 from core.remote.targets import Target
 from core.run import cluster_run, preflight
 from core.run.cluster_run import demo_launch, job_spec, planned_launch
@@ -25,6 +25,7 @@ from core.run.planning import plan_on
 from core.run.session import ClusterError, CopyCancelled, Host, Session, real_hosts
 from core.run.states import RunState
 from tests.fixtures.macos.make_bin import make_host_bins
+from tests.helpers.copying import StopMidCopy
 from tests.helpers.jobs import run_job
 from tests.helpers.remote import sshd_targets, wait_nothing_left
 from tests.helpers.scanner import hand_added_scanner
@@ -110,27 +111,25 @@ def test_checks_copy_with_progress_then_the_job_runs_on_both_macs(
 
 
 def test_stop_during_the_copy_keeps_what_arrived_and_the_next_copy_resumes(
-    targets: list[Target], model: Path, sshd: SSHServer
+    targets: list[Target], model: Path, sshd: SSHServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     info = read_model_info(model)
     session = Session(info, real_hosts(targets), plan=pipeline(model))
     report = session.preflight()
     assert report is not None
-
-    def stop_early(progress: CopyProgress) -> None:
-        if progress.phase == "copying" and progress.bytes_done > progress.bytes_total // 5:
-            session.cancel()
+    node = targets[0]
+    staging = remote_model_dir(node, report.manifests[node.name]) + ".partial"
+    stop_early = StopMidCopy(monkeypatch, staging, session.cancel, 1 / 5, node=node.name)
 
     session.copy_progress.connect(stop_early)
     with pytest.raises(CopyCancelled, match="continues from there"):
         session.copy()
     assert session.state == RunState.STOPPED
     assert wait_nothing_left(sshd) == []
-    node = targets[0]
     assert check(node, report.manifests[node.name]).status == "missing"
     partial = Path(f"{check(node, report.manifests[node.name]).folder}.partial")
     arrived = sum(f.stat().st_size for f in partial.rglob("*") if f.is_file())
-    assert arrived > 0
+    assert 0 < arrived == stop_early.arrived  # nothing was sent after the cancel
     resumed = Session(info, real_hosts(targets), plan=session.plan)
     resumed.preflight()
     results = {r.node: r for r in resumed.copy()}

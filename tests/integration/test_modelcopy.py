@@ -19,6 +19,7 @@ from core.plan.planner import make_plan
 from core.remote import modelcopy
 from core.remote import transport as copytransport
 from core.remote.targets import Target
+from tests.helpers.copying import StopMidCopy, staged_bytes
 from tests.helpers.sshd import SSHServer
 from tests.helpers.tiny_models import make_tiny_model
 
@@ -135,22 +136,20 @@ def test_a_pipeline_stage_gets_only_the_files_it_needs(
 
 
 def test_cancel_mid_file_then_resume_resends_almost_nothing(
-    targets: list[Target], big_model: Path, sshd: SSHServer
+    targets: list[Target], big_model: Path, sshd: SSHServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manifest = build_manifest(big_model)
     target = targets[0]
     cancel = threading.Event()
-
-    def stop_early(event: modelcopy.CopyProgress) -> None:
-        if event.bytes_done > event.bytes_total // 4:  # events come every 0.1 s
-            cancel.set()
+    folder = modelcopy.remote_model_dir(target, manifest)
+    stop_early = StopMidCopy(monkeypatch, f"{folder}.partial", cancel.set, fraction=1 / 4)
 
     with pytest.raises(modelcopy.CopyCancelled, match="continues from there"):
         modelcopy.copy_model(target, manifest, big_model, progress=stop_early, cancel=cancel)
     wait_no_leftovers(sshd)
-    folder = modelcopy.remote_model_dir(target, manifest)
     staged = {f.name: f.stat().st_size for f in Path(f"{folder}.partial").iterdir()}
     arrived = sum(staged.values())
+    assert arrived == stop_early.arrived  # nothing was sent after the cancel
     assert 0 < staged["model.safetensors"] < manifest.total_bytes
     state = modelcopy.check(target, manifest)
     assert state.status == "missing" and "model.safetensors" in state.missing
@@ -288,16 +287,14 @@ def test_fallback_transports_copy_and_verify_too(
         target = dataclasses.replace(target, python="/nonexistent/python3")
     manifest = build_manifest(big_model)
     cancel = threading.Event()
-
-    def stop_early(event: modelcopy.CopyProgress) -> None:
-        if event.bytes_done > event.bytes_total // 4:  # events come every 0.1 s
-            cancel.set()
+    partial = Path(modelcopy.remote_model_dir(target, manifest) + ".partial")
+    stop_early = StopMidCopy(monkeypatch, partial, cancel.set, fraction=1 / 4)
 
     with pytest.raises(modelcopy.CopyCancelled):
         modelcopy.copy_model(target, manifest, big_model, progress=stop_early, cancel=cancel)
     wait_no_leftovers(sshd)
-    partial = Path(modelcopy.remote_model_dir(target, manifest) + ".partial")
-    arrived = sum(f.stat().st_size for f in partial.rglob("*") if f.is_file())
+    arrived = staged_bytes(partial)
+    assert 0 < arrived == stop_early.arrived < manifest.total_bytes
     result = modelcopy.copy_model(target, manifest, big_model)
     assert result.sent_bytes - (manifest.total_bytes - arrived) < 0.05 * arrived
     assert modelcopy.check(target, manifest, verify=True).status == "present"

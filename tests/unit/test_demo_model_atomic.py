@@ -11,13 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from core.model import demo_model
+from tests.helpers.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -241,16 +242,40 @@ def _finish(process: subprocess.Popen[str]) -> str:
     return output
 
 
+def _blocked_on(process: subprocess.Popen[str], lock: Path) -> bool:
+    """True once ``process`` waits to lock ``lock``. Linux lists each waiter in /proc/locks
+    ("N: -> FLOCK ADVISORY WRITE <pid> <dev>:<inode> ..."); elsewhere, the process has the
+    file open and sleeps (it opens the file, then blocks in flock)."""
+    locks = Path("/proc/locks")
+    if locks.exists():
+        inode = f":{lock.stat().st_ino}"
+        for line in locks.read_text().splitlines():
+            fields = line.split()
+            if fields[1:3] == ["->", "FLOCK"] and fields[5] == str(process.pid):
+                return fields[6].endswith(inode)
+        return False
+    try:
+        waiter = psutil.Process(process.pid)
+        opened = {Path(f.path).resolve() for f in waiter.open_files()}
+        return lock.resolve() in opened and waiter.status() == psutil.STATUS_SLEEPING
+    except psutil.Error:
+        return False
+
+
 def test_a_second_process_waits_for_the_lock(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     target = demo_model.demo_model_dir(cache)
     target.parent.mkdir(parents=True)
 
-    with demo_model._exclusive_lock(demo_model._lock_path(target)):
+    lock = demo_model._lock_path(target)
+    with demo_model._exclusive_lock(lock):
         process = _ensure_in_subprocess(cache)
         try:
-            # Unlocked, the whole run takes about a second on a busy machine.
-            time.sleep(4)
+            wait_until(
+                lambda: _blocked_on(process, lock) or process.poll() is not None,
+                60,
+                "the second process to wait for the lock",
+            )
             assert process.poll() is None, "ensure_demo_model did not wait for the lock"
             assert not target.exists()
             assert _temp_folders(cache) == []

@@ -1,10 +1,8 @@
-"""Properties of the planner over random models and clusters, and its speed."""
+"""Properties of the planner over random models and clusters (its speed: ``make bench``)."""
 
 from __future__ import annotations
 
 import itertools
-import statistics
-import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -147,16 +145,12 @@ def test_fit_split_keeps_a_target_that_fits(costs, data):
     assert fit_split(costs, caps, target) == target
 
 
-def test_planning_1000_layers_on_8_nodes_takes_under_50_ms():
+def test_1000_layers_on_8_nodes_fit_as_a_pipeline():
+    """Its planning time is a figure of ``make bench`` (planner, budget 50 ms)."""
     model, nodes = thousand_layer_case()
     plan = make_plan(model, nodes)
     assert (plan.strategy, plan.verdict, len(plan.ranks)) == ("pipeline", "fits", 8)
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        make_plan(model, nodes)
-        times.append(time.perf_counter() - start)
-    assert statistics.median(times) < 0.050
+    assert sum(plan.split) == 1000 and make_plan(model, nodes) == plan
 
 
 def _compositions(total: int, parts: int):

@@ -17,6 +17,7 @@ from core.cluster.probe.facts import NodeFacts, local_runner, parse_probe, run_l
 from core.cluster.probe.script import ProbeCommand, build_probe_script
 from core.cluster.probe.sections import split_sections
 from tests.fixtures.macos.hosts import ROOT, SETS, hosts, probe_output
+from tests.helpers.wait import wait_until
 
 GB = 1 << 30
 
@@ -212,5 +213,4 @@ def test_a_probe_past_its_time_limit_is_stopped_with_everything_it_started() -> 
     assert time.monotonic() - started < 10
     sections = split_sections(output)
     assert sections["quick"].stdout == "hi\n" and not sections["slow"].complete
-    time.sleep(0.2)
-    assert not _running(["sleep", seconds])
+    wait_until(lambda: not _running(["sleep", seconds]), 10, "the probe's slow command to end")
