@@ -493,15 +493,7 @@ class Job:
         exited = [s for s in self.ranks if s.exit_code is not None]
         if not exited:
             return None
-        exited.sort(
-            key=lambda s: (
-                s.exit_code is not None and s.exit_code >= 0,
-                s.error is not None,
-                s.exited_at,
-                s.rank,
-            )
-        )
-        return _exit_message(exited[0])
+        return _exit_message(min(exited, key=blame_order))
 
     def _bind_failed(self) -> bool:
         return any(
@@ -576,6 +568,30 @@ def _record_exit(proc: RankProcess, status: RankStatus, code: int, now: float) -
     status.exited_at = status.exited_at or now
     if proc.exit_reason and not status.error:
         status.error = f"Rank {status.rank}{_where(status)} {proc.exit_reason} while {status.doing}"
+
+
+# What a rank says when a peer it talks to went away: never the cause, only its echo.
+KNOCK_ON = ("connection to a peer was lost", "Connection reset by peer", "Broken pipe")
+
+
+def knocked_on(status: RankStatus) -> bool:
+    """The rank failed because a peer did (its error or last log lines say the peer went
+    away), not for a reason of its own."""
+    text = " ".join([status.error or "", *status.tail()])
+    return any(sign in text for sign in KNOCK_ON)
+
+
+def blame_order(status: RankStatus) -> tuple[bool, bool, bool, float, int]:
+    """Which exited rank caused a failure comes first: one killed by a signal, then one
+    failing for a reason of its own (a peer's loss is an echo, whichever exited first),
+    then a silent crash before a reported error, then the earliest, then the lowest."""
+    return (
+        status.exit_code is not None and status.exit_code >= 0,
+        knocked_on(status),
+        status.error is not None,
+        status.exited_at if status.exited_at is not None else float("inf"),
+        status.rank,
+    )
 
 
 def _exit_message(status: RankStatus) -> str:
