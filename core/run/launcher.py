@@ -38,7 +38,13 @@ from core.remote.ssh import Connection, SSHError
 from core.remote.targets import Target
 from core.run import cpu, mlxenv
 from core.run.ranks import LocalRank, RankProcess
-from core.run.remote_ranks import SIGNAL_TIMEOUT_S, RemoteRank, cluster_launches, rank_command
+from core.run.remote_ranks import (
+    SIGNAL_TIMEOUT_S,
+    SIGNAL_WITHIN_S,
+    RemoteRank,
+    cluster_launches,
+    rank_command,
+)
 from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, LoadingStage, Strategy
 
@@ -46,14 +52,14 @@ BIND_FAILURE = "Couldn't bind socket"
 LOG_TAIL = 200
 # Ending the ranks, however they hang, takes at most END_WITHIN_S: SIGTERM and a grace
 # to exit (TERM_GRACE_S from the start), SIGKILL to what remains (each signal over SSH
-# bounded by SIGNAL_TIMEOUT_S, every rank in parallel), REAP_S for its exit status, and
+# bounded by SIGNAL_WITHIN_S, every rank in parallel), REAP_S for its exit status, and
 # READERS_S for the rank readers to finish the logs. A failure is reported within its
 # trigger (an exit, or silence past the watchdog) + KNOCK_ON_S + END_WITHIN_S.
 TERM_GRACE_S = 2.0
 REAP_S = 1.0
 READERS_S = 1.0
 KNOCK_ON_S = 0.3  # after a first failure, time for a crash's knock-on exits to arrive
-END_WITHIN_S = max(TERM_GRACE_S, SIGNAL_TIMEOUT_S) + SIGNAL_TIMEOUT_S + REAP_S + READERS_S
+END_WITHIN_S = max(TERM_GRACE_S, SIGNAL_WITHIN_S) + SIGNAL_WITHIN_S + REAP_S + READERS_S
 # host, port, user, interpreter, cache root: see _node_key
 NodeKey = tuple[str, int, str | None, str, str | None]
 
@@ -587,11 +593,11 @@ class Job:
         """End every rank within END_WITHIN_S, however it hangs (see there)."""
         procs = list(self._procs)
         grace_until = time.monotonic() + TERM_GRACE_S
-        # In parallel: a remote rank's signal takes a round trip (or SIGNAL_TIMEOUT_S).
-        _each(procs, "terminate", SIGNAL_TIMEOUT_S)
+        # In parallel: a remote rank's signal takes a round trip (or SIGNAL_WITHIN_S).
+        _each(procs, "terminate", SIGNAL_WITHIN_S)
         while time.monotonic() < grace_until and any(pr.poll() is None for pr in procs):
             time.sleep(0.05)
-        _each([pr for pr in procs if pr.poll() is None], "kill", SIGNAL_TIMEOUT_S + REAP_S)
+        _each([pr for pr in procs if pr.poll() is None], "kill", SIGNAL_WITHIN_S + REAP_S)
         for proc in procs:
             proc.close()
         # The readers end at the ranks' EOF: wait for them, so every log line is written.

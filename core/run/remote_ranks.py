@@ -12,7 +12,7 @@ files, runs the shipped worker and removes the folder when the worker ends.
   second channel, so a rank whose own channel is stuck (a hung collective, a
   stopped process) still dies. When the session itself does not answer within
   ``HEDGE_S`` (a frozen link, a stopped sshd), a fresh connection carries the same
-  signal at the same time; either way a signal takes at most ``SIGNAL_TIMEOUT_S``.
+  signal at the same time; either way a signal takes at most ``SIGNAL_WITHIN_S``.
 - The SSH session drops (sshd stopped, the Mac slept): sshd closes the rank's
   stdin and the worker exits on its own (it watches stdin); here ``poll()`` reports
   the rank gone at once instead of waiting forever, and ``kill()`` goes over a fresh
@@ -36,8 +36,9 @@ from core.worker.vocab import Backend
 
 HOSTFILE = "hostfile.json"
 DEVICES = "devices.json"
-SIGNAL_TIMEOUT_S = 3.0  # a signal to a rank's group over SSH, however the link is
+SIGNAL_TIMEOUT_S = 3.0  # one attempt to signal a rank's group over SSH (connecting included)
 HEDGE_S = 1.0  # the rank's session answers a signal within this, or a fresh one helps
+SIGNAL_WITHIN_S = HEDGE_S + SIGNAL_TIMEOUT_S  # a signal, however the link is
 REAP_S = 1.0  # after SIGKILL, the wait for the rank's exit status
 
 
@@ -174,9 +175,10 @@ class RemoteRank:
         """Send ``sig`` to the rank's process group; True once a node confirmed it.
 
         Over the rank's own session first; when that has not confirmed within
-        ``HEDGE_S`` (or failed), over a fresh connection too, in parallel; at once once
-        the session has failed to. Returns within ``SIGNAL_TIMEOUT_S`` whatever the link
-        does (a late attempt ends on its own thread, bounded by the same timeout)."""
+        ``HEDGE_S`` (or failed), over a fresh connection too, in parallel (straight
+        away once the session has failed to carry one). Returns within
+        ``SIGNAL_WITHIN_S`` whatever the link does; a late attempt ends on its own
+        thread, within its own timeouts."""
         results: queue.Queue[tuple[Callable[[], None], bool]] = queue.Queue()
 
         def attempt(send: Callable[[], None]) -> None:
@@ -195,7 +197,7 @@ class RemoteRank:
             with self._reconnect() as connection:
                 connection.kill_group(self.pid, sig, timeout=SIGNAL_TIMEOUT_S)
 
-        deadline = time.monotonic() + SIGNAL_TIMEOUT_S
+        deadline = time.monotonic() + SIGNAL_WITHIN_S
         attempts = [over_session] + ([over_new_session] if self._reconnect else [])
         running = 0
         hedge_at = time.monotonic() + (HEDGE_S if self._session_answers else 0.0)
