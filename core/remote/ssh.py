@@ -258,24 +258,35 @@ class Connection:
         chan = self._exec(_wrapped(command, env))
         return RemoteProcess(self, chan, timeout or self.timeout)
 
-    def kill_group(self, pgid: int, sig: str = "TERM") -> None:
-        """Send ``sig`` to the remote process group ``pgid`` (then CONT: a stopped one sees it)."""
+    def kill_group(self, pgid: int, sig: str = "TERM", timeout: float | None = None) -> None:
+        """Send ``sig`` to the remote process group ``pgid`` (then CONT: a stopped one sees it).
+
+        Waits at most ``timeout`` (default: the connection's) for the channel and for the
+        command to end; ``SSHTimeout`` when the host did not confirm in that time."""
         if sig not in ("TERM", "KILL", "INT", "HUP", "CONT"):
             raise ValueError(f"unexpected signal {sig!r}")
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         line = f"kill -{sig} -{int(pgid)} 2>/dev/null; kill -CONT -{int(pgid)} 2>/dev/null; true"
-        chan = self._exec(shlex.join(["/bin/sh", "-c", line]))
+        chan = self._exec(shlex.join(["/bin/sh", "-c", line]), timeout)
         try:
             chan.shutdown_write()
-            _collect(chan, time.monotonic() + self.timeout)
+            done, _, _ = _collect(chan, deadline)
         finally:
             chan.close()
+        if not done:
+            raise SSHTimeout(
+                self.host, f"{self.host} did not confirm a signal within {timeout:g} s."
+            )
 
     # -- inside ----------------------------------------------------------------------------
 
-    def _exec(self, command: str) -> paramiko.Channel:
+    def _exec(self, command: str, timeout: float | None = None) -> paramiko.Channel:
         """A new channel running ``command``; a lost session becomes an ``SSHError``."""
         try:
-            chan = self._transport().open_session(timeout=self.timeout)
+            chan = self._transport().open_session(
+                timeout=self.timeout if timeout is None else timeout
+            )
             chan.exec_command(command)
         except (paramiko.SSHException, OSError, EOFError) as error:
             raise ConnectionLost(

@@ -38,12 +38,28 @@ from core.remote.ssh import Connection, SSHError
 from core.remote.targets import Target
 from core.run import cpu, mlxenv
 from core.run.ranks import LocalRank, RankProcess
-from core.run.remote_ranks import RemoteRank, cluster_launches, rank_command
+from core.run.remote_ranks import (
+    SIGNAL_TIMEOUT_S,
+    SIGNAL_WITHIN_S,
+    RemoteRank,
+    cluster_launches,
+    rank_command,
+)
 from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, LoadingStage, Strategy
 
 BIND_FAILURE = "Couldn't bind socket"
 LOG_TAIL = 200
+# Ending the ranks, however they hang, takes at most END_WITHIN_S: SIGTERM and a grace
+# to exit (TERM_GRACE_S from the start), SIGKILL to what remains (each signal over SSH
+# bounded by SIGNAL_WITHIN_S, every rank in parallel), REAP_S for its exit status, and
+# READERS_S for the rank readers to finish the logs. A failure is reported within its
+# trigger (an exit, or silence past the watchdog) + KNOCK_ON_S + END_WITHIN_S.
+TERM_GRACE_S = 2.0
+REAP_S = 1.0
+READERS_S = 1.0
+KNOCK_ON_S = 0.3  # after a first failure, time for a crash's knock-on exits to arrive
+END_WITHIN_S = max(TERM_GRACE_S, SIGNAL_WITHIN_S) + SIGNAL_WITHIN_S + REAP_S + READERS_S
 # host, port, user, interpreter, cache root: see _node_key
 NodeKey = tuple[str, int, str | None, str, str | None]
 
@@ -115,6 +131,7 @@ class RankStatus:
     pid: int | None = None  # a remote rank's: its process group on its node
     stage: LoadingStage = LoadingStage.STARTING
     loaded: bool = False
+    activity: str | None = None  # once loaded: what the job had asked of it ("generating", ...)
     last_seen: float = field(default_factory=time.monotonic)
     exit_code: int | None = None
     exited_at: float | None = None
@@ -127,7 +144,9 @@ class RankStatus:
     @property
     def doing(self) -> str:
         """What the rank was doing, for the failure messages this module writes."""
-        return "loaded" if self.loaded else _DOING.get(self.stage, self.stage.value)
+        if self.loaded:
+            return self.activity or "loaded"
+        return _DOING.get(self.stage, self.stage.value)
 
 
 # The launcher's own failure messages ("... while reading the model") are for people;
@@ -141,6 +160,8 @@ _DOING = {
     LoadingStage.WEIGHTS: "loading weights",
     LoadingStage.SYNCHRONISING: "waiting for the other ranks",
 }
+# What a loaded rank is doing: answering a request, or waiting between them.
+GENERATING, TESTING_LINKS, SERVING = "generating", "testing the links", "serving requests"
 
 
 class Job:
@@ -167,6 +188,7 @@ class Job:
         self._ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
         self._attempt = 0
+        self._joined = False  # the ranks were told to join the group (this attempt)
         self._tag = uuid.uuid4().hex[:10]  # names this job's folders on the nodes
         self._connections: dict[NodeKey, Connection] = {}
         self._setups: dict[NodeKey, NodeSetup] = {}
@@ -232,9 +254,17 @@ class Job:
         if skew:
             raise SSHError("", skew)
 
+    def _rank_extra_env(self) -> dict[str, str]:
+        """MacMesh's own worker variables: telemetry off, and joining when told."""
+        extra = {} if self.spec.telemetry else {p.ENV_TELEMETRY: "0"}
+        if self.spec.nodes > 1:
+            extra[p.ENV_JOIN] = "1"  # see _join_when_all_are_up
+        return extra
+
     def _launch(self) -> None:
         spec = self.spec
         self._attempt += 1
+        self._joined = False
         names = [t.name for t in spec.targets] if spec.targets else [None] * spec.nodes
         self.ranks = [RankStatus(rank, node=names[rank]) for rank in range(spec.nodes)]
         self._procs = []
@@ -247,7 +277,7 @@ class Job:
             ports = mlxenv.free_ports(spec.nodes, spec.host)
             hostfile = self.run_dir / "hostfile.json"
             hostfile.write_text(mlxenv.ring_hostfile([(spec.host, port) for port in ports]))
-        extra = {} if spec.telemetry else {p.ENV_TELEMETRY: "0"}
+        extra = self._rank_extra_env()
         self._procs = []
         for status in self.ranks:
             env = mlxenv.rank_env(
@@ -275,7 +305,7 @@ class Job:
             else:
                 root = self._setups[_node_key(target)].cache_root
                 job_dirs.append(f"{root}/jobs/{self._tag}-{self._attempt}-rank{rank}")
-        extra = {} if spec.telemetry else {p.ENV_TELEMETRY: "0"}
+        extra = self._rank_extra_env()
         launches = cluster_launches(backend, addresses, ports, job_dirs, spec.devices, extra)
         sharing = Counter("local" if t.local else _node_key(t) for t in targets)
         for launch, target, status in zip(launches, targets, self.ranks, strict=True):
@@ -296,13 +326,15 @@ class Job:
                 setup = self._setups[key]
                 env = {**launch.env, "PYTHONPATH": setup.worker_dir}
                 env.update(cpu.node_cpu_env(setup.versions, sharing[key]))
+                # A fresh connection carries a signal the rank's own session does not.
+                quick = replace(target, timeout=min(target.timeout, SIGNAL_TIMEOUT_S))
                 proc = RemoteRank(
                     status.rank,
                     self._connections[key],
                     rank_command(launch, setup.worker_dir, argv),
                     env,
                     log_path,
-                    reconnect=replace(target, timeout=min(target.timeout, 5.0)).connection,
+                    reconnect=quick.connection,
                 )
             self._follow(proc, status)
 
@@ -367,12 +399,13 @@ class Job:
             fields["messages"] = messages
         else:
             fields["prompt"] = prompt or ""
-        self._send(p.encode_command(p.OP_GENERATE, **fields), request)
+        self._send(p.encode_command(p.OP_GENERATE, **fields), request, GENERATING)
         return request
 
     def link_test(self, nbytes: int = 32 << 20, iters: int = 5) -> str:
         request = f"t{next(self._ids)}"
-        self._send(p.encode_command(p.OP_LINK_TEST, id=request, bytes=nbytes, iters=iters), request)
+        line = p.encode_command(p.OP_LINK_TEST, id=request, bytes=nbytes, iters=iters)
+        self._send(line, request, TESTING_LINKS)
         return request
 
     def wait_done(self, request: str, timeout: float | None = None) -> dict[str, Any]:
@@ -391,11 +424,13 @@ class Job:
             raise JobError(answer.get("message", "the request failed"))
         return answer
 
-    def _send(self, line: str, request: str) -> None:
+    def _send(self, line: str, request: str, activity: str) -> None:
         with self._lock:
             if self.state not in (JobState.READY, JobState.GENERATING):
                 raise JobError(f"the cluster is {self.state.value}, not ready for a prompt")
             self._pending.add(request)
+            for status in self.ranks:  # so a failure now says "while generating"
+                status.activity = activity
             self._set_state(JobState.GENERATING, "generating")
             self._send_all(line)
 
@@ -425,8 +460,11 @@ class Job:
         kind = event["event"]
         with self._lock:
             status.last_seen = time.monotonic()
-            if kind == p.LOADING:
-                status.stage = _stage(event.get("stage"), status.stage)
+            if kind in (p.LOADING, p.HEARTBEAT) and not status.loaded:
+                # The later of the two: a heartbeat may carry the stage it read just before.
+                stage = _stage(event.get("stage"), status.stage)
+                status.stage = max(stage, status.stage, key=lambda s: s.step)
+                self._join_when_all_are_up()
             elif kind == p.LOADED:
                 status.loaded, status.stage = True, LoadingStage.SYNCHRONISING
             elif kind == p.ERROR and event.get("fatal"):
@@ -441,6 +479,17 @@ class Job:
                 self._answered(event)
         self.event.emit(event)
 
+    def _join_when_all_are_up(self) -> None:
+        """Tell every rank to join the group once all of them wait to (the caller holds
+        the lock). MLX's init blocks with the GIL held, so a rank in it cannot beat:
+        joining only when all are up keeps that silence short, and a rank that hangs
+        before it is then the only one silent."""
+        if self._joined or self.spec.nodes < 2 or len(self.ranks) < self.spec.nodes:
+            return
+        if all(s.stage.step >= LoadingStage.JOINING.step for s in self.ranks):
+            self._joined = True
+            self._send_all(p.encode_command(p.OP_JOIN))
+
     def _answered(self, event: dict[str, Any]) -> None:
         request = event.get("request", "")
         with self._done_cond:
@@ -448,6 +497,9 @@ class Job:
             if len(self._done) > 256:  # keep only recent answers
                 self._done.pop(next(iter(self._done)))
             self._pending.discard(request)
+            if not self._pending:
+                for status in self.ranks:
+                    status.activity = SERVING
             if not self._pending and self.state == JobState.GENERATING:
                 self._set_state(JobState.READY, "ready")
             self._done_cond.notify_all()
@@ -466,23 +518,31 @@ class Job:
             if self._bind_failed() and self._attempt <= self.spec.bind_retries:
                 self._relaunch()
                 continue
-            time.sleep(0.3)  # let a crash's knock-on exits arrive, then blame the first
+            time.sleep(KNOCK_ON_S)  # let a crash's knock-on exits arrive, then blame the first
             self._fail(self._diagnose() or problem)
 
     def _find_problem(self) -> str | None:
+        """A rank that exited, else the one silent longest past its limit (a rank waiting
+        on a hung peer may fall silent too, but later: it beat until it had to wait)."""
         now = time.monotonic()
         for proc, status in zip(self._procs, self.ranks, strict=True):
             code = proc.poll()
             if code is not None:
                 _record_exit(proc, status, code, now)
                 return _exit_message(status)
-            limit = self.spec.watchdog_s if status.loaded else self.spec.load_timeout_s
-            if now - status.last_seen > limit:
-                return (
-                    f"Rank {status.rank}{_where(status)} stopped responding: no sign of life for "
-                    f"{now - status.last_seen:.0f} s while {status.doing}{_tail(status)}"
-                )
-        return None
+        silent = [
+            status
+            for status in self.ranks
+            if now - status.last_seen
+            > (self.spec.watchdog_s if status.loaded else self.spec.load_timeout_s)
+        ]
+        if not silent:
+            return None
+        status = min(silent, key=lambda s: (s.last_seen, s.rank))
+        return (
+            f"Rank {status.rank}{_where(status)} stopped responding: no sign of life for "
+            f"{now - status.last_seen:.0f} s while {status.doing}{_tail(status)}"
+        )
 
     def _diagnose(self) -> str | None:
         """The root cause among exited ranks: killed first, then silent crashes, then errors."""
@@ -522,18 +582,21 @@ class Job:
         self._finish(JobState.FAILED, message)
 
     def _end_all(self) -> None:
+        """End every rank within END_WITHIN_S, however it hangs (see there)."""
         procs = list(self._procs)
-        _each(procs, "terminate")  # in parallel: a remote rank's takes a round trip
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and any(pr.poll() is None for pr in procs):
+        grace_until = time.monotonic() + TERM_GRACE_S
+        # In parallel: a remote rank's signal takes a round trip (or SIGNAL_WITHIN_S).
+        _each(procs, "terminate", SIGNAL_WITHIN_S)
+        while time.monotonic() < grace_until and any(pr.poll() is None for pr in procs):
             time.sleep(0.05)
-        _each(procs, "kill")
+        _each([pr for pr in procs if pr.poll() is None], "kill", SIGNAL_WITHIN_S + REAP_S)
         for proc in procs:
             proc.close()
         # The readers end at the ranks' EOF: wait for them, so every log line is written.
+        readers_until = time.monotonic() + READERS_S
         for thread in self._threads:
             if thread is not threading.current_thread():  # stop() called from an event slot
-                thread.join(timeout=2.0)
+                thread.join(timeout=max(0.0, readers_until - time.monotonic()))
         self._threads = [thread for thread in self._threads if thread.is_alive()]
 
     def _finish(self, state: JobState, message: str) -> None:
@@ -627,12 +690,15 @@ def _node_key(target: Target) -> NodeKey:
     return (target.host, target.port, target.user, target.interpreter, target.cache_root)
 
 
-def _each(procs: list[RankProcess], method: str) -> None:
+def _each(procs: list[RankProcess], method: str, within: float) -> None:
+    """Call ``method`` on every rank at once; wait for them at most ``within`` seconds
+    (each bounds itself: a late one finishes on its own daemon thread)."""
     threads = [threading.Thread(target=getattr(proc, method), daemon=True) for proc in procs]
     for thread in threads:
         thread.start()
+    until = time.monotonic() + within
     for thread in threads:
-        thread.join(timeout=30.0)
+        thread.join(timeout=max(0.0, until - time.monotonic()))
 
 
 def _tail(status: RankStatus) -> str:

@@ -10,28 +10,36 @@ files, runs the shipped worker and removes the folder when the worker ends.
 
 - Stop or failure: ``kill_group`` signals the rank's remote process group over a
   second channel, so a rank whose own channel is stuck (a hung collective, a
-  stopped process) still dies.
+  stopped process) still dies. When the session itself does not answer within
+  ``HEDGE_S`` (a frozen link, a stopped sshd), a fresh connection carries the same
+  signal at the same time; either way a signal takes at most ``SIGNAL_WITHIN_S``.
 - The SSH session drops (sshd stopped, the Mac slept): sshd closes the rank's
   stdin and the worker exits on its own (it watches stdin); here ``poll()`` reports
-  the rank gone at once instead of waiting forever, and ``kill()`` tries once more
-  over a fresh connection, for a rank too hung to read its stdin.
+  the rank gone at once instead of waiting forever, and ``kill()`` goes over a fresh
+  connection, for a rank too hung to read its stdin.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import shlex
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.remote.ssh import Connection, SSHError
+from core.remote.ssh import Connection
 from core.run import mlxenv
 from core.worker.vocab import Backend
 
 HOSTFILE = "hostfile.json"
 DEVICES = "devices.json"
-KILL_WAIT_S = 5.0
+SIGNAL_TIMEOUT_S = 3.0  # one attempt to signal a rank's group over SSH (connecting included)
+HEDGE_S = 1.0  # the rank's session answers a signal within this, or a fresh one helps
+SIGNAL_WITHIN_S = HEDGE_S + SIGNAL_TIMEOUT_S  # a signal, however the link is
+REAP_S = 1.0  # after SIGKILL, the wait for the rank's exit status
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,7 @@ class RemoteRank:
         self.exit_reason: str | None = None
         self._connection = connection
         self._reconnect = reconnect
+        self._session_answers = True  # the session carried the last signal sent
         self._proc = connection.start(command, env=env)
         self.pid = self._proc.pgid
         self._log = open(log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
@@ -154,25 +163,67 @@ class RemoteRank:
         return code
 
     def terminate(self) -> None:
-        with contextlib.suppress(SSHError):
-            self._connection.kill_group(self.pid, "TERM")
+        if self.poll() is None:
+            self.signal("TERM")
 
     def kill(self) -> None:
-        try:
-            self._connection.kill_group(self.pid, "KILL")
-        except SSHError:
-            self._kill_over_new_session()
-        self._proc.wait(KILL_WAIT_S)
+        # A session that did not carry the signal will not carry the exit status either.
+        if self.poll() is None and self.signal("KILL") and self._session_answers:
+            self._proc.wait(REAP_S)
+
+    def signal(self, sig: str) -> bool:
+        """Send ``sig`` to the rank's process group; True once a node confirmed it.
+
+        Over the rank's own session first; when that has not confirmed within
+        ``HEDGE_S`` (or failed), over a fresh connection too, in parallel (straight
+        away once the session has failed to carry one). Returns within
+        ``SIGNAL_WITHIN_S`` whatever the link does; a late attempt ends on its own
+        thread, within its own timeouts."""
+        results: queue.Queue[tuple[Callable[[], None], bool]] = queue.Queue()
+
+        def attempt(send: Callable[[], None]) -> None:
+            try:
+                send()
+            except Exception:  # any failure: the other attempt may carry it
+                results.put((send, False))
+            else:
+                results.put((send, True))
+
+        def over_session() -> None:
+            self._connection.kill_group(self.pid, sig, timeout=SIGNAL_TIMEOUT_S)
+
+        def over_new_session() -> None:
+            assert self._reconnect is not None
+            with self._reconnect() as connection:
+                connection.kill_group(self.pid, sig, timeout=SIGNAL_TIMEOUT_S)
+
+        deadline = time.monotonic() + SIGNAL_WITHIN_S
+        attempts = [over_session] + ([over_new_session] if self._reconnect else [])
+        running = 0
+        hedge_at = time.monotonic() + (HEDGE_S if self._session_answers else 0.0)
+        while True:
+            now = time.monotonic()
+            if attempts and (running == 0 or now >= hedge_at):
+                send = attempts.pop(0)
+                threading.Thread(
+                    target=attempt, args=(send,), name=f"rank{self.rank}-{sig}", daemon=True
+                ).start()
+                running += 1
+                continue
+            if running == 0 or now >= deadline:
+                self._session_answers = False
+                return False
+            wait_until = min(deadline, hedge_at) if attempts else deadline
+            try:
+                send, confirmed = results.get(timeout=max(0.0, wait_until - now))
+            except queue.Empty:
+                continue
+            if confirmed:
+                self._session_answers = send is over_session
+                return True
+            running -= 1
 
     def close(self) -> None:
         self._proc.close()
         with contextlib.suppress(ValueError):
             self._log.close()
-
-    def _kill_over_new_session(self) -> None:
-        """The session is gone: a rank too hung to see its stdin close is killed over a
-        new one, when the node still answers."""
-        if self._reconnect is None:
-            return
-        with contextlib.suppress(SSHError, OSError), self._reconnect() as connection:
-            connection.kill_group(self.pid, "KILL")

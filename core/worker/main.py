@@ -22,9 +22,7 @@ import mlx.core as mx
 
 from core.worker import protocol as p
 from core.worker.blas import blas_report
-from core.worker.serve import DEFAULT_MAX_TOKENS, Reporter, generate, read_commands, serve
-from core.worker.sharding import ShardError, load_shard, synchronise
-from core.worker.traffic import TrafficCounter
+from core.worker.reporter import Reporter
 from core.worker.version import print_version
 from core.worker.vocab import Backend, LoadingStage, Strategy
 
@@ -50,7 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="on the CPU: dequantize to float32, keep quantized, or auto (when memory has room)",
     )
     parser.add_argument("--prompt", help="run this one request, then exit")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    parser.add_argument("--max-tokens", type=int, default=p.DEFAULT_MAX_TOKENS)
     parser.add_argument("--no-chat", action="store_true", help="send --prompt as raw text")
     parser.add_argument(
         "--version", action="store_true", help="print one JSON line of versions, then exit"
@@ -76,9 +74,28 @@ def main(argv: list[str] | None = None) -> int:
     # stdout carries events only: anything a library prints goes to the log.
     events = p.EventWriter(rank, sys.stdout)
     sys.stdout = sys.stderr
+    # Beat from here on, saying the stage: silence then names the rank that hangs.
+    reporter = Reporter(events, stage=LoadingStage.STARTING)
+    reporter.start()
+    try:
+        return _main(args, rank, events, reporter)
+    finally:
+        reporter.stop()
+
+
+def _main(args: argparse.Namespace, rank: int, events: p.EventWriter, reporter: Reporter) -> int:
+    # Imported once the heartbeat runs: mlx-lm takes seconds to import.
+    from core.worker.serve import read_commands
+    from core.worker.sharding import ShardError
+    from core.worker.traffic import TrafficCounter
+
     telemetry = os.environ.get(p.ENV_TELEMETRY, "1") != "0"
     commands = None if args.prompt else read_commands(events, rank)
-    events.emit(p.LOADING, stage=LoadingStage.JOINING)
+    reporter.enter(LoadingStage.JOINING)
+    if commands is not None and os.environ.get(p.ENV_JOIN) == "1" and not wait_for_join(commands):
+        events.emit(p.STOPPED)
+        return 0
+    reporter.beat()  # told to join: this rank was alive then (MLX's init is silent)
     try:
         group = init_group(args.backend)
     except Exception as exc:
@@ -87,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     counter = TrafficCounter(group.rank(), group.size(), args.backend) if telemetry else None
     if counter is not None:
         counter.install()
+    reporter.counter = counter
     events.emit(
         p.HELLO,
         size=group.size(),
@@ -95,10 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         pid=os.getpid(),
         host=socket.gethostname(),
     )
-    reporter = Reporter(events, counter)
-    reporter.start()
     try:
-        run(args, group, events, commands, telemetry)
+        run(args, group, events, reporter, commands, telemetry)
     except ShardError as exc:
         events.emit(p.ERROR, message=f"Rank {rank}: {exc}", fatal=True)
         return 1
@@ -106,19 +122,31 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         events.emit(p.ERROR, message=f"Rank {rank} failed: {type(exc).__name__}: {exc}", fatal=True)
         return 1
-    finally:
-        reporter.stop()
     events.emit(p.STOPPED)
     return 0
+
+
+def wait_for_join(commands: queue.Queue[dict[str, Any]]) -> bool:
+    """Wait (heartbeating) for the controller's ``join``; False when told to stop first."""
+    while True:
+        op = commands.get()["op"]
+        if op == p.OP_JOIN:
+            return True
+        if op == p.OP_STOP:
+            return False
 
 
 def run(
     args: argparse.Namespace,
     group: mx.distributed.Group,
     events: p.EventWriter,
+    reporter: Reporter,
     commands: queue.Queue[dict[str, Any]] | None,
     telemetry: bool,
 ) -> None:
+    from core.worker.serve import generate, serve
+    from core.worker.sharding import load_shard, synchronise
+
     started = time.monotonic()
     split = [int(n) for n in args.split.split(",")] if args.split else None
     shard = load_shard(
@@ -126,10 +154,11 @@ def run(
         group,
         args.strategy,
         split,
-        progress=lambda stage: events.emit(p.LOADING, stage=stage),
+        progress=reporter.enter,
         float_weights={"auto": None, "float": True, "quantized": False}[args.weights],
     )
     on_cpu = mx.default_device() == mx.cpu
+    reporter.stage = None  # loaded: heartbeats carry no stage from here on
     events.emit(
         p.LOADED,
         load_s=round(time.monotonic() - started, 3),

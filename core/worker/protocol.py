@@ -11,6 +11,7 @@ stdin closing tells a rank its controller is gone)::
     {"op": "generate", "id": "r1", "prompt": "...", "max_tokens": 64, "chat": true}
     {"op": "link_test", "id": "t1", "bytes": 33554432, "iters": 5}
     {"op": "stop"}
+    {"op": "join"}          (once every rank is up: join the group now; see ENV_JOIN)
 
 Every rank -> controller, on stdout (logs go to stderr). Every event carries
 ``event`` (its kind), ``rank`` and ``t``: ``time.monotonic()`` on the rank's
@@ -30,7 +31,8 @@ token       request, index (0-based), token (id), text (the new piece of text)
 done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tps,
             ttft_s, finish_reason, peak_memory_bytes, text
 traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
-heartbeat   (every HEARTBEAT_S while the rank lives, so silence means a hang)
+heartbeat   (every HEARTBEAT_S from the rank's first line, so silence means a hang);
+            stage (the ``loading`` stage, until the rank has loaded)
 link_test   request, results ([{peer, bytes, seconds, gib_per_s, latency_us}])
 error       message (for a person: what happened and what to do), fatal,
             request (when it answers one request: that request failed, the job lives on)
@@ -66,13 +68,19 @@ EVENTS = frozenset(
 OP_GENERATE = "generate"
 OP_LINK_TEST = "link_test"
 OP_STOP = "stop"
-OPS = frozenset({OP_GENERATE, OP_LINK_TEST, OP_STOP})
+OP_JOIN = "join"
+OPS = frozenset({OP_GENERATE, OP_LINK_TEST, OP_STOP, OP_JOIN})
 
 HEARTBEAT_S = 1.0
+DEFAULT_MAX_TOKENS = 128  # a generate command without max_tokens
 TRAFFIC_S = 0.5
 
 # Environment the worker reads besides MLX's own (MLX_RANK, MLX_HOSTFILE, ...).
 ENV_TELEMETRY = "MACMESH_TELEMETRY"  # "0" turns token events and traffic counting off
+# "1": wait for the ``join`` command before joining the group. MLX's init blocks with the
+# GIL held (no heartbeat) until every peer is there; joining once all are up keeps that
+# silence short, so a rank that hangs before joining is the only one silent.
+ENV_JOIN = "MACMESH_JOIN_WHEN_TOLD"
 
 
 class EventWriter:

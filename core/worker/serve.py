@@ -23,9 +23,8 @@ from mlx_lm.generate import generation_stream, stream_generate
 
 from core.worker import protocol as p
 from core.worker.sharding import Shard
-from core.worker.traffic import TrafficCounter
 
-DEFAULT_MAX_TOKENS = 128
+DEFAULT_MAX_TOKENS = p.DEFAULT_MAX_TOKENS
 
 
 def prompt_tokens(tokenizer: Any, command: dict[str, Any]) -> list[int]:
@@ -135,40 +134,6 @@ def serve(
             generate(shard, command, events, rank, stream_tokens)
         elif op == p.OP_LINK_TEST:
             link_test(group, command, events)
-
-
-class Reporter(threading.Thread):
-    """Heartbeats (so silence means a hang) and traffic counts, off the main thread."""
-
-    def __init__(self, events: p.EventWriter, counter: TrafficCounter | None) -> None:
-        super().__init__(name="macmesh-reporter", daemon=True)
-        self._events = events
-        self._counter = counter
-        self._stop = threading.Event()
-
-    def run(self) -> None:
-        last_heartbeat = last_traffic = time.monotonic()
-        was_moving = False
-        while not self._stop.wait(min(p.HEARTBEAT_S, p.TRAFFIC_S) / 2):
-            now = time.monotonic()
-            if self._counter is not None and now - last_traffic >= p.TRAFFIC_S:
-                sent, received = self._counter.take()
-                # Report while bytes move, and once more at zero so plots drop to 0.
-                if sent or received or was_moving:
-                    self._events.emit(
-                        p.TRAFFIC,
-                        interval_s=round(now - last_traffic, 6),
-                        sent={str(k): v for k, v in sent.items()},
-                        received={str(k): v for k, v in received.items()},
-                    )
-                was_moving = bool(sent or received)
-                last_traffic = now
-            if now - last_heartbeat >= p.HEARTBEAT_S:
-                self._events.emit(p.HEARTBEAT)
-                last_heartbeat = now
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def read_commands(events: p.EventWriter, rank: int) -> queue.Queue[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core.run import mlxenv
+from core.run import launcher, mlxenv
 from core.run.launcher import Job, JobError, JobSpec, JobState
 from core.worker import protocol as p
 from tests.helpers.jobs import _alive, assert_no_ranks_left, generating, run_job, wait_finished
@@ -34,9 +35,64 @@ def test_killed_rank_mid_generation_fails_within_5s_naming_it(tiny_models) -> No
         os.kill(job.ranks[1].pid, signal.SIGKILL)
         assert wait_finished(job, 5.0) < 5.0
         assert job.state == JobState.FAILED
-        assert job.message.startswith("Rank 1 was killed (signal 9) while loaded")
+        assert job.message.startswith("Rank 1 was killed (signal 9) while generating")
         with pytest.raises(JobError):
             job.wait_done(request, timeout=1)
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+
+
+def test_a_rank_killed_between_requests_is_said_to_be_serving(tiny_models) -> None:
+    job = _ready_job(tiny_models["llama"])
+    try:
+        job.wait_done(job.generate("hello", max_tokens=2), timeout=60)
+        os.kill(job.ranks[1].pid, signal.SIGKILL)
+        wait_finished(job, 30.0)
+        assert job.message.startswith("Rank 1 was killed (signal 9) while serving requests")
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+
+
+@pytest.mark.parametrize(
+    ("kind", "stage", "doing"),
+    [
+        (p.HEARTBEAT, "starting", "starting"),  # its first line: the peer waits to join
+        (p.LOADING, "weights", "loading weights"),  # after joining: the peer waits to sync
+    ],
+)
+def test_a_rank_frozen_while_loading_is_named_with_its_stage(
+    tiny_models, kind: str, stage: str, doing: str
+) -> None:
+    """Ranks beat from their first line and join the group only when all are up, so
+    the healthy rank waiting for its frozen peer keeps beating and is not blamed."""
+    frozen: list[float] = []
+
+    def freeze_rank1(event: dict) -> None:
+        at_stage = event["event"] == kind and event.get("stage") == stage
+        if event["rank"] == 1 and at_stage and not frozen:
+            os.kill(job.ranks[1].pid, signal.SIGSTOP)
+            frozen.append(time.monotonic())
+
+    spec = JobSpec(model=tiny_models["llama"], strategy="pipeline", nodes=2, load_timeout_s=5.0)
+    job = Job(spec)
+    job.event.connect(freeze_rank1)
+    job.start()
+    try:
+        wait_finished(job, 120.0)  # a hang guard: the bound is asserted below
+        failed_at = time.monotonic()
+        assert frozen, f"rank 1 never reported {kind} {stage}"
+        assert job.state == JobState.FAILED
+        first_line = job.message.splitlines()[0]
+        assert first_line.startswith("Rank 1 stopped responding: no sign of life for "), first_line
+        assert first_line.endswith(f" while {doing}"), first_line
+        # Blamed as its silence passed the loading watchdog, and every rank ended within
+        # the launcher's own bound for that.
+        silent_for = int(re.search(r"no sign of life for (\d+) s", first_line)[1])
+        assert round(spec.load_timeout_s) <= silent_for <= spec.load_timeout_s + 1
+        bound = spec.load_timeout_s + launcher.KNOCK_ON_S + launcher.END_WITHIN_S
+        assert failed_at - frozen[0] < bound
     finally:
         job.stop()
     assert_no_ranks_left(job)

@@ -3,6 +3,7 @@ every failure clear, naming the rank, with nothing left running on any host."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -16,7 +17,7 @@ import psutil
 import pytest
 
 from core.remote.targets import Target
-from core.run import mlxenv
+from core.run import launcher, mlxenv
 from core.run.launcher import Job, JobError, JobSpec, JobState
 from tests.helpers.jobs import assert_no_ranks_left, generating, run_job, wait_finished
 from tests.helpers.remote import loopback_targets, wait_nothing_left, workers
@@ -83,7 +84,7 @@ def test_a_killed_remote_rank_fails_the_job_within_5s_naming_it(
         worker.send_signal(signal.SIGKILL)
         assert wait_finished(job, 5.0) < 5.0
         assert job.state == JobState.FAILED
-        assert job.message.startswith("Rank 1 on node1 was killed (signal 9) while loaded")
+        assert job.message.startswith("Rank 1 on node1 was killed (signal 9) while generating")
         with pytest.raises(JobError):
             job.wait_done(request, timeout=1)
     finally:
@@ -102,6 +103,35 @@ def test_a_hung_remote_rank_trips_the_watchdog_and_everything_is_killed(
         assert job.state == JobState.FAILED
         assert job.message.startswith("Rank 1 on node1 stopped responding")
     finally:
+        job.stop()
+    _assert_nothing_left(job, sshd)
+
+
+def test_a_frozen_ssh_link_fails_within_the_watchdog_plus_the_end_bound(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    """The sshd serving rank 1's session is stopped: its channel, and any signal sent
+    over that session, go unanswered. The rank is blamed once silent past the watchdog,
+    and a fresh connection ends it within the launcher's bound (it took 28 s more)."""
+    job = _ready_job(tiny_models["llama"], loopback_targets(sshd, tmp_path, 2), watchdog_s=3.0)
+    link = None
+    try:
+        generating(job)
+        [worker] = workers(sshd.port, rank=1)
+        link = next(p for p in worker.parents() if p.name().startswith("sshd"))
+        link.suspend()  # SIGSTOP
+        frozen_at = time.monotonic()
+        wait_finished(job, 60.0)  # a hang guard: the bound is asserted below
+        failed_in = time.monotonic() - frozen_at
+        assert job.state == JobState.FAILED
+        first_line = job.message.splitlines()[0]
+        assert first_line.startswith("Rank 1 on node1 stopped responding"), first_line
+        assert first_line.endswith(" while generating"), first_line
+        assert failed_in < job.spec.watchdog_s + launcher.KNOCK_ON_S + launcher.END_WITHIN_S
+    finally:
+        if link is not None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                link.resume()
         job.stop()
     _assert_nothing_left(job, sshd)
 
