@@ -98,7 +98,7 @@ class Interrupted:
     returncode: int
     stdout: str
     stderr: str
-    children: list[psutil.Process] = field(default_factory=list)  # at the moment of Ctrl-C
+    ranks: list[psutil.Process] = field(default_factory=list)  # its local ranks at Ctrl-C
 
     @property
     def macmesh_lines(self) -> list[str]:
@@ -129,7 +129,7 @@ def interrupt_at(
         marker = f"test: holding {hold}\n"
         wait_until(lambda: marker in err or proc.poll() is not None, within, f"the {hold} stage")
         assert marker in err, f"the command ended before {hold}:\n{''.join(err)}"
-        children = psutil.Process(proc.pid).children(recursive=True)
+        ranks = _ranks(proc.pid)
         os.kill(proc.pid, signal.SIGINT)
         returncode = proc.wait(within)
     finally:
@@ -138,7 +138,19 @@ def interrupt_at(
             proc.wait()
     for reader in readers:
         reader.join(10)
-    return Interrupted(returncode, "".join(out), "".join(err), children)
+    return Interrupted(returncode, "".join(out), "".join(err), ranks)
+
+
+def _ranks(pid: int) -> list[psutil.Process]:
+    """The worker processes ``pid`` started on this machine."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "core.worker" in child.cmdline():
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
 
 
 def gone(processes: list[psutil.Process]) -> bool:
