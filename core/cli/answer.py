@@ -10,6 +10,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
+from core.cli.interrupt import Stage, interrupted
 from core.run.cluster_run import ClusterError
 from core.run.launcher import JobError
 from core.run.telemetry import Telemetry
@@ -38,17 +39,26 @@ def launch_and_ask(
     out: TextIO,
     err: TextIO,
     as_json: bool = False,
+    stage: Stage | None = None,
 ) -> int:
     """Launch ``session``, ask ``prompt`` once streaming the answer to ``out``, stop every
     rank, then print ``about`` and the figures (one JSON line with ``as_json``). The exit
     code: 0, 1 when ``what`` (the cluster) failed, 2 when it could not be launched, 130
-    when interrupted."""
+    when interrupted (``stage`` follows what it is doing)."""
+    stage = stage or Stage("loading the model")
+    stage.session = session
     telemetry = Telemetry()
+
+    def show(event: dict[str, Any]) -> None:
+        stage.streamed = print_token(event, out) or stage.streamed
+
     session.event.connect(telemetry.feed)
-    session.event.connect(lambda event: print_token(event, out))
+    session.event.connect(show)
     try:
+        stage("loading the model")
         session.launch()
         session.wait_ready()
+        stage("generating the answer")
         figures = ask_once(session, telemetry, prompt, max_tokens)
     except ClusterError as exc:
         err.write(f"macmesh: {exc}\n")
@@ -58,8 +68,7 @@ def launch_and_ask(
         err.write(f"\nmacmesh: {what} failed: {exc}\nLogs: {logs}\n")
         return 1
     except KeyboardInterrupt:
-        err.write("\nmacmesh: interrupted; stopping every rank\n")
-        return 130
+        return interrupted(stage, err)
     finally:
         session.stop()
     summary = {**about, **figures, "ranks": telemetry.rank_facts()}
@@ -97,10 +106,13 @@ def ask_once(
     }
 
 
-def print_token(event: dict[str, Any], out: TextIO) -> None:
-    if event["event"] == p.TOKEN:
-        out.write(event["text"])
-        out.flush()
+def print_token(event: dict[str, Any], out: TextIO) -> bool:
+    """Write a token event's text to ``out``; whether it was one."""
+    if event["event"] != p.TOKEN:
+        return False
+    out.write(event["text"])
+    out.flush()
+    return True
 
 
 def human_summary(summary: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
+from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.model.info import ModelError, read_model_info
 from core.run import demo
 from core.run.cluster_run import ClusterError
@@ -40,18 +41,31 @@ def demo_cli(argv: Sequence[str] | None = None) -> int:
 def run_headless(
     args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
-    """Plan, start, ask once, print the answer as it streams, summarise, stop."""
+    """Plan, start, ask once, print the answer as it streams, summarise, stop. Ctrl-C
+    at any step: one line, every rank stopped (a conversion leaves no folder), 130."""
+    stage = Stage("reading the model")
+    with first_interrupt_only():
+        try:
+            return _headless(args, out, err, stage)
+        except KeyboardInterrupt:
+            return interrupted(stage, err)
+
+
+def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
-        info = read_model_info(args.model or _demo_model(err))
+        info = read_model_info(args.model or _demo_model(err, stage))
+        stage("planning")
         session = Session(
             info, simulated_hosts(demo.demo_facts(args.nodes)), strategy=args.strategy
         )
+        stage.session = session
         plan = session.make_plan()
         check_max_tokens(args.max_tokens)
         spec = session.job_spec()
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
+    stage("loading the model")
     err.write(f"{info.summary()}\n{plan.reason}\nStarting {spec.nodes} rank(s)…\n")
     about = {
         "strategy": spec.rank_strategy,
@@ -60,11 +74,23 @@ def run_headless(
         "model": info.name,
     }
     return launch_and_ask(
-        session, args.prompt, args.max_tokens, about, "the demo cluster", out, err, args.json
+        session,
+        args.prompt,
+        args.max_tokens,
+        about,
+        "the demo cluster",
+        out,
+        err,
+        args.json,
+        stage,
     )
 
 
-def _demo_model(err: TextIO) -> Path:
+def _demo_model(err: TextIO, stage: Stage) -> Path:
     if demo.needs_preparing():
+        stage("preparing the demo model")  # an interrupted conversion leaves no folder
         err.write("Preparing the demo model (once)…\n")
-    return demo.demo_model()
+        err.flush()
+    path = demo.demo_model()
+    stage("reading the model")
+    return path

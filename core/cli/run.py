@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
+from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
 from core.model.info import ModelError, read_model_info
@@ -83,16 +84,30 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Probe, plan, check, copy, launch, ask once, stream the answer, summarise, stop."""
+    """Probe, plan, check, copy, launch, ask once, stream the answer, summarise, stop.
+    Ctrl-C at any step: one line, every copy and rank stopped, 130."""
+    stage = Stage("reading the model")
+    with first_interrupt_only():
+        try:
+            return _run(args, out, err, stage)
+        except KeyboardInterrupt:
+            return interrupted(stage, err)
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
         check_max_tokens(args.max_tokens)
         info = read_model_info(args.model)
         hosts = [h for h in args.hosts.split(",") if h.strip()]
         targets = make_targets(hosts, args.python, args.cache_root)
         session = Session(info, real_hosts(targets), strategy=args.strategy, backend=args.backend)
+        stage.session = session
+        stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it
         err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
         session.probe()
+        stage("planning")
         plan = session.make_plan()
+        stage("checking the nodes")
         err.write(f"{plan.reason}\nChecking the nodes…\n")
         report = session.preflight()
         assert report is not None  # real hosts are always checked
@@ -103,6 +118,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             if not report.ok:
                 raise ClusterError("the checks above failed; nothing was started")
             session.copy_progress.connect(_progress_printer(err))
+            stage("copying the model")
             session.copy()
         spec = session.job_spec(checked=not args.show_launch)
     except (ClusterError, ModelError, ValueError) as exc:
@@ -120,6 +136,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             out.write(" ".join(launch["command"]) + "\n")
             out.write("hostfile.json:\n" + json.dumps(launch["hostfile"], indent=2) + "\n")
         return 0
+    stage("loading the model")
     err.write(f"Starting {spec.nodes} rank(s) on {', '.join(plan.nodes_used)}…\n")
     about = {
         "strategy": spec.rank_strategy,
@@ -131,7 +148,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         "preflight": [check.to_dict() for check in report.checks],
     }
     return launch_and_ask(
-        session, args.prompt, args.max_tokens, about, "the cluster", out, err, args.json
+        session, args.prompt, args.max_tokens, about, "the cluster", out, err, args.json, stage
     )
 
 

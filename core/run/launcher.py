@@ -42,8 +42,10 @@ from core.run.remote_ranks import (
     SIGNAL_TIMEOUT_S,
     SIGNAL_WITHIN_S,
     RemoteRank,
+    clean_job_dirs,
     cluster_launches,
     rank_command,
+    sweep_stale_jobs,
 )
 from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, LoadingStage, Strategy
@@ -192,6 +194,7 @@ class Job:
         self._tag = uuid.uuid4().hex[:10]  # names this job's folders on the nodes
         self._connections: dict[NodeKey, Connection] = {}
         self._setups: dict[NodeKey, NodeSetup] = {}
+        self._job_dirs: dict[NodeKey, list[str]] = {}  # this job's rank folders per node
 
     @property
     def remote(self) -> bool:
@@ -238,7 +241,9 @@ class Job:
             with self._lock:
                 self._connections[key] = connection
             connection.connect()
-            return prepare_node(connection, target.interpreter, target.cache_root)
+            setup = prepare_node(connection, target.interpreter, target.cache_root)
+            sweep_stale_jobs(connection, setup.cache_root)  # what killed ranks left
+            return setup
 
         errors = []
         with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
@@ -305,6 +310,7 @@ class Job:
             else:
                 root = self._setups[_node_key(target)].cache_root
                 job_dirs.append(f"{root}/jobs/{self._tag}-{self._attempt}-rank{rank}")
+                self._job_dirs.setdefault(_node_key(target), []).append(job_dirs[-1])
         extra = self._rank_extra_env()
         launches = cluster_launches(backend, addresses, ports, job_dirs, spec.devices, extra)
         sharing = Counter("local" if t.local else _node_key(t) for t in targets)
@@ -610,9 +616,20 @@ class Job:
 
     def _close_connections(self) -> None:
         with self._lock:
-            connections = list(self._connections.values())
+            connections = dict(self._connections)
             self._connections.clear()
-        for connection in connections:
+            job_dirs, self._job_dirs = self._job_dirs, {}
+        # A rank ended by a signal leaves its folder: every node's go, in parallel.
+        cleaners = [
+            threading.Thread(target=clean_job_dirs, args=(connections[key], dirs), daemon=True)
+            for key, dirs in job_dirs.items()
+            if key in connections
+        ]
+        for thread in cleaners:
+            thread.start()
+        for thread in cleaners:
+            thread.join()
+        for connection in connections.values():
             connection.close()
 
     def _set_state(self, state: JobState, message: str) -> None:

@@ -17,6 +17,12 @@ files, runs the shipped worker and removes the folder when the worker ends.
   stdin and the worker exits on its own (it watches stdin); here ``poll()`` reports
   the rank gone at once instead of waiting forever, and ``kill()`` goes over a fresh
   connection, for a rank too hung to read its stdin.
+
+Each rank's folder (``<cache>/jobs/<tag>-<attempt>-rank<N>``) goes with its worker, but
+a signal that ends the rank's shell too (stop, a hang, Ctrl-C) leaves it: the launcher
+removes the job's folders after the job (``remove_dirs_command``, one round trip per
+node), and each start sweeps folders whose process group is gone (``sweep_command``),
+for a job whose node could not be reached at its end.
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ SIGNAL_TIMEOUT_S = 3.0  # one attempt to signal a rank's group over SSH (connect
 HEDGE_S = 1.0  # the rank's session answers a signal within this, or a fresh one helps
 SIGNAL_WITHIN_S = HEDGE_S + SIGNAL_TIMEOUT_S  # a signal, however the link is
 REAP_S = 1.0  # after SIGKILL, the wait for the rank's exit status
+PGID = "pgid"  # in a rank's folder: the process group that owns it
+CLEAN_TIMEOUT_S = 5.0
+# A folder without its pgid file is being made right now (or is an older MacMesh's):
+# swept only when older than this many minutes.
+UNOWNED_MINUTES = 2
 
 
 @dataclass(frozen=True)
@@ -102,12 +113,54 @@ def rank_command(launch: RankLaunch, worker_dir: str, argv: Sequence[str]) -> st
     ``exec``: the shell outlives the worker to report a signal as 128+n, which ssh
     would otherwise lose, and to clean up)."""
     q = shlex.quote
-    steps = [f"umask 077 && mkdir -p {q(launch.job_dir)}"]
+    steps = [
+        f"umask 077 && mkdir -p {q(launch.job_dir)}",
+        # Its process group (this shell's pid: sshd made it a session leader), so a later
+        # job's sweep can tell a live job's folder from one left by a killed rank.
+        f"echo $$ > {q(launch.job_dir + '/' + PGID)}",
+    ]
     for name, text in launch.files.items():
         steps.append(f"printf '%s' {q(text)} > {q(launch.job_dir + '/' + name)}")
     steps.append(f"cd {q(worker_dir)}")
     run = " && ".join([*steps, shlex.join(argv)])
     return f"{run}; code=$?; rm -rf {q(launch.job_dir)}; exit $code"
+
+
+def remove_dirs_command(job_dirs: Sequence[str]) -> str:
+    """The shell line removing exactly ``job_dirs`` (a job's folders on one node)."""
+    return shlex.join(["rm", "-rf", "--", *job_dirs])
+
+
+def sweep_command(jobs_dir: str) -> str:
+    """The shell line removing the rank folders in ``jobs_dir`` left by earlier jobs: those
+    whose process group is gone (a live job's folder is never touched), and those without
+    a pgid file once older than ``UNOWNED_MINUTES``."""
+    return (
+        f"cd {shlex.quote(jobs_dir)} 2>/dev/null || exit 0; "
+        "for d in ./*-rank*; do "
+        '[ -d "$d" ] || continue; '
+        f'if [ -f "$d/{PGID}" ]; then '
+        f'p=$(cat "$d/{PGID}"); '
+        'case "$p" in ""|*[!0-9]*) ;; *) kill -0 -"$p" 2>/dev/null && continue ;; esac; '
+        f'elif [ -z "$(find "$d" -prune -mmin +{UNOWNED_MINUTES})" ]; then continue; '
+        "fi; "
+        'rm -rf -- "$d"; '
+        "done; true"
+    )
+
+
+def clean_job_dirs(connection: Connection, job_dirs: Sequence[str]) -> None:
+    """Remove a finished job's folders on one node; a node that cannot be reached keeps
+    them until the next start's sweep."""
+    if job_dirs:
+        with contextlib.suppress(SSHError):
+            connection.run(remove_dirs_command(job_dirs), timeout=CLEAN_TIMEOUT_S)
+
+
+def sweep_stale_jobs(connection: Connection, cache_root: str) -> None:
+    """Before a job: remove what killed ranks of earlier jobs left on this node."""
+    with contextlib.suppress(SSHError):
+        connection.run(sweep_command(f"{cache_root}/jobs"), timeout=CLEAN_TIMEOUT_S)
 
 
 class RemoteRank:

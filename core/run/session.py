@@ -18,7 +18,9 @@ on its main thread); ``start()`` runs the first five:
 
 ``cancel()`` (any thread) ends the running step at its next boundary (a copy between
 chunks; what arrived is kept and the next copy resumes); ``start()`` then runs no
-further step and stops a job it started.
+further step and stops a job it started. A ``KeyboardInterrupt`` raised in a step
+(Ctrl-C on the command line's main thread) cancels the session the same way, and
+``copy()`` returns (raising it) only once every copy thread has stopped.
 
 Signals, and the thread each fires on:
 
@@ -36,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -193,6 +195,9 @@ class Session:
             if not self.cancelled:
                 self._set(RunState.NOT_READY, self.error)
             raise
+        except BaseException:  # Ctrl-C on the step's thread: the session is cancelled
+            self._cancel.set()
+            raise
         self.completed.add(step)
 
     # -- the steps ---------------------------------------------------------------------
@@ -290,12 +295,19 @@ class Session:
         if not todo:
             return []
         with self._step(Step.COPY, RunState.COPYING):
-            with ThreadPoolExecutor(len(todo), thread_name_prefix="model-copy") as pool:
+            pool = ThreadPoolExecutor(len(todo), thread_name_prefix="model-copy")
+            try:
                 source, progress = self.info.path, self.copy_progress.emit
                 futures = [
                     pool.submit(copy_model, target, part, source, progress, self._cancel)
                     for target, part in todo
                 ]
+                wait(futures)
+            except BaseException:  # Ctrl-C here: every copy stops at its next chunk
+                self._cancel.set()
+                raise
+            finally:
+                pool.shutdown(wait=True)  # no copy goes on once the step has ended
             results, problems = [], []
             for future in futures:
                 try:

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.ctrlc import gone, interrupt_at
+from tests.helpers.wait import wait_until
+
 
 def _macmesh(
     args: list[str], demo_model: Path, timeout: float = 300
@@ -62,3 +65,47 @@ def test_too_many_demo_nodes_is_refused(demo_model: Path) -> None:
     run = _macmesh(["demo", "--headless", "--nodes", "9"], demo_model)
     assert run.returncode == 2
     assert "1 to 4" in run.stderr
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------
+
+DEMO_STAGES = {
+    "plan": "planning",
+    "loading": "loading the model",
+    "generation": "generating the answer",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hold", list(DEMO_STAGES))
+def test_ctrl_c_at_every_stage_of_the_demo_stops_every_rank_and_exits_130(
+    demo_model: Path, hold: str
+) -> None:
+    env = dict(os.environ, MACMESH_CACHE_DIR=str(demo_model.parents[1]), HF_HUB_OFFLINE="1")
+    args = ["demo", "--headless", "--max-tokens", "100000"]
+    run = interrupt_at(hold, args, env)
+    assert run.returncode == 130, run.stderr
+    assert "Traceback" not in run.stderr
+    [line] = run.macmesh_lines
+    assert line.startswith(f"macmesh: interrupted while {DEMO_STAGES[hold]}; "), run.stderr
+    assert ("every rank stopped" if hold != "plan" else "nothing was started") in line
+    assert len(run.ranks) == (0 if hold == "plan" else 2)
+    wait_until(lambda: gone(run.ranks), 10, "every rank to end")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_demo_model_conversion_leaves_no_folder(tmp_path: Path) -> None:
+    from core.model.demo_model import gguf_path
+
+    gguf_path()  # the demo model's source is installed (the demo_model fixture needs it too)
+    env = dict(os.environ, MACMESH_CACHE_DIR=str(tmp_path), HF_HUB_OFFLINE="1")
+    run = interrupt_at("conversion", ["demo", "--headless"], env)
+    assert run.returncode == 130, run.stderr
+    assert "Traceback" not in run.stderr
+    [line] = run.macmesh_lines
+    assert line.startswith("macmesh: interrupted while preparing the demo model; "), run.stderr
+    models = tmp_path / "models"
+    assert [p.name for p in models.iterdir() if not p.name.endswith(".lock")] == []
+    again = interrupt_at("generation", ["demo", "--headless", "--max-tokens", "100000"], env)
+    assert again.returncode == 130, again.stderr  # the next run converts afresh, then runs
+    assert "Preparing the demo model (once)" in again.stderr

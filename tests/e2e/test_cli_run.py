@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.macos.make_bin import make_host_bins
+from tests.helpers.ctrlc import interrupt_at
 from tests.helpers.remote import wait_nothing_left
 from tests.helpers.sshd import SSHServer
 
@@ -26,19 +27,23 @@ def sshd_host_bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_host_bins("mesh4", HOSTS, tmp_path_factory.mktemp("mesh-bins"))
 
 
-def _macmesh(args: list[str], server: SSHServer, tmp_path: Path) -> subprocess.CompletedProcess:
+def _env(server: SSHServer, tmp_path: Path) -> dict[str, str]:
     ssh_dir = tmp_path / "ssh"
     if not ssh_dir.exists():
         ssh_dir.mkdir(mode=0o700)
         shutil.copy(server.client_key, ssh_dir / "id_ed25519")
         (ssh_dir / "known_hosts").write_text(server.known_hosts_lines())
-    env = dict(
+    return dict(
         os.environ,
         MACMESH_SSH_DIR=str(ssh_dir),
         MACMESH_REMOTE_CACHE=str(tmp_path / "nodes" / "{host}"),
         MACMESH_CACHE_DIR=str(tmp_path / "cache"),  # this Mac's (the manifest's hash cache)
         SSH_AUTH_SOCK="",
     )
+
+
+def _macmesh(args: list[str], server: SSHServer, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = _env(server, tmp_path)
     return subprocess.run(
         [sys.executable, "-m", "gui.cli", "run", *args],
         capture_output=True,
@@ -116,3 +121,39 @@ def test_an_unreachable_host_is_named_and_nothing_starts(
     assert run.returncode == 2
     assert "No SSH server answers on 127.0.0.3 port 1." in run.stderr
     assert "Traceback" not in run.stderr and "Starting" not in run.stderr
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------
+
+STAGES = {
+    "probe": "probing the hosts",
+    "plan": "planning",
+    "preflight": "checking the nodes",
+    "copy": "copying the model",
+    "loading": "loading the model",
+    "generation": "generating the answer",
+}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("hold", list(STAGES))
+def test_ctrl_c_at_every_stage_says_one_line_stops_everything_and_exits_130(
+    sshd: SSHServer, tmp_path: Path, tiny_models, hold: str
+) -> None:
+    args = [str(tiny_models["llama"]), "--hosts", _hosts(sshd, 2), "--strategy", "pipeline"]
+    args += ["--backend", "ring", "--max-tokens", "100000"]
+    run = interrupt_at(hold, ["run", *args], _env(sshd, tmp_path))
+    assert run.returncode == 130, run.stderr
+    assert "Traceback" not in run.stderr
+    [line] = run.macmesh_lines
+    assert line.startswith(f"macmesh: interrupted while {STAGES[hold]}; "), run.stderr
+    stopped = {"copy": "every copy stopped", "loading": "every rank stopped"}
+    stopped["generation"] = stopped["loading"]
+    assert stopped.get(hold, "nothing was started") in line
+    assert wait_nothing_left(sshd) == []  # no rank, no copy receiver, no probe
+    nodes = [tmp_path / "nodes" / f"{address}:{sshd.port}" for address in list(HOSTS)[:2]]
+    assert not [d for node in nodes if (node / "jobs").is_dir() for d in (node / "jobs").iterdir()]
+    if hold == "copy":  # the copy stopped mid-way: no node has the whole model
+        for node in nodes:
+            models = node / "models"
+            assert not models.is_dir() or all(m.name.endswith(".partial") for m in models.iterdir())

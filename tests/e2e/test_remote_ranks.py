@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,6 +73,17 @@ def _assert_nothing_left(job: Job, server: SSHServer) -> None:
     assert_no_ranks_left(job)
     assert workers(server.port) == []
     assert wait_nothing_left(server) == []
+    assert _job_folders(job.spec.targets or []) == []  # removed by the controller
+
+
+def _job_folders(targets) -> list[str]:
+    """The rank folders left under the targets' ``jobs/`` folders."""
+    return sorted(
+        f"{target.name}/{folder.name}"
+        for target in targets
+        if (Path(target.cache_root) / "jobs").is_dir()
+        for folder in (Path(target.cache_root) / "jobs").iterdir()
+    )
 
 
 def test_a_killed_remote_rank_fails_the_job_within_5s_naming_it(
@@ -134,6 +146,56 @@ def test_a_frozen_ssh_link_fails_within_the_watchdog_plus_the_end_bound(
                 link.resume()
         job.stop()
     _assert_nothing_left(job, sshd)
+
+
+def test_stop_mid_answer_removes_every_ranks_folder(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    """Stop ends each rank's shell too (its own clean-up never runs): the controller
+    removes the folders."""
+    targets = loopback_targets(sshd, tmp_path, 2)
+    job = _ready_job(tiny_models["llama"], targets)
+    try:
+        generating(job)
+        assert len(_job_folders(targets)) == 2
+    finally:
+        job.stop()
+    _assert_nothing_left(job, sshd)
+
+
+def test_a_start_sweeps_folders_of_dead_jobs_and_never_a_live_ones(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    targets = loopback_targets(sshd, tmp_path, 2)
+    jobs = Path(targets[0].cache_root) / "jobs"
+    dead = subprocess.Popen(["sleep", "0"], start_new_session=True)
+    dead.wait()  # its process group is gone
+    live = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    planted = {
+        "0123456789-1-rank0": str(dead.pid),  # a killed rank's
+        "live000000-1-rank1": str(live.pid),  # another controller's running job
+        "oldnopgid0-1-rank0": None,  # an older MacMesh's, long ago
+        "newnopgid0-1-rank1": None,  # being made right now (no pgid yet)
+    }
+    for name, pgid in planted.items():
+        (jobs / name).mkdir(parents=True)
+        (jobs / name / "hostfile.json").write_text("[]")
+        if pgid is not None:
+            (jobs / name / "pgid").write_text(pgid + "\n")
+    long_ago = time.time() - 3600
+    os.utime(jobs / "oldnopgid0-1-rank0", (long_ago, long_ago))
+    try:
+        run_job(JobSpec(model=tiny_models["llama"], targets=targets), max_tokens=2)
+        assert sorted(p.name for p in jobs.iterdir()) == [
+            "live000000-1-rank1",
+            "newnopgid0-1-rank1",
+        ]
+        assert (jobs / "live000000-1-rank1" / "hostfile.json").read_text() == "[]"
+        assert live.poll() is None
+    finally:
+        live.kill()
+        live.wait()
+    assert wait_nothing_left(sshd) == []
 
 
 def test_stop_during_loading_over_ssh_is_clean(
