@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.remote.ssh import Connection
+from core.remote.ssh import Connection, SSHError
 from core.run import mlxenv
 from core.worker.vocab import Backend
 
