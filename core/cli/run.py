@@ -73,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--show-launch", action="store_true", help="print the equivalent mlx.launch; run nothing"
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="hash every model file on the nodes (slower: reads them all); a file found "
+        "changed is copied again",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
@@ -89,7 +95,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         info = read_model_info(args.model)
         hosts = [h for h in args.hosts.split(",") if h.strip()]
         targets = make_targets(hosts, args.python, args.cache_root)
-        session = Session(info, real_hosts(targets), strategy=args.strategy, backend=args.backend)
+        session = Session(
+            info,
+            real_hosts(targets),
+            strategy=args.strategy,
+            backend=args.backend,
+            verify=getattr(args, "verify", False),
+        )
         err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
         session.probe()
         plan = session.make_plan()

@@ -61,7 +61,7 @@ COMMIT_SCRIPT = MTIME_SH + (
     'D=$1; S=$2; M=$3; N=$4; shift 4; mkdir -p "$D" || exit 1; i=0; st=; '
     'for f in "$@"; do i=$((i+1)); if [ "$i" -le "$N" ]; then '
     'mkdir -p "$(dirname "$D/$f")" && mv -f "$S/$f" "$D/$f" || exit 1; '
-    'else z=$(wc -c < "$D/$f" 2>/dev/null | tr -d \' \'); '
+    "else z=$(wc -c < \"$D/$f\" 2>/dev/null | tr -d ' '); "
     'st="$st${st:+,}[${z:-0},\\"$(mt "$D/$f")\\"]"; fi; done; '
     '{ cat; printf \'[%s]}\\n\' "$st"; } > "$D/$M.tmp" && mv -f "$D/$M.tmp" "$D/$M" || exit 1; '
     'rm -rf "$S"'
@@ -153,8 +153,10 @@ def send_files(
             how = ">>" if offset else ">"
             command = f"mkdir -p {parent} && exec cat {how} {shlex.quote(remote)}"
             one = [(entry, offset)]
-            process = conn.start(command)
-            sent += _pipe(process, conn, source, one, on_bytes, stopped, node=target.name)[0]
+            piped = _pipe(
+                conn.start(command), conn, source, one, on_bytes, stopped, node=target.name
+            )
+            sent += piped[0]
         return sent, {}, False
     command = receiver_command(python, staging)
     ssh = early.take() if early is not None else OpenSSHProcess.start(target, command)
