@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             real_hosts(targets),
             strategy=args.strategy,
             backend=args.backend,
-            verify=getattr(args, "verify", False),
+            verify=args.verify,
         )
         err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
         session.probe()

@@ -12,7 +12,10 @@ Python as it writes; else ``sha256sum``, or ``shasum -a 256`` on macOS) and comp
 the manifest; only when every file a node needs is verified are they moved (``mv``,
 atomic within a file system) into the folder, and the marker is written last. So a
 half-copied model never passes ``check``: its files are missing from the folder, or the
-hash check fails.
+hash check fails. The marker also records each file's size and mtime as the node saw
+them: a file whose mtime changed since is hashed again by the cheap check, and a file
+MacMesh wrote whose hash no longer matches is copied again (repaired); ``verify`` hashes
+every file. Without that, a check says "present (size checked)", not "verified".
 
 Different models never share a folder (the folder's name carries the model id). A folder
 of that name whose files differ from the manifest (edited, corrupted, or a hash prefix
