@@ -74,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--show-launch", action="store_true", help="print the equivalent mlx.launch; run nothing"
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="hash every model file on the nodes (slower: reads them all); a file found "
+        "changed is copied again",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
@@ -100,7 +106,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
         info = read_model_info(args.model)
         hosts = [h for h in args.hosts.split(",") if h.strip()]
         targets = make_targets(hosts, args.python, args.cache_root)
-        session = Session(info, real_hosts(targets), strategy=args.strategy, backend=args.backend)
+        session = Session(
+            info,
+            real_hosts(targets),
+            strategy=args.strategy,
+            backend=args.backend,
+            verify=args.verify,
+        )
         stage.session = session
         stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it
         err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")

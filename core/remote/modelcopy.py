@@ -12,7 +12,10 @@ Python as it writes; else ``sha256sum``, or ``shasum -a 256`` on macOS) and comp
 the manifest; only when every file a node needs is verified are they moved (``mv``,
 atomic within a file system) into the folder, and the marker is written last. So a
 half-copied model never passes ``check``: its files are missing from the folder, or the
-hash check fails.
+hash check fails. The marker also records each file's size and mtime as the node saw
+them: a file whose mtime changed since is hashed again by the cheap check, and a file
+MacMesh wrote whose hash no longer matches is copied again (repaired); ``verify`` hashes
+every file. Without that, a check says "present (size checked)", not "verified".
 
 Different models never share a folder (the folder's name carries the model id). A folder
 of that name whose files differ from the manifest (edited, corrupted, or a hash prefix
@@ -33,11 +36,12 @@ Threads: ``copy_model`` and ``check`` block; run them in an executor (one per no
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +51,7 @@ from core.model.manifest import FileEntry, Manifest, ManifestError
 from core.remote.ssh import Connection, Result
 from core.remote.targets import Target
 from core.remote.transport import (
+    MTIME_SH,
     CopyCancelled,
     EarlyReceiver,
     ModelCopyError,
@@ -95,6 +100,17 @@ class CheckResult:
     missing: tuple[str, ...] = ()
     missing_bytes: int = 0
     reason: str = ""
+    verified: bool = False  # every file's SHA-256 was computed on the node just now
+    damaged: tuple[str, ...] = ()  # of ``missing``: files MacMesh wrote that changed since
+    to_write_bytes: int = 0  # what the copy still writes there (``.partial`` counted)
+    free_bytes: int | None = None  # free space at the folder (df), None when unknown
+
+    @property
+    def short_bytes(self) -> int:
+        """How much more free space the copy needs there (0: enough, or unknown)."""
+        if self.free_bytes is None:
+            return 0
+        return max(0, self.to_write_bytes - self.free_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +120,10 @@ class CheckResult:
             "missing": list(self.missing),
             "missing_bytes": self.missing_bytes,
             "reason": self.reason,
+            "verified": self.verified,
+            "damaged": list(self.damaged),
+            "to_write_bytes": self.to_write_bytes,
+            "free_bytes": self.free_bytes,
         }
 
 
@@ -193,21 +213,37 @@ class RemoteState:
     partial: Mapping[str, int] = field(default_factory=dict)  # .partial file → size
     odd: tuple[str, ...] = ()  # names that exist but are not regular files
     python: bool = False  # the node has the target's Python (the fast receiver and hasher)
+    mtimes: Mapping[str, str] = field(default_factory=dict)  # folder file → mtime (MTIME_SH)
+    free_bytes: int | None = None  # free space where the folder is (or would be)
 
 
-_STATE_SCRIPT = r"""
+_STATE_SCRIPT = (
+    MTIME_SH
+    + r"""
 D=$1; S=$2; PY=$3; shift 3
 [ -d "$D" ] && echo "@@dir"
 command -v "$PY" >/dev/null 2>&1 && echo "@@python"
+P=$D; while [ ! -d "$P" ]; do P=$(dirname "$P"); done
+printf '@@df\t%s\n' "$(df -Pk "$P" 2>/dev/null | tail -n 1)"
 if [ -f "$D/.macmesh-manifest.json" ]; then
   echo "@@marker"; cat "$D/.macmesh-manifest.json"; echo; echo "@@end"
 fi
 for f in "$@"; do
   if [ -f "$D/$f" ]; then printf 'have\t%s\t%s\n' "$(wc -c < "$D/$f" | tr -d ' ')" "$f"
+    printf 'mtime\t%s\t%s\n' "$(mt "$D/$f")" "$f"
   elif [ -e "$D/$f" ]; then printf 'odd\t0\t%s\n' "$f"; fi
   if [ -f "$S/$f" ]; then printf 'part\t%s\t%s\n' "$(wc -c < "$S/$f" | tr -d ' ')" "$f"; fi
 done
 """
+)
+
+
+def parse_df(line: str) -> int | None:
+    """Free bytes from the data line of ``df -Pk`` (POSIX: name, 1024-blocks, used,
+    available, capacity%, mount point; the name and the mount point may hold spaces),
+    None when it is not one."""
+    found = re.search(r"(?:^|\s)(\d+)\s+(\d+)\s+(\d+)\s+(\d+|-)%(?:\s|$)", line)
+    return int(found.group(3)) * 1024 if found else None
 
 
 def parse_state(output: str) -> RemoteState:
@@ -216,6 +252,8 @@ def parse_state(output: str) -> RemoteState:
     have: dict[str, int] = {}
     partial: dict[str, int] = {}
     odd: list[str] = []
+    mtimes: dict[str, str] = {}
+    free: int | None = None
     exists = python = False
     inside = False
     for line in lines:
@@ -231,35 +269,68 @@ def parse_state(output: str) -> RemoteState:
             python = True
         elif line == "@@marker":
             inside, marker_lines = True, []
+        elif line.startswith("@@df\t"):
+            free = parse_df(line[5:])
         elif line.count("\t") >= 2:
             kind, size, name = line.split("\t", 2)
             if kind == "have" and size.isdigit():
                 have[name] = int(size)
+            elif kind == "mtime" and size:
+                mtimes[name] = size
             elif kind == "part" and size.isdigit():
                 partial[name] = int(size)
             elif kind == "odd":
                 odd.append(name)
     marker = "\n".join(marker_lines) if marker_lines is not None else None
-    return RemoteState(exists, marker, have, partial, tuple(odd), python)
+    return RemoteState(exists, marker, have, partial, tuple(odd), python, mtimes, free)
+
+
+def marker_stats(text: str, marker: Manifest) -> dict[str, tuple[int, str]]:
+    """The marker's ``"stat"``: file → (size, mtime) as the node saw them when it was
+    written (COMMIT_SCRIPT); {} for a marker without them or with malformed ones."""
+    try:
+        stats = json.loads(text).get("stat")
+    except (ValueError, AttributeError):
+        return {}
+    found: dict[str, tuple[int, str]] = {}
+    if not isinstance(stats, list) or len(stats) != len(marker.files):
+        return found
+    for entry, stat in zip(marker.files, stats, strict=True):
+        match stat:
+            case [int(size), str(mtime)] if mtime:
+                found[entry.name] = (size, mtime)
+    return found
 
 
 @dataclass(frozen=True)
 class Evaluation:
     """``ok``: files verified in the folder; ``to_hash``: present with the right size but
-    not yet vouched for (no marker entry); ``missing``; ``different``: name → why."""
+    not yet vouched for (no marker entry, its mtime changed since, or ``verify``);
+    ``missing``; ``different``: name → why. ``recheck``: of ``to_hash``, the files the
+    marker vouched for (MacMesh wrote them): a hash that no longer matches means damage,
+    repaired by copying them again, not another model's file."""
 
     ok: tuple[str, ...]
     to_hash: tuple[str, ...]
     missing: tuple[str, ...]
     different: dict[str, str]
+    recheck: tuple[str, ...] = ()
 
 
-def evaluate(manifest: Manifest, state: RemoteState, verify: bool = False) -> Evaluation:
+def evaluate(
+    manifest: Manifest,
+    state: RemoteState,
+    verify: bool = False,
+    damaged: Collection[str] = (),
+) -> Evaluation:
     """Pure: which needed files are fine, to be hashed, missing or different. Cheap path:
-    a marker entry with the same hash and the same size on disk vouches for a file (the
-    marker is only written after the node hashed it). ``verify`` hashes every file."""
+    a marker entry with the same hash, the same size on disk and (when the marker has
+    it) the same mtime vouches for a file (the marker is only written after the node
+    hashed it). ``verify`` hashes every file. ``damaged``: files a check just found
+    changed since MacMesh wrote them: missing again (copied again)."""
     different: dict[str, str] = {}
     recorded: dict[str, FileEntry] = {}
+    stats: dict[str, tuple[int, str]] = {}
     if state.marker is not None:
         try:
             marker = Manifest.from_json(state.marker)
@@ -269,7 +340,8 @@ def evaluate(manifest: Manifest, state: RemoteState, verify: bool = False) -> Ev
             reason = f"the folder holds another model (id {marker.model_id[:12]})"
             return Evaluation((), (), (), {"*": reason})
         recorded = {entry.name: entry for entry in marker.files} if marker else {}
-    ok, to_hash, missing = [], [], []
+        stats = marker_stats(state.marker, marker) if marker else {}
+    ok, to_hash, missing, recheck = [], [], [], []
     for entry in manifest.files:
         if entry.name in state.odd:
             different[entry.name] = "it is not a regular file"
@@ -282,11 +354,21 @@ def evaluate(manifest: Manifest, state: RemoteState, verify: bool = False) -> Ev
             missing.append(entry.name)
         elif size != entry.size:
             different[entry.name] = f"it has {size:,} bytes instead of {entry.size:,}"
-        elif known is not None and not verify:
+        elif known is not None and entry.name in damaged:
+            missing.append(entry.name)
+        elif known is not None and not verify and not _touched(entry.name, state, stats):
             ok.append(entry.name)
         else:
             to_hash.append(entry.name)
-    return Evaluation(tuple(ok), tuple(to_hash), tuple(missing), different)
+            if known is not None:
+                recheck.append(entry.name)
+    return Evaluation(tuple(ok), tuple(to_hash), tuple(missing), different, tuple(recheck))
+
+
+def _touched(name: str, state: RemoteState, stats: Mapping[str, tuple[int, str]]) -> bool:
+    """Was ``name`` rewritten since the marker recorded it (another mtime now)?"""
+    recorded, now = stats.get(name), state.mtimes.get(name)
+    return recorded is not None and now is not None and recorded[1] != now
 
 
 def check(
@@ -306,17 +388,28 @@ def check(
         hashed: dict[str, str] = {}
         if result.to_hash and not result.different:
             hashed = hash_on_node(conn, target, folder, manifest, result.to_hash)
-    return _verdict(target.name, folder, manifest, result, hashed)
+    return _verdict(target.name, folder, manifest, result, hashed, state)
 
 
 def _verdict(
-    node: str, folder: str, manifest: Manifest, result: Evaluation, hashed: Mapping[str, str]
+    node: str,
+    folder: str,
+    manifest: Manifest,
+    result: Evaluation,
+    hashed: Mapping[str, str],
+    state: RemoteState | None = None,
 ) -> CheckResult:
+    """What ``result`` and the node's ``hashed`` files say, with what the copy would
+    write against the free space ``state`` saw."""
     different = dict(result.different)
+    damaged = []
     for name in result.to_hash:
         entry = manifest.entry(name)
         if name in hashed and entry is not None and hashed[name] != entry.sha256:
-            different[name] = "its content differs from this Mac's copy (SHA-256 mismatch)"
+            if name in result.recheck:
+                damaged.append(name)
+            else:
+                different[name] = "its content differs from this Mac's copy (SHA-256 mismatch)"
     if different:
         shown = "; ".join(
             f"{name}: {why}" if name != "*" else why for name, why in list(different.items())[:3]
@@ -324,10 +417,29 @@ def _verdict(
         more = f" (and {len(different) - 3} more)" if len(different) > 3 else ""
         reason = f"{folder} on {node} does not match this model: {shown}{more}."
         return CheckResult(node, "different", folder, reason=reason)
-    if result.missing:
-        size = sum(e.size for e in manifest.files if e.name in result.missing)
-        return CheckResult(node, "missing", folder, result.missing, size)
-    return CheckResult(node, "present", folder)
+    free = state.free_bytes if state is not None else None
+    missing = (*result.missing, *damaged)
+    if missing:
+        size = sum(e.size for e in manifest.files if e.name in missing)
+        partial = state.partial if state is not None else {}
+        write = sum(
+            e.size - (partial.get(e.name, 0) if partial.get(e.name, 0) <= e.size else 0)
+            for e in manifest.files
+            if e.name in missing
+        )
+        reason = ""
+        if damaged:
+            more = f" (and {len(damaged) - 3} more)" if len(damaged) > 3 else ""
+            shown = ", ".join(damaged[:3]) + more
+            reason = (
+                f"{shown} on {node} changed since MacMesh copied "
+                f"{'them' if len(damaged) > 1 else 'it'} (SHA-256 mismatch): copied again."
+            )
+        return CheckResult(
+            node, "missing", folder, missing, size, reason, False, tuple(damaged), write, free
+        )
+    hashed_all = len(hashed) == len(manifest.files) and set(hashed) == set(manifest.names)
+    return CheckResult(node, "present", folder, verified=hashed_all, free_bytes=free)
 
 
 # -- the copy --------------------------------------------------------------------------------
@@ -340,10 +452,13 @@ def copy_model(
     progress: Callable[[CopyProgress], None] | None = None,
     cancel: Cancel = None,
     connection: Connection | None = None,
+    damaged: Collection[str] = (),
 ) -> CopyResult:
     """Put ``manifest``'s files from ``model_dir`` on ``target``, verified. Returns what
-    was sent. Raises ``CopyCancelled`` (resumable), ``DifferentModel`` (refused),
-    ``ModelCopyError`` or ``SSHError`` (the node; run again to resume)."""
+    was sent. ``damaged``: files a check found changed on the node (``CheckResult``):
+    sent again without hashing them once more. Raises ``CopyCancelled`` (resumable),
+    ``DifferentModel`` (refused), ``ModelCopyError`` or ``SSHError`` (the node; run again
+    to resume)."""
     source = Path(model_dir).expanduser()
     started = time.monotonic()
     stopped = _cancel_check(cancel)
@@ -358,7 +473,9 @@ def copy_model(
     if target.cache_root and not target.local:  # the folder is known without asking
         early = EarlyReceiver(target, remote_model_dir(target, manifest) + ".partial")
     try:
-        return _copy(target, manifest, source, progress, stopped, connection, early, started)
+        return _copy(
+            target, manifest, source, progress, stopped, connection, early, started, damaged
+        )
     finally:
         if early is not None:
             early.discard()
@@ -429,22 +546,25 @@ def _copy(
     connection: Connection | None,
     early: EarlyReceiver | None,
     started: float,
+    damaged: Collection[str] = (),
 ) -> CopyResult:
     with _session(target, connection) as conn:
         folder = remote_model_dir(target, manifest, conn)
         staging = folder + ".partial"
         state = _remote_state(conn, target, folder, manifest.names)
-        result = evaluate(manifest, state)
+        result = evaluate(manifest, state, damaged=damaged)
         hashed = {}
         if result.to_hash and not result.different:
             hashed = hash_on_node(conn, target, folder, manifest, result.to_hash)
-        verdict = _verdict(target.name, folder, manifest, result, hashed)
+        verdict = _verdict(target.name, folder, manifest, result, hashed, state)
         if verdict.status == "different":
             raise DifferentModel(
                 f"{verdict.reason} MacMesh will not overwrite it. If you do not need those "
                 f"files, remove the folder on {target.name} (`rm -rf {shlex.quote(folder)}`) "
                 "and copy again."
             )
+        if verdict.damaged:  # changed since MacMesh wrote them: sent again
+            result = replace(result, missing=verdict.missing)
         plan = plan_transfer(manifest, state, result)
         meter = _Meter(target.name, progress)
         sent, committed = 0, False
@@ -459,7 +579,7 @@ def _copy(
         else:
             meter.total = meter.done = 0
         if plan.commit_needed and not committed:
-            commit_on_node(conn, folder, staging, plan.moved, plan.marker.to_json())
+            commit_on_node(conn, folder, staging, plan.moved, plan.marker)
         meter.emit("verified", force=True)
         elapsed = time.monotonic() - started
         return CopyResult(
@@ -484,7 +604,7 @@ def _send(
     committed.)"""
     staging = folder + ".partial"
     expected = {entry.name: entry.sha256 for entry, _ in plan.sends}
-    payload = commit_payload(folder, plan.moved, plan.marker.to_json())
+    payload = commit_payload(folder, staging, plan.moved, plan.marker)
     meter.total, meter.done = plan.total_bytes, plan.done_bytes
     meter.start()
     known: dict[str, str] = {}
@@ -631,7 +751,8 @@ def _session(target: Target, connection: Connection | None) -> Iterator[Connecti
 def describe(result: CheckResult) -> str:
     """One line for people."""
     if result.status == "present":
-        return f"The model is on {result.node}."
+        how = "verified now" if result.verified else "size checked"
+        return f"The model is on {result.node} ({how})."
     if result.status == "missing":
         count = len(result.missing)
         return (

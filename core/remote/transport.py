@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from core import units
 from core.model.manifest import MARKER, FileEntry, Manifest
 from core.remote.keys import default_ssh_dir, find_keys
 from core.remote.ssh import Connection, RemoteProcess, SSHError
@@ -42,17 +43,41 @@ class CopyCancelled(ModelCopyError):
     """Stopped by the person; what arrived stays and a new copy resumes from it."""
 
 
+# A file's mtime on the node as text, the same way wherever it is asked (the commit step
+# records it in the marker, the check compares): GNU stat with nanoseconds, else BSD
+# (macOS) stat's seconds with their fraction; empty when neither answers.
+MTIME_SH = 'mt() { stat -c %.9Y -- "$1" 2>/dev/null || stat -f %Fm -- "$1" 2>/dev/null; }; '
+
 # The one commit step (POSIX sh, so it runs on a node without Python too): move the
 # verified files from staging into the folder (``mv`` renames, atomic within a file
-# system), then write the marker from stdin, last, and drop the staging folder. Arguments:
-# folder, staging, marker name, then the files to move. The receiver runs it in its own
-# session (``@commit``); ``commit_on_node`` runs it over SSH when no receiver did.
-COMMIT_SCRIPT = (
-    'D=$1; S=$2; M=$3; shift 3; mkdir -p "$D" || exit 1; '
-    'for f in "$@"; do mkdir -p "$(dirname "$D/$f")" && mv -f "$S/$f" "$D/$f" || exit 1; done; '
-    'cat > "$D/$M.tmp" && mv -f "$D/$M.tmp" "$D/$M" || exit 1; '
+# system, keeping each file's mtime), then write the marker, last, and drop the staging
+# folder. The marker is the manifest's JSON from stdin (``marker_head``: without its
+# closing brace) followed by ``"stat"``: [size, mtime] of each of its files as the node
+# sees them now, in its order, so a file rewritten later is caught by its mtime.
+# Arguments: folder, staging, marker name, the count N of files to move, those N files,
+# then the marker's files. The receiver runs it in its own session (``@commit``);
+# ``commit_on_node`` runs it over SSH when no receiver did.
+COMMIT_SCRIPT = MTIME_SH + (
+    'D=$1; S=$2; M=$3; N=$4; shift 4; mkdir -p "$D" || exit 1; i=0; st=; '
+    'for f in "$@"; do i=$((i+1)); if [ "$i" -le "$N" ]; then '
+    'mkdir -p "$(dirname "$D/$f")" && mv -f "$S/$f" "$D/$f" || exit 1; '
+    "else z=$(wc -c < \"$D/$f\" 2>/dev/null | tr -d ' '); "
+    'st="$st${st:+,}[${z:-0},\\"$(mt "$D/$f")\\"]"; fi; done; '
+    '{ cat; printf \'[%s]}\\n\' "$st"; } > "$D/$M.tmp" && mv -f "$D/$M.tmp" "$D/$M" || exit 1; '
     'rm -rf "$S"'
 )
+
+
+def marker_head(marker: Manifest) -> str:
+    """The marker's JSON up to its ``"stat"`` list, which COMMIT_SCRIPT appends."""
+    text = marker.to_json().rstrip()
+    return text[:-1].rstrip() + ',\n  "stat": '
+
+
+def commit_args(folder: str, staging: str, moved: Sequence[str], marker: Manifest) -> list[str]:
+    """COMMIT_SCRIPT's arguments."""
+    return [folder, staging, MARKER, str(len(moved)), *moved, *marker.names]
+
 
 # Receives files on the node, one after another on stdin, each after a header line
 # "<offset> <size> <name>": hashes what is already there (a resumed file), appends the
@@ -67,8 +92,7 @@ print("ready", flush=True)
 while header := source.readline():
     if header.startswith(b"@commit "):
         spec = json.loads(source.read(int(header.split()[1])))
-        argv = [spec["folder"], staging, spec["marker_name"], *spec["move"]]
-        done = subprocess.run(["/bin/sh", "-c", spec["script"], "sh", *argv],
+        done = subprocess.run(["/bin/sh", "-c", spec["script"], "sh", *spec["args"]],
                               input=spec["marker"].encode(), capture_output=True)
         if done.returncode:
             sys.exit("moving the files in failed: " + done.stderr.decode(errors="replace"))
@@ -77,21 +101,24 @@ while header := source.readline():
     offset, size, name = header.decode().rstrip("\n").split(" ", 2)
     offset, size = int(offset), int(size)
     path = os.path.join(staging, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     digest = hashlib.sha256()
-    if offset:
-        with open(path, "rb") as old:
-            for block in iter(lambda: old.read(1 << 20), b""):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if offset:
+            with open(path, "rb") as old:
+                for block in iter(lambda: old.read(1 << 20), b""):
+                    digest.update(block)
+        left = size - offset
+        with open(path, "ab" if offset else "wb") as out:
+            while left > 0:
+                block = source.read(min(left, 1 << 20))
+                if not block:
+                    sys.exit("the stream ended inside " + name)
+                out.write(block)
                 digest.update(block)
-    left = size - offset
-    with open(path, "ab" if offset else "wb") as out:
-        while left > 0:
-            block = source.read(min(left, 1 << 20))
-            if not block:
-                sys.exit("the stream ended inside " + name)
-            out.write(block)
-            digest.update(block)
-            left -= len(block)
+                left -= len(block)
+    except OSError as error:  # one line for the controller to show (ENOSPC: disk full)
+        sys.exit(f"writing {path}: {error.strerror or error}")
     print(digest.hexdigest() + "  " + name, flush=True)
 """
 
@@ -126,34 +153,35 @@ def send_files(
             how = ">>" if offset else ">"
             command = f"mkdir -p {parent} && exec cat {how} {shlex.quote(remote)}"
             one = [(entry, offset)]
-            sent += _pipe(conn.start(command), conn, source, one, on_bytes, stopped)[0]
+            piped = _pipe(
+                conn.start(command), conn, source, one, on_bytes, stopped, node=target.name
+            )
+            sent += piped[0]
         return sent, {}, False
     command = receiver_command(python, staging)
     ssh = early.take() if early is not None else OpenSSHProcess.start(target, command)
     link: _Link = ssh if ssh is not None else conn
     process = ssh if ssh is not None else conn.start(command)
-    return _pipe(process, link, source, files, on_bytes, stopped, framed=True, commit=commit)
+    return _pipe(process, link, source, files, on_bytes, stopped, True, commit, node=target.name)
 
 
-def commit_payload(folder: str, moved: Sequence[str], marker_json: str) -> bytes:
+def commit_payload(folder: str, staging: str, moved: Sequence[str], marker: Manifest) -> bytes:
     """What the receiver's ``@commit`` runs: COMMIT_SCRIPT with its arguments."""
     spec = {
         "script": COMMIT_SCRIPT,
-        "folder": folder,
-        "move": list(moved),
-        "marker_name": MARKER,
-        "marker": marker_json,
+        "args": commit_args(folder, staging, moved, marker),
+        "marker": marker_head(marker),
     }
     return json.dumps(spec).encode()
 
 
 def commit_on_node(
-    conn: Connection, folder: str, staging: str, moved: Sequence[str], marker_json: str
+    conn: Connection, folder: str, staging: str, moved: Sequence[str], marker: Manifest
 ) -> None:
     """COMMIT_SCRIPT over ``conn``: when no receiver committed (nothing was sent, the node
     has no Python, or a file needed sending twice)."""
-    argv = ["/bin/sh", "-c", COMMIT_SCRIPT, "sh", folder, staging, MARKER, *moved]
-    result = conn.run(argv, timeout=60.0, stdin=marker_json.encode())
+    argv = ["/bin/sh", "-c", COMMIT_SCRIPT, "sh", *commit_args(folder, staging, moved, marker)]
+    result = conn.run(argv, timeout=60.0, stdin=marker_head(marker).encode())
     if result.rc != 0:
         raise ModelCopyError(
             f"On {conn.host}, moving the copied files into {folder} failed: "
@@ -211,10 +239,11 @@ def _pipe(
     stopped: Callable[[], bool],
     framed: bool = False,
     commit: Callable[[dict[str, str]], bytes | None] | None = None,
+    node: str | None = None,
 ) -> tuple[int, dict[str, str], bool]:
     """Feed ``files`` to a started remote ``process`` (``RemoteProcess`` or
     ``OpenSSHProcess``), a header before each when ``framed``: (bytes sent, the digests
-    it printed, whether it committed)."""
+    it printed, whether it committed). ``node``: its name in messages (else the host)."""
     sent = 0
     digests: dict[str, str] = {}
     committed = False
@@ -257,17 +286,37 @@ def _pipe(
     finally:
         process.close()
     if status != 0:
-        if not link.is_connected:
+        node = node or link.host
+        last = said.splitlines()[-1].strip() if said else f"exit status {status}"
+        if _NO_SPACE.search(said):
+            left = sum(entry.size - offset for entry, offset in files) - sent
             raise ModelCopyError(
-                f"Lost the connection to {link.host} while copying the model. Check the "
+                f"{node} ran out of disk space while receiving the model ({last}). Free at "
+                f"least {units.size(max(left, 0))} more there, or choose another cache "
+                "folder for it, then copy again: it continues where it stopped."
+            )
+        # OpenSSH's client says 255 for its own failures; its end of a lost link is
+        # gone too. Any other status is the receiver's, with its reason on stderr.
+        lost = (
+            status is None or status == 255
+            if isinstance(link, OpenSSHProcess)
+            else (not link.is_connected)
+        )
+        if lost:
+            why = f" ({last})" if said else ""
+            raise ModelCopyError(
+                f"Lost the connection to {node} while copying the model{why}. Check the "
                 "node and copy again: it continues where it stopped."
             )
-        last = said.splitlines()[-1] if said else f"exit status {status}"
         raise ModelCopyError(
-            f"Writing the model on {link.host} failed ({last}): is its disk full? Free some "
-            "space and copy again; it continues where it stopped."
+            f"Writing the model on {node} failed ({last}). Check its disk and the cache "
+            "folder, then copy again: it continues where it stopped."
         )
     return sent, digests, committed
+
+
+# ENOSPC as the receiver (Python), cat or a shell says it, on Linux and macOS.
+_NO_SPACE = re.compile(r"No space left on device|ENOSPC|Errno 28\b|Disk quota exceeded", re.I)
 
 
 def _digest_line(line: str, digests: dict[str, str]) -> None:

@@ -5,10 +5,11 @@ Python that node will run, ``Target.interpreter``) and the model check by manife
 (``core.remote.modelcopy.check``). Then pure functions over what was gathered
 (``evaluate``): every node reachable; its Python and its mlx / mlx-lm; the same versions
 everywhere (and the same macOS build for jaccl); the model present where it is needed
-("missing" → a copy is offered, "different" → refused); memory per the Plan against what
-each node reports; and the backend (``choose_backend``): jaccl when every pair of ranks
-is cabled with RDMA on, jaccl-ring when the ranks' neighbours are, else ring over each
-node's network address, with the reason said plainly.
+("missing" → a copy is offered, when the node has the free space for it; "different" →
+refused; "present (size checked)" unless ``verify`` hashed every file there now); memory
+per the Plan against what each node reports; and the backend (``choose_backend``): jaccl
+when every pair of ranks is cabled with RDMA on, jaccl-ring when the ranks' neighbours
+are, else ring over each node's network address, with the reason said plainly.
 
 ``run_preflight`` does both; the report is JSON-able (``to_dict``) and ``format_report``
 prints it for ``macmesh run``.
@@ -21,7 +22,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from core.cluster.probe.facts import NodeFacts, run_local_probe
@@ -123,6 +124,7 @@ class PreflightReport:
     copies_needed: tuple[str, ...]  # nodes that lack model files: copy_model fixes them
     manifests: Mapping[str, Manifest] = field(default_factory=dict)  # node → what it needs
     facts: Mapping[str, NodeFacts] = field(default_factory=dict)
+    damaged: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node → files to redo
 
     @property
     def ok(self) -> bool:
@@ -140,6 +142,7 @@ class PreflightReport:
             "backend": self.backend.to_dict(),
             "copies_needed": list(self.copies_needed),
             "manifests": {node: m.id for node, m in self.manifests.items()},
+            "damaged": {node: list(names) for node, names in self.damaged.items()},
         }
 
 
@@ -147,10 +150,13 @@ class PreflightReport:
 
 
 def gather_node(
-    target: Target, manifest: Manifest | None, facts: NodeFacts | None = None
+    target: Target,
+    manifest: Manifest | None,
+    facts: NodeFacts | None = None,
+    verify: bool = False,
 ) -> Gathered:
     """Probe ``target`` (unless its fresh ``facts`` are given) and check its model over one
-    SSH session. Never raises for SSH."""
+    SSH session (``verify``: hashing every file there). Never raises for SSH."""
     if target.local:
         facts = facts or run_local_probe(target.name, python=target.interpreter)
         return Gathered(target, facts)  # a local rank reads the model folder itself
@@ -161,7 +167,7 @@ def gather_node(
             if manifest is None:
                 return Gathered(target, facts)
             try:
-                model = check(target, manifest, connection=connection)
+                model = check(target, manifest, verify=verify, connection=connection)
             except ModelCopyError as error:
                 return Gathered(target, facts, model_error=str(error))
             return Gathered(target, facts, model=model)
@@ -173,13 +179,15 @@ def gather(
     targets: Sequence[Target],
     manifests: Mapping[str, Manifest] | None = None,
     facts: Mapping[str, NodeFacts] | None = None,
+    verify: bool = False,
 ) -> list[Gathered]:
     """``gather_node`` for every target at once (one thread per node); ``facts``: nodes
     probed moments ago (``macmesh run`` probes to plan), not probed again."""
     manifests, facts = manifests or {}, facts or {}
     with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
         futures = [
-            pool.submit(gather_node, t, manifests.get(t.name), facts.get(t.name)) for t in targets
+            pool.submit(gather_node, t, manifests.get(t.name), facts.get(t.name), verify)
+            for t in targets
         ]
     return [future.result() for future in futures]
 
@@ -192,9 +200,11 @@ def run_preflight(
     manifest: Manifest | None = None,
     cache: HashCache | None = None,
     facts: Mapping[str, NodeFacts] | None = None,
+    verify: bool = False,
 ) -> PreflightReport:
     """Every check for running ``plan`` of the model in ``model_dir`` on ``targets``
-    (``facts``: nodes just probed, by name, reused instead of probing them again)."""
+    (``facts``: nodes just probed, by name, reused instead of probing them again;
+    ``verify``: every model file on the nodes hashed there now, not only sized)."""
     manifests: dict[str, Manifest] = {}
     problem = None
     try:
@@ -205,7 +215,7 @@ def run_preflight(
         problem = Check.fail(
             CLUSTER, "model", f"Cannot read the model: {error}.", "Choose a model folder."
         )
-    report = evaluate(plan, gather(targets, manifests, facts), manifests, backend)
+    report = evaluate(plan, gather(targets, manifests, facts, verify), manifests, backend)
     if problem is not None:
         return PreflightReport((problem, *report.checks), report.backend, (), {}, report.facts)
     return report
@@ -280,7 +290,8 @@ def evaluate(
     copies = tuple(
         g.target.name for g in reached if g.model is not None and g.model.status == "missing"
     )
-    return PreflightReport(tuple(checks), choice, copies, dict(manifests), facts)
+    damaged = {g.target.name: g.model.damaged for g in reached if g.model and g.model.damaged}
+    return PreflightReport(tuple(checks), choice, copies, dict(manifests), facts, damaged)
 
 
 _SSH_FIXES: tuple[tuple[type[SSHError], str], ...] = (
@@ -414,22 +425,37 @@ def _model(g: Gathered, manifest: Manifest | None) -> list[Check]:
     if result is None:
         return []
     if result.status == "present":
+        how = "verified now (SHA-256 on the node)" if result.verified else "present (size checked)"
         return [
             Check.ok(
                 name,
                 "model",
                 f"{name} has the {len(manifest.files)} files of {manifest.name} it needs "
-                f"({size(manifest.total_bytes)}), verified, in {result.folder}.",
+                f"({size(manifest.total_bytes)}), {how}, in {result.folder}.",
             )
         ]
     if result.status == "missing":
+        if result.short_bytes:
+            root = str(PurePosixPath(result.folder).parent.parent)
+            return [
+                Check.fail(
+                    name,
+                    "model",
+                    f"{name} needs {size(result.short_bytes)} more free space in {root}: the "
+                    f"copy writes {size(result.to_write_bytes)} and it has "
+                    f"{size(result.free_bytes or 0)} free.",
+                    f"Free at least {size(result.short_bytes)} on {name}, or give it another "
+                    "cache folder (--cache-root), then run the checks again.",
+                )
+            ]
         count = len(result.missing)
+        damaged = f" {result.reason}" if result.damaged else ""
         return [
             Check.warn(
                 name,
                 "model",
                 f"{name} lacks {count} file{'s' if count != 1 else ''} of {manifest.name} "
-                f"({size(result.missing_bytes)}).",
+                f"({size(result.missing_bytes)}).{damaged}",
                 f"MacMesh copies them to {result.folder} before starting (resumable, verified).",
             )
         ]

@@ -11,8 +11,10 @@ on its main thread); ``start()`` runs the first five:
   (60 s) are reused; the others are probed over SSH, in parallel (``force``: all).
 - ``make_plan()``: the plan given (the window's Model pane made it), or the planner's on
   the probed facts for ``strategy``.
-- ``preflight()``: every check with its fix, and the backend (reusing the probed facts).
-- ``copy()``: each node's missing part of the model, every node at once.
+- ``preflight()``: every check with its fix, and the backend (reusing the probed facts;
+  ``verify``: every model file on the nodes hashed there, not only sized).
+- ``copy()``: each node's missing part of the model (and files found damaged), every node
+  at once.
 - ``launch()``: the job's ranks start (it returns once they are starting).
 - ``ask(...)``: a request; its tokens arrive as ``event``s. ``stop()``: every rank ends.
 
@@ -126,6 +128,7 @@ class Session:
         backend: Backend | str = Backend.AUTO,
         job_factory: Callable[[JobSpec], Any] | None = None,
         fresh_s: float = FRESH_S,
+        verify: bool = False,
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -143,6 +146,7 @@ class Session:
         self.info, self.hosts = info, list(hosts)
         self.demo = hosts[0].simulated
         self.strategy, self.backend = Strategy(strategy), Backend(backend)
+        self.verify = verify  # preflight hashes every model file on the nodes
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
@@ -277,7 +281,9 @@ class Session:
             plan = self._planned()
             used = in_rank_order(plan, self.targets)
             known = {t.name: self.facts[t.name] for t in used if self._describes(t)}
-            report = run_preflight(used, plan, self.info.path, self.backend.value, facts=known)
+            report = run_preflight(
+                used, plan, self.info.path, self.backend.value, facts=known, verify=self.verify
+            )
             self.report = report
             self.checked.emit(report)
             if not report.ok and not self.cancelled:
@@ -299,7 +305,15 @@ class Session:
             try:
                 source, progress = self.info.path, self.copy_progress.emit
                 futures = [
-                    pool.submit(copy_model, target, part, source, progress, self._cancel)
+                    pool.submit(
+                        copy_model,
+                        target,
+                        part,
+                        source,
+                        progress,
+                        self._cancel,
+                        damaged=report.damaged.get(target.name, ()),
+                    )
                     for target, part in todo
                 ]
                 wait(futures)

@@ -96,9 +96,16 @@ class RunController(QObject):
 
     # -- commands -------------------------------------------------------------------------
 
-    def start(self, info: ModelInfo, plan: Plan, hosts: Sequence[Host] | None = None) -> None:
+    def start(
+        self,
+        info: ModelInfo,
+        plan: Plan,
+        hosts: Sequence[Host] | None = None,
+        verify: bool = False,
+    ) -> None:
         """Run ``plan``: on the demo's simulated Macs (``hosts`` None: the plan's nodes),
-        or on real Macs after the checks and the copy."""
+        or on real Macs after the checks (``verify``: every model file hashed there) and
+        the copy."""
         if self.state.active:
             return
         self._detach()
@@ -109,7 +116,12 @@ class RunController(QObject):
         self.info, self.plan, self.report = info, plan, None
         try:
             session = Session(
-                info, chosen, plan=plan, backend=self.backend, job_factory=self._job_factory
+                info,
+                chosen,
+                plan=plan,
+                backend=self.backend,
+                job_factory=self._job_factory,
+                verify=verify,
             )
         except ClusterError as error:
             self.session = None

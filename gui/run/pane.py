@@ -138,6 +138,7 @@ class RunPane(Card):
         c.preflight_done.connect(self.checks.show_report)
         c.copy_progress.connect(self.checks.show_copy)
         c.setup_failed.connect(self.checks.show_error)
+        self.checks.verify_requested.connect(self.verify)
         self._show_state(RunState.IDLE, "")
 
     @property
@@ -204,6 +205,13 @@ class RunPane(Card):
         return self._source.hosts(list(self._plan.nodes_used))
 
     def start(self) -> None:
+        self._start(verify=False)
+
+    def verify(self) -> None:
+        """Start again with every model file hashed on the Macs (the checks' Verify)."""
+        self._start(verify=True)
+
+    def _start(self, verify: bool) -> None:
         if self._info is None or self._plan is None or not self._plan.fits:
             return
         try:
@@ -222,7 +230,7 @@ class RunPane(Card):
         self.numbers.clear()
         self._drawn = -1
         self.progress.reset({r.rank: r.node for r in self._plan.ranks})
-        self.controller.start(self._info, self._plan, hosts)
+        self.controller.start(self._info, self._plan, hosts, verify=verify)
 
     def launch_job(self) -> Callable[[], dict] | None:
         """What works out the equivalent mlx.launch for the current plan (it may ask a

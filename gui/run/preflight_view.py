@@ -3,14 +3,16 @@ by Mac, each with its result and (when it is not ok) what to do; then one bar pe
 that receives the model, with bytes, speed and time left.
 
 It only shows what ``RunController`` hands it (``core.run.preflight.PreflightReport``,
-``core.remote.modelcopy.CopyProgress``): no logic beyond wording.
+``core.remote.modelcopy.CopyProgress``): no logic beyond wording. Its Verify button asks
+for the checks again with every model file hashed on the Macs (``verify_requested``: the
+pane starts again with the session's ``verify``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
@@ -18,6 +20,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLayout,
     QProgressBar,
+    QPushButton,
     QScrollArea,
     QVBoxLayout,
     QWidget,
@@ -64,6 +67,8 @@ def copy_line(progress: Any) -> str:
 class PreflightView(QFrame):
     """The checks and the copy, in a sub-card that scrolls when it is long."""
 
+    verify_requested = Signal()  # the Verify button: check again, hashing every model file
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         set_role(self, "subcard")
@@ -78,6 +83,14 @@ class PreflightView(QFrame):
         top.addStretch(1)
         self.backend = label("", "secondary")
         top.addWidget(self.backend)
+        self.verify_button = QPushButton("Verify")
+        self.verify_button.setToolTip(
+            "Check again, hashing every model file on each Mac (slower: it reads them all). "
+            "A file that changed since it was copied is copied again."
+        )
+        self.verify_button.setEnabled(False)
+        self.verify_button.clicked.connect(self.verify_requested)
+        top.addWidget(self.verify_button)
         outer.addLayout(top)
         self.intro = label("", "secondary", wrap=True)
         outer.addWidget(self.intro)
@@ -126,6 +139,7 @@ class PreflightView(QFrame):
         self._clear_copies()
         self.error.hide()
         self.badge.set("Checking", "accent")
+        self.verify_button.setEnabled(False)
         self.backend.setText("")
         self.intro.setText(
             f"Asking {', '.join(names)} over SSH: Python, mlx and mlx-lm, the model, memory, "
@@ -137,6 +151,7 @@ class PreflightView(QFrame):
     def show_report(self, report: Any) -> None:
         self._clear_rows()
         self.checks = list(report.checks)
+        self.verify_button.setEnabled(True)
         failed = len(report.failures)
         if failed:
             self.badge.set(f"{failed} failed", "danger")
@@ -179,6 +194,7 @@ class PreflightView(QFrame):
     def show_error(self, message: str) -> None:
         """The checks or the copy could not run: the reason and what to do."""
         self.badge.set("Not ready", "danger")
+        self.verify_button.setEnabled(True)
         if not self.checks:
             self.intro.hide()
         self.error.setText(message)
@@ -203,6 +219,7 @@ class PreflightView(QFrame):
             self.copy_rows[progress.node] = row = (bar, detail)
             self.copy_box.show()
             self.badge.set("Copying", "accent")
+            self.verify_button.setEnabled(False)
         bar, detail = row
         bar.setValue(round(progress.fraction * BAR_STEPS))
         if progress.phase == "verified":

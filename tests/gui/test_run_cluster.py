@@ -128,6 +128,24 @@ def test_failed_checks_are_shown_with_their_fix_and_start_stays_available(
     assert not pane.banner.isVisible()  # a rank failure's banner is for jobs
 
 
+def test_the_checks_verify_button_starts_again_hashing_every_file(
+    qtbot: QtBot, tiny: ModelInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MACMESH_CACHE_DIR", str(tmp_path / "hash-cache"))
+    pane = pane_on_unreachable_macs(qtbot, tiny, tmp_path)
+    verify = pane.checks.verify_button
+    qtbot.mouseClick(pane.start_button, Qt.MouseButton.LeftButton)
+    assert not verify.isEnabled()  # not while checking
+    qtbot.waitUntil(lambda: pane.controller.state == RunState.NOT_READY, timeout=WAIT_MS)
+    first = pane.controller.session
+    assert first is not None and not first.verify and verify.isEnabled()
+    qtbot.mouseClick(verify, Qt.MouseButton.LeftButton)
+    again = pane.controller.session
+    assert again is not None and again is not first and again.verify
+    qtbot.waitUntil(lambda: pane.controller.state == RunState.NOT_READY, timeout=WAIT_MS)
+    assert verify.isEnabled()
+
+
 def test_copy_progress_per_mac_with_speed_and_time_left(qtbot: QtBot) -> None:
     pane = make_pane(qtbot)
     view = pane.checks

@@ -164,6 +164,46 @@ def test_cancel_mid_file_then_resume_resends_almost_nothing(
     assert modelcopy.check(target, manifest, verify=True).status == "present"
 
 
+def test_a_same_size_corrupted_file_is_caught_by_mtime_or_verify_then_repaired(
+    targets: list[Target], sharded_model: Path
+) -> None:
+    """Issue 12, fault 6: a file MacMesh wrote, rewritten with other bytes of the same size."""
+    manifest = build_manifest(sharded_model)
+    target = targets[1]
+    modelcopy.copy_model(target, manifest, sharded_model)
+    folder = Path(modelcopy.remote_model_dir(target, manifest))
+    marker = json.loads((folder / MARKER).read_text())
+    assert [size for size, _ in marker["stat"]] == [e.size for e in manifest.files]
+    config = folder / "config.json"
+    original = config.read_bytes()
+    changed = original.replace(b"llama", b"llamb", 1)
+    assert len(changed) == len(original) and changed != original
+    before = config.stat()
+    config.write_bytes(changed)
+    # Its mtime put back: only hashing can tell. The cheap check says what it checked.
+    os.utime(config, ns=(before.st_atime_ns, before.st_mtime_ns))
+    cheap = modelcopy.check(target, manifest)
+    assert cheap.status == "present" and not cheap.verified
+    assert "size checked" in modelcopy.describe(cheap)
+    verified = modelcopy.check(target, manifest, verify=True)
+    assert verified.status == "missing" and verified.damaged == ("config.json",)
+    assert "config.json" in verified.reason and "SHA-256" in verified.reason
+    repaired = modelcopy.copy_model(target, manifest, sharded_model, damaged=verified.damaged)
+    assert repaired.files_copied == ("config.json",) and config.read_bytes() == original
+    again = modelcopy.check(target, manifest, verify=True)
+    assert again.status == "present" and again.verified
+    assert "verified now" in modelcopy.describe(again)
+    # Rewritten with a new mtime: the cheap check hashes it, and the copy repairs it.
+    config.write_bytes(changed)
+    later = config.stat().st_mtime_ns + 1_000_000_000
+    os.utime(config, ns=(later, later))
+    caught = modelcopy.check(target, manifest)
+    assert caught.status == "missing" and caught.damaged == ("config.json",)
+    assert modelcopy.copy_model(target, manifest, sharded_model).files_copied == ("config.json",)
+    assert config.read_bytes() == original
+    assert modelcopy.check(target, manifest).status == "present"
+
+
 def test_a_different_file_is_refused_never_overwritten(
     targets: list[Target], sharded_model: Path
 ) -> None:
@@ -172,14 +212,9 @@ def test_a_different_file_is_refused_never_overwritten(
     modelcopy.copy_model(target, manifest, sharded_model)
     folder = Path(modelcopy.remote_model_dir(target, manifest))
     config = folder / "config.json"
-    # Same size, other bytes: the cheap check trusts the marker; a full check does not.
     original = config.read_bytes()
     changed = original.replace(b"llama", b"llamb", 1)
-    assert len(changed) == len(original) and changed != original
     config.write_bytes(changed)
-    assert modelcopy.check(target, manifest).status == "present"
-    verified = modelcopy.check(target, manifest, verify=True)
-    assert verified.status == "different" and "config.json" in verified.reason
     # Without the marker (copied by hand, or edited) the hash is always checked.
     (folder / MARKER).unlink()
     different = modelcopy.check(target, manifest)

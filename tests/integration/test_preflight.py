@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,12 @@ from core.plan.planner import Plan, make_plan
 from core.remote import modelcopy
 from core.remote.targets import Target
 from core.run.preflight import PreflightReport, format_report, run_preflight
+from core.units import size
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.remote import sshd_targets
 from tests.helpers.sshd import SSHServer
 from tests.helpers.tiny_models import make_tiny_model
+from tests.helpers.wait import wait_until
 
 HOSTS = {"127.0.0.2": "studio-a", "127.0.0.3": "studio-b"}
 
@@ -158,3 +162,75 @@ def test_an_unreachable_host_is_named_with_a_fix(
     assert checks(report, "ssh", "studio-a")[0].status == "ok"
     assert not report.ok
     assert os.environ.get("MACMESH_CACHE_DIR")  # the hash cache stayed in the test's folder
+
+
+@pytest.fixture
+def small_disk(targets: list[Target]) -> Iterator[Path]:
+    """studio-b's cache folder on a 2 MB tmpfs (unmounted afterwards)."""
+    root = Path(targets[1].cache_root or "")
+    root.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(root)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (run as root): {mounted.stderr.decode()}")
+    try:
+        yield root
+    finally:
+        subprocess.run(["umount", str(root)], check=False)
+        if os.path.ismount(root):
+            subprocess.run(["umount", "-l", str(root)], check=True)
+
+
+def test_a_full_disk_fails_preflight_by_the_amount_and_a_copy_names_the_receivers_error(
+    targets: list[Target], small_disk: Path, tmp_path: Path, sshd: SSHServer
+) -> None:
+    """Issue 12, fault 2: a 2 MB cache folder on studio-b, a model part bigger than that."""
+    big = make_tiny_model(tmp_path / "big", layers=4, shards=2, vocab=8192, hidden=128)
+    plan = plan_for(big)
+    report = run_preflight(targets, plan, big)
+    part = report.manifests["studio-b"]
+    assert part.total_bytes > 2 << 20
+    [check] = checks(report, "model", "studio-b")
+    short = size(part.total_bytes - (2 << 20))  # df: the whole 2 MB are free
+    assert check.status == "fail", format_report(report)
+    assert check.message.startswith(f"studio-b needs {short} more free space in {small_disk}:")
+    assert f"Free at least {short} on studio-b" in check.fix
+    assert checks(report, "model", "studio-a")[0].status == "warn"  # room enough there
+    assert not report.ok and "studio-b needs" in format_report(report)
+    # Copied anyway (as if the space went between the checks and the copy): the node's
+    # own error, not a lost connection.
+    with pytest.raises(modelcopy.ModelCopyError) as caught:
+        modelcopy.copy_model(targets[1], part, big)
+    message = str(caught.value)
+    assert "studio-b ran out of disk space" in message and "No space left on device" in message
+    assert "Lost the connection" not in message and "copy again" in message
+    wait_until(lambda: sshd.leftovers() == [], timeout=10, what="no receiver left on the node")
+
+
+def test_verify_catches_a_same_size_corrupted_file_that_size_checks_miss_and_the_copy_repairs_it(
+    targets: list[Target], model: Path
+) -> None:
+    """Issue 12, fault 6, through preflight: "present (size checked)" until hashed now."""
+    plan = plan_for(model)
+    first = run_preflight(targets, plan, model)
+    target, part = targets[0], first.manifests["studio-a"]
+    modelcopy.copy_model(target, part, model)
+    folder = Path(modelcopy.remote_model_dir(target, part))
+    config = folder / "config.json"
+    original, before = config.read_bytes(), config.stat()
+    config.write_bytes(original.replace(b"llama", b"llamb", 1))
+    os.utime(config, ns=(before.st_atime_ns, before.st_mtime_ns))  # its mtime put back
+    plain = checks(run_preflight(targets, plan, model), "model", "studio-a")[0]
+    assert plain.status == "ok" and "present (size checked)" in plain.message
+    verified = run_preflight(targets, plan, model, verify=True)
+    check = checks(verified, "model", "studio-a")[0]
+    assert check.status == "warn" and "config.json" in check.message
+    assert "changed since MacMesh copied it" in check.message
+    assert verified.damaged == {"studio-a": ("config.json",)} and verified.ok
+    assert "studio-a" in verified.copies_needed
+    damaged = verified.damaged["studio-a"]
+    modelcopy.copy_model(target, verified.manifests["studio-a"], model, damaged=damaged)
+    assert config.read_bytes() == original
+    again = checks(run_preflight(targets, plan, model, verify=True), "model", "studio-a")[0]
+    assert again.status == "ok" and "verified now" in again.message

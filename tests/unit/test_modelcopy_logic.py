@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -62,6 +63,77 @@ def test_verdict_reports_hash_mismatches_and_missing_bytes() -> None:
     assert bad.status == "different" and "SHA-256 mismatch" in bad.reason
     good = mc._verdict("n", "/f", WHOLE, ev, {"config.json": "a" * 64})
     assert good.status == "missing" and good.missing_bytes == 100
+
+
+def test_df_lines_give_free_bytes_even_with_spaces_in_names() -> None:
+    linux = "/dev/sda1 102400 40960 61440 41% /home/me/.cache"
+    assert mc.parse_df(linux) == 61440 * 1024
+    mac = "map auto_home 0 0 0 100% /System/Volumes/Data/home"
+    assert mc.parse_df(mac) == 0
+    spaced = "//me@nas/My Share 2048 1024 1000 51% /Volumes/My Share"
+    assert mc.parse_df(spaced) == 1000 * 1024
+    assert mc.parse_df("") is None
+    assert mc.parse_df("df: /nowhere: No such file or directory") is None
+
+
+def test_parse_state_reads_free_space_and_mtimes() -> None:
+    output = (
+        "@@df\ttmpfs 2048 512 1536 25% /c\n"
+        "have\t10\tconfig.json\nmtime\t1796287724.060398874\tconfig.json\n"
+    )
+    state = mc.parse_state(output)
+    assert state.free_bytes == 1536 * 1024
+    assert state.mtimes == {"config.json": "1796287724.060398874"}
+    assert mc.parse_state("@@df\t\n").free_bytes is None  # df said nothing
+
+
+def _stamped(manifest: Manifest, stats: list) -> str:
+    """The marker as COMMIT_SCRIPT writes it: the manifest's JSON plus "stat"."""
+    data = json.loads(manifest.to_json())
+    return json.dumps(data | {"stat": stats})
+
+
+def test_a_vouched_file_whose_mtime_changed_is_hashed_as_a_recheck() -> None:
+    marker = _stamped(WHOLE, [[10, "100.5"], [100, "200.5"]])
+    sizes = {"config.json": 10, "w.safetensors": 100}
+    same = mc.RemoteState(
+        True, marker, sizes, mtimes={"config.json": "100.5", "w.safetensors": "200.5"}
+    )
+    assert mc.evaluate(WHOLE, same).ok == ("config.json", "w.safetensors")
+    touched = mc.RemoteState(
+        True, marker, sizes, mtimes={"config.json": "100.5", "w.safetensors": "999.0"}
+    )
+    ev = mc.evaluate(WHOLE, touched)
+    assert ev.ok == ("config.json",) and ev.to_hash == ev.recheck == ("w.safetensors",)
+    verify = mc.evaluate(WHOLE, same, verify=True)
+    assert verify.to_hash == verify.recheck == ("config.json", "w.safetensors")
+    told = mc.evaluate(WHOLE, same, damaged={"w.safetensors"})
+    assert told.missing == ("w.safetensors",) and told.ok == ("config.json",)
+    # A marker from before mtimes were recorded, or a broken "stat": sizes only.
+    old = mc.RemoteState(True, WHOLE.to_json(), sizes, mtimes={"w.safetensors": "999.0"})
+    assert mc.evaluate(WHOLE, old).ok == ("config.json", "w.safetensors")
+    assert mc.marker_stats(_stamped(WHOLE, [[10, "1"]]), WHOLE) == {}
+    assert mc.marker_stats(_stamped(WHOLE, [["x", "1"], [100, ""]]), WHOLE) == {}
+
+
+def test_a_rechecked_file_that_no_longer_matches_is_damaged_and_copied_again() -> None:
+    ev = mc.Evaluation((), ("config.json", "w.safetensors"), (), {}, ("w.safetensors",))
+    hashed = {"config.json": "a" * 64, "w.safetensors": "0" * 64}
+    state = mc.RemoteState(True, None, partial={"w.safetensors": 40}, free_bytes=50)
+    verdict = mc._verdict("studio-b", "/c/models/m", WHOLE, ev, hashed, state)
+    assert verdict.status == "missing" and verdict.damaged == ("w.safetensors",)
+    assert (
+        verdict.missing == ("w.safetensors",) and "changed since MacMesh copied" in verdict.reason
+    )
+    assert verdict.to_write_bytes == 60 and verdict.short_bytes == 10  # .partial holds 40
+    roomy = mc._verdict("n", "/f", WHOLE, ev, hashed, mc.RemoteState(True, None, free_bytes=100))
+    assert roomy.short_bytes == 0
+    unknown = mc._verdict("n", "/f", WHOLE, ev, hashed, mc.RemoteState(True, None))
+    assert unknown.free_bytes is None and unknown.short_bytes == 0
+    whole = {"config.json": "a" * 64, "w.safetensors": "b" * 64}
+    assert mc._verdict("n", "/f", WHOLE, ev, whole).verified
+    partly = mc.Evaluation(("w.safetensors",), ("config.json",), (), {})
+    assert not mc._verdict("n", "/f", WHOLE, partly, {"config.json": "a" * 64}).verified
 
 
 def test_the_meter_gives_no_eta_before_it_has_data_and_ends_at_the_total(

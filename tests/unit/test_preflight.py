@@ -165,6 +165,47 @@ def test_missing_model_offers_a_copy_and_different_is_refused() -> None:
     assert report.copies_needed == ("studio-a",) and not report.ok
 
 
+def test_a_node_short_of_disk_space_for_the_copy_fails_with_the_amount_missing() -> None:
+    plan, gathered = _cluster()
+    short = CheckResult(
+        "studio-b", "missing", "/c/models/m-x", ("w.safetensors",), 9 * GIB,
+        to_write_bytes=9 * GIB, free_bytes=int(5.8 * GIB),
+    )  # fmt: skip
+    roomy = dataclasses.replace(short, node="studio-a", free_bytes=20 * GIB)
+    gathered = [
+        dataclasses.replace(gathered[0], model=roomy),
+        dataclasses.replace(gathered[1], model=short),
+    ]
+    report = evaluate(plan, gathered, {g.target.name: MANIFEST for g in gathered})
+    b = _by(report, "model", "studio-b")[0]
+    assert b.status == "fail"
+    assert b.message.startswith("studio-b needs 3.2 GB more free space in /c:")
+    assert "Free at least 3.2 GB on studio-b" in b.fix
+    assert _by(report, "model", "studio-a")[0].status == "warn"
+    assert not report.ok
+
+
+def test_present_says_size_checked_unless_hashed_now_and_damage_is_passed_to_the_copy() -> None:
+    plan, gathered = _cluster()
+    verified = CheckResult("studio-b", "present", "/c/models/m-x", verified=True)
+    gathered[1] = dataclasses.replace(gathered[1], model=verified)
+    report = evaluate(plan, gathered, {g.target.name: MANIFEST for g in gathered})
+    a, b = _by(report, "model", "studio-a")[0], _by(report, "model", "studio-b")[0]
+    assert "present (size checked)" in a.message and "verified" not in a.message
+    assert "verified now" in b.message
+    damaged = CheckResult(
+        "studio-b", "missing", "/c/models/m-x", ("w.safetensors",), 9 * GIB,
+        "w.safetensors on studio-b changed since MacMesh copied it (SHA-256 mismatch): "
+        "copied again.", damaged=("w.safetensors",),
+    )  # fmt: skip
+    gathered[1] = dataclasses.replace(gathered[1], model=damaged)
+    report = evaluate(plan, gathered, {g.target.name: MANIFEST for g in gathered})
+    b = _by(report, "model", "studio-b")[0]
+    assert b.status == "warn" and "changed since MacMesh copied it" in b.message
+    assert report.copies_needed == ("studio-b",) and report.ok
+    assert report.damaged == {"studio-b": ("w.safetensors",)}
+
+
 def test_a_plan_bigger_than_the_nodes_fails_the_memory_check() -> None:
     _, gathered = _cluster()
     big = [Node(g.target.name, 4096 * GIB) for g in gathered]
