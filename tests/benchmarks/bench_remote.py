@@ -94,3 +94,62 @@ def bench_remote(model: Path, rounds: int | None = None, max_tokens: int = 32) -
         "session_processes_left": left,
         "targets": {"generation_tps_ratio": ">= 0.97", "start_to_first_token_delta_s": "<= 1.0"},
     }
+
+
+def bench_timeouts(runs: int = 5) -> dict:
+    """How soon MacMesh's SSH gives up: ``connect`` to a server that never answers (1 s
+    timeout) and ``run`` of a command past its 0.5 s timeout, ended with its group. The
+    integration tests check that both give up; these figures say how soon (budget: the
+    timeout plus 1.5 s for the connect, plus 4.5 s for the command)."""
+    import logging
+    import socket
+    import statistics
+    import time
+
+    from core.remote import ssh
+
+    # paramiko's transport thread logs the mute server's EOF at exit: not a finding here.
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+    connect, command = [], []
+    with tempfile.TemporaryDirectory(prefix="macmesh-bench-timeouts-") as tmp:
+        root = Path(tmp)
+        with socket.socket() as mute:
+            mute.bind(("127.0.0.1", 0))
+            mute.listen(runs)
+            for _ in range(runs):
+                conn = ssh.Connection("127.0.0.1", mute.getsockname()[1], timeout=1.0,
+                                      known_hosts=root / "kh", use_agent=False)  # fmt: skip
+                started = time.perf_counter()
+                try:
+                    conn.connect()
+                except ssh.SSHTimeout:
+                    connect.append(time.perf_counter() - started)
+                conn.close()
+        with running_sshd(root / "sshd", addresses=HOSTS[:1]) as server:
+            known_hosts = root / "known_hosts"
+            known_hosts.write_text(server.known_hosts_lines())
+            with ssh.Connection(HOSTS[0], server.port, known_hosts=known_hosts,
+                                ssh_dir=server.client_dir, use_agent=False) as conn:  # fmt: skip
+                for _ in range(runs):
+                    started = time.perf_counter()
+                    try:
+                        conn.run("sleep 600 & sleep 601", timeout=0.5)
+                    except ssh.CommandTimeout:
+                        command.append(time.perf_counter() - started)
+            left = wait_nothing_left(server)
+
+    def figure(times: list[float], budget: float) -> dict:
+        median = statistics.median(times) if times else float("inf")
+        return {
+            "median_s": round(median, 3),
+            "max_s": round(max(times, default=float("inf")), 3),
+            "timed_out": f"{len(times)}/{runs}",
+            "budget_s": budget,
+            "within_budget": len(times) == runs and median < budget,
+        }
+
+    return {
+        "connect_silent_1s": figure(connect, 2.5),
+        "command_past_0_5s": figure(command, 5.0),
+        "processes_left": len(left),
+    }

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -46,12 +45,10 @@ def test_headless_demo_streams_real_english_and_ends_with_a_json_summary(demo_mo
 def test_tensor_on_two_nodes_is_refused_with_the_reason_before_anything_starts(
     demo_model: Path,
 ) -> None:
-    started = time.monotonic()
     run = _macmesh(["demo", "--headless", "--strategy", "tensor", "--nodes", "2"], demo_model)
     assert run.returncode == 2
     assert "9 attention heads" in run.stderr and "2 nodes" in run.stderr
     assert "Starting" not in run.stderr
-    assert time.monotonic() - started < 30
 
 
 def test_a_folder_that_is_not_a_model_is_refused_clearly(demo_model: Path, tmp_path: Path) -> None:

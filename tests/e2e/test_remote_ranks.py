@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from core.run.launcher import Job, JobError, JobSpec, JobState
 from tests.helpers.jobs import assert_no_ranks_left, generating, run_job, wait_finished
 from tests.helpers.remote import loopback_targets, wait_nothing_left, workers
 from tests.helpers.sshd import SSHServer, running_sshd
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -203,10 +205,7 @@ def test_stop_during_loading_over_ssh_is_clean(
 ) -> None:
     job = Job(JobSpec(model=tiny_models["qwen3"], targets=loopback_targets(sshd, tmp_path, 2)))
     job.start()
-    deadline = time.monotonic() + 30
-    while job.state != JobState.LOADING and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert job.state == JobState.LOADING
+    wait_until(lambda: job.state == JobState.LOADING, 30, "the ranks to start loading")
     job.stop()
     assert job.state == JobState.STOPPED
     _assert_nothing_left(job, sshd)
@@ -214,11 +213,16 @@ def test_stop_during_loading_over_ssh_is_clean(
 
 def test_stop_while_connecting_is_clean(sshd: SSHServer, tmp_path: Path, tiny_models) -> None:
     job = Job(JobSpec(model=tiny_models["qwen3"], targets=loopback_targets(sshd, tmp_path, 2)))
+    before = set(threading.enumerate())
     job.start()
+    [monitor] = [  # prepares the nodes, then monitors the ranks
+        t for t in set(threading.enumerate()) - before if t.name == "macmesh-job-monitor"
+    ]
     assert job.state == JobState.STARTING
     job.stop()
     assert job.state == JobState.STOPPED
-    time.sleep(2.0)  # the preparation finishing late must not start ranks
+    # The preparation finishing late must not start ranks: wait for it to finish.
+    wait_until(lambda: not monitor.is_alive(), 60, "the node preparation to finish")
     assert job.state == JobState.STOPPED and job.ranks == []
     _assert_nothing_left(job, sshd)
 

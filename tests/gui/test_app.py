@@ -73,7 +73,7 @@ def test_without_a_display_the_demo_runs_in_the_terminal(monkeypatch: pytest.Mon
     assert gui_app.main([]) == 7
 
 
-def test_the_window_paints_soon_after_macmesh_starts(tmp_path: Path) -> None:
+def test_the_window_paints_when_macmesh_starts(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "QT_QPA_PLATFORM": "offscreen",
@@ -93,7 +93,7 @@ def test_the_window_paints_soon_after_macmesh_starts(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if x.startswith(gui_app.FIRST_PAINT_ENV))
     painted = float(line.split()[1])
-    assert 0 < painted - started < 10  # the 1.5 s budget is measured by bench_gui
+    assert started < painted < time.time()  # this run painted; how soon: bench_gui (1.5 s)
 
 
 def test_without_the_xcb_libraries_the_demo_runs_in_the_terminal_saying_what_to_install(

@@ -181,11 +181,9 @@ def test_macs_and_a_linux_host_found_over_bonjour_probed_over_ssh_and_lost(
                 assert connection.run("uname -sr").stdout.startswith("Darwin")
 
             gone = names["127.0.0.4"]
-            started = time.monotonic()
             for info in records["127.0.0.4"]:
                 zc.unregister_service(info)  # goodbye packets
             wait_until(f"{gone} removed", lambda: scanner.registry.get(gone) is None, 15)
-            assert time.monotonic() - started < 15
             assert len(scanner.topology().nodes) == 2
             with pytest.raises(NodeNotReady, match="No node"):
                 scanner.target(gone)
@@ -350,9 +348,7 @@ def test_sshd_stopped_mid_probe_is_unreachable_and_leaves_nothing(tmp_path: Path
         )
         assert state(scanner, name) is ProbeState.PROBING
     try:  # sshd is stopped, its sessions with it
-        started = time.monotonic()
         wait_until("unreachable", lambda: state(scanner, name) is ProbeState.UNREACHABLE, 30)
-        assert time.monotonic() - started < 30
         message = scanner.registry.get(name).probe_message  # type: ignore[union-attr]
         assert message.startswith("Lost the connection to 127.0.0.2") and "Try again" in message
     finally:

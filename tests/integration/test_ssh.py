@@ -8,7 +8,6 @@ import re
 import socket
 import stat
 import subprocess
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ import pytest
 
 from core.remote import keys as ssh_keys
 from core.remote import ssh
+from tests.helpers.wait import wait_until
 
 if TYPE_CHECKING:
     from tests.helpers.sshd import SSHServer
@@ -161,30 +161,30 @@ def test_messages_name_the_fix() -> None:
 
 
 def test_silent_server_times_out_within_the_timeout(tmp_path: Path) -> None:
+    """The connection's own timeout ends the wait, with a message naming it (how soon:
+    ``make bench``, ``remote_timeouts``)."""
     with socket.socket() as mute:  # accepts (the kernel's backlog) but never says a word
         mute.bind(("127.0.0.1", 0))
         mute.listen(1)
         conn = ssh.Connection("127.0.0.1", mute.getsockname()[1], timeout=1.0,
                               known_hosts=tmp_path / "kh", use_agent=False)  # fmt: skip
-        started = time.monotonic()
         with pytest.raises(ssh.SSHTimeout, match="did not answer within 1 s"):
             conn.connect()
-        assert time.monotonic() - started < 2.5
 
 
 def test_command_timeout_kills_the_command(sshd: SSHServer, trusted: Path, tmp_path: Path) -> None:
+    """Past its timeout the command is ended with everything it started, and the
+    connection stays usable. Its sleeps outlast the test's own time limit: a run that
+    waited for them would fail by that limit, one that left them behind by the waits
+    below. (How soon it returns is a figure of ``make bench``, not a test.)"""
     group_file = tmp_path / "pgid"  # loopback: the "remote" host shares our file system
     with connection(sshd, STUDIO_A, trusted) as conn:
-        started = time.monotonic()
         with pytest.raises(ssh.CommandTimeout, match=r"did not finish within 0\.5 s"):
-            conn.run(f"echo $$ > {group_file}; sleep 30 & sleep 31", timeout=0.5)
-        assert time.monotonic() - started < 5
-    pgid = int(group_file.read_text())
-    deadline = time.monotonic() + 5
-    while _live_in_group(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _live_in_group(pgid) == []
-    assert sshd.leftovers() == []
+            conn.run(f"echo $$ > {group_file}; sleep 600 & sleep 601", timeout=0.5)
+        pgid = int(group_file.read_text())
+        wait_until(lambda: _live_in_group(pgid) == [], 30, "the timed-out command's group to end")
+        assert conn.run("echo still usable").stdout == "still usable\n"
+    wait_until(lambda: sshd.leftovers() == [], 30, "the server's sessions to end")
 
 
 # -- per-host commands, processes ------------------------------------------------------------
@@ -219,10 +219,7 @@ def test_kill_group_ends_everything(sshd: SSHServer, trusted: Path) -> None:
         assert len(group) == 3  # the shell and both sleeps, all in the reported group
         proc.terminate()
         assert proc.wait(10) == -1  # ended by a signal
-        deadline = time.monotonic() + 5
-        while _live_in_group(proc.pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _live_in_group(proc.pgid) == []
+        wait_until(lambda: _live_in_group(proc.pgid) == [], 30, "the group to end")
         assert conn.run("echo still usable").rc == 0
     assert sshd.leftovers() == []
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from core.cli.nodes import node_json, render, report
+from core.cli.nodes import node_json, nodes_cli, not_ready_message, render, report
 from core.cluster import discovery as d
 from core.cluster.hosts import HostList, ManualHost
 from core.cluster.probe.facts import local_runner, parse_probe
@@ -213,6 +214,30 @@ def test_the_json_report_has_the_same_facts() -> None:
     assert data["topology"]["shape"] == "single"
     unprobed = node_json(Node("new.local", probe_state=ProbeState.NEW))
     assert unprobed["state"] == "new" and "rdma" not in unprobed
+
+
+def test_macmesh_nodes_exits_1_in_one_line_when_no_node_is_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A named host that refuses connections is listed as unreachable, and the command
+    fails (exit 1) with one line on stderr saying what to do."""
+    monkeypatch.setenv("MACMESH_SSH_DIR", str(tmp_path / "ssh"))
+    with socket.socket() as bound:  # bound, never listening: connections are refused
+        bound.bind(("127.0.0.1", 0))
+        host = f"127.0.0.1:{bound.getsockname()[1]}"
+        argv = ["--host", host, "--no-publish", "--wait", "0", "--interfaces", "127.0.0.1"]
+        assert nodes_cli(argv) == 1
+    out, err = capsys.readouterr()
+    assert f"{host} — " in out and "  unreachable: " in out
+    [line] = err.splitlines()
+    assert line.startswith("macmesh nodes: none of the ") and "is ready" in line
+    assert "run macmesh nodes again" in line
+
+
+def test_the_not_ready_line_says_what_to_do() -> None:
+    assert "--host" in not_ready_message([]) and "--interfaces all" in not_ready_message([])
+    mini = Node("Mini", hostname="mini.local", probe_state=ProbeState.UNREACHABLE)
+    assert not_ready_message([mini]).startswith("none of the 1 node(s) found is ready.")
 
 
 def test_browsing_loopback_never_connects_out_to_what_was_announced_there(
