@@ -11,8 +11,8 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from core.cli.interrupt import Stage, interrupted
-from core.run.cluster_run import ClusterError
 from core.run.launcher import JobError
+from core.run.placement import ClusterError
 from core.run.telemetry import Telemetry
 from core.units import bytes_per_s, rate, seconds
 from core.worker import protocol as p

@@ -14,7 +14,7 @@ from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.model.info import ModelError, read_model_info
 from core.run import demo
-from core.run.cluster_run import ClusterError
+from core.run.placement import ClusterError
 from core.run.session import Session, simulated_hosts
 from core.worker.vocab import Strategy
 

@@ -26,7 +26,7 @@ from core.envvars import ENV_REMOTE_CACHE
 from core.model.info import ModelError, read_model_info
 from core.remote.modelcopy import CopyProgress
 from core.remote.targets import Target
-from core.run.cluster_run import ClusterError, show_launch
+from core.run.placement import ClusterError, show_launch
 from core.run.preflight import BACKENDS, format_report
 from core.run.session import Session, real_hosts
 from core.units import bytes_per_s, duration, size

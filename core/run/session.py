@@ -55,8 +55,9 @@ from core.remote.modelcopy import CopyResult, copy_model
 from core.remote.ssh import SSHError
 from core.remote.targets import Target
 from core.remote.transport import CopyCancelled, ModelCopyError
-from core.run import cluster_run
-from core.run.cluster_run import (
+from core.run import placement
+from core.run.launcher import Job, JobError, JobSpec
+from core.run.placement import (
     ClusterError,
     demo_launch,
     in_rank_order,
@@ -64,7 +65,6 @@ from core.run.cluster_run import (
     model_folders,
     planned_launch,
 )
-from core.run.launcher import Job, JobError, JobSpec
 from core.run.planning import plan_on
 from core.run.preflight import PreflightReport, run_preflight
 from core.run.states import RunState, Step
@@ -240,7 +240,7 @@ class Session:
                 by_name = {t.name: t for t in self.targets}
                 asked = [by_name[name] for name in stale]
                 for facts, target in zip(
-                    cluster_run.probe_targets(asked) if asked else [], asked, strict=True
+                    placement.probe_targets(asked) if asked else [], asked, strict=True
                 ):
                     self.facts[target.name] = facts
                     self._asked[target.name] = target.interpreter

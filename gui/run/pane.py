@@ -243,7 +243,7 @@ class RunPane(Card):
         if hosts is None or hosts[0].simulated:
 
             def demo() -> dict:
-                from core.run.cluster_run import demo_launch, job_spec
+                from core.run.placement import demo_launch, job_spec
 
                 return demo_launch(job_spec(info, plan))
 
@@ -253,7 +253,7 @@ class RunPane(Card):
         report = self.controller.report
 
         def real() -> dict:
-            from core.run.cluster_run import planned_launch
+            from core.run.placement import planned_launch
 
             return planned_launch(info, plan, targets, facts, report)
 

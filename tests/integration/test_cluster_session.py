@@ -17,10 +17,10 @@ from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import Plan, make_plan
 from core.remote.modelcopy import CopyProgress, check, remote_model_dir
 from core.remote.targets import Target
-from core.run import cluster_run, preflight
-from core.run.cluster_run import demo_launch, job_spec, planned_launch
+from core.run import placement, preflight
 from core.run.demo import demo_facts
 from core.run.launcher import JobSpec
+from core.run.placement import demo_launch, job_spec, planned_launch
 from core.run.planning import plan_on
 from core.run.session import ClusterError, CopyCancelled, Host, Session, real_hosts
 from core.run.states import RunState
@@ -199,7 +199,7 @@ def test_fresh_scanner_facts_are_reused_and_a_forced_reprobe_probes(
     scanned = {h.name: h.facts for h in hosts}
     probes: list[list[str]] = []  # the hosts each SSH probe round asked
     checked: list[str] = []  # the hosts the checks probed again
-    real_probe, real_check_probe = cluster_run.probe_targets, preflight.probe_over_ssh
+    real_probe, real_check_probe = placement.probe_targets, preflight.probe_over_ssh
 
     def spy(targets):
         probes.append([t.name for t in targets])
@@ -209,7 +209,7 @@ def test_fresh_scanner_facts_are_reused_and_a_forced_reprobe_probes(
         checked.append(name)
         return real_check_probe(connection, name, **options)
 
-    monkeypatch.setattr(cluster_run, "probe_targets", spy)
+    monkeypatch.setattr(placement, "probe_targets", spy)
     monkeypatch.setattr(preflight, "probe_over_ssh", check_spy)
     info = read_model_info(model)
     session = Session(info, hosts, strategy="pipeline")

@@ -10,7 +10,7 @@ import pytest
 
 from core.cli import run as cli_run
 from core.cli.run import make_targets
-from core.run.cluster_run import ClusterError
+from core.run.placement import ClusterError
 from core.run.session import Session
 from tests.helpers.tiny_models import make_tiny_model
 

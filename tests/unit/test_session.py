@@ -14,9 +14,9 @@ import pytest
 from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
 from core.remote.targets import Target
-from core.run import cluster_run
-from core.run.cluster_run import job_spec
+from core.run import placement
 from core.run.demo import DEMO_MACS, demo_facts
+from core.run.placement import job_spec
 from core.run.planning import plan_on, planner_node
 from core.run.session import FRESH_S, ClusterError, Host, Session, real_hosts, simulated_hosts
 from core.run.states import RunState, Step
@@ -52,7 +52,7 @@ class Probes:
 @pytest.fixture
 def probes(monkeypatch: pytest.MonkeyPatch) -> Probes:
     fake = Probes()
-    monkeypatch.setattr(cluster_run, "probe_targets", fake)
+    monkeypatch.setattr(placement, "probe_targets", fake)
     return fake
 
 

@@ -1,5 +1,6 @@
-"""The pieces of a Start that are not its sequence: probing hosts over SSH, the job to
-run for a plan, and the equivalent ``mlx.launch``.
+"""Where and how a plan runs: the hosts probed over SSH, each rank's target and model
+folder, the ``JobSpec``, and the equivalent ``mlx.launch``: the pieces of a Start that
+are not its sequence.
 
 ``core.run.session.Session`` sequences them (probe → plan → preflight → copy → launch);
 ``macmesh run`` and the window's Start both drive that session. Here:
