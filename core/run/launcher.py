@@ -481,9 +481,10 @@ class Job:
                 self._ready.set()
                 if self.state == JobState.LOADING:
                     self._set_state(JobState.READY, "ready")
-            elif kind in (p.DONE, p.LINK_TEST):
-                self._answered(event)
         self.event.emit(event)
+        if kind in (p.DONE, p.LINK_TEST):
+            # After the event: whoever sees the job READY again has seen the answer's end.
+            self._answered(event)
 
     def _join_when_all_are_up(self) -> None:
         """Tell every rank to join the group once all of them wait to (the caller holds

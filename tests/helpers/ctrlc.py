@@ -142,7 +142,8 @@ def interrupt_at(
 
 
 def _ranks(pid: int) -> list[psutil.Process]:
-    """The worker processes ``pid`` started on this machine."""
+    """The worker processes ``pid`` started on this machine (not what a worker itself
+    forks: a child caught between fork and exec still shows the worker's command line)."""
     found = []
     for child in psutil.Process(pid).children(recursive=True):
         try:
@@ -150,7 +151,15 @@ def _ranks(pid: int) -> list[psutil.Process]:
                 found.append(child)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
-    return found
+    pids = {process.pid for process in found}
+    return [process for process in found if _parent(process) not in pids]
+
+
+def _parent(process: psutil.Process) -> int | None:
+    try:
+        return process.ppid()
+    except psutil.NoSuchProcess:
+        return None
 
 
 def gone(processes: list[psutil.Process]) -> bool:

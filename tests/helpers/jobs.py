@@ -70,5 +70,8 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie has exited; only its parent's wait is missing.
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:  # reaped since
+        return False
+    return not stat.split(") ")[-1].startswith("Z")
