@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,14 +60,24 @@ def test_a_rank_killed_between_requests_is_said_to_be_serving(tiny_models) -> No
     ("kind", "stage", "doing"),
     [
         (p.HEARTBEAT, "starting", "starting"),  # its first line: the peer waits to join
-        (p.LOADING, "weights", "loading weights"),  # after joining: the peer waits to sync
+        (p.LOADING, "reading", "reading the model"),  # after joining: the peer waits to sync
     ],
 )
 def test_a_rank_frozen_while_loading_is_named_with_its_stage(
-    tiny_models, kind: str, stage: str, doing: str
+    tiny_models, tmp_path: Path, kind: str, stage: str, doing: str
 ) -> None:
     """Ranks beat from their first line and join the group only when all are up, so
-    the healthy rank waiting for its frozen peer keeps beating and is not blamed."""
+    the healthy rank waiting for its frozen peer keeps beating and is not blamed.
+
+    Rank 1 reads its model from a copy whose last weight file is a FIFO: opening it
+    blocks, so the rank stays in its reading stage whatever the machine's load (a real
+    model would move on to its weights before a late freeze lands)."""
+    model = tiny_models["llama"]
+    held = tmp_path / "held"
+    shutil.copytree(model, held)
+    last = sorted(held.glob("*.safetensors"))[-1]
+    last.unlink()
+    os.mkfifo(last)
     frozen: list[float] = []
 
     def freeze_rank1(event: dict) -> None:
@@ -75,7 +86,9 @@ def test_a_rank_frozen_while_loading_is_named_with_its_stage(
             os.kill(job.ranks[1].pid, signal.SIGSTOP)
             frozen.append(time.monotonic())
 
-    spec = JobSpec(model=tiny_models["llama"], strategy="pipeline", nodes=2, load_timeout_s=5.0)
+    spec = JobSpec(
+        model=model, strategy="pipeline", nodes=2, load_timeout_s=5.0, rank_models=[model, held]
+    )
     job = Job(spec)
     job.event.connect(freeze_rank1)
     job.start()
