@@ -16,7 +16,8 @@ on its main thread); ``start()`` runs the first five:
 - ``copy()``: each node's missing part of the model (and files found damaged), every node
   at once.
 - ``launch()``: the job's ranks start (it returns once they are starting).
-- ``ask(...)``: a request; its tokens arrive as ``event``s. ``stop()``: every rank ends.
+- ``ask(...)``: a request; its tokens arrive as ``event``s. ``cancel_answer(request)``: that
+  answer ends at its next token, the job serves on. ``stop()``: every rank ends.
 
 ``cancel()`` (any thread) ends the running step at its next boundary (a copy between
 chunks; what arrived is kept and the next copy resumes); ``start()`` then runs no
@@ -369,9 +370,26 @@ class Session:
         *,
         messages: list[dict[str, Any]] | None = None,
         max_tokens: int = 128,
+        chat: bool = True,
+        sampling: dict[str, Any] | None = None,
     ) -> str:
-        """Send a request (a prompt, or a conversation's ``messages``); its id."""
-        return str(self._running().generate(prompt, messages=messages, max_tokens=max_tokens))
+        """Send a request (a prompt, or a conversation's ``messages``); its id.
+        ``chat``: a prompt goes through the chat template (False: as raw text).
+        ``sampling``: temperature, top_p, seed, stop (None: greedy, no stop)."""
+        job = self._running()
+        if chat and sampling is None:  # the form every front end used before sampling
+            return str(job.generate(prompt, messages=messages, max_tokens=max_tokens))
+        return str(
+            job.generate(
+                prompt, messages=messages, max_tokens=max_tokens, chat=chat, sampling=sampling
+            )
+        )
+
+    def cancel_answer(self, request: str) -> bool:
+        """Any thread: end the answer ``request`` at its next token; its ``done`` event
+        then has finish_reason "cancelled" and the job serves the next request. False
+        when that answer is not running (it ended already)."""
+        return bool(self._running().cancel(request))
 
     def wait_done(self, request: str, timeout: float | None = None) -> dict[str, Any]:
         """The request's ``done`` event; JobError if the job ends first."""
