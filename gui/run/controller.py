@@ -88,6 +88,8 @@ class RunController(QObject):
         self._history: list[dict[str, str]] = []
         self._pending: tuple[str, int] | None = None
         self._first_token: dict[str, float] = {}
+        self._answering: str | None = None  # the request whose answer streams now
+        self._stop_when_sent = False
 
     @property
     def job(self) -> Any:
@@ -183,6 +185,24 @@ class RunController(QObject):
         self.question.emit(prompt)
         self._send(prompt, max_tokens)
         return True
+
+    def stop_answer(self) -> bool:
+        """End the answer streaming now at its next token; the job stays READY. False
+        when no answer is streaming (one about to be sent is stopped once it is)."""
+        session = self.session
+        if self.state != RunState.GENERATING or session is None:
+            return False
+        request = self._answering
+        if request is None:  # sent, its id not back yet: stop it once it is
+            self._stop_when_sent = True
+            return True
+        self._bridge.run_in_background(
+            lambda: session.cancel_answer(request), None, self._stop_answer_failed
+        )
+        return True
+
+    def _stop_answer_failed(self, error: BaseException) -> None:
+        log.warning("the answer could not be stopped: %s", error)
 
     def shutdown(self, timeout_s: float = 15.0) -> None:
         """Synchronous stop, for quitting: wait for queued work, then end every rank."""
@@ -322,7 +342,16 @@ class RunController(QObject):
             telemetry.request_started(request, started)
             return request
 
-        self._bridge.run_in_background(send, None, self._ask_failed, queue=self._queue)
+        self._answering, self._stop_when_sent = None, False
+        self._bridge.run_in_background(send, self._sent, self._ask_failed, queue=self._queue)
+
+    def _sent(self, request: str) -> None:
+        if self.state != RunState.GENERATING:
+            return
+        self._answering = request
+        if self._stop_when_sent:
+            self._stop_when_sent = False
+            self.stop_answer()
 
     def _ask_failed(self, error: BaseException) -> None:
         if self.state == RunState.GENERATING:
@@ -354,6 +383,8 @@ class RunController(QObject):
 
     def _answered(self, event: dict) -> None:
         request = str(event.get("request"))
+        if request == self._answering:
+            self._answering = None
         self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
         summary = next(
             (r for r in (self.telemetry.requests() if self.telemetry else []) if r.id == request),

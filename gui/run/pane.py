@@ -128,6 +128,7 @@ class RunPane(Card):
         self.timer.setInterval(1000 // REDRAW_HZ)
         self.timer.timeout.connect(self.redraw)
         self.chat.submitted.connect(self.ask)
+        self.chat.stop_requested.connect(self.controller.stop_answer)
         c = self.controller
         c.state_changed.connect(self._state_changed)
         c.rank_progress.connect(self.progress.set_stage)
@@ -339,6 +340,7 @@ class RunPane(Card):
             self.chat.set_accepting(True, "Ask the cluster something…")
         else:
             self.chat.set_accepting(False)
+        self.chat.set_answering(state == RunState.GENERATING)
         if state.active and not self.timer.isActive():
             self.timer.start()
         elif not state.active and self.timer.isActive():

@@ -58,6 +58,7 @@ class FakeJob:
         self._lock = threading.Lock()
         self._changed = threading.Condition()
         self._done: dict[str, dict] = {}
+        self._cancelled: set[str] = set()
 
     def start(self) -> FakeJob:
         if self.behaviour.start_error:
@@ -100,6 +101,14 @@ class FakeJob:
             target=self._answer, args=(request, max_tokens), name="fake-job-answer", daemon=True
         ).start()
         return request
+
+    def cancel(self, request: str) -> bool:
+        """As the launcher's: that answer ends at its next token, "cancelled"."""
+        with self._lock:
+            if self.state != JobState.GENERATING or request in self._done:
+                return False
+            self._cancelled.add(request)
+            return True
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """As the launcher's: until every rank has loaded; JobError if it ended first."""
@@ -168,9 +177,14 @@ class FakeJob:
         pieces = [" " + word for word in b.answer.split()][:max_tokens]
         pieces[0] = pieces[0].lstrip()
         started = time.monotonic()
+        finish_reason, shown = "stop", []
         for index, piece in enumerate(pieces):
             if self._stop.wait(b.token_s):
                 return
+            if request in self._cancelled:
+                finish_reason = "cancelled"
+                break
+            shown.append(piece)
             self._emit("token", request=request, index=index, token=index, text=piece)
             if index % b.traffic_every:
                 continue
@@ -189,12 +203,12 @@ class FakeJob:
             "request": request,
             "prompt_tokens": 12,
             "prompt_tps": 100.0,
-            "generation_tokens": len(pieces),
-            "generation_tps": len(pieces) / elapsed,
+            "generation_tokens": len(shown),
+            "generation_tps": len(shown) / elapsed,
             "ttft_s": b.token_s,
-            "finish_reason": "stop",
+            "finish_reason": finish_reason,
             "peak_memory_bytes": b.memory_bytes,
-            "text": "".join(pieces),
+            "text": "".join(shown),
         }
         with self._lock:
             if self.state != JobState.GENERATING:
