@@ -13,7 +13,7 @@ from pathlib import Path
 
 import platformdirs
 
-from core.envvars import ENV_CACHE_DIR, ENV_CONFIG_DIR, ENV_LOG_DIR
+from core.envvars import ENV_CACHE_DIR, ENV_CONFIG_DIR, ENV_DATA_DIR, ENV_LOG_DIR
 
 APP_NAME = "MacMesh"
 
@@ -52,6 +52,11 @@ def cache_dir() -> Path:
 def config_dir() -> Path:
     """Settings and known hosts, in files the core owns (DESIGN.md rule 6)."""
     return _dir(ENV_CONFIG_DIR, platformdirs.user_config_path(APP_NAME, appauthor=False))
+
+
+def data_dir() -> Path:
+    """The user's own data: the API's keys (each file written 0600)."""
+    return _dir(ENV_DATA_DIR, platformdirs.user_data_path(APP_NAME, appauthor=False))
 
 
 def log_dir() -> Path:

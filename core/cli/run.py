@@ -23,11 +23,13 @@ from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
-from core.model.info import ModelError, read_model_info
+from core.model.info import ModelError, ModelInfo, read_model_info
+from core.plan.planner import Plan
 from core.remote.modelcopy import CopyProgress
 from core.remote.targets import Target
+from core.run.launcher import JobSpec
 from core.run.placement import ClusterError, show_launch
-from core.run.preflight import BACKENDS, format_report
+from core.run.preflight import BACKENDS, PreflightReport, format_report
 from core.run.session import Session, real_hosts
 from core.units import bytes_per_s, duration, size
 from core.worker.vocab import Backend, Strategy
@@ -100,39 +102,49 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             return interrupted(stage, err)
 
 
+def prepare(
+    args: argparse.Namespace, err: TextIO, stage: Stage, show_launch: bool = False
+) -> tuple[Session, ModelInfo, Plan, PreflightReport, JobSpec]:
+    """Probe, plan, check and copy (``show_launch``: check only) for ``args``' model and
+    hosts, saying each step on ``err``: what ``macmesh run`` and ``macmesh serve`` share.
+    ClusterError, ModelError or ValueError with the reason when a step cannot go on."""
+    info = read_model_info(args.model)
+    hosts = [h for h in args.hosts.split(",") if h.strip()]
+    targets = make_targets(hosts, args.python, args.cache_root)
+    session = Session(
+        info,
+        real_hosts(targets),
+        strategy=args.strategy,
+        backend=args.backend,
+        verify=args.verify,
+    )
+    stage.session = session
+    stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it
+    err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
+    session.probe()
+    stage("planning")
+    plan = session.make_plan()
+    stage("checking the nodes")
+    err.write(f"{plan.reason}\nChecking the nodes…\n")
+    report = session.preflight()
+    assert report is not None  # real hosts are always checked
+    err.write(format_report(report))
+    if show_launch and report.backend.problem and args.backend != Backend.AUTO:
+        raise ClusterError(report.backend.reason)
+    if not show_launch:
+        if not report.ok:
+            raise ClusterError("the checks above failed; nothing was started")
+        session.copy_progress.connect(_progress_printer(err))
+        stage("copying the model")
+        session.copy()
+    spec = session.job_spec(checked=not show_launch)
+    return session, info, plan, report, spec
+
+
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
         check_max_tokens(args.max_tokens)
-        info = read_model_info(args.model)
-        hosts = [h for h in args.hosts.split(",") if h.strip()]
-        targets = make_targets(hosts, args.python, args.cache_root)
-        session = Session(
-            info,
-            real_hosts(targets),
-            strategy=args.strategy,
-            backend=args.backend,
-            verify=args.verify,
-        )
-        stage.session = session
-        stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it
-        err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
-        session.probe()
-        stage("planning")
-        plan = session.make_plan()
-        stage("checking the nodes")
-        err.write(f"{plan.reason}\nChecking the nodes…\n")
-        report = session.preflight()
-        assert report is not None  # real hosts are always checked
-        err.write(format_report(report))
-        if args.show_launch and report.backend.problem and args.backend != Backend.AUTO:
-            raise ClusterError(report.backend.reason)
-        if not args.show_launch:
-            if not report.ok:
-                raise ClusterError("the checks above failed; nothing was started")
-            session.copy_progress.connect(_progress_printer(err))
-            stage("copying the model")
-            session.copy()
-        spec = session.job_spec(checked=not args.show_launch)
+        session, info, plan, report, spec = prepare(args, err, stage, args.show_launch)
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
