@@ -1,0 +1,178 @@
+"""``macmesh serve --demo`` used by real clients: the official ``openai`` package, streamed
+and not, and curl; the errors in OpenAI's shape; keys; SIGTERM stops every rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.helpers.serving import MODEL, QUESTION, Served, start_serving
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def served(demo_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    server = start_serving(demo_model, tmp_path_factory.mktemp("serve-home"))
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0, "\n".join(server.err)
+        assert any("stopped (SIGTERM)" in line for line in server.err)
+
+
+def _client(served: Served, key: str | None = None) -> openai.OpenAI:
+    return openai.OpenAI(base_url=served.base_url, api_key=key or served.key, max_retries=0)
+
+
+def test_the_key_file_is_made_0600_before_serving_and_the_address_is_printed(
+    served: Served,
+) -> None:
+    assert oct(served.key_file.stat().st_mode & 0o777) == "0o600"
+    [ready] = [line for line in served.out if line.startswith("Serving")]
+    assert served.base_url in ready and str(served.key_file) in ready
+
+
+def test_the_openai_client_gets_paris(served: Served) -> None:
+    client = _client(served)
+    [model] = client.models.list().data
+    assert model.id == MODEL
+    answer = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": QUESTION}]
+    )
+    assert "Paris" in answer.choices[0].message.content
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.usage.prompt_tokens > 5 and answer.usage.completion_tokens > 3
+
+
+def test_the_openai_client_streams_paris_with_usage(served: Served) -> None:
+    stream = _client(served).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": QUESTION}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Paris" in text
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 3
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 3
+
+
+def test_without_the_key_the_answer_is_401(served: Served) -> None:
+    with pytest.raises(openai.AuthenticationError) as caught:
+        _client(served, key="mm-not-the-key-at-all").chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": QUESTION}]
+        )
+    assert caught.value.status_code == 401
+    bare = httpx.get(f"{served.base_url}/models")
+    assert bare.status_code == 401 and bare.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_the_api_gives_the_same_text_as_the_headless_demo(served: Served, demo_model: Path) -> None:
+    env = dict(os.environ, MACMESH_CACHE_DIR=str(demo_model.parents[1]), HF_HUB_OFFLINE="1")
+    run = subprocess.run(
+        [sys.executable, "-m", "gui.cli", "demo", "--headless", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    headless = json.loads(run.stdout.strip().splitlines()[-1])["text"]
+    api = _client(served).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": QUESTION}], max_tokens=64
+    )
+    assert api.choices[0].message.content == headless and "Paris" in headless
+
+
+def test_curl_streams_and_is_refused_without_a_key(served: Served) -> None:
+    body = json.dumps(
+        {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": QUESTION}]}
+    )
+    url = f"{served.base_url}/chat/completions"
+    auth = f"Authorization: Bearer {served.key}"
+    run = subprocess.run(
+        ["curl", "-sN", "-H", auth, "-H", "Content-Type: application/json", "-d", body, url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    events = [line[6:] for line in run.stdout.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    text = "".join(
+        choice["delta"].get("content", "")
+        for event in events[:-1]
+        for choice in json.loads(event)["choices"]
+    )
+    assert "Paris" in text
+    refused = subprocess.run(
+        ["curl", "-s", "-w", "\n%{http_code}", "-d", body, url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.stdout.splitlines()[-1] == "401"
+
+
+def test_completions_take_raw_text(served: Served) -> None:
+    answer = _client(served).completions.create(
+        model=MODEL, prompt="The capital of France is", max_tokens=4
+    )
+    assert "Paris" in answer.choices[0].text and answer.usage.completion_tokens == 4
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, 404, "gpt-4o"),
+        ({"model": MODEL, "messages": "hi"}, 400, "messages"),
+        (
+            {"model": MODEL, "max_tokens": 10**9, "messages": [{"role": "user", "content": "hi"}]},
+            400,
+            "context is 8192",
+        ),
+        (
+            {"model": MODEL, "temperature": "hot", "messages": [{"role": "user", "content": "x"}]},
+            400,
+            "temperature",
+        ),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "Paris " * 9000}]},
+            400,
+            "context is 8192",
+        ),
+    ],
+)
+def test_bad_requests_get_openais_error_shape_and_the_job_serves_on(
+    served: Served, body: object, status: int, words: str
+) -> None:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    answer = httpx.post(
+        f"{served.base_url}/chat/completions",
+        content=raw,
+        headers={"Authorization": f"Bearer {served.key}"},
+        timeout=120,
+    )
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert words in error["message"] and set(error) == {"message", "type", "param", "code"}
+    assert served.ranks_alive()
+
+
+def test_one_log_line_per_request(served: Served) -> None:
+    before = len(served.request_lines())
+    httpx.get(f"{served.base_url}/models", headers={"Authorization": f"Bearer {served.key}"})
+    httpx.get(f"{served.base_url}/nothing-here")
+    lines = served.request_lines()[before:]
+    assert len(lines) == 2
+    assert "GET /v1/models 200" in lines[0] and "GET /v1/nothing-here 40" in lines[1]
