@@ -8,9 +8,8 @@ the ASGI ``http.disconnect`` while it waits or streams, and cancels its answer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,6 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from core.serve import shaping
@@ -41,33 +39,6 @@ class Served:
     gate: Gate
     answers: Answerer
     log: Callable[[str], None] = lambda line: None
-
-
-def create_app(served: Served) -> Starlette:
-    routes = API(served)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        await served.answers.start()
-        try:
-            yield
-        finally:
-            await served.answers.close()
-
-    app = Starlette(
-        routes=[
-            Route("/v1/models", routes.models, methods=["GET"]),
-            Route("/v1/chat/completions", routes.chat, methods=["POST"]),
-            Route("/v1/completions", routes.completions, methods=["POST"]),
-        ],
-        exception_handlers={
-            APIError: _api_error,
-            HTTPException: _http_error,
-            Exception: _unexpected,
-        },
-        lifespan=lifespan,
-    )
-    return _Logged(app, served.log)  # type: ignore[return-value]
 
 
 class API:
@@ -106,6 +77,23 @@ class API:
         return who
 
     async def answer(self, request: Request, ask: Ask, client: str) -> Response:
+        got = await self.begin(request, ask, client)
+        if isinstance(got, Response):
+            return got
+        answer, first = got
+        if ask.stream:
+            return EventStream(self.stream(answer, first))
+        done = await self.whole(request, answer, first)
+        if isinstance(done, Response):
+            return done
+        shape = shaping.chat_completion if ask.chat else shaping.text_completion
+        return JSONResponse(shape(answer.id, self.s.model, answer.created, done))
+
+    async def begin(
+        self, request: Request, ask: Ask, client: str
+    ) -> tuple[Answer, dict[str, Any]] | Response:
+        """Queue the answer and wait for its first event (a token, or its end): a refusal
+        (an APIError) before any byte of the answer is sent. A client gone: LEFT."""
         answer = self.s.answers.submit(ask, client)
         request.state.answer = answer
         first = await until_disconnect(request.receive, answer.events.get())
@@ -114,38 +102,55 @@ class API:
             return Response(status_code=LEFT)
         if first["event"] == p.ERROR:
             raise failure(first)
-        if ask.stream:
-            return EventStream(self.stream(answer, first))
-        done = first if first["event"] == p.DONE else None
-        while done is None:
-            event = await until_disconnect(request.receive, answer.events.get())
-            if event is None:
-                self.s.answers.cancel(answer)
-                return Response(status_code=LEFT)
+        return answer, first
+
+    async def whole(
+        self, request: Request, answer: Answer, first: dict[str, Any]
+    ) -> dict[str, Any] | Response:
+        """The answer's ``done`` event (an APIError if it failed; LEFT if the client went)."""
+        event = first
+        while event["event"] != p.DONE:
             if event["event"] == p.ERROR:
                 raise failure(event)
-            if event["event"] == p.DONE:
-                done = event
-        shape = shaping.chat_completion if ask.chat else shaping.text_completion
-        return JSONResponse(shape(answer.id, self.s.model, answer.created, done))
+            got = await until_disconnect(request.receive, answer.events.get())
+            if got is None:
+                self.s.answers.cancel(answer)
+                return Response(status_code=LEFT)
+            event = got
+        return event
+
+    async def events(
+        self, answer: Answer, first: dict[str, Any]
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The answer's events from ``first`` to its ``done`` or ``error``; a stream that
+        is closed early (its client left) cancels the answer."""
+        try:
+            event = first
+            while True:
+                yield event
+                if event["event"] in (p.DONE, p.ERROR):
+                    return
+                event = await answer.events.get()
+        finally:
+            if not answer.ended.is_set():
+                self.s.answers.cancel(answer)  # the client left mid-answer
 
     async def stream(self, answer: Answer, first: dict[str, Any]) -> AsyncIterator[bytes]:
         ask, model, created = answer.ask, self.s.model, answer.created
         usage = ask.include_usage
+        if ask.chat:
+            role = {"role": "assistant", "content": ""}
+            yield shaping.sse(
+                shaping.chat_chunk(answer.id, model, created, role, None, None, usage)
+            )
+        events = self.events(answer, first)
         try:
-            if ask.chat:
-                role = {"role": "assistant", "content": ""}
-                yield shaping.sse(
-                    shaping.chat_chunk(answer.id, model, created, role, None, None, usage)
-                )
-            event = first
-            while True:
+            async for event in events:
                 kind = event["event"]
                 if kind == p.TOKEN and event.get("text"):
                     yield shaping.sse(self._piece(answer, str(event["text"])))
                 elif kind == p.ERROR:
                     yield shaping.sse(failure(event).body())
-                    break
                 elif kind == p.DONE:
                     finish = shaping.finish_reason(event)
                     if ask.chat:
@@ -168,11 +173,8 @@ class API:
                         )
                         yield shaping.sse(last)
                     yield shaping.DONE_SSE
-                    break
-                event = await answer.events.get()
         finally:
-            if not answer.ended.is_set():
-                self.s.answers.cancel(answer)  # the client left mid-answer
+            await events.aclose()
 
     def _piece(self, answer: Answer, text: str) -> dict[str, Any]:
         ask, model = answer.ask, self.s.model
@@ -229,11 +231,10 @@ class EventStream(Response):
     """Server-sent events from an async iterator; ends (and closes the iterator, which
     cancels the answer) when the client disconnects."""
 
-    media_type = "text/event-stream"
-
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], media_type: str = "text/event-stream") -> None:
         # As StreamingResponse: no body attribute, so no Content-Length header.
         self.status_code, self.background, self.chunks = 200, None, chunks
+        self.media_type = media_type
         self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -255,12 +256,12 @@ class EventStream(Response):
                 await aclose()
 
 
-async def _api_error(request: Request, error: Exception) -> Response:
+async def api_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, APIError)
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
-async def _http_error(request: Request, error: Exception) -> Response:
+async def http_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     code = "not_found" if error.status_code == 404 else None
     message = (
@@ -273,12 +274,12 @@ async def _http_error(request: Request, error: Exception) -> Response:
     return JSONResponse(body, status_code=error.status_code, headers=error.headers)
 
 
-async def _unexpected(request: Request, error: Exception) -> Response:
+async def unexpected(request: Request, error: Exception) -> Response:
     body = APIError(500, f"{type(error).__name__}: {error}", kind="server_error").body()
     return JSONResponse(body, status_code=500)
 
 
-class _Logged:
+class Logged:
     """One log line per request, once its response has ended: who, what, status, time."""
 
     def __init__(self, app: Starlette, log: Callable[[str], None]) -> None:

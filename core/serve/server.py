@@ -19,8 +19,9 @@ import uvicorn
 
 from core.run.session import Session
 from core.serve.answers import DEFAULT_WAITING, Answerer
-from core.serve.app import Served, create_app
+from core.serve.app import Served
 from core.serve.keys import Gate
+from core.serve.routes import create_app
 
 START_WITHIN_S = 20.0
 STOP_WITHIN_S = 5.0

@@ -176,3 +176,47 @@ def test_one_log_line_per_request(served: Served) -> None:
     lines = served.request_lines()[before:]
     assert len(lines) == 2
     assert "GET /v1/models 200" in lines[0] and "GET /v1/nothing-here 40" in lines[1]
+
+
+# -- Anthropic's Messages API and Ollama's chat, over the same path ----------------------
+
+
+def test_the_anthropic_client_gets_paris_streamed_and_not(served: Served) -> None:
+    import anthropic
+
+    client = anthropic.Anthropic(
+        base_url=f"http://127.0.0.1:{served.port}", api_key=served.key, max_retries=0
+    )
+    ask = {"model": MODEL, "max_tokens": 32, "messages": [{"role": "user", "content": QUESTION}]}
+    message = client.messages.create(**ask)
+    assert "Paris" in message.content[0].text and message.stop_reason == "end_turn"
+    assert message.usage.input_tokens > 5 and message.usage.output_tokens > 3
+    with client.messages.stream(**ask) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert "Paris" in text and final.usage.output_tokens > 3
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(
+            base_url=f"http://127.0.0.1:{served.port}", api_key="mm-wrong-key-here", max_retries=0
+        ).messages.create(**ask)
+    with pytest.raises(anthropic.BadRequestError, match="max_tokens"):
+        client.messages.create(model=MODEL, max_tokens=0, messages=ask["messages"])
+
+
+def test_the_ollama_client_lists_the_model_and_gets_paris(served: Served) -> None:
+    import ollama
+
+    client = ollama.Client(
+        host=f"http://127.0.0.1:{served.port}", headers={"Authorization": f"Bearer {served.key}"}
+    )
+    assert [m.model for m in client.list().models] == [MODEL]
+    question = [{"role": "user", "content": QUESTION}]
+    answer = client.chat(model=MODEL, messages=question, options={"num_predict": 32})
+    assert "Paris" in answer.message.content and answer.done and answer.eval_count > 3
+    pieces = list(client.chat(model=MODEL, messages=question, stream=True))
+    assert "Paris" in "".join(p.message.content for p in pieces) and pieces[-1].done
+    with pytest.raises(ollama.ResponseError) as caught:
+        client.chat(model="llama3", messages=question)
+    assert caught.value.status_code == 404 and "llama3" in caught.value.error
+    refused = httpx.get(f"http://127.0.0.1:{served.port}/api/tags")
+    assert refused.status_code == 401 and "error" in refused.json()
