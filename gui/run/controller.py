@@ -64,6 +64,7 @@ class RunController(QObject):
     preflight_done = Signal(object)  # core.run.preflight.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
     setup_failed = Signal(str)  # the checks or the copy could not run: why, and what to do
+    api_asked = Signal(str, str)  # request id, the API client who asked it
 
     def __init__(
         self,
@@ -90,6 +91,7 @@ class RunController(QObject):
         self._first_token: dict[str, float] = {}
         self._answering: str | None = None  # the request whose answer streams now
         self._stop_when_sent = False
+        self._api: dict[str, str] = {}  # requests asked through the API → who asked
 
     @property
     def job(self) -> Any:
@@ -200,6 +202,15 @@ class RunController(QObject):
             lambda: session.cancel_answer(request), None, self._stop_answer_failed
         )
         return True
+
+    def api_request(self, request: str, started: float, client: str) -> None:
+        """A request the API sent to this session (GUI thread): it streams into the chat
+        under who asked, and into the plots like a chat answer; not into the history."""
+        if self.telemetry is not None:
+            self.telemetry.request_started(request, started)
+        self._api[request] = client
+        self._answering = request
+        self.api_asked.emit(request, client)
 
     def _stop_answer_failed(self, error: BaseException) -> None:
         log.warning("the answer could not be stopped: %s", error)
@@ -385,7 +396,8 @@ class RunController(QObject):
         request = str(event.get("request"))
         if request == self._answering:
             self._answering = None
-        self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
+        if self._api.pop(request, None) is None:  # an API answer is not the chat's turn
+            self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
         summary = next(
             (r for r in (self.telemetry.requests() if self.telemetry else []) if r.id == request),
             None,

@@ -28,9 +28,11 @@ from PySide6.QtWidgets import (
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.run.states import RunState
+from core.serve.service import ApiService
 from core.settings import MAX_TOKENS_LIMIT
 from gui.bridge import Bridge
 from gui.model.planning import LABELS
+from gui.run.api_panel import ApiPanel
 from gui.run.chat import ChatView
 from gui.run.cluster_source import ClusterSource
 from gui.run.controller import RunController
@@ -106,6 +108,13 @@ class RunPane(Card):
         box.addWidget(self.progress)
         self.progress_box.hide()
         self.body.addWidget(self.progress_box)
+        self.api = ApiService(on_sent=self._api_sent)
+        self._api_queue = bridge.serial_queue()  # attach, detach, apply: in order
+        self._api_session: Any = None  # the session the API serves
+        self.api_panel = ApiPanel(self.api, bridge, self._api_queue)
+        self.api_panel.setVisible(self.api.settings.enabled)
+        self.api_button.setChecked(self.api.settings.enabled)
+        self.body.addWidget(self.api_panel)
         self.numbers = BigNumbers()
         self.body.addWidget(self.numbers)
         self.chat = ChatView()
@@ -135,6 +144,9 @@ class RunPane(Card):
         c.question.connect(self.chat.add_question)
         c.token.connect(self.chat.add_token)
         c.answer_done.connect(self.chat.finish_answer)
+        c.api_asked.connect(
+            lambda _request, who: self.chat.add_note(f"Asked through the API ({who})")
+        )
         c.failed.connect(self._failed)
         c.preflight_done.connect(self.checks.show_report)
         c.copy_progress.connect(self.checks.show_copy)
@@ -183,6 +195,12 @@ class RunPane(Card):
         self.launch_button.setToolTip("Show the equivalent mlx.launch command and hostfile")
         self.launch_button.clicked.connect(self.show_launch)
         row.addWidget(self.launch_button)
+        self.api_button = QPushButton("API")
+        set_role(self.api_button, "link")
+        self.api_button.setCheckable(True)
+        self.api_button.setToolTip("Use the cluster from other apps: an OpenAI-compatible API")
+        self.api_button.toggled.connect(lambda shown: self.api_panel.setVisible(shown))
+        row.addWidget(self.api_button)
         row.addWidget(label("Max tokens", "secondary"))
         row.addWidget(self.max_tokens)
         return row
@@ -310,6 +328,33 @@ class RunPane(Card):
 
     def _state_changed(self, state: str, message: str) -> None:
         self._show_state(RunState(state), message)
+        self._follow_with_api(RunState(state))
+
+    def _follow_with_api(self, state: RunState) -> None:
+        """The API serves the job from READY until it ends."""
+        session = self.controller.session
+        if state in (RunState.READY, RunState.GENERATING) and self._api_session is not session:
+            self._api_session = session
+            info = self._info
+            name, context = (info.name, info.context_length) if info else ("model", None)
+            self._bridge.run_in_background(
+                lambda: self.api.attach(session, name, context),
+                None,
+                self._api_failed,
+                queue=self._api_queue,
+            )
+        elif not state.active and self._api_session is not None:
+            self._api_session = None
+            self._bridge.run_in_background(
+                self.api.detach, None, self._api_failed, queue=self._api_queue
+            )
+
+    def _api_sent(self, request: str, started: float, client: str) -> None:
+        """On a pool thread: the API sent a request to the job."""
+        self._bridge.run_on_main(lambda: self.controller.api_request(request, started, client))
+
+    def _api_failed(self, error: BaseException) -> None:
+        self.api_panel.status.setText(f"The API stopped with a problem: {error}")
 
     def _show_state(self, state: RunState, message: str) -> None:
         text, kind = STATE_BADGES[state]
@@ -372,5 +417,6 @@ class RunPane(Card):
         self.chat.add_note("The cluster stopped: see the message above.")
 
     def shutdown(self) -> None:
+        self.api.close()
         self.timer.stop()
         self.controller.shutdown()

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas picks some;
+copy,telemetry,memory,blas,serve picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -75,6 +75,12 @@ def _blas(model) -> dict:
     return bench_blas(model)
 
 
+def _serve(model) -> dict:
+    from tests.benchmarks.bench_serve import bench_serve
+
+    return bench_serve(model)
+
+
 def _copy(_model) -> dict:
     from tests.benchmarks.bench_copy import bench_copy
 
@@ -94,6 +100,7 @@ BENCHES = {
     "telemetry": bench_engine.bench_telemetry,
     "memory": _memory,
     "blas": _blas,
+    "serve": _serve,
 }
 
 

@@ -88,6 +88,7 @@ class FakeJob:
         messages: list[dict] | None = None,
         max_tokens: int = 128,
         chat: bool = True,
+        sampling: dict | None = None,
     ) -> str:
         with self._lock:
             if self.state not in (JobState.READY, JobState.GENERATING):
