@@ -53,7 +53,18 @@ def _direct(session: Session, max_tokens: int) -> dict[str, float]:
     return _figures(started, arrivals, cpu, used)
 
 
-def _through_api(url: str, model: str, max_tokens: int) -> dict[str, float]:
+def _through_api(
+    session: Session, url: str, model: str, max_tokens: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The client's view (curl's lines) and the controller's (the same answer's token
+    events as they reached the session): their ratio is what the API itself costs."""
+    seen: list[float] = []
+
+    def on_event(event: dict) -> None:
+        if event["event"] == "token":
+            seen.append(time.monotonic())
+
+    session.event.connect(on_event)
     body = json.dumps(
         {
             "model": model,
@@ -76,7 +87,8 @@ def _through_api(url: str, model: str, max_tokens: int) -> dict[str, float]:
             arrivals.append(time.monotonic())
     curl.wait()
     used = psutil.Process().cpu_times()
-    return _figures(started, arrivals, cpu, used)
+    session.event.disconnect(on_event)
+    return _figures(started, arrivals, cpu, used), _figures(started, seen, cpu, used)
 
 
 def _figures(started: float, arrivals: list[float], before: Any, after: Any) -> dict[str, float]:
@@ -93,7 +105,7 @@ def _figures(started: float, arrivals: list[float], before: Any, after: Any) -> 
 
 def _queue_of(url: str, model: str, count: int) -> dict[str, Any]:
     body = json.dumps(
-        {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi!"}]}
+        {"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi!"}]}
     )
     curls = [
         subprocess.Popen(
@@ -129,15 +141,17 @@ def bench_serve(model: Path, rounds: int = 3, max_tokens: int = 48) -> dict[str,
         server.start()
         url = f"{server.address}/chat/completions"
         _direct(session, 4)  # warm both paths once
-        _through_api(url, info.name, 4)
-        direct, api = [], []
+        _through_api(session, url, info.name, 4)
+        direct, api, behind = [], [], []
         for round_ in range(rounds):
             order = ("direct", "api") if round_ % 2 == 0 else ("api", "direct")
             for side in order:
                 if side == "direct":
                     direct.append(_direct(session, max_tokens))
                 else:
-                    api.append(_through_api(url, info.name, max_tokens))
+                    client, controller = _through_api(session, url, info.name, max_tokens)
+                    api.append(client)
+                    behind.append(controller)
 
         def median(runs: list[dict[str, float]], key: str) -> float:
             return statistics.median(r[key] for r in runs)
@@ -157,6 +171,18 @@ def bench_serve(model: Path, rounds: int = 3, max_tokens: int = 48) -> dict[str,
         "direct_tps": round(median(direct, "tps"), 3),
         "api_tps": round(median(api, "tps"), 3),
         "tps_ratio": round(median(api, "tps") / median(direct, "tps"), 3),
+        # The same API answers as their tokens reached the controller: what the ranks did.
+        "api_answers_tps_at_controller": round(median(behind, "tps"), 3),
+        "api_vs_same_answers_at_controller": round(
+            statistics.median(a["tps"] / b["tps"] for a, b in zip(api, behind, strict=True)), 3
+        ),
+        "api_ttft_added_to_same_answers_ms": round(
+            1000
+            * statistics.median(
+                a["ttft_s"] - b["ttft_s"] for a, b in zip(api, behind, strict=True)
+            ),
+            1,
+        ),
         "direct_ttft_s": round(median(direct, "ttft_s"), 4),
         "api_ttft_s": round(median(api, "ttft_s"), 4),
         "ttft_added_ms": round(1000 * (median(api, "ttft_s") - median(direct, "ttft_s")), 1),
