@@ -139,7 +139,7 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as error:
         sock.close()
         why = error.strerror or str(error)
-        fix = "choose another --port" if port else "name an address of this Mac"
+        fix = "choose another port (--port)" if port else "name an address of this Mac"
         raise ServeError(f"Cannot serve on {host}:{port}: {why}; {fix}.") from None
     sock.setblocking(False)
     return sock

@@ -89,6 +89,15 @@ class ApiService:
         self._job: tuple[Session, str, int | None] | None = None
         self._lock = threading.RLock()
 
+    def set_announcer(self, announce: Callable[[int | None], None] | None) -> None:
+        """Who says the shared API's port over Bonjour (``Discovery.set_api_port``); it is
+        called (blocking, off the GUI thread) with the port once shared, None after."""
+        with self._lock:
+            self._announce = announce
+            if announce is not None and self.running and self.settings.share:
+                assert self._server is not None
+                announce(self._server.port)
+
     # -- what the window shows -------------------------------------------------------------
 
     @property
