@@ -23,8 +23,13 @@ and the Run pane's setup on real Macs (``take_run_setup``, no network):
   runs another mlx), then the model copy under way with speed and time left;
 - ``launch-command``, ``launch-command-demo``: the equivalent mlx.launch dialog.
 
+and the Run pane's API section with a real demo job (``take_api``):
+
+- ``run-api``: the API on, a key just made (shown once, with Copy), the curl example, and
+  an answer asked through the API streaming into the chat under who asked.
+
 ``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
-only the Run pane's setup shots. Settings, logs and
+only the Run pane's setup shots; ``--api`` only the API section's. Settings, logs and
 window geometry go to a temporary home; every rank is ended at exit.
 """
 
@@ -172,6 +177,74 @@ def take(outdir: Path) -> list[Path]:
         wait_for(app, lambda: run.controller.state == RunState.FAILED, 60, "the failure")
         settle(app, 0.5)
         shoot("error")
+    finally:
+        if run.busy:
+            run.stop()
+            wait_for(app, lambda: not run.busy, 30, "the job to stop")
+        window.close()
+        app.processEvents()
+    return saved
+
+
+def take_api(outdir: Path) -> list[Path]:
+    import threading
+
+    import httpx
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from core.model.demo_model import ensure_demo_model
+    from core.run.states import RunState
+    from core.settings import Settings
+    from gui.app import configure
+    from gui.main_window import MainWindow
+    from gui.preferences import Preferences
+    from tests.helpers.serving import free_port
+
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(
+        QSettings.Format.IniFormat, QSettings.Scope.UserScope, os.environ["MACMESH_CONFIG_DIR"]
+    )
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    configure(app, "light")
+    model = ensure_demo_model()
+    window = MainWindow(Preferences(Settings(max_tokens=64)), demo=True)
+    window.resize(*SIZE)
+    window.show()
+    run, saved = window.run, []
+    try:
+        window.model.load(model)
+        wait_for(app, lambda: window.model.info is not None, 60, "the demo model")
+        window.model.select_strategy("pipeline")
+        run.api_button.setChecked(True)
+        panel = run.api_panel
+        panel.port.setValue(free_port())
+        panel.enabled.setChecked(True)
+        panel.new_key.click()
+        key = panel.key.text()
+        run.start()
+        wait_for(app, lambda: run.api.running, 240, "the API to serve the job")
+        body = {
+            "model": window.model.info.name,
+            "messages": [{"role": "user", "content": SECOND}],
+            "max_tokens": 64,
+        }
+        url = f"{run.api.address}/chat/completions"
+        headers = {"Authorization": f"Bearer {key}"}
+        threading.Thread(
+            target=lambda: httpx.post(url, json=body, headers=headers, timeout=300), daemon=True
+        ).start()
+        wait_for(
+            app,
+            lambda: (
+                "Asked through the API" in run.chat.text()
+                and len(run.chat.text().split("MacMesh cluster")[-1]) > 60
+            ),
+            240,
+            "the API answer to stream",
+        )
+        saved.extend(shoot_themes(app, window, outdir, "run-api", 0.15, run.redraw))
+        wait_for(app, lambda: run.controller.state == RunState.READY, 240, "the API answer")
     finally:
         if run.busy:
             run.stop()
@@ -401,21 +474,25 @@ def take_run_setup(outdir: Path) -> list[Path]:
 def main(argv: list[str]) -> int:
     cluster_only = "--cluster" in argv
     run_setup_only = "--run-setup" in argv
-    argv = [a for a in argv if a not in ("--cluster", "--run-setup")]
+    api_only = "--api" in argv
+    argv = [a for a in argv if a not in ("--cluster", "--run-setup", "--api")]
     outdir = Path(argv[0]) if argv else ROOT / "docs" / "screenshots"
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="macmesh-shots-") as home:
         os.environ["MACMESH_CONFIG_DIR"] = str(Path(home) / "config")
         os.environ["MACMESH_LOG_DIR"] = str(Path(home) / "logs")
+        os.environ["MACMESH_DATA_DIR"] = str(Path(home) / "data")
         os.environ["QT_QPA_PLATFORM"] = "xcb"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         with virtual_display():
-            if run_setup_only:
+            if api_only:
+                shots = take_api(outdir.resolve())
+            elif run_setup_only:
                 shots = take_run_setup(outdir.resolve())
             else:
                 shots = take_cluster(outdir.resolve()) + take_run_setup(outdir.resolve())
-            if not cluster_only and not run_setup_only:
-                shots += take(outdir.resolve())
+            if not cluster_only and not run_setup_only and not api_only:
+                shots += take(outdir.resolve()) + take_api(outdir.resolve())
             for path in shots:
                 print(path)
     return 0
