@@ -220,3 +220,75 @@ def test_the_ollama_client_lists_the_model_and_gets_paris(served: Served) -> Non
     assert caught.value.status_code == 404 and "llama3" in caught.value.error
     refused = httpx.get(f"http://127.0.0.1:{served.port}/api/tags")
     assert refused.status_code == 401 and "error" in refused.json()
+
+
+# -- bad input: one clear line, exit 2, nothing started ------------------------------------
+
+
+def _serve_cli(args: list[str], home: Path, demo_model: Path) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        MACMESH_CACHE_DIR=str(demo_model.parents[1]),
+        MACMESH_DATA_DIR=str(home / "data"),
+        HF_HUB_OFFLINE="1",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gui.cli", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([], "--demo"),
+        (["--demo", "--no-key", "--host", "0.0.0.0"], "always needs a key"),
+        (["--demo", "--port", "70000"], "--port"),
+        (["/nowhere"], "--hosts"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(
+    args: list[str], words: str, tmp_path: Path, demo_model: Path
+) -> None:
+    run = _serve_cli(args, tmp_path, demo_model)
+    assert run.returncode == 2, run.stderr
+    [line] = [line for line in run.stderr.splitlines() if line.startswith("macmesh:")]
+    assert words in line and "Traceback" not in run.stderr and "Starting" not in run.stderr
+
+
+def test_a_taken_port_is_said_before_loading(tmp_path: Path, demo_model: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        run = _serve_cli(["--demo", "--port", port], tmp_path, demo_model)
+    assert run.returncode == 2 and "choose another port" in run.stderr
+    assert "Starting" not in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path: Path, demo_model: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("mm-" + "x" * 40 + "\n")
+    key.chmod(0o644)
+    run = _serve_cli(["--demo", "--api-key-file", str(key)], tmp_path, demo_model)
+    assert run.returncode == 2 and "chmod 600" in run.stderr and "Starting" not in run.stderr
+
+
+def test_ctrl_c_while_serving_stops_every_rank_and_exits_130(
+    tmp_path: Path, demo_model: Path
+) -> None:
+    import signal
+
+    from tests.helpers.ctrlc import gone
+    from tests.helpers.wait import wait_until
+
+    server = start_serving(demo_model, tmp_path)
+    os.kill(server.proc.pid, signal.SIGINT)
+    assert server.proc.wait(60) == 130
+    wait_until(lambda: gone(server.ranks), 15, "every rank to end")
+    assert any("interrupted while serving; every rank stopped" in line for line in server.err)
