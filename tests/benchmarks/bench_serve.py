@@ -38,7 +38,7 @@ def _direct(session: Session, max_tokens: int) -> dict[str, float]:
 
     def on_event(event: dict) -> None:
         if request and event.get("request") == request[0]:
-            if event["event"] == "token":
+            if event["event"] == "token" and event.get("text"):  # as the API sends them
                 arrivals.append(time.monotonic())
             elif event["event"] == "done":
                 done.set()
@@ -61,7 +61,7 @@ def _through_api(
     seen: list[float] = []
 
     def on_event(event: dict) -> None:
-        if event["event"] == "token":
+        if event["event"] == "token" and event.get("text"):  # a token the API sends
             seen.append(time.monotonic())
 
     session.event.connect(on_event)
