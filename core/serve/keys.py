@@ -56,10 +56,18 @@ class KeyStore:
     """The keys this Mac accepts, in ``path`` (default: the user data folder), 0600."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self.path = path or paths.data_dir() / STORE_NAME
+        self._path = path
         self._lock = threading.Lock()
         self._seen: tuple[float, int] | None = None
         self._keys: list[dict[str, Any]] = []
+
+    @property
+    def path(self) -> Path:
+        """Worked out when first needed: a data folder that cannot be used fails the
+        key's use (FolderError, one line), not the window that holds the store."""
+        if self._path is None:
+            self._path = paths.data_dir() / STORE_NAME
+        return self._path
 
     def create(self, label: str = "") -> tuple[KeyInfo, str]:
         """A new key: its record, and the key itself (shown once, never stored)."""

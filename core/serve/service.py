@@ -128,7 +128,11 @@ class ApiService:
         return self._job[1] if self._job else None
 
     def list_keys(self) -> list[KeyInfo]:
-        return self.store.keys()
+        try:
+            return self.store.keys()
+        except (paths.FolderError, OSError) as error:
+            self.error = str(error)
+            return []
 
     def new_key(self, label: str = "") -> str:
         """A new key, returned once (shown with a copy button, never again)."""

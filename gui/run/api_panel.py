@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.paths import FolderError
 from core.serve.service import ApiService, ApiSettings, examples
 from gui.bridge import Bridge
 from gui.style import set_role
@@ -138,7 +139,11 @@ class ApiPanel(QFrame):
         )
 
     def _new_key(self) -> None:
-        self.new_key_text = self.service.new_key("made in the window")
+        try:
+            self.new_key_text = self.service.new_key("made in the window")
+        except (FolderError, OSError) as error:
+            self.status.setText(f"No key could be made: {error}")
+            return
         self.key.setText(self.new_key_text)
         self.refresh()
 
