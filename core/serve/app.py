@@ -282,8 +282,8 @@ async def unexpected(request: Request, error: Exception) -> Response:
 class Logged:
     """One log line per request, once its response has ended: who, what, status, time."""
 
-    def __init__(self, app: Starlette, log: Callable[[str], None]) -> None:
-        self.app, self.log = app, log
+    def __init__(self, app: Starlette, served: Served) -> None:
+        self.app, self.served = app, served
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -314,4 +314,5 @@ class Logged:
                 parts.insert(4, f"{done.get('generation_tokens', 0)} tokens")
                 if answer.cancelled:
                     parts.insert(5, "cancelled")
-            self.log(" ".join(parts))
+                parts.append(f"({self.served.answers.depth} waiting)")
+            self.served.log(" ".join(parts))

@@ -147,4 +147,4 @@ def create_app(served: Served) -> Starlette:
         },
         lifespan=lifespan,
     )
-    return Logged(app, served.log)  # type: ignore[return-value]
+    return Logged(app, served)  # type: ignore[return-value]

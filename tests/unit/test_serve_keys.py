@@ -68,3 +68,12 @@ def test_the_gate_names_who_asks() -> None:
     assert gate.client(key) == "laptop"
     assert gate.client(None) is None and gate.client("wrong") is None
     assert Gate(open_=True).client(None) == "anyone"
+
+
+def test_sharing_on_the_network_without_a_key_is_refused() -> None:
+    from core.serve.server import APIServer, ServeError, ServerOptions, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")
+    with pytest.raises(ServeError, match="always needs an API key"):
+        APIServer(object(), "m", None, Gate(open_=True), ServerOptions("0.0.0.0", 0))  # type: ignore[arg-type]
