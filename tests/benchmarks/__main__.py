@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,serve picks some;
+copy,telemetry,memory,blas,serve,batching picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -81,6 +81,12 @@ def _serve(model) -> dict:
     return bench_serve(model)
 
 
+def _batching(model) -> dict:
+    from tests.benchmarks.bench_batching import bench_batching
+
+    return bench_batching(model)
+
+
 def _copy(_model) -> dict:
     from tests.benchmarks.bench_copy import bench_copy
 
@@ -101,6 +107,7 @@ BENCHES = {
     "memory": _memory,
     "blas": _blas,
     "serve": _serve,
+    "batching": _batching,
 }
 
 
