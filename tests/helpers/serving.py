@@ -71,6 +71,7 @@ def _collect(stream, lines: list[str]) -> None:
 
 
 def start_serving(demo_model: Path, home: Path, *args: str, within: float = 300) -> Served:
+    """``macmesh serve --demo`` with its folders in ``home``, once ready."""
     env = dict(
         os.environ,
         MACMESH_CACHE_DIR=str(demo_model.parents[1]),
@@ -79,6 +80,11 @@ def start_serving(demo_model: Path, home: Path, *args: str, within: float = 300)
         MACMESH_CONFIG_DIR=str(home / "config"),
         HF_HUB_OFFLINE="1",
     )
+    return serve_command(["--demo", *args], home, env, within)
+
+
+def serve_command(args: list[str], home: Path, env: dict[str, str], within: float = 300) -> Served:
+    """``macmesh serve ARGS`` on a free loopback port with a key file in ``home``."""
     port, key_file = free_port(), home / "api-key"
     proc = subprocess.Popen(
         [
@@ -86,12 +92,11 @@ def start_serving(demo_model: Path, home: Path, *args: str, within: float = 300)
             "-m",
             "gui.cli",
             "serve",
-            "--demo",
+            *args,
             "--port",
             str(port),
             "--api-key-file",
             str(key_file),
-            *args,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
