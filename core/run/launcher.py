@@ -118,7 +118,9 @@ class JobSpec:
         args += ["--backend", self.rank_backend]
         if self.split and self.nodes > 1:
             args += ["--split", ",".join(str(n) for n in self.split)]
-        if self.weights and self.weights[rank] != "auto":
+        if not cpu.fast_path():
+            args += ["--weights", "quantized"]  # the worker ignores it on Metal
+        elif self.weights and self.weights[rank] != "auto":
             args += ["--weights", self.weights[rank]]
         return args
 
