@@ -9,6 +9,7 @@ subcommands run on machines without a display.
     macmesh plan MODEL ...       what fits where, and why
     macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
     macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
+    macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("plan", help="what fits where, pipeline or tensor, and why", add_help=False)
     commands.add_parser("run", help="run a model on Macs over SSH, ask once", add_help=False)
     commands.add_parser("nodes", help="the nodes found, their facts and cables", add_help=False)
+    commands.add_parser(
+        "linktest", help="every link's latency and bandwidth, through MLX", add_help=False
+    )
     return parser
 
 
@@ -65,6 +69,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.run import run_cli
 
         return run_cli(argv[1:])
+    if argv[0] == "linktest":
+        from core.cli.linktest import linktest_cli
+
+        return linktest_cli(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)

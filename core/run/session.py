@@ -16,7 +16,8 @@ on its main thread); ``start()`` runs the first five:
 - ``copy()``: each node's missing part of the model (and files found damaged), every node
   at once.
 - ``launch()``: the job's ranks start (it returns once they are starting).
-- ``ask(...)``: a request; its tokens arrive as ``event``s. ``stop()``: every rank ends.
+- ``ask(...)``: a request; its tokens arrive as ``event``s. ``test_links()``: the link
+  test on the running job. ``stop()``: every rank ends.
 
 ``cancel()`` (any thread) ends the running step at its next boundary (a copy between
 chunks; what arrived is kept and the next copy resumes); ``start()`` then runs no
@@ -373,8 +374,17 @@ class Session:
         """Send a request (a prompt, or a conversation's ``messages``); its id."""
         return str(self._running().generate(prompt, messages=messages, max_tokens=max_tokens))
 
+    def test_links(self, sizes: Sequence[int] | None = None, scale: float = 1.0) -> str:
+        """Measure every link the job uses (``core.run.linktest``); ``wait_done`` gives
+        the ranks' ``link_test`` event."""
+        return str(self._running().link_test(sizes, scale=scale))
+
+    def rank_nodes(self) -> list[str]:
+        """The node of each rank, rank order."""
+        return [rank.node for rank in self._planned().ranks]
+
     def wait_done(self, request: str, timeout: float | None = None) -> dict[str, Any]:
-        """The request's ``done`` event; JobError if the job ends first."""
+        """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
         return dict(self._running().wait_done(request, timeout))
 
     def stop(self) -> None:
