@@ -24,6 +24,7 @@ from core.run import demo, linktest
 from core.run.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Session, real_hosts, simulated_hosts
+from core.settings import MAX_DEMO_NODES
 from core.units import bytes_per_s
 from core.worker.vocab import Strategy
 
@@ -60,8 +61,8 @@ def linktest_cli(argv: Sequence[str] | None = None) -> int:
 def run_linktest(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     scale = QUICK_SCALE if args.quick else 1.0
     try:
-        if args.demo and not 2 <= args.nodes <= demo.MAX_DEMO_NODES:
-            raise ClusterError(f"--nodes: a link needs 2 to {demo.MAX_DEMO_NODES} simulated Macs")
+        if args.demo and not 2 <= args.nodes <= MAX_DEMO_NODES:
+            raise ClusterError(f"--nodes: a link needs 2 to {MAX_DEMO_NODES} simulated Macs")
         if args.model is None:
             stage("preparing the demo model")
         info = read_model_info(args.model or demo.demo_model())
