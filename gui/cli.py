@@ -10,6 +10,7 @@ subcommands run on machines without a display.
     macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
     macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
     macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
+    macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "linktest", help="every link's latency and bandwidth, through MLX", add_help=False
     )
+    commands.add_parser("compare", help="one Mac against the cluster, side by side", add_help=False)
     return parser
 
 
@@ -73,6 +75,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.linktest import linktest_cli
 
         return linktest_cli(argv[1:])
+    if argv[0] == "compare":
+        from core.cli.compare import compare_cli
+
+        return compare_cli(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)

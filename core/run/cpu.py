@@ -40,13 +40,28 @@ def local_cores() -> int:
         return os.cpu_count() or 1
 
 
+def spare_cores() -> int:
+    """The cores no other work holds now: this process's cores less the machine's load
+    (its 1-minute average, rounded), at least one. OpenBLAS's threads wait for each
+    other by spinning: given more threads than the cores free, a rank slows down by
+    several times (measured on this project's 2-core machine with two busy processes:
+    a one-rank demo's prompt at 10 tokens/s on 2 BLAS threads, 92 on one)."""
+    cores = local_cores()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available: trust the cores
+        return cores
+    return max(1, min(cores, cores - round(load)))
+
+
 def local_cpu_env(local_ranks: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The CPU environment of a rank on this machine, one of ``local_ranks`` here."""
+    """The CPU environment of a rank on this machine, one of ``local_ranks`` here: its
+    share of the cores that are spare now."""
     if not sys.platform.startswith("linux"):
         return {}
     blas = local_blas() if fast_path() else None
     preload = (os.environ if base is None else base).get("LD_PRELOAD")
-    return mlxenv.cpu_rank_env(blas["path"] if blas else None, local_cores(), local_ranks, preload)
+    return mlxenv.cpu_rank_env(blas["path"] if blas else None, spare_cores(), local_ranks, preload)
 
 
 def node_cpu_env(versions: Mapping[str, Any], local_ranks: int) -> dict[str, str]:

@@ -19,6 +19,7 @@ def linux_with_blas(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu.sys, "platform", "linux")
     monkeypatch.setattr(cpu, "local_blas", lambda: BLAS)
     monkeypatch.setattr(cpu, "local_cores", lambda: 4)
+    monkeypatch.setattr(cpu, "spare_cores", lambda: 4)
 
 
 @pytest.mark.parametrize(
