@@ -78,14 +78,17 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.write(f"macmesh: {exc}\n")
         return 2
 
-    def watch(session: Session) -> None:
+    def watch(session: Session, what: str) -> None:
         stage.session = session
-        single = len(session.hosts) == 1
-        stage("running on one Mac" if single else "running on the cluster")
-        if len(session.hosts) == 1:
-            err.write(f"On one Mac ({session.hosts[0].name})…\n")
-        elif session.plan is not None or session.facts:
-            err.write(f"On the cluster ({len(session.hosts)} Macs)…\n")
+        if what == "probing":
+            stage("probing the hosts")
+            if not args.demo:
+                err.write(f"Probing {len(session.hosts)} host(s)…\n")
+            return
+        stage(f"running on {'one Mac' if what == 'one Mac' else 'the cluster'}")
+        names = ", ".join(h.name for h in session.hosts)
+        err.write(f"On {'one Mac' if what == 'one Mac' else 'the cluster'} ({names})…\n")
+        err.flush()
 
     try:
         result = compare(info, hosts, args.strategy, args.prompt, args.max_tokens, on_session=watch)

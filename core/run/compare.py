@@ -143,15 +143,16 @@ def compare(
     max_tokens: int,
     *,
     prepare: Callable[[Session], None] | None = None,
-    on_session: Callable[[Session], None] | None = None,
+    on_session: Callable[[Session, str], None] | None = None,
 ) -> Comparison:
     """One Mac, then the cluster. ``prepare(session)`` runs a session's steps before its
     launch (probe, plan, checks, copy: the caller's, so it can print them);
-    ``on_session`` hears of each session as it begins (to cancel it on Ctrl-C)."""
+    ``on_session(session, what)`` hears of each session as it begins, ``what`` being
+    "probing", "one Mac" or "cluster" (to say so, and to cancel it on Ctrl-C)."""
 
-    def begin(session: Session) -> Session:
+    def begin(session: Session, what: str) -> Session:
         if on_session is not None:
-            on_session(session)
+            on_session(session, what)
         if prepare is not None:
             prepare(session)
         else:
@@ -163,7 +164,7 @@ def compare(
 
     cluster_session = Session(info, hosts, strategy=strategy)
     if on_session is not None:
-        on_session(cluster_session)
+        on_session(cluster_session, "probing")
     facts = cluster_session.probe()  # held: the runs below ask for no facts again
     best, no_single = strongest_single(info, facts)
     single = None
@@ -171,9 +172,9 @@ def compare(
         host = next(h for h in hosts if h.name == best)
         if host.facts is None and best in cluster_session.facts:
             host = Host(host.name, host.target, cluster_session.facts[best])
-        session = begin(Session(info, [host], strategy=Strategy.SINGLE))
+        session = begin(Session(info, [host], strategy=Strategy.SINGLE), "one Mac")
         single = measured_run(session, "one Mac", prompt, max_tokens, session.make_plan())
-    begin(cluster_session)
+    begin(cluster_session, "cluster")
     plan = cluster_session.make_plan()
     cluster = measured_run(cluster_session, "cluster", prompt, max_tokens, plan)
     notes = []
