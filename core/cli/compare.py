@@ -19,6 +19,7 @@ from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.run import make_targets
 from core.model.info import ModelError, read_model_info
+from core.plan.split import parse_split
 from core.run import demo
 from core.run.compare import Comparison, RunFigures, compare
 from core.run.launcher import JobError
@@ -42,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-root", help="with --hosts: the nodes' cache folder")
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument(
+        "--split",
+        metavar="N,N,...",
+        help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -91,7 +97,10 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.flush()
 
     try:
-        result = compare(info, hosts, args.strategy, args.prompt, args.max_tokens, on_session=watch)
+        split = parse_split(args.split) if args.split else None
+        result = compare(
+            info, hosts, args.strategy, args.prompt, args.max_tokens, on_session=watch, split=split
+        )
     except (ClusterError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2

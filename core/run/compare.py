@@ -144,11 +144,13 @@ def compare(
     *,
     prepare: Callable[[Session], None] | None = None,
     on_session: Callable[[Session, str], None] | None = None,
+    split: Sequence[int] | None = None,
 ) -> Comparison:
     """One Mac, then the cluster. ``prepare(session)`` runs a session's steps before its
     launch (probe, plan, checks, copy: the caller's, so it can print them);
     ``on_session(session, what)`` hears of each session as it begins, ``what`` being
-    "probing", "one Mac" or "cluster" (to say so, and to cancel it on Ctrl-C)."""
+    "probing", "one Mac" or "cluster" (to say so, and to cancel it on Ctrl-C). ``split``:
+    the cluster's pipeline split set by hand (rank order)."""
 
     def begin(session: Session, what: str) -> Session:
         if on_session is not None:
@@ -162,10 +164,11 @@ def compare(
             session.copy()
         return session
 
-    cluster_session = Session(info, hosts, strategy=strategy)
+    cluster_session = Session(info, hosts, strategy=strategy, split=split)
     if on_session is not None:
         on_session(cluster_session, "probing")
     facts = cluster_session.probe()  # held: the runs below ask for no facts again
+    cluster_session.make_plan()  # a cluster that cannot run stops the comparison first
     best, no_single = strongest_single(info, facts)
     single = None
     if best is not None:

@@ -130,6 +130,7 @@ class Session:
         job_factory: Callable[[JobSpec], Any] | None = None,
         fresh_s: float = FRESH_S,
         verify: bool = False,
+        split: Sequence[int] | None = None,
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -148,6 +149,7 @@ class Session:
         self.demo = hosts[0].simulated
         self.strategy, self.backend = Strategy(strategy), Backend(backend)
         self.verify = verify  # preflight hashes every model file on the nodes
+        self.split = None if split is None else tuple(split)  # a pipeline split by hand
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
@@ -267,7 +269,7 @@ class Session:
                         for f in unknown
                     )
                     raise ClusterError(f"Cannot plan: the memory of some nodes is unknown ({why}).")
-                plan = plan_on(self.info, facts, self.strategy)
+                plan = plan_on(self.info, facts, self.strategy, self.split)
                 if not plan.fits:
                     raise ClusterError(plan.reason)
                 self.plan = plan
