@@ -11,6 +11,7 @@ subcommands run on machines without a display.
     macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
     macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
     macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
+    macmesh history [--json|--csv]  the runs kept, newest first
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         "linktest", help="every link's latency and bandwidth, through MLX", add_help=False
     )
     commands.add_parser("compare", help="one Mac against the cluster, side by side", add_help=False)
+    commands.add_parser("history", help="the runs kept, newest first", add_help=False)
     return parser
 
 
@@ -79,6 +81,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.compare import compare_cli
 
         return compare_cli(argv[1:])
+    if argv[0] == "history":
+        from core.cli.history import history_cli
+
+        return history_cli(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)

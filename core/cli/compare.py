@@ -22,6 +22,7 @@ from core.model.info import ModelError, read_model_info
 from core.plan.split import parse_split
 from core.run import demo
 from core.run.compare import Comparison, RunFigures, compare
+from core.run.history import RunRecord, keep, local_versions
 from core.run.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Session, real_hosts, simulated_hosts
@@ -107,6 +108,19 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
     except JobError as exc:
         err.write(f"macmesh: the comparison failed: {exc}\n")
         return 1
+    record = RunRecord(
+        kind="compare",
+        model=info.name,
+        nodes=result.cluster.nodes,
+        strategy=result.strategy,
+        backend="ring",
+        split=list(split) if split else None,
+        versions=local_versions(),
+        figures=result.to_dict(),
+    )
+    not_kept = keep(record)
+    if not_kept:
+        err.write(f"macmesh: {not_kept}\n")
     out.write(json.dumps(result.to_dict()) + "\n" if args.json else side_by_side(result))
     return 0
 

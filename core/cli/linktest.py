@@ -21,6 +21,7 @@ from core.cli.run import make_targets
 from core.cluster.topology import build_topology
 from core.model.info import ModelError, read_model_info
 from core.run import demo, linktest
+from core.run.history import RunRecord, keep, local_versions
 from core.run.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Session, real_hosts, simulated_hosts
@@ -117,12 +118,25 @@ def run_linktest(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
         nominal = linktest.cable_nominals(build_topology(facts), pairs)
     results = linktest.link_results(event, nodes, nominal)
     reduced = linktest.all_sum_results(event)
+    document = {
+        "nodes": nodes,
+        "links": [result.to_dict() for result in results],
+        "all_sum": reduced,
+    }
+    spec = session.spec
+    record = RunRecord(
+        kind="linktest",
+        model=info.name,
+        nodes=nodes,
+        strategy=str(spec.rank_strategy) if spec else "pipeline",
+        backend=str(spec.rank_backend) if spec else "ring",
+        versions=local_versions(),
+        figures=document,
+    )
+    not_kept = keep(record)
+    if not_kept:
+        err.write(f"macmesh: {not_kept}\n")
     if args.json:
-        document = {
-            "nodes": nodes,
-            "links": [result.to_dict() for result in results],
-            "all_sum": reduced,
-        }
         out.write(json.dumps(document) + "\n")
     else:
         for result in results:

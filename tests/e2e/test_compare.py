@@ -43,6 +43,15 @@ def test_compare_on_two_demo_macs_runs_one_rank_then_two_and_gives_the_ratio(
     )
     assert result["headline"].endswith("on 2 Macs") or "on 2 Macs:" in result["headline"]
     assert "On one Mac (" in run.stderr and "On the cluster (" in run.stderr
+    kept = subprocess.run(
+        [sys.executable, "-m", "gui.cli", "history", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    [record] = json.loads(kept.stdout)["runs"]
+    assert record["kind"] == "compare" and record["figures"]["ratio"] == result["ratio"]
 
 
 def test_compare_needs_a_model_or_the_demo() -> None:

@@ -31,6 +31,12 @@ def test_the_demo_runs_the_split_set_by_hand(demo_model: Path) -> None:
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert summary["split"] == [22, 8]
     assert "as set by hand (22 on " in run.stderr
+    # Kept in the history, split and series included.
+    kept = _macmesh(["history", "--json"], demo_model)
+    [chat] = json.loads(kept.stdout)["runs"]
+    assert chat["kind"] == "chat" and chat["split"] == [22, 8] and len(chat["nodes"]) == 2
+    assert chat["figures"]["generation_tps"] == summary["generation_tps"]
+    assert chat["series"]["tokens_per_s"] and chat["versions"]["mlx"]
 
 
 @pytest.mark.parametrize(

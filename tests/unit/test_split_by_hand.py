@@ -58,7 +58,7 @@ def test_a_split_that_overfills_a_mac_names_it_and_the_gigabytes(info: ModelInfo
             (30, 0),
             "pipeline",
             "Every Mac in a pipeline needs at least one layer: the split has a 0.",
-        ),  # noqa: E501
+        ),
         ((10, 19), "pipeline", "The split adds up to 29 layers; the model has 30."),
         ((15, 15), "tensor", "A split by hand is for a pipeline, not tensor."),
     ],
