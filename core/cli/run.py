@@ -112,6 +112,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
             strategy=args.strategy,
             backend=args.backend,
             verify=args.verify,
+            check_paths=not args.show_launch,  # runs nothing: the paths as probed
         )
         stage.session = session
         stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it

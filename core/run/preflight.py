@@ -21,13 +21,15 @@ import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from core.cluster.probe.facts import NodeFacts, run_local_probe
 from core.cluster.probe.remote import probe_over_ssh
 from core.cluster.rdma import GUIDES, build_mismatch, cable_verdict, node_verdict
+from core.cluster.ringpath import RingLink, link_dict, ring_addresses, ring_links
+from core.cluster.ringpath import summary as path_summary
 from core.cluster.topology import build_topology, jaccl_devices
 from core.model.manifest import HashCache, Manifest, ManifestError, build_manifest, node_manifest
 from core.plan.memory import Node, node_budget
@@ -43,6 +45,7 @@ from core.remote.ssh import (
     UnknownHostKey,
 )
 from core.remote.targets import Target
+from core.run.ringcheck import check_links
 from core.units import size
 from core.worker.vocab import Backend
 
@@ -92,9 +95,16 @@ class BackendChoice:
     devices: Matrix | None = None
     problem: str | None = None  # why RDMA is not used (None when it is, or not needed)
     guide: str | None = None  # core.cluster.rdma.GUIDES key that fixes the problem
+    # ring: how each rank's left neighbour reaches it (rank order), fastest path first.
+    links: tuple[RingLink, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", Backend(self.name))  # a name read from JSON too
+
+    @property
+    def addresses(self) -> list[str] | None:
+        """ring: the address each rank listens on (rank order); None: each node's own."""
+        return ring_addresses(self.links) if self.links else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +113,7 @@ class BackendChoice:
             "devices": self.devices,
             "problem": self.problem,
             "guide": self.guide,
+            "paths": [link_dict(link) for link in self.links],
         }
 
 
@@ -201,10 +212,13 @@ def run_preflight(
     cache: HashCache | None = None,
     facts: Mapping[str, NodeFacts] | None = None,
     verify: bool = False,
+    check_paths: bool = True,
 ) -> PreflightReport:
     """Every check for running ``plan`` of the model in ``model_dir`` on ``targets``
     (``facts``: nodes just probed, by name, reused instead of probing them again;
-    ``verify``: every model file on the nodes hashed there now, not only sized)."""
+    ``verify``: every model file on the nodes hashed there now, not only sized;
+    ``check_paths``: each ring link's chosen path tried with a TCP connect between its
+    nodes, falling back to the next path that answers; off: the paths as probed)."""
     manifests: dict[str, Manifest] = {}
     problem = None
     try:
@@ -216,9 +230,45 @@ def run_preflight(
             CLUSTER, "model", f"Cannot read the model: {error}.", "Choose a model folder."
         )
     report = evaluate(plan, gather(targets, manifests, facts, verify), manifests, backend)
+    if check_paths and report.backend.links and len(report.backend.links) > 1:
+        report = _checked_paths(report, targets, backend)
     if problem is not None:
         return PreflightReport((problem, *report.checks), report.backend, (), {}, report.facts)
     return report
+
+
+def _checked_paths(
+    report: PreflightReport, targets: Sequence[Target], requested: Backend | str
+) -> PreflightReport:
+    """The report once every ring link's path was tried between its two nodes."""
+    by_name = {t.name: t for t in targets}
+    problems: list[Check] = []
+
+    def failed(link: RingLink, why: str) -> None:
+        problems.append(
+            Check.warn(
+                CLUSTER,
+                "backend",
+                f"Could not try the path from {link.dialer} to {link.listener}: {why}.",
+                "The job uses the path as probed; its own connect will say if it fails.",
+            )
+        )
+
+    links = tuple(check_links(report.backend.links, by_name, failed))
+    choice = with_links(report.backend, links)
+    ordered = [by_name[name] for name in (link.listener for link in links)]
+    checks = [c for c in report.checks if c.name != "backend" or c.node != CLUSTER]
+    checks += [*_backend_checks(choice, requested, ordered), *problems]
+    return replace(report, checks=tuple(checks), backend=choice)
+
+
+def with_links(choice: BackendChoice, links: tuple[RingLink, ...]) -> BackendChoice:
+    """A ring choice with its links replaced (after a check), its reason said again."""
+    if choice.problem is None:
+        return replace(choice, links=links, reason=ring_reason(links, asked=True))
+    see = f" See “{GUIDES[choice.guide]}”." if choice.guide in GUIDES else ""
+    reason = f"{ring_reason(links, asked=False)} RDMA is not used: {choice.problem}.{see}"
+    return replace(choice, links=links, reason=reason)
 
 
 # -- checks (pure) ---------------------------------------------------------------------------
@@ -273,7 +323,8 @@ def evaluate(
         checks.extend(_memory(g, plan))
     facts = {g.target.name: g.facts for g in reached if g.facts is not None}
     if len(reached) == len(order) and not lost:
-        choice = choose_backend([facts[name] for name in order], Backend(backend))
+        fallback = {t.name: t.rank_address for t in (by_name[n].target for n in order)}
+        choice = choose_backend([facts[name] for name in order], Backend(backend), fallback)
         checks.extend(_backend_checks(choice, backend, [by_name[n].target for n in order]))
         if choice.name.is_jaccl and (mismatch := build_mismatch(list(facts.values()))):
             checks.append(
@@ -514,18 +565,23 @@ def _memory(g: Gathered, plan: Plan) -> list[Check]:
 
 
 def choose_backend(
-    nodes: Sequence[NodeFacts], requested: Backend | str = Backend.AUTO
+    nodes: Sequence[NodeFacts],
+    requested: Backend | str = Backend.AUTO,
+    fallback: Mapping[str, str] | None = None,
 ) -> BackendChoice:
     """The backend for ranks on ``nodes`` (rank order). jaccl needs a cable with RDMA on
     between every pair of ranks; jaccl-ring between each rank and the next (the ranks'
-    order must follow the cabling); otherwise ring over each node's network address.
+    order must follow the cabling); otherwise ring, over the fastest path between each
+    rank and its left neighbour (``core.cluster.ringpath``: Thunderbolt, Ethernet,
+    Wi-Fi, then ``fallback[name]``, the address the node was reached at).
     A requested jaccl that cannot run comes back with ``problem`` set."""
     requested = Backend(requested)
     names = [f.name for f in nodes]
     if len(nodes) < 2:
         return BackendChoice(Backend.RING, "One node: no distributed backend is needed.")
     if requested is Backend.RING:
-        return BackendChoice(Backend.RING, "Ring over each node's network address, as asked.")
+        links = tuple(ring_links(nodes, fallback))
+        return BackendChoice(Backend.RING, ring_reason(links, asked=True), links=links)
     verdicts = [node_verdict(f) for f in nodes]
     off = [v for v in verdicts if not v.on]
     problem, guide, devices = None, None, None
@@ -561,9 +617,9 @@ def choose_backend(
                         f"{names[i]} and {names[j]}"
                     )
                     break
-                links = [cable_verdict(c, by_name) for c in cables]
-                if not any(v.on for v in links):
-                    problem, guide = links[0].reason, links[0].guide
+                verdicts = [cable_verdict(c, by_name) for c in cables]
+                if not any(v.on for v in verdicts):
+                    problem, guide = verdicts[0].reason, verdicts[0].guide
                     break
             if problem is None:
                 try:
@@ -577,17 +633,24 @@ def choose_backend(
     problem = problem.rstrip(".")
     see = f" See “{GUIDES[guide]}”." if guide in GUIDES else ""
     if requested is Backend.AUTO:
-        reason = f"Ring over each node's network address (the LAN): {problem}.{see}"
-        return BackendChoice(Backend.RING, reason, None, problem, guide)
+        links = tuple(ring_links(nodes, fallback))
+        reason = f"{ring_reason(links, asked=False)} RDMA is not used: {problem}.{see}"
+        return BackendChoice(Backend.RING, reason, None, problem, guide, links)
     return BackendChoice(
         requested, f"{requested} cannot run: {problem}.{see}", None, problem, guide
     )
 
 
+def ring_reason(links: Sequence[RingLink], asked: bool) -> str:
+    """ "Ring over Thunderbolt (bridge0) on every link (ring, as asked)." """
+    said = path_summary(links) if links else "Ring over each node's network address."
+    return f"{said[:-1]} (ring, as asked)." if asked else said
+
+
 def _backend_checks(
     choice: BackendChoice, requested: Backend | str, targets: Sequence[Target]
 ) -> list[Check]:
-    addresses = ", ".join(t.rank_address for t in targets)
+    addresses = ", ".join(choice.addresses or [t.rank_address for t in targets])
     if choice.problem is None:
         message = choice.reason
         if choice.name is Backend.RING and len(targets) > 1:

@@ -176,7 +176,7 @@ def layout_scene(diagram: Diagram, width: float) -> Scene:
             lines.append(_line(item, by_name[item.a], by_name[item.b], offset, fonts))
     _place_captions(lines, boxes, fonts["caption"], QRectF(0, top, width, area_h))
 
-    notes = [f"For a full mesh, {m.text}" for m in diagram.missing]
+    notes = [*diagram.ring_paths, *(f"For a full mesh, {m.text}" for m in diagram.missing)]
     states = sorted({c.state for c in diagram.cables}, key=list(STATE_WORDS).index)
     legend = [(STATE_WORDS[s], STATE_COLORS[s], False) for s in states]
     if diagram.missing:
