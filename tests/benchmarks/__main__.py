@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas picks some;
+copy,telemetry,memory,blas,ring_path picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -81,6 +81,12 @@ def _copy(_model) -> dict:
     return bench_copy()
 
 
+def _ring_path(model) -> dict:
+    from tests.benchmarks.bench_ring_path import bench_ring_path
+
+    return bench_ring_path(model)
+
+
 BENCHES = {
     "planner": _planner,
     "demo_model": _demo_model,
@@ -94,6 +100,7 @@ BENCHES = {
     "telemetry": bench_engine.bench_telemetry,
     "memory": _memory,
     "blas": _blas,
+    "ring_path": _ring_path,
 }
 
 
