@@ -21,6 +21,7 @@ from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.cli.netchange import change_network
 from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
 from core.model.info import ModelError, read_model_info
@@ -80,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hash every model file on the nodes (slower: reads them all); a file found "
         "changed is copied again",
     )
+    parser.add_argument(
+        "--change-network",
+        action="store_true",
+        help="apply the network changes the checks offer for a faster path (each Mac's "
+        "admin password is asked once); without it they are only shown, with their undo",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
@@ -125,6 +132,14 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
         report = session.preflight()
         assert report is not None  # real hosts are always checked
         err.write(format_report(report))
+        if args.change_network and report.backend.offers and not args.show_launch:
+            targets_now = {t.name: t for t in session.targets}
+            if change_network(report.backend.offers, targets_now, err):
+                err.write("Checking the nodes again…\n")
+                session.probe(force=True)
+                report = session.preflight()
+                assert report is not None
+                err.write(format_report(report))
         if args.show_launch and report.backend.problem and args.backend != Backend.AUTO:
             raise ClusterError(report.backend.reason)
         if not args.show_launch:

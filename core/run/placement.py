@@ -29,8 +29,9 @@ from core.remote.ship import worker_bundle
 from core.remote.ssh import SSHError, UnknownHostKey
 from core.remote.targets import Target
 from core.run import mlxenv
+from core.run.backend_choice import BackendChoice, choose_backend
 from core.run.launcher import JobSpec
-from core.run.preflight import BackendChoice, PreflightReport, choose_backend
+from core.run.preflight import PreflightReport
 from core.worker.vocab import Backend, Strategy
 
 

@@ -147,6 +147,8 @@ def bench_ring_path(model: Path, rounds: int | None = None, max_tokens: int = 24
                 "chosen": round(statistics.median(chosen), 2),
                 "forced_lan": round(statistics.median(forced), 2),
                 "ratio": round(statistics.median(chosen) / statistics.median(forced), 3),
+                "chosen_runs": chosen,
+                "forced_lan_runs": forced,
                 "rounds": rounds,
                 "max_tokens": max_tokens,
                 "chosen_backend": said["chosen"],

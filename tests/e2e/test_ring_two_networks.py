@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.netns import SSH_PORT, TwoNetworks, namespaces_left, two_networks
+from tests.helpers.netns import (
+    ADMIN_PASSWORD,
+    SSH_PORT,
+    TwoNetworks,
+    namespaces_left,
+    two_networks,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -100,3 +106,75 @@ def test_show_launch_prints_the_thunderbolt_hostfile(
     hosts = json.loads(run.stdout)["hostfile"]["hosts"]
     assert [h["ips"] for h in hosts] == [["169.254.1.1"], ["169.254.2.2"]]
     assert [h["ssh"] for h in hosts] == ["10.77.0.1", "10.77.0.2"]
+
+
+# Runs in the controller's namespace (only it reaches the Macs): `macmesh run
+# --change-network`'s helper with a scripted password prompt, a wrong password first.
+_APPLY = """
+import io, json, sys
+from pathlib import Path
+from core.cli.netchange import change_network
+from core.cluster.netchange import NetworkChange
+from core.remote.targets import Target
+from core.run.netapply import apply_change
+
+lan, port, ssh_dir, password, step = sys.argv[1:6]
+change = NetworkChange(
+    "m1", "gives the cable IPv4 addresses",
+    ("ifconfig en2 inet 192.168.200.1 netmask 255.255.255.252 alias",),
+    ("ifconfig en2 inet 192.168.200.1 -alias",),
+)
+target = Target("m1", lan, int(port), known_hosts=Path(ssh_dir) / "known_hosts",
+                ssh_dir=Path(ssh_dir))
+err, asked = io.StringIO(), []
+if step == "undo":
+    with target.connection() as connection:
+        apply_change(connection, change, password, undo=True)
+    made = []
+else:
+    def ask(prompt):
+        asked.append(prompt)
+        return password
+    made = change_network([change], {"m1": target}, err, ask)
+print(json.dumps({"made": len(made), "err": err.getvalue(), "asked": asked}))
+"""
+
+
+def _apply(network: TwoNetworks, password: str, step: str = "apply") -> dict:
+    mac = network.macs[0]
+    argv = [sys.executable, "-c", _APPLY, mac.lan, str(SSH_PORT), str(network.ssh_dir)]
+    run = network.run(network.ctl, [*argv, password, step], capture_output=True, text=True,
+                      timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def test_an_offered_change_is_applied_only_with_the_admin_password_and_undone(
+    network: TwoNetworks,
+) -> None:
+    """Step 5: the change runs under sudo with the password on stdin, asked once; a wrong
+    password changes nothing and says so; the undo puts things back."""
+    mac = network.macs[0]
+
+    def addresses() -> str:
+        shown = network.run(mac.name, ["ip", "-4", "addr", "show", "dev", "en2"],
+                            capture_output=True, text=True)  # fmt: skip
+        return shown.stdout
+
+    wrong = _apply(network, "wrong password")
+    assert wrong["made"] == 0 and len(wrong["asked"]) == 1
+    assert "Admin password for m1 (used once, not kept)" in wrong["asked"][0]
+    assert "the admin password was not accepted" in wrong["err"]
+    assert "To change on m1: On m1: `sudo ifconfig en2 inet 192.168.200.1" in wrong["err"]
+    assert "192.168.200.1" not in addresses()
+    right = _apply(network, ADMIN_PASSWORD)
+    assert (
+        right["made"] == 1
+        and "To undo it: sudo ifconfig en2 inet 192.168.200.1 -alias" in (right["err"])
+    )
+    assert "inet 192.168.200.1/30" in addresses()
+    _apply(network, ADMIN_PASSWORD, "undo")
+    assert "192.168.200.1" not in addresses()
+    log = (network.root / mac.name / "m1-files" / "sudo.log").read_text()
+    assert log.count("-S -p  /bin/sh -c ifconfig en2 inet 192.168.200.1") == 3
+    assert ADMIN_PASSWORD not in log and "wrong password" not in log

@@ -14,6 +14,8 @@ and the Cluster pane alone, fed the fixture clusters' real parsed facts (no netw
 - ``cluster-mesh4``: four ready Mac Studios, one being probed, one new Mac to trust;
 - ``cluster-mesh4-cables``, ``cluster-ring4-cables``: the Thunderbolt map (the ring with
   its two missing mesh cables dashed);
+- ``cluster-tb-bridge-cables``: three Thunderbolt 4 Macs without RDMA, the bridge on,
+  one cable short of a ring: how each ring link runs (Thunderbolt, or Wi-Fi and why);
 - ``cluster-guide``, ``cluster-trust``, ``cluster-access``: the RDMA guide for a macOS 27
   Mac, a first contact's fingerprint, setting up access with a password.
 
@@ -268,6 +270,13 @@ def take_cluster(outdir: Path) -> list[Path]:
         frame, pane, _ = pane_for("ring4", extras=False)
         pane.show_view(CABLES)
         shoot(frame, "cluster-ring4-cables")
+        frame.close()
+
+        # Issue 18: no RDMA, the bridge on, no cable between mini-a and mini-c: how the
+        # ring runs over each link, in words.
+        frame, pane, _ = pane_for("tb-bridge", extras=False)
+        pane.show_view(CABLES)
+        shoot(frame, "cluster-tb-bridge-cables")
         frame.close()
 
         frame, pane, _ = pane_for("pair27", extras=False)

@@ -194,6 +194,10 @@ def test_without_rdma_the_map_says_how_the_ring_runs_over_the_cables() -> None:
         "mini-b → mini-c: ring over Thunderbolt (bridge0).",
     ]
     assert scene.notes[3].startswith("For a full mesh, connect mini-a port")
+    # Long notes wrap to the width instead of being cut: the first takes several lines.
+    kinds = [kind for _, kind in scene.note_lines]
+    assert kinds[:2] == ["ring", "more"] and kinds.count("missing") == 1
+    assert scene.height >= scene.notes_top + len(scene.note_lines) * 18
     assert scene_of("tb-off").notes == [
         "Ring over Ethernet (en0) on every link: the Thunderbolt cable carries only IPv6 "
         "link-local addresses (MLX's ring backend takes IPv4 only)."
@@ -209,4 +213,7 @@ def test_the_ring_notes_paint(qtbot: QtBot) -> None:
     view.set_diagram(diagram_from_topology(build_topology(facts), {f.name: f for f in facts}))
     assert view.scene is not None and len(view.scene.notes) == 2
     assert view.height() >= view.scene.notes_top + 2 * 18
+    lines = view.scene.note_lines
+    assert [kind for _, kind in lines][:1] == ["ring"]
+    assert " ".join(text for text, _ in lines) == " ".join(view.scene.notes)  # wrapped, whole
     view.grab()  # paints without error

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -154,7 +156,51 @@ def _mac_files(index: int, lan: str, out: Path) -> Path:
     folder.mkdir(parents=True)
     for name, text in generate.files(macs[index - 1], cables).items():
         (folder / name).write_text(text)
-    return make_bin(folder, out / f"m{index}-bin")
+    (folder / "admin-password").write_text(ADMIN_PASSWORD + "\n")
+    bins = make_bin(folder, out / f"m{index}-bin")
+    (bins / "ifconfig").rename(bins / "ifconfig-fixture")
+    for name, text in (("ifconfig", _IFCONFIG), ("sudo", _SUDO)):
+        (bins / name).write_text(
+            text.replace("@FOLDER@", shlex.quote(str(folder)))
+            .replace("@BIN@", shlex.quote(str(bins)))
+            .replace("@PY@", shlex.quote(sys.executable))
+        )
+        (bins / name).chmod(0o755)
+    return bins
+
+
+ADMIN_PASSWORD = "correct horse"  # the simulated Macs' admin password (fake sudo)
+
+# macOS's ifconfig adding or removing an alias address, done for real in the namespace
+# (`ip addr`); anything else is the fixture's (the probe's ifconfig -a, bridge0).
+_IFCONFIG = """#!/bin/sh
+if [ "$2" = inet ] && [ "$4" = netmask ] && [ "$6" = alias ]; then
+  prefix=$(@PY@ -c 'import ipaddress as i, sys
+print(i.ip_network("0.0.0.0/" + sys.argv[1]).prefixlen)' "$5")
+  exec ip addr add "$3/$prefix" dev "$1"
+fi
+if [ "$2" = inet ] && [ "$4" = -alias ]; then
+  prefix=$(ip -o -4 addr show dev "$1" | sed -n "s|.* inet $3/\\([0-9]*\\) .*|\\1|p")
+  exec ip addr del "$3/${prefix:-32}" dev "$1"
+fi
+exec @BIN@/ifconfig-fixture "$@"
+"""
+
+# sudo -S: the password is the first line of stdin, checked against the Mac's; each
+# call's arguments are logged (so a test can tell the password never was one).
+_SUDO = """#!/bin/sh
+printf '%s\\n' "$*" >> @FOLDER@/sudo.log
+IFS= read -r pw || pw=
+if [ "$pw" != "$(cat @FOLDER@/admin-password)" ]; then
+  echo "Sorry, try again." >&2
+  echo "sudo: 1 incorrect password attempt" >&2
+  exit 1
+fi
+while [ $# -gt 0 ]; do
+  case $1 in -S) shift ;; -p) shift 2 ;; *) break ;; esac
+done
+exec "$@"
+"""
 
 
 def _tc(namespace: str, *args: str) -> subprocess.CompletedProcess:
