@@ -41,6 +41,7 @@ NAMES = {
     "memory": "Memory",
     "plan": "Plan",
     "backend": "Backend",
+    "network": "Network",  # a change offered for a faster ring path (issue 18)
 }
 BAR_STEPS = 1000
 MIN_HEIGHT = 120  # below this the rows scroll
