@@ -111,6 +111,11 @@ def cable_addresses(facts: NodeFacts, interface: str | None) -> tuple[str, tuple
     return interface, _carrying_ipv4(facts.interface(interface))
 
 
+def _down(facts: NodeFacts, interface: str | None) -> bool:
+    found = facts.interface(interface) if interface else None
+    return found is not None and not found.carries
+
+
 def _ipv6_only(facts: NodeFacts, interface: str | None) -> bool:
     found = facts.interface(interface) if interface else None
     return found is not None and bool(found.ipv6) and not found.ipv4
@@ -135,7 +140,15 @@ def _thunderbolt(
         if shared:
             paths += [Path("thunderbolt", a.ip, held_by, dial_on) for a in shared]
             continue
-        if _ipv6_only(listener, theirs.interface) or _ipv6_only(dialer, mine.interface):
+        down = [
+            (facts.name, port.interface)
+            for facts, port in ((listener, theirs), (dialer, mine))
+            if _down(facts, port.interface)
+        ]
+        if down:
+            who, interface = down[0]
+            problem = f"the Thunderbolt cable is down at {who}'s end ({interface} inactive)"
+        elif _ipv6_only(listener, theirs.interface) or _ipv6_only(dialer, mine.interface):
             problem = f"the Thunderbolt cable carries only IPv6 link-local addresses ({IPV4_ONLY})"
         elif not addresses or not dial_addresses:
             who = listener.name if not addresses else dialer.name

@@ -75,7 +75,7 @@ def test_an_unplugged_member_of_the_bridge_is_no_path() -> None:
     link = ring_links([a, unplugged])[1]
     assert link.chosen == Path("ethernet", "10.0.0.43", "en0", "en0")
     assert link.reason == (
-        "ring over Ethernet (en0): the Thunderbolt cable has no IPv4 address on mini-b's side"
+        "ring over Ethernet (en0): the Thunderbolt cable is down at mini-b's end (en2 inactive)"
     )
 
 
