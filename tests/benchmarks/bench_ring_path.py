@@ -5,8 +5,10 @@ to 200 Mbit/s and an unthrottled veth "Thunderbolt cable" under bridge0. Per pat
 
 - ``raw_tcp_mib_s``: one Python TCP stream, m1 → m2, ``RAW_MIB`` MiB: the link's own rate;
 - ``all_sum_mib_s``: a 2-rank MLX ring ``all_sum`` of ``ALL_SUM_MIB`` MiB (ranks started
-  in the namespaces with a hostfile on that path's addresses), median of ``ITERS``; and
-  its share of the raw rate (the link test's figure);
+  in the namespaces with a hostfile on that path's addresses), median of ``ITERS`` (the
+  worker's link test figure: bus bandwidth, which for 2 ranks is bytes / time), and its
+  share of the raw rate (above 1 where one Python stream is slower than MLX's C++);
+  ``all_sum_4_bytes_us``: a 4-byte all_sum, the latency a pipeline pays per token;
 - ``tokens_s``: ``macmesh run`` of the model (2-rank pipeline), median generation
   tokens/s over alternating rounds: as MacMesh chooses (the cable) vs forced onto the
   LAN (the cable pulled: preflight falls back).
@@ -60,7 +62,13 @@ for _ in range({iters}):
     t0 = time.perf_counter()
     mx.eval(mx.distributed.all_sum(x))
     times.append(time.perf_counter() - t0)
-if g.rank() == 0: print(json.dumps(times), flush=True)
+tiny = mx.ones((1,), dtype=mx.float32)
+mx.eval(mx.distributed.all_sum(tiny))
+t0 = time.perf_counter()
+for _ in range(200):
+    mx.eval(mx.distributed.all_sum(tiny))
+latency = (time.perf_counter() - t0) / 200
+if g.rank() == 0: print(json.dumps({{"times": times, "latency": latency}}), flush=True)
 """
 
 
@@ -78,7 +86,9 @@ def _raw_tcp(net: TwoNetworks, address: str) -> float:
     return round(rate, 1)
 
 
-def _all_sum(net: TwoNetworks, addresses: list[str], root: Path) -> float:
+def _all_sum(net: TwoNetworks, addresses: list[str], root: Path) -> tuple[float, int]:
+    """MiB/s of a large all_sum (the worker's link test: bus bandwidth, 2 ranks) and the
+    µs of a 4-byte one (latency: what a pipeline's per-token messages pay)."""
     hostfile = root / f"hostfile-{addresses[0]}.json"
     hostfile.write_text(json.dumps([[f"{a}:{47100 + i}"] for i, a in enumerate(addresses)]))
     code = _ALL_SUM.format(mib=ALL_SUM_MIB, iters=ITERS)
@@ -88,8 +98,8 @@ def _all_sum(net: TwoNetworks, addresses: list[str], root: Path) -> float:
         argv = net.exec_argv(mac.name, [sys.executable, "-c", code])
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True))
     out = [p.communicate(timeout=300)[0] for p in procs]
-    times = json.loads(out[0].strip().splitlines()[-1])
-    return round(ALL_SUM_MIB / statistics.median(times), 1)
+    got = json.loads(out[0].strip().splitlines()[-1])
+    return round(ALL_SUM_MIB / statistics.median(got["times"]), 1), round(got["latency"] * 1e6)
 
 
 def _tokens(net: TwoNetworks, model: Path, root: Path, cut: bool, max_tokens: int) -> dict:
@@ -129,10 +139,11 @@ def bench_ring_path(model: Path, rounds: int | None = None, max_tokens: int = 24
             result: dict = {"lan_shaping": lan_shaping()}
             for name, addresses in paths.items():
                 raw = _raw_tcp(net, addresses[1])
-                reduced = _all_sum(net, addresses, root)
+                reduced, latency = _all_sum(net, addresses, root)
                 result[name] = {
                     "raw_tcp_mib_s": raw,
                     "all_sum_mib_s": reduced,
+                    "all_sum_4_bytes_us": latency,
                     "all_sum_share_of_raw": round(reduced / raw, 3),
                 }
             _tokens(net, model, root, cut=False, max_tokens=4)  # ships worker and model once
