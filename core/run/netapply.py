@@ -9,9 +9,11 @@ A refused password or a user who may not use sudo comes back as one sentence.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from core.cluster.netchange import NetworkChange
 from core.remote.ssh import Connection, SSHError
+from core.remote.targets import Target
 
 TIMEOUT_S = 30.0
 
@@ -51,3 +53,14 @@ def apply_change(
         why = said.splitlines()[-1] if said else f"exit status {result.rc}"
         fix = "run the commands on that Mac yourself: " + change.shown()
     raise NetworkChangeFailed(f"Could not {what} on {change.node}: {why}. To fix: {fix}.")
+
+
+def apply_changes(target: Target, changes: Sequence[NetworkChange], password: str) -> None:
+    """Every change for one Mac over one SSH session, the same password for each (the
+    person typed it once); stops at the first that fails."""
+    try:
+        with target.connection() as connection:
+            for change in changes:
+                apply_change(connection, change, password)
+    except SSHError as error:
+        raise NetworkChangeFailed(f"Could not reach {target.name}: {error}") from error

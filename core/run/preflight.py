@@ -567,8 +567,8 @@ def _offer_checks(choice: BackendChoice) -> list[Check]:
                 offer.node,
                 "network",
                 f"A faster path needs a network setting changed on {offer.node}: it {offer.why}.",
-                f"{offer.shown()}. MacMesh changes nothing unless you ask "
-                "(`macmesh run --change-network` asks for that Mac's admin password once).",
+                f"{offer.shown()}. MacMesh changes nothing unless you ask (Change… here, "
+                "or `macmesh run --change-network`: that Mac's admin password, used once).",
             )
         )
     return checks
