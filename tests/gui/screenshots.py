@@ -23,7 +23,9 @@ and the Run pane's setup on real Macs (``take_run_setup``, no network):
 
 - ``run-preflight-failed``, ``run-preflight-copy``: the checks before start (one Mac
   runs another mlx), then the model copy under way with speed and time left;
-- ``launch-command``, ``launch-command-demo``: the equivalent mlx.launch dialog.
+- ``launch-command``, ``launch-command-demo``: the equivalent mlx.launch dialog;
+- ``run-network-change``: a network change offered for a faster ring (issue 18), with
+  its undo and the admin password asked once.
 
 ``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
 only the Run pane's setup shots. Settings, logs and
@@ -315,6 +317,7 @@ def take_run_setup(outdir: Path) -> list[Path]:
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.run.launch_dialog import LaunchDialog
+    from gui.run.network_dialog import NetworkChangeDialog
     from gui.run.pane import RunPane
     from tests.fixtures.macos.hosts import load_facts
     from tests.helpers.header_models import synthetic_model_info
@@ -388,6 +391,17 @@ def take_run_setup(outdir: Path) -> list[Path]:
             )
         shoot(pane, "run-preflight-copy")
         pane.controller.state_changed.emit("idle", "")
+
+        # Issue 18: the cable carries only IPv6 (the bridge down): the change offered for
+        # a faster ring, as the checks' Change… button opens it.
+        first = facts[0].name
+        offered = [o for o in ready.backend.offers if o.node == first]
+        change = NetworkChangeDialog(
+            first, offered, apply=lambda _pw: None, run_in_background=lambda *a, **k: None
+        )
+        change.show()
+        shoot(change, "run-network-change")
+        change.close()
 
         dialog = LaunchDialog(planned_launch(info, plan, targets, facts))
         dialog.show()
