@@ -21,6 +21,7 @@ from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.cli.netchange import change_network
 from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
 from core.model.info import ModelError, read_model_info
@@ -86,6 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N,N,...",
         help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
     )
+    parser.add_argument(
+        "--change-network",
+        action="store_true",
+        help="apply the network changes the checks offer for a faster path (each Mac's "
+        "admin password is asked once); without it they are only shown, with their undo",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
@@ -119,6 +126,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
             backend=args.backend,
             verify=args.verify,
             split=parse_split(args.split) if args.split else None,
+            check_paths=not args.show_launch,  # runs nothing: the paths as probed
         )
         stage.session = session
         stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it
@@ -131,6 +139,14 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
         report = session.preflight()
         assert report is not None  # real hosts are always checked
         err.write(format_report(report))
+        if args.change_network and report.backend.offers and not args.show_launch:
+            targets_now = {t.name: t for t in session.targets}
+            if change_network(report.backend.offers, targets_now, err):
+                err.write("Checking the nodes again…\n")
+                session.probe(force=True)
+                report = session.preflight()
+                assert report is not None
+                err.write(format_report(report))
         if args.show_launch and report.backend.problem and args.backend != Backend.AUTO:
             raise ClusterError(report.backend.reason)
         if not args.show_launch:

@@ -87,6 +87,9 @@ class JobSpec:
     rank_models: list[Path] | None = None  # per-rank model folder, when nodes hold different files
     targets: list[Target] | None = None  # where each rank runs, rank order (None: this machine)
     devices: list[list[str | list[str] | None]] | None = None  # jaccl: the device matrix
+    # ring: the address each rank listens on (rank order; core.cluster.ringpath's
+    # choice); None: each target's rank_address.
+    addresses: list[str] | None = None
     # On a CPU, per rank (rank order): "float" (dequantize), "quantized", "auto" (if room).
     weights: list[str] | None = None
 
@@ -304,6 +307,8 @@ class Job:
         targets = spec.targets or []
         backend = spec.rank_backend
         addresses = [t.rank_address for t in targets]
+        if backend is Backend.RING and spec.addresses:
+            addresses = list(spec.addresses)
         ports = mlxenv.rank_ports(addresses if backend is Backend.RING else addresses[:1])
         ports += [0] * (len(targets) - len(ports))  # jaccl: only the coordinator listens
         job_dirs = []

@@ -131,6 +131,7 @@ class Session:
         fresh_s: float = FRESH_S,
         verify: bool = False,
         split: Sequence[int] | None = None,
+        check_paths: bool = True,
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -150,6 +151,7 @@ class Session:
         self.strategy, self.backend = Strategy(strategy), Backend(backend)
         self.verify = verify  # preflight hashes every model file on the nodes
         self.split = None if split is None else tuple(split)  # a pipeline split by hand
+        self.check_paths = check_paths  # preflight tries each ring link's path (issue 18)
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
@@ -285,7 +287,13 @@ class Session:
             used = in_rank_order(plan, self.targets)
             known = {t.name: self.facts[t.name] for t in used if self._describes(t)}
             report = run_preflight(
-                used, plan, self.info.path, self.backend.value, facts=known, verify=self.verify
+                used,
+                plan,
+                self.info.path,
+                self.backend.value,
+                facts=known,
+                verify=self.verify,
+                check_paths=self.check_paths,
             )
             self.report = report
             self.checked.emit(report)

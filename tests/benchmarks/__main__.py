@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,history,linktest picks some;
+copy,telemetry,memory,blas,history,linktest,ring_path picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -93,6 +93,12 @@ def _linktest(model) -> dict:
     return bench_linktest(model)
 
 
+def _ring_path(model) -> dict:
+    from tests.benchmarks.bench_ring_path import bench_ring_path
+
+    return bench_ring_path(model)
+
+
 BENCHES = {
     "planner": _planner,
     "demo_model": _demo_model,
@@ -108,6 +114,7 @@ BENCHES = {
     "blas": _blas,
     "history": _history,
     "linktest": _linktest,
+    "ring_path": _ring_path,
 }
 
 

@@ -14,6 +14,8 @@ and the Cluster pane alone, fed the fixture clusters' real parsed facts (no netw
 - ``cluster-mesh4``: four ready Mac Studios, one being probed, one new Mac to trust;
 - ``cluster-mesh4-cables``, ``cluster-ring4-cables``: the Thunderbolt map (the ring with
   its two missing mesh cables dashed);
+- ``cluster-tb-bridge-cables``: three Thunderbolt 4 Macs without RDMA, the bridge on,
+  one cable short of a ring: how each ring link runs (Thunderbolt, or Wi-Fi and why);
 - ``cluster-guide``, ``cluster-trust``, ``cluster-access``: the RDMA guide for a macOS 27
   Mac, a first contact's fingerprint, setting up access with a password.
 
@@ -21,7 +23,9 @@ and the Run pane's setup on real Macs (``take_run_setup``, no network):
 
 - ``run-preflight-failed``, ``run-preflight-copy``: the checks before start (one Mac
   runs another mlx), then the model copy under way with speed and time left;
-- ``launch-command``, ``launch-command-demo``: the equivalent mlx.launch dialog.
+- ``launch-command``, ``launch-command-demo``: the equivalent mlx.launch dialog;
+- ``run-network-change``: a network change offered for a faster ring (issue 18), with
+  its undo and the admin password asked once.
 
 ``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
 only the Run pane's setup shots. Settings, logs and
@@ -270,6 +274,13 @@ def take_cluster(outdir: Path) -> list[Path]:
         shoot(frame, "cluster-ring4-cables")
         frame.close()
 
+        # Issue 18: no RDMA, the bridge on, no cable between mini-a and mini-c: how the
+        # ring runs over each link, in words.
+        frame, pane, _ = pane_for("tb-bridge", extras=False)
+        pane.show_view(CABLES)
+        shoot(frame, "cluster-tb-bridge-cables")
+        frame.close()
+
         frame, pane, _ = pane_for("pair27", extras=False)
         off = replace(load_facts("pair27")[1])
         guide = pane.actions.show_guide(off.name)
@@ -306,6 +317,7 @@ def take_run_setup(outdir: Path) -> list[Path]:
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.run.launch_dialog import LaunchDialog
+    from gui.run.network_dialog import NetworkChangeDialog
     from gui.run.pane import RunPane
     from tests.fixtures.macos.hosts import load_facts
     from tests.helpers.header_models import synthetic_model_info
@@ -379,6 +391,17 @@ def take_run_setup(outdir: Path) -> list[Path]:
             )
         shoot(pane, "run-preflight-copy")
         pane.controller.state_changed.emit("idle", "")
+
+        # Issue 18: the cable carries only IPv6 (the bridge down): the change offered for
+        # a faster ring, as the checks' Change… button opens it.
+        first = facts[0].name
+        offered = [o for o in ready.backend.offers if o.node == first]
+        change = NetworkChangeDialog(
+            first, offered, apply=lambda _pw: None, run_in_background=lambda *a, **k: None
+        )
+        change.show()
+        shoot(change, "run-network-change")
+        change.close()
 
         dialog = LaunchDialog(planned_launch(info, plan, targets, facts))
         dialog.show()
