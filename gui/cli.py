@@ -9,6 +9,7 @@ subcommands run on machines without a display.
     macmesh plan MODEL ...       what fits where, and why
     macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
     macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
+    macmesh models [...]         the models on this Mac; Hugging Face search and download
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("plan", help="what fits where, pipeline or tensor, and why", add_help=False)
     commands.add_parser("run", help="run a model on Macs over SSH, ask once", add_help=False)
     commands.add_parser("nodes", help="the nodes found, their facts and cables", add_help=False)
+    commands.add_parser(
+        "models",
+        help="the models on this Mac; search and download from Hugging Face",
+        add_help=False,
+    )
     return parser
 
 
@@ -61,6 +67,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.nodes import nodes_cli
 
         return nodes_cli(argv[1:])
+    if argv[0] == "models":
+        from core.cli.models import models_cli
+
+        return models_cli(argv[1:])
     if argv[0] == "run":
         from core.cli.run import run_cli
 
