@@ -23,6 +23,14 @@ def models_cli(argv: Sequence[str], out: TextIO | None = None, err: TextIO | Non
     out = out or sys.stdout
     err = err or sys.stderr
     argv = list(argv)
+    if argv and argv[0] == "search":
+        from core.cli.models_hub import search_cli
+
+        return search_cli(argv[1:], out, err)
+    if argv and argv[0] == "download":
+        from core.cli.models_hub import download_cli
+
+        return download_cli(argv[1:], out, err)
     parser = argparse.ArgumentParser(
         prog="macmesh models",
         description="The models on this Mac: the Hugging Face cache, LM Studio's folders "

@@ -8,7 +8,7 @@ said with the reason; anything else wrong (a half download, a missing snapshot f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -129,7 +129,7 @@ def entry_for_folder(
         return entry(State.BROKEN, f"{problem} ({error})" if problem else str(error))
     except Exception as error:  # a list must never crash on one odd folder
         return entry(State.BROKEN, f"cannot read it: {type(error).__name__}: {error}")
-    return entry(State.OK, info=info)
+    return entry(State.OK, info=replace(info, name=name))  # not a snapshot's commit
 
 
 def weight_kinds(names: list[str]) -> set[str]:
