@@ -109,7 +109,7 @@ class LibraryView(QFrame):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(False)
-        self.progress_text = label("", "secondary")
+        self.progress_text = label("", "secondary", wrap=True)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel_download)
 

@@ -27,6 +27,7 @@ def put_in_hf_cache(
     sha: str | None = None,
     interrupted: Sequence[str] = (),
     blob_missing: Sequence[str] = (),
+    move: bool = False,
 ) -> Path:
     """Store ``source``'s files as ``repo_id`` in the cache at ``cache``; returns the
     snapshot folder. ``interrupted`` files are left half-written as ``.incomplete``
@@ -39,12 +40,21 @@ def put_in_hf_cache(
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(sha)
     for file in sorted(source.iterdir()):
-        data = file.read_bytes()
-        etag = hashlib.sha256(data).hexdigest()
+        length = file.stat().st_size
+        if move:
+            with file.open("rb") as handle:
+                etag = hashlib.sha256(handle.read(1 << 16) + str(length).encode()).hexdigest()
+        else:
+            etag = hashlib.sha256(file.read_bytes()).hexdigest()
+        blob = blobs / (f"{etag}.incomplete" if file.name in interrupted else etag)
+        if move:
+            shutil.move(file, blob)
+        else:
+            shutil.copyfile(file, blob)
         if file.name in interrupted:
-            (blobs / f"{etag}.incomplete").write_bytes(data[: len(data) // 2])
+            with blob.open("r+b") as handle:
+                handle.truncate(length // 2)
             continue
-        shutil.copyfile(file, blobs / etag)
         os.symlink(os.path.join("..", "..", "blobs", etag), snapshot / file.name)
         if file.name in blob_missing:
             (blobs / etag).unlink()
