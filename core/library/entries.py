@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from core.library.memo import Memo, info_from_json, info_to_json, signature
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.units import count, size
 
@@ -109,11 +110,38 @@ def entry_for_folder(
     size_bytes: int | None = None,
     revision: str | None = None,
     problem: str | None = None,
+    memo: Memo | None = None,
 ) -> LibraryEntry:
     """The entry for a model folder; never raises. ``problem`` marks a known breakage
     (a cache entry huggingface_hub reported as corrupt, an interrupted download) that
-    explains a failed validation better than the validation itself."""
+    explains a failed validation better than the validation itself. ``memo`` skips the
+    validation of a folder whose files have not changed since it was last validated."""
     on_disk = folder_size(folder) if size_bytes is None else size_bytes
+    sig = signature(folder, problem or "") if memo is not None else ""
+    record = memo.get(folder, sig) if memo is not None else None
+    if record is not None:
+        info = info_from_json(record["info"]) if record.get("info") else None
+        state = State(record["state"])
+        if state is not State.OK or info is not None:
+            info = replace(info, name=name) if info is not None else None
+            return LibraryEntry(
+                name, source, folder, state, record.get("reason"), on_disk, revision, info
+            )
+    entry = _validated(name, source, folder, on_disk, revision, problem)
+    if memo is not None:
+        saved = info_to_json(entry.info) if entry.info is not None else None
+        memo.put(folder, sig, {"state": str(entry.state), "reason": entry.reason, "info": saved})
+    return entry
+
+
+def _validated(
+    name: str,
+    source: Source,
+    folder: Path,
+    on_disk: int,
+    revision: str | None,
+    problem: str | None,
+) -> LibraryEntry:
 
     def entry(
         state: State, reason: str | None = None, info: ModelInfo | None = None

@@ -25,6 +25,7 @@ from core.library.entries import (
     entry_for_folder,
     weight_kinds,
 )
+from core.library.memo import Memo
 
 REPO_PREFIX = "models--"
 
@@ -54,11 +55,14 @@ def list_library(
     lm_studio: Sequence[Path] | None = None,
 ) -> list[LibraryEntry]:
     """Every model found: Hugging Face cache first, then LM Studio, then added folders,
-    each sorted by name. Never raises."""
-    entries = hf_cache_entries(hub_cache or hub_cache_dir())
+    each sorted by name. Never raises. Folders unchanged since the last listing are not
+    validated again (``core.library.memo``)."""
+    memo = Memo.load()
+    entries = hf_cache_entries(hub_cache or hub_cache_dir(), memo)
     for root in lm_studio_dirs() if lm_studio is None else lm_studio:
-        entries += lm_studio_entries(root)
-    entries += added_entries(added)
+        entries += lm_studio_entries(root, memo)
+    entries += added_entries(added, memo)
+    memo.save()
     return entries
 
 
@@ -70,7 +74,7 @@ def find_entry(name: str, entries: Iterable[LibraryEntry]) -> LibraryEntry | Non
     return chosen[0] if chosen else None
 
 
-def hf_cache_entries(cache: Path) -> list[LibraryEntry]:
+def hf_cache_entries(cache: Path, memo: Memo | None = None) -> list[LibraryEntry]:
     """The model repos in a Hugging Face cache, one entry each (the revision ``main``
     points at, else the newest)."""
     if not cache.is_dir():
@@ -91,7 +95,7 @@ def hf_cache_entries(cache: Path) -> list[LibraryEntry]:
         if repo.repo_type != "model":
             continue
         listed.add(repo.repo_path.name)
-        entry = _repo_entry(repo, incomplete.get(repo.repo_path, 0))
+        entry = _repo_entry(repo, incomplete.get(repo.repo_path, 0), memo)
         if entry is not None:
             entries.append(entry)
     for warning in scan.warnings:  # repos huggingface_hub found corrupt
@@ -111,7 +115,7 @@ def hf_cache_entries(cache: Path) -> list[LibraryEntry]:
     return sorted(entries, key=lambda e: e.name.lower())
 
 
-def _repo_entry(repo: object, partial_blobs: int) -> LibraryEntry | None:
+def _repo_entry(repo: object, partial_blobs: int, memo: Memo | None) -> LibraryEntry | None:
     from huggingface_hub import CachedRepoInfo
 
     assert isinstance(repo, CachedRepoInfo)
@@ -136,6 +140,7 @@ def _repo_entry(repo: object, partial_blobs: int) -> LibraryEntry | None:
         size_bytes=revision.size_on_disk,
         revision=revision.commit_hash,
         problem=problem,
+        memo=memo,
     )
     return entry
 
@@ -152,17 +157,17 @@ def _repo_id(folder_name: str) -> str:
     return folder_name[len(REPO_PREFIX) :].replace("--", "/")
 
 
-def lm_studio_entries(root: Path) -> list[LibraryEntry]:
+def lm_studio_entries(root: Path, memo: Memo | None = None) -> list[LibraryEntry]:
     """``root/publisher/model/`` folders, named ``publisher/model``."""
     entries = []
     for publisher in _subfolders(root):
         for folder in _subfolders(publisher):
             name = f"{publisher.name}/{folder.name}"
-            entries.append(entry_for_folder(name, Source.LM_STUDIO, folder))
+            entries.append(entry_for_folder(name, Source.LM_STUDIO, folder, memo=memo))
     return sorted(entries, key=lambda e: e.name.lower())
 
 
-def added_entries(folders: Sequence[str]) -> list[LibraryEntry]:
+def added_entries(folders: Sequence[str], memo: Memo | None = None) -> list[LibraryEntry]:
     """Each added folder is a model, or (no config.json) a folder of model folders."""
     entries = []
     for text in folders:
@@ -170,9 +175,10 @@ def added_entries(folders: Sequence[str]) -> list[LibraryEntry]:
         if not (folder / "config.json").exists() and folder.is_dir():
             inner = [f for f in _subfolders(folder) if (f / "config.json").exists()]
             if inner:
-                entries += [entry_for_folder(f.name, Source.FOLDER, f) for f in inner]
+                entries += [entry_for_folder(f.name, Source.FOLDER, f, memo=memo) for f in inner]
                 continue
-        entries.append(entry_for_folder(folder.name or str(folder), Source.FOLDER, folder))
+        name = folder.name or str(folder)
+        entries.append(entry_for_folder(name, Source.FOLDER, folder, memo=memo))
     return entries
 
 

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas picks some;
+copy,telemetry,memory,blas,library picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -81,6 +81,12 @@ def _copy(_model) -> dict:
     return bench_copy()
 
 
+def _library(_model) -> dict:
+    from tests.benchmarks.bench_library import bench_library
+
+    return bench_library()
+
+
 BENCHES = {
     "planner": _planner,
     "demo_model": _demo_model,
@@ -94,6 +100,7 @@ BENCHES = {
     "telemetry": bench_engine.bench_telemetry,
     "memory": _memory,
     "blas": _blas,
+    "library": _library,
 }
 
 

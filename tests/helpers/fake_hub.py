@@ -131,10 +131,12 @@ class FakeHub:
     rate_limit_once: list[str] = field(default_factory=list)  # path substrings
     cut_once: dict[str, float] = field(default_factory=dict)  # file name -> fraction sent
     retry_after_s: int = 1
+    bandwidth: float | None = None  # bytes/s shared by every transfer: a link, not loopback
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._servers: list[ThreadingHTTPServer] = []
+        self._link_free_at = 0.0
 
     # -- content ---------------------------------------------------------------------------
 
@@ -246,6 +248,19 @@ class FakeHub:
                     self.rate_limit_once.remove(pattern)
                     return True
         return False
+
+    def _pace(self, sent: int) -> None:
+        """Hold the sender so all transfers together keep to ``bandwidth``."""
+        if not self.bandwidth:
+            return
+        import time
+
+        with self._lock:
+            now = time.monotonic()
+            self._link_free_at = max(now, self._link_free_at) + sent / self.bandwidth
+            wait = self._link_free_at - now
+        if wait > 0:
+            time.sleep(wait)
 
     def _take_cut(self, name: str) -> float | None:
         with self._lock:
@@ -533,6 +548,7 @@ class _Handler(BaseHTTPRequestHandler):
         for chunk in file.chunks(start, limit):
             self.wfile.write(chunk)
             self._sent += len(chunk)
+            self.hub._pace(len(chunk))
         if cut is not None:
             self.wfile.flush()
             self.close_connection = True

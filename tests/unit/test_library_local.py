@@ -168,3 +168,36 @@ def test_macmesh_models_json_finds_the_cache_and_lm_studio(env: Path, tmp_path: 
     assert text.returncode == 0 and text.stderr == ""
     assert "mlx-community/tiny-llama · llama ·" in text.stdout
     assert "org/only-gguf · not an MLX model: GGUF" in text.stdout
+
+
+def test_a_second_listing_reads_no_header_until_a_file_changes(
+    env: Path, monkeypatch: pytest.MonkeyPatch, tiny_models: dict[str, Path]
+) -> None:
+    import core.library.entries as entries_module
+
+    monkeypatch.setenv("MACMESH_CACHE_DIR", str(env / "macmesh-cache"))
+    first = list_library()
+    validated: list[Path] = []
+    real = entries_module.read_model_info
+
+    def counting(folder: Path, **kwargs: object) -> object:
+        validated.append(Path(folder))
+        return real(folder, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(entries_module, "read_model_info", counting)
+    second = list_library()
+    assert validated == []
+    assert [(e.name, e.state, e.reason, e.size_bytes) for e in second] == [
+        (e.name, e.state, e.reason, e.size_bytes) for e in first
+    ]
+    usable = {e.name: e.info for e in first if e.info is not None}
+    assert {e.name: e.info for e in second if e.info is not None} == usable
+
+    config = next(e for e in second if e.name == "org/tiny-qwen3").path / "config.json"
+    text = config.read_text()
+    config.unlink()  # a symlink into blobs: replace it by a changed file
+    config.write_text(text.replace('"num_hidden_layers": 4', '"num_hidden_layers": 5'))
+    third = {e.name: e for e in list_library()}
+    assert validated == [config.parent]
+    assert third["org/tiny-qwen3"].state is State.BROKEN
+    assert "layer(s) 4" in (third["org/tiny-qwen3"].reason or "")
