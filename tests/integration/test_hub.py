@@ -277,6 +277,12 @@ def test_download_cli_then_plan_run_and_models_by_name(tiny_hub: FakeHub, tmp_pa
     assert "not downloaded yet: run `macmesh models download mlx-community/tiny-qwen3`" in (
         refused.stderr
     )
+    demo = macmesh("demo", "--headless", "--model", "hf:mlx-community/tiny-qwen3")
+    assert demo.returncode == 2 and "not downloaded yet" in demo.stderr
+    unknown = macmesh("plan", "nobody/nothing", "--node", "a:16")
+    assert unknown.returncode == 2
+    assert "neither a folder nor a model on this Mac" in unknown.stderr
+    assert "use hf:nobody/nothing" in unknown.stderr
     done = macmesh("models", "download", "https://huggingface.co/mlx-community/tiny-qwen3")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("mlx-community/tiny-qwen3: qwen3 · 4 layers")
