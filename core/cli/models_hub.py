@@ -123,7 +123,9 @@ def _with_fit(
         architecture=info.architecture,
         quantization=info.quantization_label,
         weight_bytes=info.weight_bytes,
-        parameters=row["parameters"] or info.parameter_count,
+        # the Hub counts a quantized model's packed integers; the headers say how many
+        # parameters they hold
+        parameters=info.parameter_count,
         size_bytes=row["size_bytes"] or info.bytes_on_disk,
     )
     return row
@@ -209,6 +211,8 @@ class _ProgressPrinter:
         self.tty = bool(getattr(err, "isatty", lambda: False)())
         self.shown_tenth = -1
         self.drawn = False
+        self.last_text = ""
+        self.last_shown = ""
         self.lock = threading.Lock()
 
     def __call__(self, progress: DownloadProgress) -> None:
@@ -217,6 +221,7 @@ class _ProgressPrinter:
                 self._clear()
                 self.err.write(f"{progress.note}\n")
             text = self._text(progress)
+            self.last_text = text
             if self.tty:
                 width = 24
                 filled = int(progress.fraction * width)
@@ -226,6 +231,7 @@ class _ProgressPrinter:
                 tenth = int(progress.fraction * 10)
                 if tenth != self.shown_tenth:
                     self.shown_tenth = tenth
+                    self.last_shown = text
                     self.err.write(text + "\n")
             self.err.flush()
 
@@ -247,7 +253,12 @@ class _ProgressPrinter:
             self.err.write("\r\x1b[K")
 
     def end(self) -> None:
+        """Finish the bar's line; elsewhere, show the last state if it was not shown."""
         with self.lock:
             if self.drawn:
                 self.err.write("\n")
                 self.drawn = False
+            elif not self.tty and self.last_text and self.last_text != self.last_shown:
+                self.err.write(self.last_text + "\n")
+                self.last_shown = self.last_text
+            self.err.flush()

@@ -231,7 +231,7 @@ class _Tracker:
         self.callback = callback
         self.total = sum(f.size for f in files)
         self.files_total = len(files)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # also orders the callbacks: never a stale one last
         self._kept = self.total - sum(f.size for f in missing)
         self._files_done = len(files) - len(missing)
         self._current: dict[str, int] = {}
@@ -333,7 +333,7 @@ class _Tracker:
                 eta,
                 note,
             )
-        self.callback(progress)
+            self.callback(progress)
 
 
 class _LibraryNotes(logging.Handler):
