@@ -196,6 +196,20 @@ def test_a_dropped_hugging_face_link_looks_the_model_up(
     qtbot.waitUntil(lambda: list(rows(view)) == ["mlx-community/tiny-llama"], timeout=30_000)
 
 
+def test_typing_org_name_on_this_mac_looks_it_up_on_hugging_face(
+    qtbot: QtBot, hub: FakeHub, pane: ModelPane, tiny_models: dict[str, Path]
+) -> None:
+    hub.add_folder("someone/tiny-qwen3", tiny_models["qwen3"], downloads=5)
+    hub.add_folder("mlx-community/tiny-qwen3", tiny_models["qwen3"], downloads=500)
+    view = pane.library
+    assert view.tabs.currentIndex() == LOCAL
+    view.search.setText("someone/tiny-qwen3")
+    view.search.returnPressed.emit()
+    assert view.tabs.currentIndex() == HUB
+    qtbot.waitUntil(lambda: list(rows(view)) == ["someone/tiny-qwen3"], timeout=30_000)
+    qtbot.waitUntil(lambda: rows(view)["someone/tiny-qwen3"][ARCH] == "qwen3", timeout=30_000)
+
+
 def test_offline_mode_is_said_plainly(
     qtbot: QtBot, hub: FakeHub, pane: ModelPane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
