@@ -13,7 +13,7 @@ from pathlib import Path
 
 import platformdirs
 
-from core.envvars import ENV_CACHE_DIR, ENV_CONFIG_DIR, ENV_LOG_DIR
+from core.envvars import ENV_CACHE_DIR, ENV_CONFIG_DIR, ENV_DATA_DIR, ENV_LOG_DIR
 
 APP_NAME = "MacMesh"
 
@@ -57,3 +57,8 @@ def config_dir() -> Path:
 def log_dir() -> Path:
     """Per-run folders with each rank's log."""
     return _dir(ENV_LOG_DIR, platformdirs.user_log_path(APP_NAME, appauthor=False))
+
+
+def data_dir() -> Path:
+    """What the person made and would miss: the run history."""
+    return _dir(ENV_DATA_DIR, platformdirs.user_data_path(APP_NAME, appauthor=False))

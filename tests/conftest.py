@@ -18,6 +18,7 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Settings and logs of one test never reach the user's or another test's."""
     monkeypatch.setenv("MACMESH_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("MACMESH_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("MACMESH_DATA_DIR", str(tmp_path / "data"))
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from core.model.info import ModelError
 from core.plan.memory import Link, Node, PlanOptions
 from core.plan.planner import make_plan
 from core.plan.report import format_plan, plan_to_dict
+from core.plan.split import parse_split
 from core.units import GIB
 from core.worker.vocab import Strategy
 
@@ -121,6 +122,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="every pair of Macs is cabled with RDMA over Thunderbolt 5",
     )
+    parser.add_argument(
+        "--split",
+        metavar="N,N,...",
+        help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     return parser
 
@@ -140,6 +146,11 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[Node]]:
         )
     if not 0 <= args.margin < 1:  # also refuses nan
         parser.error("--margin must be between 0 and 1")
+    if args.split is not None:
+        try:
+            args.split = parse_split(args.split)
+        except ValueError as error:
+            parser.error(str(error))
     return args, nodes
 
 
@@ -161,6 +172,7 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
         context_length=args.context,
         batch=args.batch,
         margin_fraction=args.margin,
+        split=args.split,
     )
     plan = make_plan(model, nodes, links if args.rdma else (), options)
     text = json.dumps(plan_to_dict(plan), indent=2) if args.json else format_plan(plan)

@@ -24,6 +24,7 @@ from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
 from core.library.resolve import resolve_model
 from core.model.info import ModelError
+from core.plan.split import parse_split
 from core.remote.modelcopy import CopyProgress
 from core.remote.targets import Target
 from core.run.placement import ClusterError, show_launch
@@ -82,6 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hash every model file on the nodes (slower: reads them all); a file found "
         "changed is copied again",
     )
+    parser.add_argument(
+        "--split",
+        metavar="N,N,...",
+        help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
@@ -114,6 +120,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
             strategy=args.strategy,
             backend=args.backend,
             verify=args.verify,
+            split=parse_split(args.split) if args.split else None,
         )
         stage.session = session
         stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it

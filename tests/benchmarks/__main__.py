@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,library picks some;
+copy,telemetry,memory,blas,history,linktest,library picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -81,6 +81,18 @@ def _copy(_model) -> dict:
     return bench_copy()
 
 
+def _history(_model) -> dict:
+    from tests.benchmarks.bench_history import bench_history
+
+    return bench_history()
+
+
+def _linktest(model) -> dict:
+    from tests.benchmarks.bench_linktest import bench_linktest
+
+    return bench_linktest(model)
+
+
 def _library(_model) -> dict:
     from tests.benchmarks.bench_library import bench_library
 
@@ -100,6 +112,8 @@ BENCHES = {
     "telemetry": bench_engine.bench_telemetry,
     "memory": _memory,
     "blas": _blas,
+    "history": _history,
+    "linktest": _linktest,
     "library": _library,
 }
 
