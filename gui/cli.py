@@ -12,6 +12,7 @@ subcommands run on machines without a display.
     macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
     macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
     macmesh history [--json|--csv]  the runs kept, newest first
+    macmesh models [...]         the models on this Mac; Hugging Face search and download
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("compare", help="one Mac against the cluster, side by side", add_help=False)
     commands.add_parser("history", help="the runs kept, newest first", add_help=False)
+    commands.add_parser(
+        "models",
+        help="the models on this Mac; search and download from Hugging Face",
+        add_help=False,
+    )
     return parser
 
 
@@ -69,6 +75,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.nodes import nodes_cli
 
         return nodes_cli(argv[1:])
+    if argv[0] == "models":
+        from core.cli.models import models_cli
+
+        return models_cli(argv[1:])
     if argv[0] == "run":
         from core.cli.run import run_cli
 

@@ -16,7 +16,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
@@ -24,7 +23,8 @@ from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.netchange import change_network
 from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
-from core.model.info import ModelError, read_model_info
+from core.library.resolve import resolve_model
+from core.model.info import ModelError
 from core.plan.split import parse_split
 from core.remote.modelcopy import CopyProgress
 from core.remote.targets import Target
@@ -55,7 +55,9 @@ def make_targets(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "model", type=Path, help="the model folder on this Mac (copied to nodes that lack it)"
+        "model",
+        help="the model on this Mac (copied to nodes that lack it): a folder, a name "
+        "`macmesh models` lists (ORG/NAME), or hf:ORG/NAME once downloaded",
     )
     parser.add_argument("--hosts", required=True, help="[user@]host[:port],... in any order")
     parser.add_argument(
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
         check_max_tokens(args.max_tokens)
-        info = read_model_info(args.model)
+        info = resolve_model(args.model, to_run=True)
         hosts = [h for h in args.hosts.split(",") if h.strip()]
         targets = make_targets(hosts, args.python, args.cache_root)
         session = Session(

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,history,linktest,ring_path picks some;
+copy,telemetry,memory,blas,history,linktest,ring_path,library picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -99,6 +99,12 @@ def _ring_path(model) -> dict:
     return bench_ring_path(model)
 
 
+def _library(_model) -> dict:
+    from tests.benchmarks.bench_library import bench_library
+
+    return bench_library()
+
+
 BENCHES = {
     "planner": _planner,
     "demo_model": _demo_model,
@@ -115,6 +121,7 @@ BENCHES = {
     "history": _history,
     "linktest": _linktest,
     "ring_path": _ring_path,
+    "library": _library,
 }
 
 
