@@ -54,11 +54,11 @@ def config_dir() -> Path:
     return _dir(ENV_CONFIG_DIR, platformdirs.user_config_path(APP_NAME, appauthor=False))
 
 
-def data_dir() -> Path:
-    """The user's own data: the API's keys (each file written 0600)."""
-    return _dir(ENV_DATA_DIR, platformdirs.user_data_path(APP_NAME, appauthor=False))
-
-
 def log_dir() -> Path:
     """Per-run folders with each rank's log."""
     return _dir(ENV_LOG_DIR, platformdirs.user_log_path(APP_NAME, appauthor=False))
+
+
+def data_dir() -> Path:
+    """What the person made and would miss: the run history, the API's keys (0600)."""
+    return _dir(ENV_DATA_DIR, platformdirs.user_data_path(APP_NAME, appauthor=False))

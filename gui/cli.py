@@ -10,6 +10,10 @@ subcommands run on machines without a display.
     macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
     macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
     macmesh serve --demo | MODEL --hosts ..  the cluster as an OpenAI-compatible API
+    macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
+    macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
+    macmesh history [--json|--csv]  the runs kept, newest first
+    macmesh models [...]         the models on this Mac; Hugging Face search and download
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("run", help="run a model on Macs over SSH, ask once", add_help=False)
     commands.add_parser("nodes", help="the nodes found, their facts and cables", add_help=False)
     commands.add_parser(
+        "linktest", help="every link's latency and bandwidth, through MLX", add_help=False
+    )
+    commands.add_parser("compare", help="one Mac against the cluster, side by side", add_help=False)
+    commands.add_parser("history", help="the runs kept, newest first", add_help=False)
+    commands.add_parser(
+        "models",
+        help="the models on this Mac; search and download from Hugging Face",
+        add_help=False,
+    )
+    commands.add_parser(
         "serve", help="serve the cluster as an OpenAI-compatible API", add_help=False
     )
     return parser
@@ -65,6 +79,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.nodes import nodes_cli
 
         return nodes_cli(argv[1:])
+    if argv[0] == "models":
+        from core.cli.models import models_cli
+
+        return models_cli(argv[1:])
     if argv[0] == "run":
         from core.cli.run import run_cli
 
@@ -73,6 +91,18 @@ def _main(argv: list[str]) -> int:
         from core.cli.serve import serve_cli
 
         return serve_cli(argv[1:])
+    if argv[0] == "linktest":
+        from core.cli.linktest import linktest_cli
+
+        return linktest_cli(argv[1:])
+    if argv[0] == "compare":
+        from core.cli.compare import compare_cli
+
+        return compare_cli(argv[1:])
+    if argv[0] == "history":
+        from core.cli.history import history_cli
+
+        return history_cli(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)

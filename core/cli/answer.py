@@ -11,6 +11,8 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from core.cli.interrupt import Stage, interrupted
+from core.run.asking import ask_once
+from core.run.history import RunRecord, keep, local_versions, telemetry_series
 from core.run.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.telemetry import Telemetry
@@ -48,6 +50,7 @@ def launch_and_ask(
     stage = stage or Stage("loading the model")
     stage.session = session
     telemetry = Telemetry()
+    began = time.monotonic()
 
     def show(event: dict[str, Any]) -> None:
         stage.streamed = print_token(event, out) or stage.streamed
@@ -72,38 +75,35 @@ def launch_and_ask(
     finally:
         session.stop()
     summary = {**about, **figures, "ranks": telemetry.rank_facts()}
+    not_kept = keep(chat_record(session, about, figures, telemetry, began))
+    if not_kept:
+        err.write(f"macmesh: {not_kept}\n")
     out.write("\n")
     out.write(json.dumps(summary) + "\n" if as_json else human_summary(summary))
     out.flush()
     return 0
 
 
-def ask_once(
-    session: Session, telemetry: Telemetry, prompt: str, max_tokens: int
-) -> dict[str, Any]:
-    """One request and its figures: tokens/s, time to first token, bytes per link."""
-    before = telemetry.link_totals()
-    started = time.monotonic()
-    request = session.ask(prompt, max_tokens=max_tokens)
-    telemetry.request_started(request, started)
-    done = session.wait_done(request)
-    elapsed = max(time.monotonic() - started, 1e-9)
-    time.sleep(p.TRAFFIC_S + 0.2)  # the ranks' last traffic reports of this request
-    after = telemetry.link_totals()
-    summary = next((r for r in telemetry.requests() if r.id == request), None)
-    return {
-        "prompt_tokens": done["prompt_tokens"],
-        "prompt_tps": done["prompt_tps"],
-        "generation_tokens": done["generation_tokens"],
-        "generation_tps": done["generation_tps"],
-        "avg_tps": summary.avg_tps if summary else None,
-        "ttft_s": summary.ttft_s if summary and summary.ttft_s is not None else done["ttft_s"],
-        "link_bytes_per_s": {
-            link: round((after.get(link, 0) - before.get(link, 0)) / elapsed, 1) for link in after
-        },
-        "finish_reason": done["finish_reason"],
-        "text": done["text"],
-    }
+def chat_record(
+    session: Session,
+    about: dict[str, Any],
+    figures: dict[str, Any],
+    telemetry: Telemetry,
+    began: float,
+) -> RunRecord:
+    """One answer as the history keeps it."""
+    spec = session.spec
+    return RunRecord(
+        kind="chat",
+        model=str(about.get("model", session.info.name)),
+        nodes=session.rank_nodes(),
+        strategy=str(about.get("strategy", "")),
+        backend=str(spec.rank_backend if spec is not None else about.get("backend", "")),
+        split=list(about["split"]) if about.get("split") else None,
+        versions=local_versions(),
+        figures={**figures, "ranks": telemetry.rank_facts()},
+        series=telemetry_series(telemetry, began),
+    )
 
 
 def print_token(event: dict[str, Any], out: TextIO) -> bool:

@@ -15,13 +15,14 @@ import platform
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import TextIO
 
-from core.model.info import ModelError, read_model_info
+from core.library.resolve import resolve_model
+from core.model.info import ModelError
 from core.plan.memory import Link, Node, PlanOptions
 from core.plan.planner import make_plan
 from core.plan.report import format_plan, plan_to_dict
+from core.plan.split import parse_split
 from core.units import GIB
 from core.worker.vocab import Strategy
 
@@ -80,7 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         "on macOS, its iogpu.wired_limit_mb). GB are 2^30 bytes, as Apple sizes memory. "
         "Exit status: 0 it fits, 1 it does not fit or the strategy is invalid, 2 bad input.",
     )
-    parser.add_argument("model", type=Path, help="a model folder (config.json + safetensors)")
+    parser.add_argument(
+        "model",
+        help="a model folder (config.json + safetensors), a name `macmesh models` lists "
+        "(ORG/NAME), or hf:ORG/NAME (the cached copy, else planned from the Hub's headers "
+        "without downloading)",
+    )
     parser.add_argument(
         "--node",
         action="append",
@@ -116,6 +122,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="every pair of Macs is cabled with RDMA over Thunderbolt 5",
     )
+    parser.add_argument(
+        "--split",
+        metavar="N,N,...",
+        help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     return parser
 
@@ -135,6 +146,11 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[Node]]:
         )
     if not 0 <= args.margin < 1:  # also refuses nan
         parser.error("--margin must be between 0 and 1")
+    if args.split is not None:
+        try:
+            args.split = parse_split(args.split)
+        except ValueError as error:
+            parser.error(str(error))
     return args, nodes
 
 
@@ -146,7 +162,7 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else 2
     try:
-        model = read_model_info(args.model)
+        model = resolve_model(args.model)
     except ModelError as error:
         print(f"macmesh plan: {error}", file=sys.stderr)
         return 2
@@ -156,6 +172,7 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
         context_length=args.context,
         batch=args.batch,
         margin_fraction=args.margin,
+        split=args.split,
     )
     plan = make_plan(model, nodes, links if args.rdma else (), options)
     text = json.dumps(plan_to_dict(plan), indent=2) if args.json else format_plan(plan)

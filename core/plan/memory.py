@@ -64,9 +64,16 @@ class PlanOptions:
     margin_fraction: float = 0.05
     min_margin_bytes: int = 512 * MIB
     prefill_chunk: int = 2048  # mlx-lm's default prefill_step_size
+    # A pipeline split set by hand: layers per rank, rank order (as a plan lists its
+    # ranks); None: the planner's. Given with strategy auto, it asks for a pipeline.
+    split: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", Strategy(self.strategy))  # "pipeline" too
+        if self.split is not None:
+            object.__setattr__(self, "split", tuple(int(n) for n in self.split))
+            if self.strategy is Strategy.AUTO:
+                object.__setattr__(self, "strategy", Strategy.PIPELINE)
 
 
 @dataclass(frozen=True)

@@ -399,9 +399,11 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
             for r, b in enumerate(ranked)
         )
 
-    ranks = ranks_for(split)
     even_split = _mlx_even_split(layers, n)
     even = EvenSplit(even_split, ranks_for(even_split))
+    if options.split is not None:
+        return _split_by_hand(options.split, ranks_for(options.split), even)
+    ranks = ranks_for(split)
     placed = ", ".join(f"{r.layers} on {r.node}" for r in ranks)
     if found is not None:
         how = (
@@ -435,6 +437,26 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
             f"The {n} nodes have enough memory in total, but no split into whole layers "
             f"keeps every node within its budget ({size(missing)} over)."
         )
+    return _Outcome(Strategy.PIPELINE, "does_not_fit", reason, ranks, split, missing, even=even)
+
+
+def _split_by_hand(
+    split: tuple[int, ...], ranks: tuple[RankPlan, ...], even: EvenSplit
+) -> _Outcome:
+    """A split set by hand: it fits, or the Macs it overfills and by how much."""
+    placed = ", ".join(f"{r.layers} on {r.node}" for r in ranks)
+    over = [r for r in ranks if not r.fits]
+    if not over:
+        reason = f"The pipeline splits the layers as set by hand ({placed})."
+        return _Outcome(Strategy.PIPELINE, "fits", reason, ranks, split, even=even)
+    lacking = "; ".join(
+        f"{r.node} lacks {size(r.overflow_bytes)} for {r.layers} layers" for r in over
+    )
+    reason = (
+        f"That split does not fit: {lacking}. Move layers to a Mac with room, or go back "
+        "to the planner's split."
+    )
+    missing = sum(r.overflow_bytes for r in over)
     return _Outcome(Strategy.PIPELINE, "does_not_fit", reason, ranks, split, missing, even=even)
 
 
@@ -484,6 +506,16 @@ def _input_problem(model: ModelInfo, nodes: Sequence[Node], options: PlanOptions
         return "The context length and the batch size must be at least 1."
     if model.layers < 1:
         return "The model has no layers."
+    split = options.split
+    if split is not None:
+        if options.strategy is not Strategy.PIPELINE:
+            return f"A split by hand is for a pipeline, not {options.strategy}."
+        if len(split) != len(nodes):
+            return f"The split has {len(split)} layer counts for {len(nodes)} Macs: give one each."
+        if min(split) < 1:
+            return "Every Mac in a pipeline needs at least one layer: the split has a 0."
+        if sum(split) != model.layers:
+            return f"The split adds up to {sum(split)} layers; the model has {model.layers}."
     return None
 
 

@@ -108,3 +108,15 @@ def _closest(allowed: list[bool], low: int, high: int, goal: int) -> int:
             if low <= candidate <= high and allowed[candidate]:
                 return candidate
     raise AssertionError("no allowed boundary although the split was proven feasible")
+
+
+def parse_split(text: str) -> tuple[int, ...]:
+    """``--split 50,30,20``: whole layer counts per Mac, in the plan's rank order.
+    ValueError with the reason for anything else."""
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) < 2 or not all(part.isdecimal() and len(part) <= 7 for part in parts):
+        raise ValueError(
+            f"--split {text!r}: give whole layer counts, one per Mac in the plan's order, "
+            "e.g. 18,12"
+        )
+    return tuple(int(part) for part in parts)

@@ -15,8 +15,15 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from core.envvars import ENV_CPU_FAST
 from core.run import mlxenv
 from core.worker.blas import find_openblas
+
+
+def fast_path(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether CPU ranks take the fast path (``MACMESH_CPU_FAST`` is not "0")."""
+    value = (os.environ if environ is None else environ).get(ENV_CPU_FAST, "1")
+    return value.strip().lower() not in ("0", "false", "no", "off")
 
 
 @cache
@@ -33,19 +40,34 @@ def local_cores() -> int:
         return os.cpu_count() or 1
 
 
+def spare_cores() -> int:
+    """The cores no other work holds now: this process's cores less the machine's load
+    (its 1-minute average, rounded), at least one. OpenBLAS's threads wait for each
+    other by spinning: given more threads than the cores free, a rank slows down by
+    several times (measured on this project's 2-core machine with two busy processes:
+    a one-rank demo's prompt at 10 tokens/s on 2 BLAS threads, 92 on one)."""
+    cores = local_cores()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available: trust the cores
+        return cores
+    return max(1, min(cores, cores - round(load)))
+
+
 def local_cpu_env(local_ranks: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The CPU environment of a rank on this machine, one of ``local_ranks`` here."""
+    """The CPU environment of a rank on this machine, one of ``local_ranks`` here: its
+    share of the cores that are spare now."""
     if not sys.platform.startswith("linux"):
         return {}
-    blas = local_blas()
+    blas = local_blas() if fast_path() else None
     preload = (os.environ if base is None else base).get("LD_PRELOAD")
-    return mlxenv.cpu_rank_env(blas["path"] if blas else None, local_cores(), local_ranks, preload)
+    return mlxenv.cpu_rank_env(blas["path"] if blas else None, spare_cores(), local_ranks, preload)
 
 
 def node_cpu_env(versions: Mapping[str, Any], local_ranks: int) -> dict[str, str]:
     """The CPU environment of a rank on a remote node, from its worker's ``--version``."""
     if versions.get("system") != "Linux":
         return {}
-    blas = versions.get("blas") or {}
+    blas = (versions.get("blas") or {}) if fast_path() else {}
     cores = versions.get("cores") or 1
     return mlxenv.cpu_rank_env(blas.get("path"), int(cores), local_ranks)

@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -87,6 +88,9 @@ class JobSpec:
     rank_models: list[Path] | None = None  # per-rank model folder, when nodes hold different files
     targets: list[Target] | None = None  # where each rank runs, rank order (None: this machine)
     devices: list[list[str | list[str] | None]] | None = None  # jaccl: the device matrix
+    # ring: the address each rank listens on (rank order; core.cluster.ringpath's
+    # choice); None: each target's rank_address.
+    addresses: list[str] | None = None
     # On a CPU, per rank (rank order): "float" (dequantize), "quantized", "auto" (if room).
     weights: list[str] | None = None
 
@@ -119,7 +123,9 @@ class JobSpec:
         args += ["--backend", self.rank_backend]
         if self.split and self.nodes > 1:
             args += ["--split", ",".join(str(n) for n in self.split)]
-        if self.weights and self.weights[rank] != "auto":
+        if not cpu.fast_path():
+            args += ["--weights", "quantized"]  # the worker ignores it on Metal
+        elif self.weights and self.weights[rank] != "auto":
             args += ["--weights", self.weights[rank]]
         return args
 
@@ -302,6 +308,8 @@ class Job:
         targets = spec.targets or []
         backend = spec.rank_backend
         addresses = [t.rank_address for t in targets]
+        if backend is Backend.RING and spec.addresses:
+            addresses = list(spec.addresses)
         ports = mlxenv.rank_ports(addresses if backend is Backend.RING else addresses[:1])
         ports += [0] * (len(targets) - len(ports))  # jaccl: only the coordinator listens
         job_dirs = []
@@ -423,9 +431,22 @@ class Job:
             self._send_all(p.encode_command(p.OP_CANCEL, id=request))
             return True
 
-    def link_test(self, nbytes: int = 32 << 20, iters: int = 5) -> str:
+    def link_test(
+        self,
+        sizes: Sequence[int] | None = None,
+        pairs: Sequence[tuple[int, int]] | None = None,
+        scale: float = 1.0,
+    ) -> str:
+        """Measure the links between ``pairs`` of ranks (default: ring neighbours) at each
+        message size (default: 4 KiB to 64 MiB); ``wait_done`` gives the ``link_test``
+        event. ``scale`` shrinks (or grows) the bytes moved at each size."""
         request = f"t{next(self._ids)}"
-        line = p.encode_command(p.OP_LINK_TEST, id=request, bytes=nbytes, iters=iters)
+        fields: dict[str, Any] = {"id": request, "scale": scale}
+        if sizes is not None:
+            fields["sizes"] = [int(n) for n in sizes]
+        if pairs is not None:
+            fields["pairs"] = [[int(a), int(b)] for a, b in pairs]
+        line = p.encode_command(p.OP_LINK_TEST, **fields)
         self._send(line, request, TESTING_LINKS)
         return request
 

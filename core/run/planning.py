@@ -37,9 +37,14 @@ def planner_node(facts: NodeFacts) -> Node:
 
 
 def plan_on(
-    info: ModelInfo, facts: Sequence[NodeFacts], strategy: Strategy | str = Strategy.AUTO
+    info: ModelInfo,
+    facts: Sequence[NodeFacts],
+    strategy: Strategy | str = Strategy.AUTO,
+    split: Sequence[int] | None = None,
 ) -> Plan:
-    """The planner's verdict for ``strategy`` on these nodes (one node: single)."""
+    """The planner's verdict for ``strategy`` on these nodes (one node: single), with
+    the pipeline ``split`` set by hand (rank order) when given."""
     nodes = [planner_node(f) for f in facts]
-    chosen = Strategy.SINGLE if len(nodes) == 1 else Strategy(strategy)
-    return make_plan(info, nodes, options=PlanOptions(strategy=chosen))
+    chosen = Strategy.SINGLE if len(nodes) == 1 and split is None else Strategy(strategy)
+    options = PlanOptions(strategy=chosen, split=None if split is None else tuple(split))
+    return make_plan(info, nodes, options=options)

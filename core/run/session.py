@@ -17,7 +17,8 @@ on its main thread); ``start()`` runs the first five:
   at once.
 - ``launch()``: the job's ranks start (it returns once they are starting).
 - ``ask(...)``: a request; its tokens arrive as ``event``s. ``cancel_answer(request)``: that
-  answer ends at its next token, the job serves on. ``stop()``: every rank ends.
+  answer ends at its next token, the job serves on. ``test_links()``: the link test on the
+  running job. ``stop()``: every rank ends.
 
 ``cancel()`` (any thread) ends the running step at its next boundary (a copy between
 chunks; what arrived is kept and the next copy resumes); ``start()`` then runs no
@@ -130,6 +131,8 @@ class Session:
         job_factory: Callable[[JobSpec], Any] | None = None,
         fresh_s: float = FRESH_S,
         verify: bool = False,
+        split: Sequence[int] | None = None,
+        check_paths: bool = True,
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -148,6 +151,8 @@ class Session:
         self.demo = hosts[0].simulated
         self.strategy, self.backend = Strategy(strategy), Backend(backend)
         self.verify = verify  # preflight hashes every model file on the nodes
+        self.split = None if split is None else tuple(split)  # a pipeline split by hand
+        self.check_paths = check_paths  # preflight tries each ring link's path (issue 18)
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
@@ -267,7 +272,7 @@ class Session:
                         for f in unknown
                     )
                     raise ClusterError(f"Cannot plan: the memory of some nodes is unknown ({why}).")
-                plan = plan_on(self.info, facts, self.strategy)
+                plan = plan_on(self.info, facts, self.strategy, self.split)
                 if not plan.fits:
                     raise ClusterError(plan.reason)
                 self.plan = plan
@@ -283,7 +288,13 @@ class Session:
             used = in_rank_order(plan, self.targets)
             known = {t.name: self.facts[t.name] for t in used if self._describes(t)}
             report = run_preflight(
-                used, plan, self.info.path, self.backend.value, facts=known, verify=self.verify
+                used,
+                plan,
+                self.info.path,
+                self.backend.value,
+                facts=known,
+                verify=self.verify,
+                check_paths=self.check_paths,
             )
             self.report = report
             self.checked.emit(report)
@@ -391,8 +402,17 @@ class Session:
         when that answer is not running (it ended already)."""
         return bool(self._running().cancel(request))
 
+    def test_links(self, sizes: Sequence[int] | None = None, scale: float = 1.0) -> str:
+        """Measure every link the job uses (``core.run.linktest``); ``wait_done`` gives
+        the ranks' ``link_test`` event."""
+        return str(self._running().link_test(sizes, scale=scale))
+
+    def rank_nodes(self) -> list[str]:
+        """The node of each rank, rank order."""
+        return [rank.node for rank in self._planned().ranks]
+
     def wait_done(self, request: str, timeout: float | None = None) -> dict[str, Any]:
-        """The request's ``done`` event; JobError if the job ends first."""
+        """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
         return dict(self._running().wait_done(request, timeout))
 
     def stop(self) -> None:

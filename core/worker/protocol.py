@@ -11,7 +11,7 @@ stdin closing tells a rank its controller is gone)::
     {"op": "generate", "id": "r1", "prompt": "...", "max_tokens": 64, "chat": true,
      "temperature": 0.0, "top_p": 1.0, "seed": 7, "stop": ["Q:"]}   (sampling optional)
     {"op": "cancel", "id": "r1"}   (end that answer at its next token: done, "cancelled")
-    {"op": "link_test", "id": "t1", "bytes": 33554432, "iters": 5}
+    {"op": "link_test", "id": "t1", "sizes": [4096, 67108864], "pairs": [[0, 1]], "scale": 1}
     {"op": "stop"}
     {"op": "join"}          (once every rank is up: join the group now; see ENV_JOIN)
 
@@ -35,7 +35,8 @@ done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tp
 traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
 heartbeat   (every HEARTBEAT_S from the rank's first line, so silence means a hang);
             stage (the ``loading`` stage, until the rank has loaded)
-link_test   request, results ([{peer, bytes, seconds, gib_per_s, latency_us}])
+link_test   request, size (ranks), links ([{a, b, points: [{bytes, seconds (one way),
+            bytes_per_s}]}]), all_sum ([{bytes, seconds, bytes_per_s (bus bandwidth)}])
 error       message (for a person: what happened and what to do), fatal,
             request (when it answers one request: that request failed, the job lives on),
             code (for a refused request, when known: "context_length_exceeded")
@@ -81,6 +82,8 @@ CANCELLED = "cancelled"
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 
 HEARTBEAT_S = 1.0
+MAX_LINK_SIZES = 16  # message sizes in one link test
+MAX_LINK_BYTES = 1 << 30
 DEFAULT_MAX_TOKENS = 128  # a generate command without max_tokens
 TRAFFIC_S = 0.5
 
@@ -146,10 +149,35 @@ def parse_command(line: str) -> dict[str, Any]:
         if not isinstance(record.get("id"), str):
             raise ValueError("'id' must name the request to cancel")
     elif record["op"] == OP_LINK_TEST:
-        for key in ("bytes", "iters"):
-            if key in record and not _positive_int(record[key]):
-                raise ValueError(f"{key!r} must be a positive whole number")
+        _check_link_test(record)
     return record
+
+
+def _check_link_test(record: dict[str, Any]) -> None:
+    sizes = record.get("sizes")
+    if sizes is not None and (
+        not isinstance(sizes, list)
+        or not 0 < len(sizes) <= MAX_LINK_SIZES
+        or not all(_positive_int(n) and n <= MAX_LINK_BYTES for n in sizes)
+    ):
+        raise ValueError(
+            f"'sizes' must list 1 to {MAX_LINK_SIZES} message sizes of 1 byte to 1 GiB"
+        )
+    pairs = record.get("pairs")
+    if pairs is not None and (
+        not isinstance(pairs, list)
+        or not all(
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in pair)
+            and pair[0] != pair[1]
+            for pair in pairs
+        )
+    ):
+        raise ValueError("'pairs' must list pairs of two different ranks, e.g. [[0, 1]]")
+    scale = record.get("scale", 1)
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale <= 10:
+        raise ValueError("'scale' must be a number above 0, at most 10")
 
 
 def _check_generate(record: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from mlx_lm.generate import generation_stream, stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from core.worker import protocol as p
+from core.worker.linktest import link_test
 from core.worker.sharding import Shard
 from core.worker.stops import StopScanner
 
@@ -185,40 +186,6 @@ def generate(
     if rank == 0:
         events.emit(p.DONE, **summary)
     return summary
-
-
-def link_test(group: mx.distributed.Group, command: dict[str, Any], events: p.EventWriter) -> None:
-    """Time a large all_sum (bandwidth) and a tiny one (latency) across the group."""
-    size = group.size()
-    nbytes = int(command.get("bytes", 32 << 20))
-    iters = max(1, int(command.get("iters", 5)))
-    big = mx.ones((max(1, nbytes // 4),), dtype=mx.float32)
-    tiny = mx.ones((1,), dtype=mx.float32)
-    mx.eval(mx.distributed.all_sum(big, group=group, stream=mx.cpu))  # warm up
-    start = time.perf_counter()
-    for _ in range(iters):
-        mx.eval(mx.distributed.all_sum(big, group=group, stream=mx.cpu))
-    seconds = (time.perf_counter() - start) / iters
-    start = time.perf_counter()
-    for _ in range(iters * 4):
-        mx.eval(mx.distributed.all_sum(tiny, group=group, stream=mx.cpu))
-    latency = (time.perf_counter() - start) / (iters * 4)
-    # Bus bandwidth: what each link carried, the figure to hold against its nominal speed.
-    moved = big.nbytes * 2 * (size - 1) / size
-    if group.rank() == 0:
-        events.emit(
-            p.LINK_TEST,
-            request=command.get("id", ""),
-            results=[
-                {
-                    "peer": (group.rank() + 1) % size,
-                    "bytes": big.nbytes,
-                    "seconds": round(seconds, 6),
-                    "gib_per_s": round(moved / seconds / (1 << 30), 4),
-                    "latency_us": round(latency * 1e6, 1),
-                }
-            ],
-        )
 
 
 def serve(

@@ -8,6 +8,7 @@ after the person picked another folder is dropped.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from core.plan.planner import Plan
 from core.worker.vocab import Strategy
 from gui.bridge import Bridge
 from gui.model.drop_zone import DropZone
+from gui.model.library_view import LibraryView
 from gui.model.memory_bars import MemoryBars
 from gui.model.planning import plan_all
 from gui.model.strategy import StrategyChooser
@@ -29,6 +31,10 @@ from gui.widgets import Card, label, section
 if TYPE_CHECKING:
     from core.cluster.probe.facts import NodeFacts
     from core.cluster.registry import Node
+
+
+def _named(info: ModelInfo, name: str | None) -> ModelInfo:
+    return replace(info, name=name) if name else info
 
 
 class ModelPane(Card):
@@ -49,6 +55,12 @@ class ModelPane(Card):
         self.drop_zone.demo_requested.connect(self.use_demo_model)
         self.body.addWidget(self.drop_zone)
         self.body.addSpacing(4)
+        self.body.addWidget(section("Library · on this Mac and on Hugging Face"))
+        self.library = LibraryView(bridge)
+        self.library.model_chosen.connect(lambda folder, name: self.load(folder, name=name))
+        self.drop_zone.hub_link_dropped.connect(self.library.show_repo)
+        self.body.addWidget(self.library, 1)
+        self.body.addSpacing(4)
         self.body.addWidget(section("Strategy"))
         self.chooser = StrategyChooser()
         self.chooser.strategy_changed.connect(self._strategy_changed)
@@ -59,20 +71,20 @@ class ModelPane(Card):
         self.body.addWidget(section("Memory per Mac · planned use of usable memory"))
         self.bars = MemoryBars()
         self.body.addWidget(self.bars)
-        self.body.addStretch(1)
         self.chooser.select(Strategy.PIPELINE)
         self._replan()
 
     # -- inputs -----------------------------------------------------------------------
 
-    def load(self, folder: Path) -> None:
-        """Read ``folder`` in the background; show its facts or why it cannot be used."""
+    def load(self, folder: Path, *, name: str | None = None) -> None:
+        """Read ``folder`` in the background; show its facts or why it cannot be used.
+        ``name``: the library's name for it (a cache snapshot's folder is a commit)."""
         folder = Path(folder)
         self._generation += 1
         generation = self._generation
         self.drop_zone.show_busy(f"Reading {folder.name or folder}…")
         self._bridge.run_in_background(
-            lambda: read_model_info(folder),
+            lambda: _named(read_model_info(folder), name),
             lambda info: self._loaded(generation, info),
             lambda error: self._failed(generation, folder, error),
         )
@@ -96,6 +108,7 @@ class ModelPane(Card):
     def set_nodes(self, nodes: Sequence[Node]) -> None:
         """Plan on the nodes whose memory is known (a host not probed yet has none)."""
         self._nodes = [n.facts for n in nodes if n.facts is not None and n.facts.memory_bytes]
+        self.library.set_nodes(self._nodes)
         self._replan()
 
     def select_strategy(self, choice: Strategy | str) -> None:
@@ -105,6 +118,7 @@ class ModelPane(Card):
         self.setAcceptDrops(not locked)
         self.drop_zone.set_locked(locked)
         self.chooser.set_locked(locked)
+        self.library.set_locked(locked)
 
     # -- state --------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,10 +107,11 @@ class RunController(QObject):
         plan: Plan,
         hosts: Sequence[Host] | None = None,
         verify: bool = False,
+        reprobe: bool = False,
     ) -> None:
         """Run ``plan``: on the demo's simulated Macs (``hosts`` None: the plan's nodes),
-        or on real Macs after the checks (``verify``: every model file hashed there) and
-        the copy."""
+        or on real Macs after the checks (``verify``: every model file hashed there;
+        ``reprobe``: every Mac asked again, e.g. after a network change) and the copy."""
         if self.state.active:
             return
         self._detach()
@@ -153,7 +155,10 @@ class RunController(QObject):
             count = len(plan.nodes_used)
             self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
         self._bridge.run_in_background(
-            session.start, None, lambda error: self._start_error(session, error), queue=self._queue
+            partial(session.start, reprobe),
+            None,
+            lambda error: self._start_error(session, error),
+            queue=self._queue,
         )
 
     def stop(self) -> None:

@@ -47,6 +47,7 @@ from gui.widgets import Badge, Card, label
 if TYPE_CHECKING:
     from core.run.launcher import JobSpec
     from core.run.session import Host
+    from gui.run.network_dialog import NetworkChangeDialog
     from gui.run.plots import LivePlots
 
 REDRAW_HZ = 10
@@ -152,6 +153,7 @@ class RunPane(Card):
         c.copy_progress.connect(self.checks.show_copy)
         c.setup_failed.connect(self.checks.show_error)
         self.checks.verify_requested.connect(self.verify)
+        self.checks.change_requested.connect(self.change_network)
         self._show_state(RunState.IDLE, "")
 
     @property
@@ -230,7 +232,32 @@ class RunPane(Card):
         """Start again with every model file hashed on the Macs (the checks' Verify)."""
         self._start(verify=True)
 
-    def _start(self, verify: bool) -> None:
+    def change_network(self, node: str) -> NetworkChangeDialog | None:
+        """The checks' Change…: the changes offered for ``node``, made with its admin
+        password once; then the checks run again with every Mac asked anew."""
+        from core.run.netapply import apply_changes  # SSH: loaded when first needed
+        from gui.run.network_dialog import NetworkChangeDialog
+
+        session = self.controller.session
+        report = self.controller.report
+        if session is None or report is None:
+            return None
+        changes = [o for o in report.backend.offers if o.node == node]
+        target = next((t for t in session.targets if t.name == node), None)
+        if not changes or target is None:
+            return None
+        dialog = NetworkChangeDialog(
+            node,
+            changes,
+            apply=lambda password: apply_changes(target, changes, password),
+            run_in_background=self._bridge.run_in_background,
+            parent=self,
+        )
+        dialog.accepted.connect(lambda: self._start(verify=False, reprobe=True))
+        dialog.open()
+        return dialog
+
+    def _start(self, verify: bool, reprobe: bool = False) -> None:
         if self._info is None or self._plan is None or not self._plan.fits:
             return
         try:
@@ -249,7 +276,7 @@ class RunPane(Card):
         self.numbers.clear()
         self._drawn = -1
         self.progress.reset({r.rank: r.node for r in self._plan.ranks})
-        self.controller.start(self._info, self._plan, hosts, verify=verify)
+        self.controller.start(self._info, self._plan, hosts, verify=verify, reprobe=reprobe)
 
     def launch_job(self) -> Callable[[], dict] | None:
         """What works out the equivalent mlx.launch for the current plan (it may ask a

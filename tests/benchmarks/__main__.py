@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,serve,batching picks some;
+copy,telemetry,memory,blas,history,linktest,ring_path,library,serve,batching picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -93,6 +93,30 @@ def _copy(_model) -> dict:
     return bench_copy()
 
 
+def _history(_model) -> dict:
+    from tests.benchmarks.bench_history import bench_history
+
+    return bench_history()
+
+
+def _linktest(model) -> dict:
+    from tests.benchmarks.bench_linktest import bench_linktest
+
+    return bench_linktest(model)
+
+
+def _ring_path(model) -> dict:
+    from tests.benchmarks.bench_ring_path import bench_ring_path
+
+    return bench_ring_path(model)
+
+
+def _library(_model) -> dict:
+    from tests.benchmarks.bench_library import bench_library
+
+    return bench_library()
+
+
 BENCHES = {
     "planner": _planner,
     "demo_model": _demo_model,
@@ -106,6 +130,10 @@ BENCHES = {
     "telemetry": bench_engine.bench_telemetry,
     "memory": _memory,
     "blas": _blas,
+    "history": _history,
+    "linktest": _linktest,
+    "ring_path": _ring_path,
+    "library": _library,
     "serve": _serve,
     "batching": _batching,
 }

@@ -151,3 +151,20 @@ def test_local_cpu_env_uses_this_machines_blas_and_cores(monkeypatch) -> None:
     env = cpu.local_cpu_env(2, {"LD_PRELOAD": "/z.so"})
     assert env["LD_PRELOAD"] == "/y/libopenblas.so.0:/z.so"
     assert env["OPENBLAS_NUM_THREADS"] == "1"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+@pytest.mark.parametrize(
+    ("cores", "load", "spare"), [(2, 0.1, 2), (2, 0.6, 1), (2, 9.0, 1), (8, 2.4, 6), (4, 0.0, 4)]
+)
+def test_blas_threads_take_only_the_cores_no_other_work_holds(
+    monkeypatch, cores: int, load: float, spare: int
+) -> None:
+    """OpenBLAS's threads spin waiting for each other: more than the free cores and a
+    rank slows down several times, so a busy machine gets fewer."""
+    monkeypatch.setattr(cpu, "local_blas", lambda: {"path": "/y/libopenblas.so.0", "source": "x"})
+    monkeypatch.setattr(cpu, "local_cores", lambda: cores)
+    monkeypatch.setattr(cpu.os, "getloadavg", lambda: (load, load, load))
+    assert cpu.spare_cores() == spare
+    assert cpu.local_cpu_env(1, {})["OPENBLAS_NUM_THREADS"] == str(spare)
+    assert cpu.local_cpu_env(2, {})["OPENBLAS_NUM_THREADS"] == str(max(1, spare // 2))

@@ -1,0 +1,151 @@
+"""``macmesh compare``: one Mac against the cluster, the same prompt and tokens.
+
+``macmesh compare MODEL --hosts a,b,...`` on real Macs, ``macmesh compare --demo
+[--nodes N]`` on the demo cluster. It runs the prompt on the strongest Mac that holds
+the model alone, then on the cluster, and prints both runs side by side with the
+speedup, or why there is none (``--json``: one document with both runs and the ratio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
+from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.cli.run import make_targets
+from core.library.resolve import resolve_model
+from core.model.info import ModelError, read_model_info
+from core.plan.split import parse_split
+from core.run import demo
+from core.run.compare import Comparison, RunFigures, compare
+from core.run.history import RunRecord, keep, local_versions
+from core.run.launcher import JobError
+from core.run.placement import ClusterError
+from core.run.session import Session, real_hosts, simulated_hosts
+from core.settings import MAX_DEMO_NODES
+from core.units import rate, seconds, size
+from core.worker.vocab import Strategy
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "model",
+        nargs="?",
+        help="a model folder, a name `macmesh models` lists, or hf:ORG/NAME once downloaded "
+        "(--demo: optional)",
+    )
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--demo", action="store_true", help="the demo cluster on this machine")
+    where.add_argument("--hosts", help="[user@]host[:port],... the cluster's Macs")
+    parser.add_argument("--nodes", type=int, default=2, help="with --demo: simulated Macs, 2-4")
+    parser.add_argument(
+        "--strategy", choices=(Strategy.PIPELINE, Strategy.TENSOR), default=Strategy.PIPELINE
+    )
+    parser.add_argument("--python", help="with --hosts: the nodes' Python")
+    parser.add_argument("--cache-root", help="with --hosts: the nodes' cache folder")
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument(
+        "--split",
+        metavar="N,N,...",
+        help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def compare_cli(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="macmesh compare", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    stage = Stage("reading the model")
+    with first_interrupt_only():
+        try:
+            return run_compare(args, sys.stdout, sys.stderr, stage)
+        except KeyboardInterrupt:
+            return interrupted(stage, sys.stderr)
+
+
+def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
+    try:
+        check_max_tokens(args.max_tokens)
+        if args.demo and not 2 <= args.nodes <= MAX_DEMO_NODES:
+            raise ClusterError(f"--nodes: a comparison needs 2 to {MAX_DEMO_NODES} simulated Macs")
+        if args.model is None and not args.demo:
+            raise ClusterError("name the model folder to compare (or use --demo)")
+        if args.model is None:
+            stage("preparing the demo model")
+        if args.model:
+            info = resolve_model(args.model, to_run=True)
+        else:
+            info = read_model_info(demo.demo_model())
+        if args.demo:
+            hosts = simulated_hosts(demo.demo_facts(args.nodes))
+        else:
+            names = [h for h in args.hosts.split(",") if h.strip()]
+            if len(names) < 2:
+                raise ClusterError("--hosts: a cluster to compare with needs two hosts or more")
+            hosts = real_hosts(make_targets(names, args.python, args.cache_root))
+    except (ClusterError, ModelError, ValueError) as exc:
+        err.write(f"macmesh: {exc}\n")
+        return 2
+
+    def watch(session: Session, what: str) -> None:
+        stage.session = session
+        if what == "probing":
+            stage("probing the hosts")
+            if not args.demo:
+                err.write(f"Probing {len(session.hosts)} host(s)…\n")
+            return
+        stage(f"running on {'one Mac' if what == 'one Mac' else 'the cluster'}")
+        names = ", ".join(h.name for h in session.hosts)
+        err.write(f"On {'one Mac' if what == 'one Mac' else 'the cluster'} ({names})…\n")
+        err.flush()
+
+    try:
+        split = parse_split(args.split) if args.split else None
+        result = compare(
+            info, hosts, args.strategy, args.prompt, args.max_tokens, on_session=watch, split=split
+        )
+    except (ClusterError, ValueError) as exc:
+        err.write(f"macmesh: {exc}\n")
+        return 2
+    except JobError as exc:
+        err.write(f"macmesh: the comparison failed: {exc}\n")
+        return 1
+    record = RunRecord(
+        kind="compare",
+        model=info.name,
+        nodes=result.cluster.nodes,
+        strategy=result.strategy,
+        backend="ring",
+        split=list(split) if split else None,
+        versions=local_versions(),
+        figures=result.to_dict(),
+    )
+    not_kept = keep(record)
+    if not_kept:
+        err.write(f"macmesh: {not_kept}\n")
+    out.write(json.dumps(result.to_dict()) + "\n" if args.json else side_by_side(result))
+    return 0
+
+
+def side_by_side(result: Comparison) -> str:
+    runs: list[RunFigures] = [r for r in (result.single, result.cluster) if r is not None]
+    rows = [
+        ("", [f"{r.label} ({', '.join(r.nodes)})" for r in runs]),
+        ("generation", [f"{rate(r.generation_tps)} tokens/s" for r in runs]),
+        ("prompt", [f"{rate(r.prompt_tps)} tokens/s" for r in runs]),
+        ("first token", [seconds(r.ttft_s) if r.ttft_s is not None else "—" for r in runs]),
+        (
+            "memory",
+            [", ".join(f"{n} {size(b)}" for n, b in r.memory_bytes.items()) for r in runs],
+        ),
+    ]
+    width = max(len(cell) for _, cells in rows for cell in cells)
+    lines = [f"{name:<12} " + "  ".join(f"{c:<{width}}" for c in cells) for name, cells in rows]
+    lines += ["", result.headline(), *result.notes]
+    return "\n".join(line.rstrip() for line in lines) + "\n"

@@ -1,0 +1,189 @@
+"""Compare: the same prompt and the same number of tokens on one Mac, then on the
+cluster, side by side, with the speedup or the reason there is none.
+
+The one Mac is the strongest that holds the model alone (``strongest_single``: the
+planner's single-node verdict on each, the most GPU memory first). Each run is a whole
+``Session`` (probe, plan, checks, copy, launch, ask, stop), one after the other, so the
+two never share a core. When no Mac holds the model alone, the cluster runs by itself
+and the headline says the model needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from core.cluster.probe.facts import NodeFacts
+from core.model.info import ModelInfo
+from core.plan.planner import Plan
+from core.run.asking import ask_once
+from core.run.planning import plan_on
+from core.run.session import Host, Session
+from core.run.telemetry import Telemetry
+from core.units import size
+from core.worker.vocab import Strategy
+
+# Below this ratio the cluster is "not faster" (run-to-run noise is a few percent).
+FASTER = 1.05
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One of the two runs: where it ran and what it measured."""
+
+    label: str  # "one Mac" or "cluster"
+    nodes: list[str]
+    strategy: str
+    ranks: int  # ranks that reported loading: the proof of where it ran
+    generation_tps: float
+    prompt_tps: float
+    ttft_s: float | None
+    generation_tokens: int
+    prompt_tokens: int
+    memory_bytes: dict[str, int]  # per node: the most its rank held
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    single: RunFigures | None
+    cluster: RunFigures
+    strategy: str
+    no_single: str = ""  # why no one Mac ran it (the model needs the cluster)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float | None:
+        """Cluster generation tokens/s over one Mac's."""
+        if self.single is None or not self.single.generation_tps:
+            return None
+        return self.cluster.generation_tps / self.single.generation_tps
+
+    def headline(self) -> str:
+        count = len(self.cluster.nodes)
+        if self.single is None:
+            return self.no_single
+        ratio = self.ratio or 0.0
+        if ratio >= FASTER:
+            return f"{ratio:.1f}× faster on {count} Macs"
+        if self.strategy == Strategy.PIPELINE:
+            return (
+                f"{ratio:.2f}× on {count} Macs: pipeline splits memory, not time; one answer is "
+                "not faster (tensor is)"
+            )
+        return f"{ratio:.2f}× on {count} Macs: not faster here (the links cost more than they save)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "single": self.single.to_dict() if self.single else None,
+            "cluster": self.cluster.to_dict(),
+            "ratio": None if self.ratio is None else round(self.ratio, 3),
+            "headline": self.headline(),
+            "notes": list(self.notes),
+        }
+
+
+def strongest_single(info: ModelInfo, facts: Sequence[NodeFacts]) -> tuple[str | None, str]:
+    """The node that holds the model alone with the most memory for it (the strongest
+    Mac), or None and why none does ("needs the cluster: 512 GB on 4 Macs")."""
+    fitting: list[tuple[int, str]] = []
+    for node in facts:
+        plan = plan_on(info, [node])
+        if plan.fits:
+            fitting.append((plan.ranks[0].usable_bytes, node.name))
+    if fitting:
+        return max(fitting)[1], ""
+    total = sum(int(f.memory_bytes or 0) for f in facts)
+    return None, (
+        f"needs the cluster: no one Mac holds {info.name}; it runs on {size(total)} "
+        f"across {len(facts)} Macs"
+    )
+
+
+def measured_run(
+    session: Session, label: str, prompt: str, max_tokens: int, plan: Plan
+) -> RunFigures:
+    """Launch the started session's job, ask once, stop: the run's figures."""
+    telemetry = Telemetry()
+    session.event.connect(telemetry.feed)
+    try:
+        session.launch()
+        session.wait_ready()
+        figures = ask_once(session, telemetry, prompt, max_tokens)
+    finally:
+        session.stop()
+        session.event.disconnect(telemetry.feed)
+    nodes = [rank.node for rank in plan.ranks]
+    memory = telemetry.memory()
+    return RunFigures(
+        label=label,
+        nodes=nodes,
+        strategy=str(plan.strategy),
+        ranks=len(telemetry.rank_facts()),
+        generation_tps=float(figures["generation_tps"]),
+        prompt_tps=float(figures["prompt_tps"]),
+        ttft_s=figures["ttft_s"],
+        generation_tokens=int(figures["generation_tokens"]),
+        prompt_tokens=int(figures["prompt_tokens"]),
+        memory_bytes={nodes[r]: b for r, b in memory.items() if r < len(nodes)},
+        text=str(figures["text"]),
+    )
+
+
+def compare(
+    info: ModelInfo,
+    hosts: Sequence[Host],
+    strategy: Strategy | str,
+    prompt: str,
+    max_tokens: int,
+    *,
+    prepare: Callable[[Session], None] | None = None,
+    on_session: Callable[[Session, str], None] | None = None,
+    split: Sequence[int] | None = None,
+) -> Comparison:
+    """One Mac, then the cluster. ``prepare(session)`` runs a session's steps before its
+    launch (probe, plan, checks, copy: the caller's, so it can print them);
+    ``on_session(session, what)`` hears of each session as it begins, ``what`` being
+    "probing", "one Mac" or "cluster" (to say so, and to cancel it on Ctrl-C). ``split``:
+    the cluster's pipeline split set by hand (rank order)."""
+
+    def begin(session: Session, what: str) -> Session:
+        if on_session is not None:
+            on_session(session, what)
+        if prepare is not None:
+            prepare(session)
+        else:
+            session.probe()
+            session.make_plan()
+            session.preflight()
+            session.copy()
+        return session
+
+    cluster_session = Session(info, hosts, strategy=strategy, split=split)
+    if on_session is not None:
+        on_session(cluster_session, "probing")
+    facts = cluster_session.probe()  # held: the runs below ask for no facts again
+    cluster_session.make_plan()  # a cluster that cannot run stops the comparison first
+    best, no_single = strongest_single(info, facts)
+    single = None
+    if best is not None:
+        host = next(h for h in hosts if h.name == best)
+        if host.facts is None and best in cluster_session.facts:
+            host = Host(host.name, host.target, cluster_session.facts[best])
+        session = begin(Session(info, [host], strategy=Strategy.SINGLE), "one Mac")
+        single = measured_run(session, "one Mac", prompt, max_tokens, session.make_plan())
+    begin(cluster_session, "cluster")
+    plan = cluster_session.make_plan()
+    cluster = measured_run(cluster_session, "cluster", prompt, max_tokens, plan)
+    notes = []
+    if single is not None and single.generation_tokens != cluster.generation_tokens:
+        notes.append(
+            f"the runs made {single.generation_tokens} and {cluster.generation_tokens} tokens "
+            "(the answer ended early in one): tokens/s still compares"
+        )
+    return Comparison(single, cluster, str(plan.strategy), no_single, notes)

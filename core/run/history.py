@@ -1,0 +1,272 @@
+"""Run history: every run (a chat, a comparison, a link test, an API session) with its
+model, nodes, strategy, split, backend, versions, figures and time series, kept in the
+user data folder so a presenter can show last week's numbers.
+
+SQLite from the standard library, one file: the list of runs is one indexed query
+however long the series are (those sit in their own table, read only for the run asked
+for). Writes are short transactions; a history that cannot be read (a damaged file) is
+set aside and a new one begun, never a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from core.paths import FolderError, data_dir
+from core.run.telemetry import Telemetry
+
+FILE_NAME = "history.sqlite3"
+KINDS = ("chat", "compare", "linktest", "api")
+CSV_COLUMNS = ("run", "started", "kind", "model", "nodes", "strategy", "series", "t", "value")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started REAL NOT NULL,
+    kind TEXT NOT NULL,
+    model TEXT NOT NULL,
+    nodes TEXT NOT NULL,
+    strategy TEXT NOT NULL,
+    split TEXT,
+    backend TEXT NOT NULL,
+    versions TEXT NOT NULL,
+    figures TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
+CREATE TABLE IF NOT EXISTS series (
+    run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    t REAL NOT NULL,
+    value REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS series_run ON series (run);
+"""
+
+
+@dataclass
+class RunRecord:
+    """One run as kept. ``series``: name → [(t, value)], seconds from the run's start."""
+
+    kind: str
+    model: str
+    nodes: list[str]
+    strategy: str
+    backend: str
+    figures: dict[str, Any]
+    split: list[int] | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    id: int | None = None
+
+    def to_dict(self, with_series: bool = True) -> dict[str, Any]:
+        data = {
+            "id": self.id,
+            "started": self.started,
+            "kind": self.kind,
+            "model": self.model,
+            "nodes": self.nodes,
+            "strategy": self.strategy,
+            "split": self.split,
+            "backend": self.backend,
+            "versions": self.versions,
+            "figures": self.figures,
+        }
+        if with_series:
+            data["series"] = {k: [list(p) for p in v] for k, v in self.series.items()}
+        return data
+
+
+class History:
+    """The runs kept in ``path`` (default: the data folder's history file)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or data_dir() / FILE_NAME
+        try:
+            with self._connect() as db:
+                db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError:  # not a database (damaged): kept aside, begun anew
+            self._set_aside()
+            with self._connect() as db:
+                db.executescript(_SCHEMA)
+
+    def add(self, record: RunRecord) -> int:
+        """Keep ``record`` (and its series); its id."""
+        if record.kind not in KINDS:
+            raise ValueError(f"a run is one of {', '.join(KINDS)}, not {record.kind!r}")
+        with self._connect() as db:
+            cursor = db.execute(
+                "INSERT INTO runs (started, kind, model, nodes, strategy, split, backend, "
+                "versions, figures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.started,
+                    record.kind,
+                    record.model,
+                    json.dumps(record.nodes),
+                    record.strategy,
+                    None if record.split is None else json.dumps(record.split),
+                    record.backend,
+                    json.dumps(record.versions, default=str),
+                    json.dumps(record.figures, default=str),
+                ),
+            )
+            run = int(cursor.lastrowid or 0)
+            db.executemany(
+                "INSERT INTO series (run, name, t, value) VALUES (?, ?, ?, ?)",
+                (
+                    (run, name, float(t), float(v))
+                    for name, points in record.series.items()
+                    for t, v in points
+                ),
+            )
+        record.id = run
+        return run
+
+    def runs(self, limit: int | None = None) -> list[RunRecord]:
+        """The runs, newest first, without their series (``series(id)`` has them)."""
+        query = "SELECT * FROM runs ORDER BY started DESC, id DESC"
+        with self._connect() as db:
+            rows = db.execute(query + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
+            return [_record(row) for row in rows]
+
+    def get(self, run: int) -> RunRecord | None:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run,)).fetchone()
+            if row is None:
+                return None
+            record = _record(row)
+            record.series = self._series(db, run)
+            return record
+
+    def delete(self, run: int) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM series WHERE run = ?", (run,))
+            db.execute("DELETE FROM runs WHERE id = ?", (run,))
+
+    def export_json(self, out: IO[str], runs: Iterable[int] | None = None) -> None:
+        """Everything of the runs (default: all), series included, as one JSON document."""
+        chosen = [r.id for r in self.runs()] if runs is None else list(runs)
+        records = [self.get(run) for run in chosen if run is not None]
+        json.dump({"runs": [r.to_dict() for r in records if r]}, out, indent=1, default=str)
+
+    def export_csv(self, out: IO[str], runs: Iterable[int] | None = None) -> None:
+        """The series of the runs (default: all), one row per sample, with each run's
+        model, nodes and strategy; a run without series gives one row of its figures."""
+        writer = csv.writer(out)
+        writer.writerow(CSV_COLUMNS)
+        chosen = [r.id for r in self.runs()] if runs is None else list(runs)
+        for run in chosen:
+            record = self.get(run) if run is not None else None
+            if record is None:
+                continue
+            head = [
+                record.id,
+                _iso(record.started),
+                record.kind,
+                record.model,
+                " ".join(record.nodes),
+                record.strategy,
+            ]
+            if not record.series:
+                for name, value in _flat(record.figures):
+                    writer.writerow([*head, name, "", value])
+            for name, points in record.series.items():
+                for t, value in points:
+                    writer.writerow([*head, name, f"{t:.3f}", value])
+
+    # -- internals ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=10)
+        db.row_factory = sqlite3.Row
+        try:
+            with db:  # one transaction: committed, or rolled back on an error
+                yield db
+        finally:
+            db.close()
+
+    def _set_aside(self) -> None:
+        damaged = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+        self.path.replace(damaged)
+
+    @staticmethod
+    def _series(db: sqlite3.Connection, run: int) -> dict[str, list[tuple[float, float]]]:
+        series: dict[str, list[tuple[float, float]]] = {}
+        rows = db.execute("SELECT name, t, value FROM series WHERE run = ? ORDER BY rowid", (run,))
+        for name, t, value in rows:
+            series.setdefault(name, []).append((t, value))
+        return series
+
+
+def local_versions() -> dict[str, Any]:
+    """MacMesh's, MLX's and mlx-lm's versions on this machine."""
+    import core
+    from core.worker.version import package_version
+
+    return {
+        "macmesh": core.__version__,
+        "mlx": package_version("mlx", "mlx.core"),
+        "mlx_lm": package_version("mlx-lm", "mlx_lm"),
+    }
+
+
+def telemetry_series(telemetry: Telemetry, origin: float) -> dict[str, list[tuple[float, float]]]:
+    """A run's plotted series, as kept: tokens/s (smoothed) and bytes/s per link."""
+    series = {"tokens_per_s": series_points(*telemetry.tokens_per_s().smoothed, origin)}
+    for link, (times, values) in telemetry.link_series().items():
+        series[f"link {link} bytes_per_s"] = series_points(times, values, origin)
+    return series
+
+
+def keep(record: RunRecord, path: Path | None = None) -> str | None:
+    """Add ``record`` to the history; None, or why it could not be kept (one line: a
+    run's figures are never lost to a history that cannot be written)."""
+    try:
+        History(path).add(record)
+    except (FolderError, OSError, sqlite3.Error) as error:
+        return f"the run was not kept in the history: {error}"
+    return None
+
+
+def series_points(
+    times: Iterable[float], values: Iterable[float], origin: float
+) -> list[tuple[float, float]]:
+    """A telemetry series as (seconds from ``origin``, value) pairs."""
+    return [(float(t) - origin, float(v)) for t, v in zip(times, values, strict=True)]
+
+
+def _record(row: sqlite3.Row) -> RunRecord:
+    return RunRecord(
+        id=row["id"],
+        started=row["started"],
+        kind=row["kind"],
+        model=row["model"],
+        nodes=json.loads(row["nodes"]),
+        strategy=row["strategy"],
+        split=None if row["split"] is None else json.loads(row["split"]),
+        backend=row["backend"],
+        versions=json.loads(row["versions"]),
+        figures=json.loads(row["figures"]),
+    )
+
+
+def _flat(figures: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in figures.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flat(value, f"{name}.")
+        elif isinstance(value, int | float | str | bool) or value is None:
+            yield name, value
+
+
+def _iso(started: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))

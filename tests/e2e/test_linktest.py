@@ -1,0 +1,85 @@
+"""`macmesh linktest`: every link of the demo cluster measured through MLX, honestly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.run.launcher import Job, JobSpec
+from core.worker import protocol as p
+from core.worker.linktest import iterations
+
+LOOPBACK_TX = Path("/sys/class/net/lo/statistics/tx_bytes")
+
+
+@pytest.mark.slow
+def test_linktest_on_three_demo_macs_prints_every_link_against_loopback(demo_model: Path) -> None:
+    env = dict(os.environ, MACMESH_CACHE_DIR=str(demo_model.parents[1]), HF_HUB_OFFLINE="1")
+    args = ["linktest", "--demo", "--nodes", "3", "--quick", "--json"]
+    run = subprocess.run(
+        [sys.executable, "-m", "gui.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    nodes = report["nodes"]
+    assert len(nodes) == 3 and len(set(nodes)) == 3
+    # A ring of three: every rank's link to the next, each named by its Macs.
+    assert [link["ranks"] for link in report["links"]] == [[0, 1], [1, 2], [2, 0]]
+    for link in report["links"]:
+        assert link["nodes"] == [nodes[link["ranks"][0]], nodes[link["ranks"][1]]]
+        sizes = [point["bytes"] for point in link["points"]]
+        assert sizes == [4096 * 4**k for k in range(8)]
+        assert link["latency_us"] > 0 and link["bytes_per_s"] > 0
+        assert link["nominal"] == "loopback TCP" and link["nominal_bytes_per_s"] > 0
+        assert link["share"] == pytest.approx(
+            link["bytes_per_s"] / link["nominal_bytes_per_s"], rel=1e-3
+        )
+    assert [point["bytes"] for point in report["all_sum"]] == sizes
+    assert all(point["bytes_per_s"] > 0 for point in report["all_sum"])
+
+
+def test_linktest_needs_two_macs(demo_model: Path) -> None:
+    env = dict(os.environ, MACMESH_CACHE_DIR=str(demo_model.parents[1]))
+    run = subprocess.run(
+        [sys.executable, "-m", "gui.cli", "linktest", "--demo", "--nodes", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "macmesh: --nodes: a link needs 2 to 4 simulated Macs"
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LOOPBACK_TX.exists(), reason="reads Linux's loopback counters")
+def test_the_link_test_really_moves_the_bytes_it_times(demo_model: Path) -> None:
+    """The kernel's count of bytes sent over loopback covers every message the ranks
+    say they timed, both ways (the demo's ranks talk over 127.0.0.1 only)."""
+    sizes, scale = [4096, 1 << 20], 0.25
+    job = Job(JobSpec(model=demo_model, nodes=2, split=[18, 12]))
+    job.start()
+    try:
+        job.wait_ready(timeout=240)
+        before = int(LOOPBACK_TX.read_text())
+        event = job.wait_done(job.link_test(sizes, scale=scale), timeout=240)
+        after = int(LOOPBACK_TX.read_text())
+    finally:
+        job.stop()
+    assert event["event"] == p.LINK_TEST
+    [link] = event["links"]
+    assert [point["bytes"] for point in link["points"]] == sizes
+    # Each size: a warm-up trip and the timed ones, each the message there and back.
+    claimed = sum((iterations(n, scale) + 1) * 2 * n for n in sizes)
+    assert after - before >= claimed, (after - before, claimed)

@@ -1,0 +1,121 @@
+"""Run history: kept in SQLite in the data folder, listed newest first, exported."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from core.cli.history import history_cli
+from core.run.history import CSV_COLUMNS, History, RunRecord, keep
+
+
+def chat(started: float, tps: float = 5.0, **extra) -> RunRecord:
+    return RunRecord(
+        kind="chat",
+        model="SmolLM2-135M-Instruct",
+        nodes=["Studio A", "Studio B"],
+        strategy="pipeline",
+        backend="ring",
+        split=[18, 12],
+        versions={"macmesh": "0.1.0"},
+        figures={"generation_tps": tps, "prompt_tps": 50.0, "link_bytes_per_s": {"0↔1": 9.5}},
+        series={"tokens_per_s": [(0.0, 0.0), (0.5, tps)], "link 0↔1 bytes_per_s": [(0.5, 9.5)]},
+        started=started,
+        **extra,
+    )
+
+
+def test_runs_are_kept_listed_newest_first_and_read_back_whole(tmp_path: Path) -> None:
+    history = History(tmp_path / "h.sqlite3")
+    first = history.add(chat(1000.0, tps=4.0))
+    second = history.add(chat(2000.0, tps=6.0))
+    listed = history.runs()
+    assert [r.id for r in listed] == [second, first]
+    assert listed[0].series == {}  # the list stays light: series on request
+    again = History(tmp_path / "h.sqlite3").get(first)
+    assert again is not None
+    assert again.figures["generation_tps"] == 4.0 and again.split == [18, 12]
+    assert again.series["tokens_per_s"] == [(0.0, 0.0), (0.5, 4.0)]
+    assert history.runs(limit=1)[0].id == second
+    history.delete(first)
+    assert [r.id for r in history.runs()] == [second]
+
+
+def test_a_run_of_an_unknown_kind_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="a run is one of chat, compare, linktest, api"):
+        History(tmp_path / "h.sqlite3").add(_kind("x"))
+
+
+def _kind(kind: str) -> RunRecord:
+    record = chat(1.0)
+    record.kind = kind
+    return record
+
+
+def test_csv_has_a_row_per_sample_and_json_everything(tmp_path: Path) -> None:
+    history = History(tmp_path / "h.sqlite3")
+    run = history.add(chat(1000.0))
+    linktest = _kind("linktest")
+    linktest.series = {}
+    linktest.figures = {"links": [], "all_sum": [], "share": 0.93}
+    history.add(linktest)
+    text = io.StringIO()
+    history.export_csv(text)
+    rows = list(csv.reader(io.StringIO(text.getvalue())))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    samples = [r for r in rows[1:] if r[0] == str(run)]
+    assert [(r[6], r[7], r[8]) for r in samples] == [
+        ("tokens_per_s", "0.000", "0.0"),
+        ("tokens_per_s", "0.500", "5.0"),
+        ("link 0↔1 bytes_per_s", "0.500", "9.5"),
+    ]
+    assert any(r[2] == "linktest" and r[6] == "share" and r[8] == "0.93" for r in rows)
+    document = io.StringIO()
+    history.export_json(document, [run])
+    [kept] = json.loads(document.getvalue())["runs"]
+    assert kept["nodes"] == ["Studio A", "Studio B"] and kept["series"]["tokens_per_s"][1] == [
+        0.5,
+        5.0,
+    ]
+
+
+def test_a_damaged_history_is_set_aside_and_a_new_one_begun(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite3"
+    path.write_bytes(b"this is not a database" * 100)
+    history = History(path)
+    assert history.runs() == []
+    assert [p.name.startswith("h.sqlite3.damaged-") for p in tmp_path.iterdir()].count(True) == 1
+    history.add(chat(1.0))
+    assert len(history.runs()) == 1
+
+
+def test_a_history_that_cannot_be_written_never_costs_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("MACMESH_DATA_DIR", str(blocker))
+    why = keep(chat(1.0))
+    assert why is not None and why.startswith("the run was not kept in the history: ")
+    assert "MACMESH_DATA_DIR" in why
+
+
+def test_macmesh_history_lists_and_exports(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert history_cli([], out) == 0
+    assert out.getvalue().startswith("No runs yet")
+    History().add(chat(1_700_000_000.0))
+    out = io.StringIO()
+    assert history_cli([], out) == 0
+    line = out.getvalue().strip()
+    assert "chat" in line and "pipeline on Studio A, Studio B" in line and "5.00 tokens/s" in line
+    out = io.StringIO()
+    assert history_cli(["--csv"], out) == 0
+    assert out.getvalue().splitlines()[0] == ",".join(CSV_COLUMNS)
+    out = io.StringIO()
+    assert history_cli(["--json", "--limit", "1"], out) == 0
+    assert len(json.loads(out.getvalue())["runs"]) == 1

@@ -1,0 +1,111 @@
+"""The link test's arithmetic and its baseline: results per link against the rated speed."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.cluster.topology import build_topology
+from core.run import linktest
+from core.run.linktest import Nominal, cable_nominals, link_results
+from core.worker import protocol as p
+from core.worker.linktest import DEFAULT_SIZES, ring_pairs
+from tests.fixtures.macos.hosts import load_facts
+
+GB = 1e9
+
+
+def _event(pairs: list[tuple[int, int]], rate: float, latency: float) -> dict:
+    """Ranks' table: every size at ``rate`` bytes/s plus a fixed ``latency``."""
+    links = []
+    for a, b in pairs:
+        points = [
+            {"bytes": n, "seconds": latency + n / rate, "bytes_per_s": n / (latency + n / rate)}
+            for n in reversed(DEFAULT_SIZES)  # any order: sorted by size on the way in
+        ]
+        links.append({"a": a, "b": b, "points": points})
+    return {"event": p.LINK_TEST, "links": links, "all_sum": []}
+
+
+def test_the_rank_sizes_and_the_controllers_agree() -> None:
+    assert linktest.SIZES == DEFAULT_SIZES
+    assert DEFAULT_SIZES[0] == 4096 and DEFAULT_SIZES[-1] == 64 << 20
+
+
+@pytest.mark.parametrize(
+    ("size", "pairs"),
+    [(1, []), (2, [(0, 1)]), (3, [(0, 1), (1, 2), (2, 0)]), (4, [(0, 1), (1, 2), (2, 3), (3, 0)])],
+)
+def test_ring_neighbours_are_the_pairs(size: int, pairs: list[tuple[int, int]]) -> None:
+    assert ring_pairs(size) == pairs
+
+
+def test_latency_from_the_smallest_message_bandwidth_from_the_largest() -> None:
+    event = _event([(0, 1), (1, 2), (2, 0)], rate=8.6 * 2**30, latency=9e-6)
+    tb5 = Nominal("Thunderbolt 5", 80 * GB / 8)
+    results = link_results(event, ["a", "b", "c"], tb5)
+    assert [r.nodes for r in results] == [("a", "b"), ("b", "c"), ("c", "a")]
+    first = results[0]
+    assert first.latency_s == pytest.approx(9e-6 + 4096 / (8.6 * 2**30))
+    assert first.bytes_per_s == pytest.approx((64 << 20) / (9e-6 + (64 << 20) / (8.6 * 2**30)))
+    assert first.share == pytest.approx(first.bytes_per_s / (10 * GB))
+    assert 0.9 < first.share < 0.93  # the launch coverage's "93 % of TB5", near enough
+    assert "% of Thunderbolt 5" in first.describe() and first.describe().startswith("a ↔ b")
+    data = first.to_dict()
+    assert data["ranks"] == [0, 1] and len(data["points"]) == len(DEFAULT_SIZES)
+    assert [pt["bytes"] for pt in data["points"]] == sorted(DEFAULT_SIZES)
+
+
+def test_a_link_without_a_known_rate_has_no_share() -> None:
+    results = link_results(_event([(0, 1)], GB, 1e-5), ["a", "b"], {})
+    assert results[0].share is None and results[0].nominal.label == "rate unknown"
+    assert "%" not in results[0].describe()
+
+
+def test_cable_rates_come_from_the_thunderbolt_cables() -> None:
+    topology = build_topology(load_facts("mesh4"))
+    rated = cable_nominals(topology, [("studio-a", "studio-b"), ("studio-b", "nowhere")])
+    assert rated == {frozenset({"studio-a", "studio-b"}): Nominal("Thunderbolt 5", 10 * GB)}
+
+
+def test_the_tcp_baseline_moves_every_size_over_loopback() -> None:
+    points = linktest.tcp_ping_pong("127.0.0.1", [4096, 1 << 20], scale=0.05)
+    assert [pt["bytes"] for pt in points] == [4096, 1 << 20]
+    assert all(pt["seconds"] > 0 and pt["bytes_per_s"] > 0 for pt in points)
+    assert points[0]["bytes_per_s"] == pytest.approx(points[0]["bytes"] / points[0]["seconds"])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        {"sizes": []},
+        {"sizes": [0]},
+        {"sizes": [2**31]},
+        {"sizes": "4096"},
+        {"sizes": [True]},
+        {"pairs": [[0, 0]]},
+        {"pairs": [[0]]},
+        {"pairs": [[0, -1]]},
+        {"pairs": "0,1"},
+        {"scale": 0},
+        {"scale": 11},
+        {"scale": "1"},
+        {"scale": True},
+    ],
+)
+def test_a_link_test_command_out_of_bounds_is_refused(command: dict) -> None:
+    line = p.encode_command(p.OP_LINK_TEST, id="t1", **command)
+    with pytest.raises(ValueError):
+        p.parse_command(line)
+
+
+def test_a_link_test_command_within_bounds_is_taken() -> None:
+    line = p.encode_command(
+        p.OP_LINK_TEST, id="t1", sizes=[4096, 1 << 20], pairs=[[0, 1], [1, 0]], scale=0.5
+    )
+    assert p.parse_command(line)["sizes"] == [4096, 1 << 20]
+
+
+def test_a_thunderbolt_4_cable_is_rated_at_40_gbps() -> None:
+    topology = build_topology(load_facts("mini-tb4"))
+    rated = cable_nominals(topology, [("mini-g", "mini-h")])
+    assert rated == {frozenset({"mini-g", "mini-h"}): Nominal("Thunderbolt 4", 5 * GB)}
