@@ -83,6 +83,7 @@ async def _clients(served: Served) -> Counter[str]:
     return Counter(outcome for outcomes in results for outcome in outcomes)
 
 
+@pytest.mark.timeout(900)  # ~100 answers; slow when the 2 cores are shared (make test-stress)
 def test_32_clients_times_3_complete_or_get_a_clear_429_and_no_rank_dies(
     served: Served,
 ) -> None:
@@ -148,6 +149,7 @@ def _fuzz(served: Served, path: str, body: bytes) -> None:
         assert error["message"] and error["type"]
 
 
+@pytest.mark.timeout(900)  # 40 bodies, some answered by the ranks
 def test_random_bodies_get_2xx_or_4xx_never_5xx_and_the_job_is_unharmed(
     served: Served,
 ) -> None:
