@@ -9,6 +9,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from core.run.remote_ranks import PGID, RankLaunch, rank_command
@@ -27,7 +28,12 @@ def test_a_signalled_rank_removes_its_folder_and_reports_the_signal(
     line = rank_command(launch, str(tmp_path), ["sleep", "60"])
     proc = subprocess.Popen([shell, "-c", line], start_new_session=True)
     try:
-        wait_until(lambda: (job_dir / "hostfile.json").is_file(), 20, "the rank's files")
+        # Signalled once the worker runs (a signal between the shell's fork and the
+        # worker's exec is caught by the child's copy of the traps and lost: the
+        # launcher's KILL after SIGNAL_WITHIN_S covers that instant).
+        shell = psutil.Process(proc.pid)
+        wait_until(lambda: any(c.name() == "sleep" for c in shell.children()), 20, "the worker")
+        assert (job_dir / "hostfile.json").read_text() == "[]"
         assert (job_dir / PGID).read_text().strip() == str(proc.pid)
         os.killpg(proc.pid, sig)  # as kill_group does: the shell and the worker
         assert proc.wait(timeout=20) == code
