@@ -10,8 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QMainWindow,
+    QMenu,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gui.bridge import Bridge
 from gui.help_menu import install_help_menu
@@ -41,11 +48,13 @@ class MainWindow(QMainWindow):
         self.preferences = preferences or Preferences()
         self.bridge = Bridge(self)
         self._closing = False
+        self.history: Any = None
         self.cluster = ClusterPane(self.bridge)
         self.model = ModelPane(self.bridge)
         self.run = RunPane(self.bridge, job_factory)
         self.run.set_cluster(PaneSource(self.cluster))  # demo or real Macs: Start asks it
         self._compose()
+        self.view_menu = self._view_menu()
         self.help_menu = install_help_menu(self)
         self._wire()
         self._restore(demo)
@@ -70,6 +79,27 @@ class MainWindow(QMainWindow):
         row.addWidget(self.run, 1)
         self.setCentralWidget(central)
         self.statusBar().setSizeGripEnabled(False)
+
+    def _view_menu(self) -> QMenu:
+        menu = self.menuBar().addMenu("&View")
+        self.history_action = QAction("&History", self)
+        self.history_action.setShortcut(QKeySequence("Ctrl+Y"))
+        self.history_action.setStatusTip("Past runs, their figures and plots; Export")
+        self.history_action.triggered.connect(self.show_history)
+        menu.addAction(self.history_action)
+        return menu
+
+    def show_history(self) -> QWidget:
+        """The History window (one; raised if open), its list read afresh."""
+        from gui.history.view import history_window
+
+        if self.history is None:
+            self.history = history_window(self.bridge, self)
+            self.run.controller.recorded.connect(lambda _record: self.history.view.refresh())
+        self.history.view.refresh()
+        self.history.show()
+        self.history.raise_()
+        return self.history
 
     def _wire(self) -> None:
         prefs = self.preferences

@@ -64,6 +64,7 @@ class RunController(QObject):
     preflight_done = Signal(object)  # core.run.preflight.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
     setup_failed = Signal(str)  # the checks or the copy could not run: why, and what to do
+    recorded = Signal(object)  # a run was kept in the history: its RunRecord
 
     def __init__(
         self,
@@ -364,6 +365,30 @@ class RunController(QObject):
             self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
             del self.averages[:-MAX_AVERAGES]
         self.answer_done.emit(request, event)
+        self._keep_answer(event, summary)
+
+    def _keep_answer(self, event: dict, summary: Any) -> None:
+        """The answer joins the run history as a "chat" run, as ``macmesh run`` keeps
+        it; the write happens off the GUI thread, a failure is one line in the status."""
+        from core.run.history import answer_figures, chat_record, keep
+
+        session, telemetry, plan = self.session, self.telemetry, self.plan
+        if session is None or telemetry is None or plan is None:
+            return
+        about = {
+            "model": self.info.name if self.info else plan.model,
+            "strategy": str(plan.strategy),
+            "split": list(plan.split) if plan.split else None,
+        }
+        record = chat_record(session, about, answer_figures(event, summary), telemetry, self.t0)
+
+        def kept(problem: str | None) -> None:
+            if problem:
+                self._bridge.failed.emit(problem)
+            else:
+                self.recorded.emit(record)
+
+        self._bridge.run_in_background(lambda: keep(record), kept)
 
     def _fail(self, message: str) -> None:
         self._pending = None
