@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.run.states import RunState
 from gui.bridge import Bridge
 from gui.help_menu import install_help_menu
 from gui.model.pane import ModelPane
@@ -107,6 +108,17 @@ class MainWindow(QMainWindow):
         self.model.plan_changed.connect(self.run.set_plan)
         self.run.running_changed.connect(self.cluster.set_locked)
         self.run.running_changed.connect(self.model.set_locked)
+        links, controller = self.cluster.link_bar, self.run.controller
+        links.requested.connect(controller.test_links)
+        controller.links_tested.connect(links.show_tested)
+        controller.links_failed.connect(links.show_failed)
+        controller.state_changed.connect(
+            lambda state, _m: links.set_available(
+                state == RunState.READY.value and len(self.run.controller.rank_names()) > 1,
+                running=RunState(state).active,
+            )
+        )
+        self.run.running_changed.connect(lambda running: links.clear() if running else None)
         self.model.model_changed.connect(lambda path: prefs.update(last_model=path))
         self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
         self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))

@@ -65,6 +65,8 @@ class RunController(QObject):
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
     setup_failed = Signal(str)  # the checks or the copy could not run: why, and what to do
     recorded = Signal(object)  # a run was kept in the history: its RunRecord
+    links_tested = Signal(object)  # core.run.linktest.LinkTest
+    links_failed = Signal(str)  # why the link test could not run
 
     def __init__(
         self,
@@ -89,6 +91,8 @@ class RunController(QObject):
         self._history: list[dict[str, str]] = []
         self._pending: tuple[str, int] | None = None
         self._first_token: dict[str, float] = {}
+        self.testing_links = False
+        self.link_scale = 1.0  # the bytes moved at each size (tests shrink it)
 
     @property
     def job(self) -> Any:
@@ -185,6 +189,57 @@ class RunController(QObject):
         self._send(prompt, max_tokens)
         return True
 
+    def test_links(self) -> bool:
+        """Measure every link of the running job (``core.run.linktest``), off the GUI
+        thread on the job's queue; ``links_tested`` then, and a "linktest" run kept.
+        Only while the cluster is ready (not answering): False otherwise."""
+        session = self.session
+        if session is None or self.state != RunState.READY or self.testing_links:
+            return False
+        from core.run.history import RunRecord, keep, local_versions
+        from core.run.linktest import test_session_links
+
+        self.testing_links = True
+        plan, scale = self.plan, self.link_scale
+        self._set_state(RunState.GENERATING, "Testing the links, 4 KiB to 64 MiB…")
+
+        def work() -> tuple[Any, str | None]:
+            tested = test_session_links(session, scale)
+            spec = session.spec
+            record = RunRecord(
+                kind="linktest",
+                model=self.info.name if self.info else "",
+                nodes=tested.nodes,
+                strategy=str(plan.strategy) if plan else "",
+                backend=str(spec.rank_backend) if spec else "",
+                split=list(plan.split) if plan and plan.split else None,
+                versions=local_versions(),
+                figures=tested.to_dict(),
+            )
+            return tested, keep(record)
+
+        def done(result: tuple[Any, str | None]) -> None:
+            tested, problem = result
+            self.testing_links = False
+            if problem:
+                self._bridge.failed.emit(problem)
+            if session is self.session and self.state == RunState.GENERATING:
+                count = len(tested.results)
+                self._set_state(
+                    RunState.READY, f"Link test done: {count} link{'s' * (count != 1)} measured."
+                )
+            self.links_tested.emit(tested)
+
+        def failed(error: BaseException) -> None:
+            self.testing_links = False
+            message = f"The link test failed: {error}".splitlines()[0]
+            if session is self.session and self.state == RunState.GENERATING:
+                self._set_state(RunState.READY, message)
+            self.links_failed.emit(message)
+
+        self._bridge.run_in_background(work, done, failed, queue=self._queue)
+        return True
+
     def shutdown(self, timeout_s: float = 15.0) -> None:
         """Synchronous stop, for quitting: wait for queued work, then end every rank."""
         session = self.session
@@ -235,6 +290,8 @@ class RunController(QObject):
         elif state == RunState.LOADING:
             if self.state != RunState.LOADING:
                 self._loading()
+        elif self.testing_links and state in (RunState.READY, RunState.GENERATING):
+            return  # the link test says when it is done
         elif state == RunState.READY:
             self._set_state(state, "Ready: ask the cluster something.")
             if self._pending is not None:
