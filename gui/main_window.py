@@ -50,6 +50,7 @@ class MainWindow(QMainWindow):
         self.bridge = Bridge(self)
         self._closing = False
         self.history: Any = None
+        self.presentation: Any = None
         self.cluster = ClusterPane(self.bridge)
         self.model = ModelPane(self.bridge)
         self.run = RunPane(self.bridge, job_factory)
@@ -88,7 +89,23 @@ class MainWindow(QMainWindow):
         self.history_action.setStatusTip("Past runs, their figures and plots; Export")
         self.history_action.triggered.connect(self.show_history)
         menu.addAction(self.history_action)
+        self.presentation_action = QAction("&Presentation Mode", self)
+        self.presentation_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
+        self.presentation_action.setStatusTip(
+            "Full screen for a projector: tokens/s, the plots, the cables; Esc leaves"
+        )
+        self.presentation_action.triggered.connect(self.show_presentation)
+        menu.addAction(self.presentation_action)
         return menu
+
+    def show_presentation(self) -> QWidget:
+        """Presentation mode, full screen (Esc leaves it)."""
+        from gui.run.presentation import PresentationView
+
+        if self.presentation is None:
+            self.presentation = PresentationView(self.run, self.cluster.diagram, self)
+        self.presentation.present()
+        return self.presentation
 
     def show_history(self) -> QWidget:
         """The History window (one; raised if open), its list read afresh."""

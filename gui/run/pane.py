@@ -350,6 +350,13 @@ class RunPane(Card):
         if self.controller.ask(prompt, self.max_tokens.value()) and queued:
             self.chat.set_accepting(False, "Your question goes out once the model is loaded…")
 
+    def shown_plan(self) -> tuple[ModelInfo | None, Plan | None]:
+        """The model and plan of the running job, else the ones Start would run."""
+        c = self.controller
+        if c.state.active and c.plan is not None:
+            return c.info, c.plan
+        return self._info, self._plan
+
     @property
     def busy(self) -> bool:
         return self.controller.state.active or self.comparer.busy
