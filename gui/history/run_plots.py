@@ -31,6 +31,15 @@ def _plot(y_label: str, units: str | None, x_label: str = "", x_units: str | Non
     return widget
 
 
+def _link_name(series: str, nodes: list[str]) -> str:
+    """ "link 0↔1 bytes_per_s" → "Studio A ↔ Studio B" (the run's nodes, rank order)."""
+    link = series.removeprefix("link ").removesuffix(" bytes_per_s")
+    ranks = link.split("↔")
+    if len(ranks) == 2 and all(r.isdigit() and int(r) < len(nodes) for r in ranks):
+        return " ↔ ".join(nodes[int(r)] for r in ranks)
+    return link
+
+
 class RunPlots(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -138,7 +147,7 @@ class RunPlots(QWidget):
             if name == "tokens_per_s":
                 self.curves[name] = top.plot(x, y, pen=pg.mkPen(theme.accent, width=2.5))
             else:
-                link = name.removeprefix("link ").removesuffix(" bytes_per_s")
+                link = _link_name(name, record.nodes)
                 links += 1
                 pen = pg.mkPen(colors[links % len(colors)], width=2)
                 self.curves[name] = bottom.plot(x, y, pen=pen, name=link)

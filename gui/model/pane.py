@@ -130,6 +130,7 @@ class ModelPane(Card):
         self._split = tuple(split)
         self._plans[Strategy.PIPELINE] = plan
         self.split_editor.accepted()
+        self.chooser.show_plans(self._plans)  # the pipeline's reason says "by hand"
         self._show_selected()
         return True
 

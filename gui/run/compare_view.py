@@ -174,8 +174,10 @@ class CompareView(QFrame):
         super().__init__(parent)
         set_role(self, "subcard")
         self.result: Comparison | None = None
-        self.headline = label("", "primary", wrap=True)
+        self.headline = label("", None, wrap=True)
         self.headline.setFont(style.number_font(headline_px))
+        # Its own style sheet: the theme's label rules would set a smaller size.
+        self.headline.setStyleSheet(f"font-size: {headline_px}px; font-weight: 600;")
         self.close_button = QPushButton("Close")
         set_role(self.close_button, "link")
         self.close_button.clicked.connect(self._close)

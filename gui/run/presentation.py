@@ -31,6 +31,12 @@ REDRAW_HZ = 5
 NUMBER_PX, TICK_PX, TITLE_PX = 120, 18, 22
 
 
+def _sized(widget: Any, px: int, weight: int = 400) -> Any:
+    """A label in ``px`` type (its own style sheet wins over the theme's label rules)."""
+    widget.setStyleSheet(f"font-size: {px}px; font-weight: {weight};")
+    return widget
+
+
 class PresentationView(QWidget):
     """Full screen over ``run`` (the Run pane) and the cluster's map (``diagram()``)."""
 
@@ -44,13 +50,11 @@ class PresentationView(QWidget):
         self.run = run
         self._diagram = diagram
         self._drawn = -1
-        self.number = label("–")
+        self.number = _sized(label("–"), NUMBER_PX, 700)
         self.number.setFont(style.number_font(NUMBER_PX))
-        self.unit = label("tokens/s", "secondary")
-        self.unit.setFont(style.ui_font(TITLE_PX + 8))
-        self.what = label("", "secondary", wrap=True)
-        self.what.setFont(style.ui_font(TITLE_PX))
-        self.hint = label("Esc leaves presentation mode", "hint")
+        self.unit = _sized(label("tokens/s", "secondary"), TITLE_PX + 10)
+        self.what = _sized(label("", "secondary", wrap=True), TITLE_PX)
+        self.hint = _sized(label("Esc leaves presentation mode", "hint"), 15)
         from gui.run.plots import LivePlots
 
         self.plots = LivePlots()

@@ -23,8 +23,17 @@ and the Run pane's setup on real Macs (``take_run_setup``, no network):
   runs another mlx), then the model copy under way with speed and time left;
 - ``launch-command``, ``launch-command-demo``: the equivalent mlx.launch dialog.
 
+and the live-demo kit on a real demo job of four simulated Macs (``take_demokit``):
+
+- ``split-editor``: the Model pane with a pipeline split moved by hand;
+- ``linktest-cables``: Test links, each ring link's bytes/s and share of loopback TCP
+  on its cable;
+- ``compare``: one Mac vs the four, side by side, the headline large;
+- ``presentation``: presentation mode (full screen);
+- ``history``: the History window, the chat run's figures and plots.
+
 ``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
-only the Run pane's setup shots. Settings, logs and
+only the Run pane's setup shots; ``--demokit`` only the live-demo kit's. Settings, logs and
 window geometry go to a temporary home; every rank is ended at exit.
 """
 
@@ -398,24 +407,113 @@ def take_run_setup(outdir: Path) -> list[Path]:
     return saved
 
 
+def take_demokit(outdir: Path) -> list[Path]:
+    """The live-demo kit on a real demo job of four simulated Macs: the split editor,
+    Test links on the cable map, presentation mode, Compare (one Mac, then the four) and
+    History; light and dark."""
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from core.model.demo_model import ensure_demo_model
+    from core.run.states import RunState
+    from core.settings import Settings
+    from gui.app import configure
+    from gui.main_window import MainWindow
+    from gui.nodes.pane import CABLES
+    from gui.preferences import Preferences
+
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(
+        QSettings.Format.IniFormat, QSettings.Scope.UserScope, os.environ["MACMESH_CONFIG_DIR"]
+    )
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    configure(app, "light")
+    model = ensure_demo_model()
+    window = MainWindow(Preferences(Settings(max_tokens=48, demo_nodes=4)), demo=True)
+    window.resize(*SIZE)
+    window.show()
+    saved: list[Path] = []
+    run = window.run
+
+    def shoot(widget, name: str, settle_s: float = 0.2) -> None:
+        saved.extend(shoot_themes(app, widget, outdir, name, settle_s, run.redraw))
+
+    def answered(prompt: str) -> None:
+        run.chat.prompt.setText(prompt)
+        run.chat.prompt.returnPressed.emit()
+        wait_for(app, lambda: run.controller.state == RunState.GENERATING, 60, "generating")
+        wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the answer")
+
+    try:
+        window.model.load(model)
+        wait_for(app, lambda: window.model.info is not None, 60, "the demo model")
+        window.model.select_strategy("pipeline")
+        settle(app, 0.3)
+        boxes = window.model.split_editor.boxes
+        boxes[0].setValue(boxes[0].value() + 2)  # a boundary moved by hand
+        settle(app, 0.3)
+        shoot(window.model, "split-editor")
+        run.controller.link_scale = 0.25  # 8 MiB a size: seconds on two shared cores
+        run.start()
+        wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the job to load")
+        answered(FIRST)
+        window.cluster.show_view(CABLES)
+        window.cluster.link_bar.button.click()
+        wait_for(app, lambda: window.cluster.link_bar.tested is not None, 300, "the link test")
+        wait_for(app, lambda: run.controller.state == RunState.READY, 60, "ready again")
+        settle(app, 0.3)
+        shoot(window.cluster, "linktest-cables")
+        run.stop()
+        wait_for(app, lambda: not run.busy, 60, "the job to stop")
+        run.compare()
+        wait_for(app, lambda: run.comparison.result is not None, 900, "the comparison")
+        settle(app, 0.5)
+        shoot(run, "compare")
+        view = window.show_presentation()
+        settle(app, 0.5)
+        shoot(view, "presentation", 0.4)
+        view.close()
+        history = window.show_history()
+        history.resize(1100, 820)
+        wait_for(app, lambda: history.view.table.rowCount() >= 3, 30, "the history")
+        chat = next(i for i, r in enumerate(history.view.records) if r.kind == "chat")
+        history.view.table.selectRow(chat)
+        wait_for(app, lambda: history.view.current is not None, 30, "the chat run")
+        wait_for(app, lambda: history.view.current.kind == "chat", 30, "the chat run")
+        settle(app, 0.5)
+        shoot(history, "history")
+        history.close()
+    finally:
+        if run.busy:
+            run.stop()
+            wait_for(app, lambda: not run.busy, 60, "the job to stop")
+        window.close()
+        app.processEvents()
+    return saved
+
+
 def main(argv: list[str]) -> int:
     cluster_only = "--cluster" in argv
     run_setup_only = "--run-setup" in argv
-    argv = [a for a in argv if a not in ("--cluster", "--run-setup")]
+    demokit_only = "--demokit" in argv
+    argv = [a for a in argv if a not in ("--cluster", "--run-setup", "--demokit")]
     outdir = Path(argv[0]) if argv else ROOT / "docs" / "screenshots"
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="macmesh-shots-") as home:
         os.environ["MACMESH_CONFIG_DIR"] = str(Path(home) / "config")
         os.environ["MACMESH_LOG_DIR"] = str(Path(home) / "logs")
+        os.environ["MACMESH_DATA_DIR"] = str(Path(home) / "data")  # the runs' history
         os.environ["QT_QPA_PLATFORM"] = "xcb"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         with virtual_display():
-            if run_setup_only:
+            if demokit_only:
+                shots = take_demokit(outdir.resolve())
+            elif run_setup_only:
                 shots = take_run_setup(outdir.resolve())
             else:
                 shots = take_cluster(outdir.resolve()) + take_run_setup(outdir.resolve())
-            if not cluster_only and not run_setup_only:
-                shots += take(outdir.resolve())
+            if not cluster_only and not run_setup_only and not demokit_only:
+                shots += take(outdir.resolve()) + take_demokit(outdir.resolve())
             for path in shots:
                 print(path)
     return 0

@@ -136,6 +136,8 @@ def test_a_chat_shows_its_series_and_exports_csv_json_png(
     record = shown.args[0]
     assert record.kind == "chat"
     assert set(view.plots.curves) == {"tokens_per_s", "link 0↔1 bytes_per_s"}
+    legend = view.plots.bottom.getPlotItem().legend
+    assert [text.text for _sample, text in legend.items] == ["Studio A ↔ Studio B"]
     x, y = view.plots.curves["tokens_per_s"].getData()
     assert len(x) == 20 and y[-1] == pytest.approx(49.0)
     files = view.export(tmp_path / "out")

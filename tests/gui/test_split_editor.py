@@ -65,6 +65,7 @@ def test_an_edit_that_fits_is_the_plan_and_reset_undoes_it(
     assert plan.fits and plan.split == (20, 10) and [r.layers for r in plan.ranks] == [20, 10]
     assert "as set by hand (20 on Studio A, 10 on Studio B)" in plan.reason
     assert _counts(pane) == [20, 10] and editor.reset_button.isEnabled()
+    assert "as set by hand" in pane.chooser.options[Strategy.PIPELINE].reason.text()
     assert pane.bars.isVisible()
     with qtbot.waitSignal(pane.plan_changed) as changed:
         editor.reset_button.click()
