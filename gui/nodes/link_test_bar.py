@@ -37,11 +37,14 @@ class LinkTestBar(QWidget):
         row.addWidget(self.button)
         row.addWidget(self.note, 1)
         self.tested: LinkTest | None = None
+        self.failure: str | None = None  # kept until the next job: it says what happened
         self.set_available(False)
 
     def set_available(self, available: bool, running: bool = False) -> None:
         """``available``: a job is ready for a test; ``running``: a job holds ranks."""
         self.button.setEnabled(available)
+        if self.failure is not None:
+            return
         if not available and not running and self.tested is None:
             self.note.setText(IDLE_WORDS)
         elif available and self.tested is None:
@@ -62,8 +65,10 @@ class LinkTestBar(QWidget):
         )
 
     def show_failed(self, message: str) -> None:
+        self.failure = message
         self.note.setText(message)
 
     def clear(self) -> None:
-        self.tested = None
+        self.tested = self.failure = None
+        self.note.setText("Test links is available once the job is ready.")
         self.view.set_measured({})

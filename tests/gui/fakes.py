@@ -39,6 +39,7 @@ class FakeBehaviour:
     sent: list[dict] = field(default_factory=list)  # the generate() calls
     link_bytes_per_s: float = 2e9  # what the fake link test measures (rank 0's link)
     link_latency_s: float = 20e-6
+    link_failure: str | None = None  # the job fails during a link test, with this message
 
 
 class FakeJob:
@@ -201,6 +202,10 @@ class FakeJob:
             ]
             links.append({"a": a, "b": peer, "points": points})
         if self._stop.wait(b.token_s):
+            return
+        if b.link_failure:
+            with self._lock:
+                self._set(JobState.FAILED, b.link_failure)
             return
         done = {"event": "link_test", "rank": 0, "request": request, "links": links, "all_sum": []}
         with self._lock:

@@ -469,10 +469,26 @@ def take_demokit(outdir: Path) -> list[Path]:
         wait_for(app, lambda: run.comparison.result is not None, 900, "the comparison")
         settle(app, 0.5)
         shoot(run, "compare")
+        run.start()  # live again, for presentation mode
+        wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the job to load")
         view = window.show_presentation()
-        settle(app, 0.5)
+        run.chat.prompt.setText(SECOND)
+        run.chat.prompt.returnPressed.emit()
+        wait_for(
+            app,
+            lambda: (
+                any(line.measured for line in view.map.scene.cables())
+                and run.controller.telemetry is not None
+                and run.controller.telemetry.current().total_tokens > 8
+            ),
+            300,
+            "live traffic on the cables",
+        )
         shoot(view, "presentation", 0.4)
         view.close()
+        wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the answer")
+        run.stop()
+        wait_for(app, lambda: not run.busy, 60, "the job to stop")
         history = window.show_history()
         history.resize(1100, 820)
         wait_for(app, lambda: history.view.table.rowCount() >= 3, 30, "the history")

@@ -19,8 +19,10 @@ from tests.gui.fakes import FakeBehaviour, fake_factory
 from tests.gui.helpers import drop_paths
 
 
-def _ready_window(qtbot: QtBot, demo_model: Path, macs: int) -> MainWindow:
-    window = MainWindow(demo=True, job_factory=fake_factory(FakeBehaviour()))
+def _ready_window(
+    qtbot: QtBot, demo_model: Path, macs: int, behaviour: FakeBehaviour | None = None
+) -> MainWindow:
+    window = MainWindow(demo=True, job_factory=fake_factory(behaviour or FakeBehaviour()))
     qtbot.addWidget(window, before_close_func=lambda w: _stop(qtbot, w))
     window.show()
     window.cluster.start_demo(macs)
@@ -87,3 +89,19 @@ def test_one_mac_has_no_link_to_test(qtbot: QtBot, demo_model: Path) -> None:
     window.run.start()
     qtbot.waitUntil(lambda: window.run.controller.state == RunState.READY, timeout=10_000)
     assert not window.cluster.link_bar.button.isEnabled()
+
+
+def test_a_job_failing_during_the_test_says_so(qtbot: QtBot, demo_model: Path) -> None:
+    failure = "rank 1 exited with signal 9 while testing the links"
+    window = _ready_window(qtbot, demo_model, 2, FakeBehaviour(link_failure=failure))
+    window.run.start()
+    qtbot.waitUntil(lambda: window.run.controller.state == RunState.READY, timeout=10_000)
+    with qtbot.waitSignal(window.run.controller.links_failed, timeout=10_000) as failed:
+        window.cluster.link_bar.button.click()
+    assert failed.args == [f"The link test failed: {failure}"]
+    qtbot.waitUntil(lambda: window.run.controller.state == RunState.FAILED, timeout=10_000)
+    assert window.cluster.link_bar.note.text() == failed.args[0]
+    assert not window.cluster.link_bar.button.isEnabled()
+    assert not any(line.measured for line in window.cluster.topology.scene.cables())
+    assert History().runs() == []
+    assert window.run.banner.isVisible()  # the failure, with each rank's log
