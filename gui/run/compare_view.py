@@ -170,8 +170,11 @@ class CompareView(QFrame):
 
     closed = Signal()
 
-    def __init__(self, parent: QWidget | None = None, headline_px: int = 30) -> None:
+    def __init__(
+        self, parent: QWidget | None = None, headline_px: int = 30, compact: bool = False
+    ) -> None:
         super().__init__(parent)
+        self.compact = compact  # no memory row: presentation mode's room is the headline's
         set_role(self, "subcard")
         self.result: Comparison | None = None
         self.headline = label("", None, wrap=True)
@@ -205,7 +208,8 @@ class CompareView(QFrame):
             if item.widget() is not None:
                 item.widget().deleteLater()
         self.cells = {}
-        for r, (name, cells) in enumerate(rows(result)):
+        shown = rows(result)
+        for r, (name, cells) in enumerate(shown[:-1] if self.compact else shown):
             self.grid.addWidget(label(name, "secondary"), r, 0, Qt.AlignmentFlag.AlignTop)
             for c, text in enumerate(cells):
                 cell = label(text, "fact-value" if r else "fact-name")

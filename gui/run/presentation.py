@@ -60,7 +60,7 @@ class PresentationView(QWidget):
         self.plots = LivePlots()
         self._hide_memory()
         self.map = TopologyView()
-        self.comparison = CompareView(headline_px=32)
+        self.comparison = CompareView(headline_px=28, compact=True)
         self.comparison.close_button.hide()
         self.comparison.hide()
         top = QHBoxLayout()
