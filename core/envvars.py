@@ -12,7 +12,7 @@ from core.worker.protocol import ENV_TELEMETRY
 ENV_CACHE_DIR = "MACMESH_CACHE_DIR"  # this machine's cache: demo model, run logs, hashes
 ENV_CONFIG_DIR = "MACMESH_CONFIG_DIR"  # settings and known hosts
 ENV_LOG_DIR = "MACMESH_LOG_DIR"  # per-run folders with each rank's log
-ENV_DATA_DIR = "MACMESH_DATA_DIR"  # what the person made: run history (and adapters)
+ENV_DATA_DIR = "MACMESH_DATA_DIR"  # what the person made: run history, API keys (and adapters)
 ENV_SSH_DIR = "MACMESH_SSH_DIR"  # instead of ~/.ssh: keys and known_hosts
 ENV_REMOTE_CACHE = "MACMESH_REMOTE_CACHE"  # the nodes' cache folder; ``{host}`` is replaced
 # "0": CPU ranks (Linux) keep MLX's bundled reference BLAS and their quantized weights, to

@@ -60,5 +60,5 @@ def log_dir() -> Path:
 
 
 def data_dir() -> Path:
-    """What the person made and would miss: the run history."""
+    """What the person made and would miss: the run history, the API's keys (0600)."""
     return _dir(ENV_DATA_DIR, platformdirs.user_data_path(APP_NAME, appauthor=False))

@@ -11,7 +11,8 @@ The file is ``settings.json`` in ``core.paths.config_dir()``::
       "last_strategy": "pipeline",                            # "auto", "pipeline" or "tensor"
       "demo_nodes": 2,                                        # simulated Macs, 1-4
       "max_tokens": 256,                                      # longest answer, 1-32768
-      "interfaces": []                                        # network interfaces (later)
+      "interfaces": [],                                       # network interfaces (later)
+      "library_folders": ["/Volumes/models/Llama-3-8B-4bit"]  # model folders added to the library
     }
 
 Reading never fails: a missing file gives the defaults, a corrupt file gives the defaults
@@ -50,6 +51,7 @@ class Settings:
     demo_nodes: int = 2
     max_tokens: int = 256
     interfaces: tuple[str, ...] = ()
+    library_folders: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def updated(self, **changes: Any) -> Settings:
@@ -66,6 +68,7 @@ class Settings:
             demo_nodes=self.demo_nodes,
             max_tokens=self.max_tokens,
             interfaces=list(self.interfaces),
+            library_folders=list(self.library_folders),
         )
         return data
 
@@ -133,6 +136,10 @@ def _check(name: str, value: Any, default: Any) -> Any:
         if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise ValueError(f"interfaces must be a list of interface names, not {value!r}")
+    if name == "library_folders":
+        if isinstance(value, list | tuple) and all(isinstance(v, str) and v for v in value):
+            return tuple(dict.fromkeys(value))
+        raise ValueError(f"library_folders must be a list of folder paths, not {value!r}")
     raise ValueError(f"unknown setting {name!r} (default {default!r})")
 
 

@@ -91,6 +91,7 @@ def _start_scanner(window: Any, interfaces: str | None) -> None:
         window.statusBar().showMessage(f"MacMesh cannot look for Macs: {error}")
         return
     window.cluster.set_scanner(scanner)
+    window.run.api.set_announcer(scanner.discovery.set_api_port)  # shared: in our TXT
     QApplication.instance().aboutToQuit.connect(scanner.close)
 
     def failed(error: BaseException) -> None:

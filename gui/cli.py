@@ -9,9 +9,11 @@ subcommands run on machines without a display.
     macmesh plan MODEL ...       what fits where, and why
     macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
     macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
+    macmesh serve --demo | MODEL --hosts ..  the cluster as an OpenAI-compatible API
     macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
     macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
     macmesh history [--json|--csv]  the runs kept, newest first
+    macmesh models [...]         the models on this Mac; Hugging Face search and download
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("compare", help="one Mac against the cluster, side by side", add_help=False)
     commands.add_parser("history", help="the runs kept, newest first", add_help=False)
+    commands.add_parser(
+        "models",
+        help="the models on this Mac; search and download from Hugging Face",
+        add_help=False,
+    )
+    commands.add_parser(
+        "serve", help="serve the cluster as an OpenAI-compatible API", add_help=False
+    )
     return parser
 
 
@@ -69,10 +79,18 @@ def _main(argv: list[str]) -> int:
         from core.cli.nodes import nodes_cli
 
         return nodes_cli(argv[1:])
+    if argv[0] == "models":
+        from core.cli.models import models_cli
+
+        return models_cli(argv[1:])
     if argv[0] == "run":
         from core.cli.run import run_cli
 
         return run_cli(argv[1:])
+    if argv[0] == "serve":
+        from core.cli.serve import serve_cli
+
+        return serve_cli(argv[1:])
     if argv[0] == "linktest":
         from core.cli.linktest import linktest_cli
 

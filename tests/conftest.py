@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.helpers.sshd"]  # a real sshd on loopback "hosts"
+# a real sshd on loopback "hosts"; simulated Macs in network namespaces (issue 18)
+pytest_plugins = ["tests.helpers.sshd", "tests.helpers.netns"]
 
 # Qt never needs a screen in tests; zeroconf is bound to loopback by each test.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

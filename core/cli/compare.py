@@ -12,12 +12,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.run import make_targets
+from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.plan.split import parse_split
 from core.run import demo
@@ -32,7 +32,12 @@ from core.worker.vocab import Strategy
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", nargs="?", type=Path, help="a model folder (--demo: optional)")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        help="a model folder, a name `macmesh models` lists, or hf:ORG/NAME once downloaded "
+        "(--demo: optional)",
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--demo", action="store_true", help="the demo cluster on this machine")
     where.add_argument("--hosts", help="[user@]host[:port],... the cluster's Macs")
@@ -73,7 +78,10 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
             raise ClusterError("name the model folder to compare (or use --demo)")
         if args.model is None:
             stage("preparing the demo model")
-        info = read_model_info(args.model or demo.demo_model())
+        if args.model:
+            info = resolve_model(args.model, to_run=True)
+        else:
+            info = read_model_info(demo.demo_model())
         if args.demo:
             hosts = simulated_hosts(demo.demo_facts(args.nodes))
         else:

@@ -12,6 +12,7 @@ from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.plan.split import parse_split
 from core.run import demo
@@ -22,7 +23,11 @@ from core.worker.vocab import Strategy
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headless", action="store_true", help="no window: print to the terminal")
-    parser.add_argument("--model", type=Path, help="a model folder (default: the demo model)")
+    parser.add_argument(
+        "--model",
+        help="a model folder, a name `macmesh models` lists, or hf:ORG/NAME once downloaded "
+        "(default: the demo model)",
+    )
     parser.add_argument("--nodes", type=int, default=2, help="simulated Macs, 1-4 (default 2)")
     parser.add_argument(
         "--strategy", choices=(Strategy.PIPELINE, Strategy.TENSOR), default=Strategy.PIPELINE
@@ -59,7 +64,10 @@ def run_headless(
 
 def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
-        info = read_model_info(args.model or _demo_model(err, stage))
+        if args.model:
+            info = resolve_model(args.model, to_run=True)
+        else:
+            info = read_model_info(_demo_model(err, stage))
         stage("planning")
         session = Session(
             info,

@@ -169,9 +169,28 @@ def node_json(node: Node) -> dict[str, Any]:
                 "interface": port.interface,
                 "connected": port.connected,
                 "speed_gbps": port.speed_gbps,
+                "addresses": _addresses(facts, port.interface),
             }
             for port in facts.thunderbolt
         ],
+        network=[
+            {
+                "interface": i.name,
+                "kind": i.kind,
+                "port": i.port,
+                "up": i.up,
+                "status": i.status,
+                "addresses": [a.ip for a in i.addresses],
+                "members": list(i.members),
+            }
+            for i in facts.interfaces
+            if i.kind != "other"
+        ],
+        bridge={
+            "exists": facts.bridge_exists,
+            "active": facts.bridge_active,
+            "members": list(facts.bridge_members),
+        },
         rdma={
             "state": verdict.state,
             "reason": verdict.reason,
@@ -181,6 +200,11 @@ def node_json(node: Node) -> dict[str, Any]:
         unknowns=dict(facts.unknowns),
     )
     return data
+
+
+def _addresses(facts: NodeFacts, interface: str | None) -> list[str]:
+    found = facts.interface(interface) if interface else None
+    return [a.ip for a in found.addresses] if found else []
 
 
 def topology_json(topology: Topology) -> dict[str, Any]:

@@ -15,10 +15,10 @@ import platform
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import TextIO
 
-from core.model.info import ModelError, read_model_info
+from core.library.resolve import resolve_model
+from core.model.info import ModelError
 from core.plan.memory import Link, Node, PlanOptions
 from core.plan.planner import make_plan
 from core.plan.report import format_plan, plan_to_dict
@@ -81,7 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         "on macOS, its iogpu.wired_limit_mb). GB are 2^30 bytes, as Apple sizes memory. "
         "Exit status: 0 it fits, 1 it does not fit or the strategy is invalid, 2 bad input.",
     )
-    parser.add_argument("model", type=Path, help="a model folder (config.json + safetensors)")
+    parser.add_argument(
+        "model",
+        help="a model folder (config.json + safetensors), a name `macmesh models` lists "
+        "(ORG/NAME), or hf:ORG/NAME (the cached copy, else planned from the Hub's headers "
+        "without downloading)",
+    )
     parser.add_argument(
         "--node",
         action="append",
@@ -157,7 +162,7 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else 2
     try:
-        model = read_model_info(args.model)
+        model = resolve_model(args.model)
     except ModelError as error:
         print(f"macmesh plan: {error}", file=sys.stderr)
         return 2

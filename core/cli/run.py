@@ -16,19 +16,22 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.cli.netchange import change_network
 from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
-from core.model.info import ModelError, read_model_info
+from core.library.resolve import resolve_model
+from core.model.info import ModelError, ModelInfo
+from core.plan.planner import Plan
 from core.plan.split import parse_split
 from core.remote.modelcopy import CopyProgress
 from core.remote.targets import Target
+from core.run.launcher import JobSpec
 from core.run.placement import ClusterError, show_launch
-from core.run.preflight import BACKENDS, format_report
+from core.run.preflight import BACKENDS, PreflightReport, format_report
 from core.run.session import Session, real_hosts
 from core.units import bytes_per_s, duration, size
 from core.worker.vocab import Backend, Strategy
@@ -54,7 +57,9 @@ def make_targets(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "model", type=Path, help="the model folder on this Mac (copied to nodes that lack it)"
+        "model",
+        help="the model on this Mac (copied to nodes that lack it): a folder, a name "
+        "`macmesh models` lists (ORG/NAME), or hf:ORG/NAME once downloaded",
     )
     parser.add_argument("--hosts", required=True, help="[user@]host[:port],... in any order")
     parser.add_argument(
@@ -86,6 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N,N,...",
         help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
     )
+    parser.add_argument(
+        "--change-network",
+        action="store_true",
+        help="apply the network changes the checks offer for a faster path (each Mac's "
+        "admin password is asked once); without it they are only shown, with their undo",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
@@ -106,40 +117,59 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             return interrupted(stage, err)
 
 
+def prepare(
+    args: argparse.Namespace, err: TextIO, stage: Stage, show_launch: bool = False
+) -> tuple[Session, ModelInfo, Plan, PreflightReport, JobSpec]:
+    """Probe, plan, check and copy (``show_launch``: check only) for ``args``' model and
+    hosts, saying each step on ``err``: what ``macmesh run`` and ``macmesh serve`` share.
+    ClusterError, ModelError or ValueError with the reason when a step cannot go on."""
+    info = resolve_model(args.model, to_run=True)
+    hosts = [h for h in args.hosts.split(",") if h.strip()]
+    targets = make_targets(hosts, args.python, args.cache_root)
+    session = Session(
+        info,
+        real_hosts(targets),
+        strategy=args.strategy,
+        backend=args.backend,
+        verify=args.verify,
+        split=parse_split(args.split) if getattr(args, "split", None) else None,
+        check_paths=not show_launch,  # runs nothing: the paths as probed
+    )
+    stage.session = session
+    stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it
+    err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
+    session.probe()
+    stage("planning")
+    plan = session.make_plan()
+    stage("checking the nodes")
+    err.write(f"{plan.reason}\nChecking the nodes…\n")
+    report = session.preflight()
+    assert report is not None  # real hosts are always checked
+    err.write(format_report(report))
+    if getattr(args, "change_network", False) and report.backend.offers and not show_launch:
+        targets_now = {t.name: t for t in session.targets}
+        if change_network(report.backend.offers, targets_now, err):
+            err.write("Checking the nodes again…\n")
+            session.probe(force=True)
+            report = session.preflight()
+            assert report is not None
+            err.write(format_report(report))
+    if show_launch and report.backend.problem and args.backend != Backend.AUTO:
+        raise ClusterError(report.backend.reason)
+    if not show_launch:
+        if not report.ok:
+            raise ClusterError("the checks above failed; nothing was started")
+        session.copy_progress.connect(_progress_printer(err))
+        stage("copying the model")
+        session.copy()
+    spec = session.job_spec(checked=not show_launch)
+    return session, info, plan, report, spec
+
+
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
         check_max_tokens(args.max_tokens)
-        info = read_model_info(args.model)
-        hosts = [h for h in args.hosts.split(",") if h.strip()]
-        targets = make_targets(hosts, args.python, args.cache_root)
-        session = Session(
-            info,
-            real_hosts(targets),
-            strategy=args.strategy,
-            backend=args.backend,
-            verify=args.verify,
-            split=parse_split(args.split) if args.split else None,
-        )
-        stage.session = session
-        stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it
-        err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
-        session.probe()
-        stage("planning")
-        plan = session.make_plan()
-        stage("checking the nodes")
-        err.write(f"{plan.reason}\nChecking the nodes…\n")
-        report = session.preflight()
-        assert report is not None  # real hosts are always checked
-        err.write(format_report(report))
-        if args.show_launch and report.backend.problem and args.backend != Backend.AUTO:
-            raise ClusterError(report.backend.reason)
-        if not args.show_launch:
-            if not report.ok:
-                raise ClusterError("the checks above failed; nothing was started")
-            session.copy_progress.connect(_progress_printer(err))
-            stage("copying the model")
-            session.copy()
-        spec = session.job_spec(checked=not args.show_launch)
+        session, info, plan, report, spec = prepare(args, err, stage, args.show_launch)
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2

@@ -69,6 +69,7 @@ class BonjourPeer:
     osxvers: int | None = None
     macmesh_version: str | None = None
     is_self: bool = False
+    api_port: int | None = None  # a copy of MacMesh sharing its cluster's API on this port
 
     @property
     def is_mac(self) -> bool:
@@ -131,6 +132,8 @@ class Discovery:
         self._askers: ThreadPoolExecutor | None = None
         self._closing = threading.Event()
         self.own_name: str | None = None  # our instance name once registered (may be renamed)
+        self.api_port: int | None = None  # the API's port in our TXT, while it is shared
+        self._revision = 0  # our TXT's changes since registering
 
     def start(self) -> None:
         """Open zeroconf, register ``_macmesh._tcp`` (blocks ~2 s while zeroconf probes the
@@ -174,6 +177,19 @@ class Discovery:
                 with contextlib.suppress(Exception):
                     zc.unregister_service(own)
             zc.close()
+
+    def set_api_port(self, port: int | None) -> None:
+        """Say in our ``_macmesh._tcp`` TXT (``api=PORT``) that this Mac shares its
+        cluster's API on ``port`` (None: no longer). Blocks while zeroconf announces it:
+        call it off the GUI thread."""
+        self.api_port = port
+        self._revision += 1
+        zc, own = self._zc, self._own
+        if zc is None or own is None:
+            return  # said when registered
+        info = self._own_info([str(a) for a in own.parsed_addresses()], own.name)
+        zc.update_service(info)
+        self._own = info
 
     def __enter__(self) -> Discovery:
         self.start()
@@ -299,6 +315,7 @@ class Discovery:
             model=info.get("model") or None,
             osxvers=_int(info.get("osxvers")),
             macmesh_version=own.txt.get("version", "") if own else None,
+            api_port=_int(own.txt.get("api")) if own else None,
             is_self=self.own_name is not None and entry.name.lower() == self.own_name.lower(),
         )
 
@@ -308,18 +325,25 @@ class Discovery:
         except Exception:
             log.exception("discovery: a slot failed on %r", value)
 
-    def _own_info(self, addresses: list[str]) -> ServiceInfo:
+    def _own_info(self, addresses: list[str], name: str | None = None) -> ServiceInfo:
         if not addresses:
             addresses = _ipv4_addresses() or ["127.0.0.1"]
+        properties = {"version": self.version, "proto": PROTOCOL}
+        if self.api_port is not None:
+            properties["api"] = str(self.api_port)
+        if self._revision:
+            # A TXT equal to one a browser still caches is not reported as an update
+            # (python-zeroconf): each change carries a new revision.
+            properties["rev"] = str(self._revision)
         return ServiceInfo(
             MACMESH,
-            f"{self.instance_name}.{MACMESH}",
+            name or f"{self.instance_name}.{MACMESH}",
             port=self.ssh_port,
             parsed_addresses=addresses,
             # Never the machine's own host name: A records differing from mDNSResponder's
             # would be a conflict, and macOS would rename the Mac.
             server=f"macmesh-{_label(self.instance_name)}.local.",
-            properties={"version": self.version, "proto": PROTOCOL},
+            properties=properties,
         )
 
 

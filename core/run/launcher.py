@@ -20,6 +20,7 @@ never on the caller's: a GUI must cross to its own thread (``gui/bridge.py``).
 from __future__ import annotations
 
 import itertools
+import secrets
 import sys
 import threading
 import time
@@ -87,6 +88,9 @@ class JobSpec:
     rank_models: list[Path] | None = None  # per-rank model folder, when nodes hold different files
     targets: list[Target] | None = None  # where each rank runs, rank order (None: this machine)
     devices: list[list[str | list[str] | None]] | None = None  # jaccl: the device matrix
+    # ring: the address each rank listens on (rank order; core.cluster.ringpath's
+    # choice); None: each target's rank_address.
+    addresses: list[str] | None = None
     # On a CPU, per rank (rank order): "float" (dequantize), "quantized", "auto" (if room).
     weights: list[str] | None = None
 
@@ -304,6 +308,8 @@ class Job:
         targets = spec.targets or []
         backend = spec.rank_backend
         addresses = [t.rank_address for t in targets]
+        if backend is Backend.RING and spec.addresses:
+            addresses = list(spec.addresses)
         ports = mlxenv.rank_ports(addresses if backend is Backend.RING else addresses[:1])
         ports += [0] * (len(targets) - len(ports))  # jaccl: only the coordinator listens
         job_dirs = []
@@ -400,16 +406,30 @@ class Job:
         messages: list[dict[str, Any]] | None = None,
         max_tokens: int = 128,
         chat: bool = True,
+        sampling: dict[str, Any] | None = None,
     ) -> str:
-        """Send a request to the ranks; returns its id (events carry it as ``request``)."""
+        """Send a request to the ranks; returns its id (events carry it as ``request``).
+        ``sampling``: temperature, top_p, seed, stop (the worker's generate fields). Every
+        rank must draw the same random numbers, so a request without a seed gets one."""
         request = f"r{next(self._ids)}"
-        fields = {"id": request, "max_tokens": int(max_tokens), "chat": chat}
+        fields: dict[str, Any] = {"id": request, "max_tokens": int(max_tokens), "chat": chat}
         if messages is not None:
             fields["messages"] = messages
         else:
             fields["prompt"] = prompt or ""
+        fields.update({k: v for k, v in (sampling or {}).items() if v is not None})
+        fields.setdefault("seed", secrets.randbelow(1 << 31))
         self._send(p.encode_command(p.OP_GENERATE, **fields), request, GENERATING)
         return request
+
+    def cancel(self, request: str) -> bool:
+        """End the answer ``request`` at its next token (its ``done`` event then says
+        "cancelled"; the job stays ready). False when it is not running or queued."""
+        with self._lock:
+            if request not in self._pending or self.state != JobState.GENERATING:
+                return False
+            self._send_all(p.encode_command(p.OP_CANCEL, id=request))
+            return True
 
     def link_test(
         self,

@@ -29,8 +29,9 @@ from core.remote.ship import worker_bundle
 from core.remote.ssh import SSHError, UnknownHostKey
 from core.remote.targets import Target
 from core.run import mlxenv
+from core.run.backend_choice import BackendChoice, choose_backend
 from core.run.launcher import JobSpec
-from core.run.preflight import BackendChoice, PreflightReport, choose_backend
+from core.run.preflight import PreflightReport
 from core.worker.vocab import Backend, Strategy
 
 
@@ -95,6 +96,7 @@ def job_spec(
             "targets": in_rank_order(plan, targets),
             "backend": backend.name if backend else Backend.RING,
             "devices": backend.devices if backend else None,
+            "addresses": backend.addresses if backend else None,
             "rank_models": [Path(folder) for folder in rank_models] if rank_models else None,
         }
     return JobSpec(
@@ -113,7 +115,9 @@ def show_launch(spec: JobSpec) -> dict[str, Any]:
     targets = spec.targets or []
     names = [f"{t.user}@{t.host}" if t.user else t.host for t in targets]
     jaccl = spec.backend.is_jaccl
-    ips = [[t.rank_address] if (not jaccl or rank == 0) else [] for rank, t in enumerate(targets)]
+    own = [t.rank_address for t in targets]
+    listen = spec.addresses if spec.addresses and spec.backend is Backend.RING else own
+    ips = [[listen[rank]] if (not jaccl or rank == 0) else [] for rank in range(len(targets))]
     hostfile = mlxenv.launch_hostfile(spec.backend, names, ips, rdma=spec.devices)
     python = targets[0].interpreter if targets else spec.python
     digest, _ = worker_bundle()
@@ -150,11 +154,18 @@ def planned_launch(
         by_name = {f.name: f for f in facts}
         known = [by_name[t.name] for t in ordered if t.name in by_name]
         backend = (
-            choose_backend(known)
+            choose_backend(known, fallback={t.name: t.rank_address for t in ordered})
             if len(known) == len(ordered)
             else BackendChoice(Backend.RING, "Ring over each node's network address.")
         )
         folders = None
     spec = job_spec(info, plan, ordered, backend, folders)
     launch = show_launch(spec)
-    return {**launch, "backend": backend.name, "reason": backend.reason, "local": False}
+    paths = backend.to_dict()["paths"]
+    return {
+        **launch,
+        "backend": backend.name,
+        "reason": backend.reason,
+        "paths": paths,
+        "local": False,
+    }

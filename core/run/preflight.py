@@ -21,14 +21,14 @@ import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from core.cluster.probe.facts import NodeFacts, run_local_probe
 from core.cluster.probe.remote import probe_over_ssh
-from core.cluster.rdma import GUIDES, build_mismatch, cable_verdict, node_verdict
-from core.cluster.topology import build_topology, jaccl_devices
+from core.cluster.rdma import GUIDES, build_mismatch
+from core.cluster.ringpath import RingLink
 from core.model.manifest import HashCache, Manifest, ManifestError, build_manifest, node_manifest
 from core.plan.memory import Node, node_budget
 from core.plan.planner import Plan
@@ -43,13 +43,14 @@ from core.remote.ssh import (
     UnknownHostKey,
 )
 from core.remote.targets import Target
+from core.run.backend_choice import BackendChoice, choose_backend, with_links
+from core.run.ringcheck import check_links
 from core.units import size
 from core.worker.vocab import Backend
 
 Status = Literal["ok", "warn", "fail"]
 BACKENDS = (Backend.AUTO, Backend.JACCL, Backend.JACCL_RING, Backend.RING)  # a person may ask
 CLUSTER = "cluster"  # the node of checks about all nodes together
-Matrix = list[list[str | list[str] | None]]
 
 
 @dataclass(frozen=True)
@@ -80,29 +81,6 @@ class Check:
             "status": self.status,
             "message": self.message,
             "fix": self.fix,
-        }
-
-
-@dataclass(frozen=True)
-class BackendChoice:
-    """What the job runs on. ``devices``: jaccl's device matrix in rank order."""
-
-    name: Backend  # jaccl, jaccl-ring or ring
-    reason: str
-    devices: Matrix | None = None
-    problem: str | None = None  # why RDMA is not used (None when it is, or not needed)
-    guide: str | None = None  # core.cluster.rdma.GUIDES key that fixes the problem
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "name", Backend(self.name))  # a name read from JSON too
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name.value,
-            "reason": self.reason,
-            "devices": self.devices,
-            "problem": self.problem,
-            "guide": self.guide,
         }
 
 
@@ -201,10 +179,13 @@ def run_preflight(
     cache: HashCache | None = None,
     facts: Mapping[str, NodeFacts] | None = None,
     verify: bool = False,
+    check_paths: bool = True,
 ) -> PreflightReport:
     """Every check for running ``plan`` of the model in ``model_dir`` on ``targets``
     (``facts``: nodes just probed, by name, reused instead of probing them again;
-    ``verify``: every model file on the nodes hashed there now, not only sized)."""
+    ``verify``: every model file on the nodes hashed there now, not only sized;
+    ``check_paths``: each ring link's chosen path tried with a TCP connect between its
+    nodes, falling back to the next path that answers; off: the paths as probed)."""
     manifests: dict[str, Manifest] = {}
     problem = None
     try:
@@ -216,9 +197,40 @@ def run_preflight(
             CLUSTER, "model", f"Cannot read the model: {error}.", "Choose a model folder."
         )
     report = evaluate(plan, gather(targets, manifests, facts, verify), manifests, backend)
+    if check_paths and report.backend.links and len(report.backend.links) > 1:
+        report = _checked_paths(report, targets, backend)
     if problem is not None:
         return PreflightReport((problem, *report.checks), report.backend, (), {}, report.facts)
     return report
+
+
+def _checked_paths(
+    report: PreflightReport, targets: Sequence[Target], requested: Backend | str
+) -> PreflightReport:
+    """The report once every ring link's path was tried between its two nodes."""
+    by_name = {t.name: t for t in targets}
+    problems: list[Check] = []
+
+    def failed(link: RingLink, why: str) -> None:
+        problems.append(
+            Check.warn(
+                CLUSTER,
+                "backend",
+                f"Could not try the path from {link.dialer} to {link.listener}: {why}.",
+                "The job uses the path as probed; its own connect will say if it fails.",
+            )
+        )
+
+    links = tuple(check_links(report.backend.links, by_name, failed))
+    choice = with_links(report.backend, links)
+    ordered = [by_name[name] for name in (link.listener for link in links)]
+    checks = [
+        c
+        for c in report.checks
+        if not (c.name == "backend" and c.node == CLUSTER) and c.name != "network"
+    ]
+    checks += [*_backend_checks(choice, requested, ordered), *problems]
+    return replace(report, checks=tuple(checks), backend=choice)
 
 
 # -- checks (pure) ---------------------------------------------------------------------------
@@ -273,7 +285,8 @@ def evaluate(
         checks.extend(_memory(g, plan))
     facts = {g.target.name: g.facts for g in reached if g.facts is not None}
     if len(reached) == len(order) and not lost:
-        choice = choose_backend([facts[name] for name in order], Backend(backend))
+        fallback = {t.name: t.rank_address for t in (by_name[n].target for n in order)}
+        choice = choose_backend([facts[name] for name in order], Backend(backend), fallback)
         checks.extend(_backend_checks(choice, backend, [by_name[n].target for n in order]))
         if choice.name.is_jaccl and (mismatch := build_mismatch(list(facts.values()))):
             checks.append(
@@ -513,81 +526,16 @@ def _memory(g: Gathered, plan: Plan) -> list[Check]:
 # -- backend ----------------------------------------------------------------------------------
 
 
-def choose_backend(
-    nodes: Sequence[NodeFacts], requested: Backend | str = Backend.AUTO
-) -> BackendChoice:
-    """The backend for ranks on ``nodes`` (rank order). jaccl needs a cable with RDMA on
-    between every pair of ranks; jaccl-ring between each rank and the next (the ranks'
-    order must follow the cabling); otherwise ring over each node's network address.
-    A requested jaccl that cannot run comes back with ``problem`` set."""
-    requested = Backend(requested)
-    names = [f.name for f in nodes]
-    if len(nodes) < 2:
-        return BackendChoice(Backend.RING, "One node: no distributed backend is needed.")
-    if requested is Backend.RING:
-        return BackendChoice(Backend.RING, "Ring over each node's network address, as asked.")
-    verdicts = [node_verdict(f) for f in nodes]
-    off = [v for v in verdicts if not v.on]
-    problem, guide, devices = None, None, None
-    wanted: Backend | None = None
-    if off:
-        problem, guide = " ".join(v.reason for v in off), off[0].guide
-    else:
-        topology = build_topology(nodes)
-        by_name = {f.name: f for f in nodes}
-        if requested is Backend.AUTO:
-            wanted = {"full mesh": Backend.JACCL, "ring": Backend.JACCL_RING}.get(topology.shape)
-        else:
-            wanted = requested
-        if wanted is None:
-            problem = (
-                f"the Thunderbolt cables form neither a full mesh nor a ring ({topology.verdict})"
-            )
-        else:
-            n = len(names)
-            pairs = (
-                [(i, j) for i in range(n) for j in range(i + 1, n)]
-                if wanted is Backend.JACCL
-                else [(i, (i + 1) % n) for i in range(n if n > 2 else 1)]
-            )
-            for i, j in pairs:
-                cables = topology.between(names[i], names[j])
-                if not cables:
-                    how = (
-                        "every pair of Macs" if wanted is Backend.JACCL else "each Mac and the next"
-                    )
-                    problem = (
-                        f"{wanted} needs a Thunderbolt cable between {how}, and none joins "
-                        f"{names[i]} and {names[j]}"
-                    )
-                    break
-                links = [cable_verdict(c, by_name) for c in cables]
-                if not any(v.on for v in links):
-                    problem, guide = links[0].reason, links[0].guide
-                    break
-            if problem is None:
-                try:
-                    devices = jaccl_devices(topology, names)
-                except ValueError as error:
-                    problem = str(error)
-    if problem is None and wanted is not None:
-        how = "every pair cabled" if wanted is Backend.JACCL else "each Mac cabled to the next"
-        return BackendChoice(wanted, f"{wanted}: RDMA over Thunderbolt, {how}.", devices)
-    assert problem is not None  # every way here without a backend says why
-    problem = problem.rstrip(".")
-    see = f" See “{GUIDES[guide]}”." if guide in GUIDES else ""
-    if requested is Backend.AUTO:
-        reason = f"Ring over each node's network address (the LAN): {problem}.{see}"
-        return BackendChoice(Backend.RING, reason, None, problem, guide)
-    return BackendChoice(
-        requested, f"{requested} cannot run: {problem}.{see}", None, problem, guide
-    )
-
-
 def _backend_checks(
     choice: BackendChoice, requested: Backend | str, targets: Sequence[Target]
 ) -> list[Check]:
-    addresses = ", ".join(t.rank_address for t in targets)
+    return [*_backend_check(choice, requested, targets), *_offer_checks(choice)]
+
+
+def _backend_check(
+    choice: BackendChoice, requested: Backend | str, targets: Sequence[Target]
+) -> list[Check]:
+    addresses = ", ".join(choice.addresses or [t.rank_address for t in targets])
     if choice.problem is None:
         message = choice.reason
         if choice.name is Backend.RING and len(targets) > 1:
@@ -607,6 +555,23 @@ def _backend_checks(
     if choice.guide:
         return [Check.warn(CLUSTER, "backend", message, fix)]
     return [Check.ok(CLUSTER, "backend", message)]
+
+
+def _offer_checks(choice: BackendChoice) -> list[Check]:
+    """A faster path a setting stands in the way of: each change offered, with its undo.
+    A warning, never a failure: nothing is changed unless the person asks."""
+    checks = []
+    for offer in choice.offers:
+        checks.append(
+            Check.warn(
+                offer.node,
+                "network",
+                f"A faster path needs a network setting changed on {offer.node}: it {offer.why}.",
+                f"{offer.shown()}. MacMesh changes nothing unless you ask (Change… here, "
+                "or `macmesh run --change-network`: that Mac's admin password, used once).",
+            )
+        )
+    return checks
 
 
 # -- for the terminal ----------------------------------------------------------------------

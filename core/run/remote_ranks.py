@@ -113,7 +113,15 @@ def rank_command(launch: RankLaunch, worker_dir: str, argv: Sequence[str]) -> st
     ``exec``: the shell outlives the worker to report a signal as 128+n, which ssh
     would otherwise lose, and to clean up)."""
     q = shlex.quote
+    # A rank ended by a signal the shell can catch (Stop's TERM, a lost session's HUP,
+    # Ctrl-C's INT) still removes its folder, right there on the node: the shell waits
+    # for the worker (signalled with it), removes the folder and reports the signal as
+    # 128+n. Only KILL leaves it, for the controller's clean-up and the next sweep.
     steps = [
+        *(
+            f"trap {q(f'rm -rf {q(launch.job_dir)}; exit {128 + number}')} {name}"
+            for name, number in (("HUP", 1), ("INT", 2), ("TERM", 15))
+        ),
         f"umask 077 && mkdir -p {q(launch.job_dir)}",
         # Its process group (this shell's pid: sshd made it a session leader), so a later
         # job's sweep can tell a live job's folder from one left by a killed rank.
@@ -122,7 +130,7 @@ def rank_command(launch: RankLaunch, worker_dir: str, argv: Sequence[str]) -> st
     for name, text in launch.files.items():
         steps.append(f"printf '%s' {q(text)} > {q(launch.job_dir + '/' + name)}")
     steps.append(f"cd {q(worker_dir)}")
-    run = " && ".join([*steps, shlex.join(argv)])
+    run = "; ".join(steps[:3]) + "; " + " && ".join([*steps[3:], shlex.join(argv)])
     return f"{run}; code=$?; rm -rf {q(launch.job_dir)}; exit $code"
 
 

@@ -16,8 +16,9 @@ on its main thread); ``start()`` runs the first five:
 - ``copy()``: each node's missing part of the model (and files found damaged), every node
   at once.
 - ``launch()``: the job's ranks start (it returns once they are starting).
-- ``ask(...)``: a request; its tokens arrive as ``event``s. ``test_links()``: the link
-  test on the running job. ``stop()``: every rank ends.
+- ``ask(...)``: a request; its tokens arrive as ``event``s. ``cancel_answer(request)``: that
+  answer ends at its next token, the job serves on. ``test_links()``: the link test on the
+  running job. ``stop()``: every rank ends.
 
 ``cancel()`` (any thread) ends the running step at its next boundary (a copy between
 chunks; what arrived is kept and the next copy resumes); ``start()`` then runs no
@@ -131,6 +132,7 @@ class Session:
         fresh_s: float = FRESH_S,
         verify: bool = False,
         split: Sequence[int] | None = None,
+        check_paths: bool = True,
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -150,6 +152,7 @@ class Session:
         self.strategy, self.backend = Strategy(strategy), Backend(backend)
         self.verify = verify  # preflight hashes every model file on the nodes
         self.split = None if split is None else tuple(split)  # a pipeline split by hand
+        self.check_paths = check_paths  # preflight tries each ring link's path (issue 18)
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
@@ -285,7 +288,13 @@ class Session:
             used = in_rank_order(plan, self.targets)
             known = {t.name: self.facts[t.name] for t in used if self._describes(t)}
             report = run_preflight(
-                used, plan, self.info.path, self.backend.value, facts=known, verify=self.verify
+                used,
+                plan,
+                self.info.path,
+                self.backend.value,
+                facts=known,
+                verify=self.verify,
+                check_paths=self.check_paths,
             )
             self.report = report
             self.checked.emit(report)
@@ -372,9 +381,26 @@ class Session:
         *,
         messages: list[dict[str, Any]] | None = None,
         max_tokens: int = 128,
+        chat: bool = True,
+        sampling: dict[str, Any] | None = None,
     ) -> str:
-        """Send a request (a prompt, or a conversation's ``messages``); its id."""
-        return str(self._running().generate(prompt, messages=messages, max_tokens=max_tokens))
+        """Send a request (a prompt, or a conversation's ``messages``); its id.
+        ``chat``: a prompt goes through the chat template (False: as raw text).
+        ``sampling``: temperature, top_p, seed, stop (None: greedy, no stop)."""
+        job = self._running()
+        if chat and sampling is None:  # the form every front end used before sampling
+            return str(job.generate(prompt, messages=messages, max_tokens=max_tokens))
+        return str(
+            job.generate(
+                prompt, messages=messages, max_tokens=max_tokens, chat=chat, sampling=sampling
+            )
+        )
+
+    def cancel_answer(self, request: str) -> bool:
+        """Any thread: end the answer ``request`` at its next token; its ``done`` event
+        then has finish_reason "cancelled" and the job serves the next request. False
+        when that answer is not running (it ended already)."""
+        return bool(self._running().cancel(request))
 
     def test_links(self, sizes: Sequence[int] | None = None, scale: float = 1.0) -> str:
         """Measure every link the job uses (``core.run.linktest``); ``wait_done`` gives

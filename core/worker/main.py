@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
@@ -25,6 +25,9 @@ from core.worker.blas import blas_report
 from core.worker.reporter import Reporter
 from core.worker.version import print_version
 from core.worker.vocab import Backend, LoadingStage, Strategy
+
+if TYPE_CHECKING:  # mlx-lm takes seconds to import: the worker imports it once beating
+    from core.worker.serve import Commands
 
 # What a rank runs: ``auto`` is only ever a request, settled before a rank starts.
 STRATEGIES = tuple(s for s in Strategy if s is not Strategy.AUTO)
@@ -141,7 +144,7 @@ def run(
     group: mx.distributed.Group,
     events: p.EventWriter,
     reporter: Reporter,
-    commands: queue.Queue[dict[str, Any]] | None,
+    commands: Commands | None,
     telemetry: bool,
 ) -> None:
     from core.worker.serve import generate, serve

@@ -8,7 +8,9 @@ Controller -> every rank, the same lines in the same order, on each rank's
 stdin (an idle rank waits on a pipe, not inside a spinning MLX collective;
 stdin closing tells a rank its controller is gone)::
 
-    {"op": "generate", "id": "r1", "prompt": "...", "max_tokens": 64, "chat": true}
+    {"op": "generate", "id": "r1", "prompt": "...", "max_tokens": 64, "chat": true,
+     "temperature": 0.0, "top_p": 1.0, "seed": 7, "stop": ["Q:"]}   (sampling optional)
+    {"op": "cancel", "id": "r1"}   (end that answer at its next token: done, "cancelled")
     {"op": "link_test", "id": "t1", "sizes": [4096, 67108864], "pairs": [[0, 1]], "scale": 1}
     {"op": "stop"}
     {"op": "join"}          (once every rank is up: join the group now; see ENV_JOIN)
@@ -29,14 +31,15 @@ loaded      load_s, memory_bytes, layers ([start, end) or null for tensor), stra
 ready       (rank 0, once every rank has loaded and synchronised)
 token       request, index (0-based), token (id), text (the new piece of text)
 done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tps,
-            ttft_s, finish_reason, peak_memory_bytes, text
+            ttft_s, finish_reason ("stop", "length" or "cancelled"), peak_memory_bytes, text
 traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
 heartbeat   (every HEARTBEAT_S from the rank's first line, so silence means a hang);
             stage (the ``loading`` stage, until the rank has loaded)
 link_test   request, size (ranks), links ([{a, b, points: [{bytes, seconds (one way),
             bytes_per_s}]}]), all_sum ([{bytes, seconds, bytes_per_s (bus bandwidth)}])
 error       message (for a person: what happened and what to do), fatal,
-            request (when it answers one request: that request failed, the job lives on)
+            request (when it answers one request: that request failed, the job lives on),
+            code (for a refused request, when known: "context_length_exceeded")
 stopped     (the rank is exiting cleanly)
 ==========  =====================================================================
 """
@@ -70,7 +73,13 @@ OP_GENERATE = "generate"
 OP_LINK_TEST = "link_test"
 OP_STOP = "stop"
 OP_JOIN = "join"
-OPS = frozenset({OP_GENERATE, OP_LINK_TEST, OP_STOP, OP_JOIN})
+OP_CANCEL = "cancel"
+OPS = frozenset({OP_GENERATE, OP_LINK_TEST, OP_STOP, OP_JOIN, OP_CANCEL})
+
+# A done event's finish_reason for an answer ended by a cancel command.
+CANCELLED = "cancelled"
+# An error event's code for a prompt that does not fit the model's context.
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 
 HEARTBEAT_S = 1.0
 MAX_LINK_SIZES = 16  # message sizes in one link test
@@ -136,6 +145,9 @@ def parse_command(line: str) -> dict[str, Any]:
         raise ValueError(f"not a command (expected 'op' in {sorted(OPS)})")
     if record["op"] == OP_GENERATE:
         _check_generate(record)
+    elif record["op"] == OP_CANCEL:
+        if not isinstance(record.get("id"), str):
+            raise ValueError("'id' must name the request to cancel")
     elif record["op"] == OP_LINK_TEST:
         _check_link_test(record)
     return record
@@ -183,6 +195,20 @@ def _check_generate(record: dict[str, Any]) -> None:
             raise ValueError("'messages' must be a list of {role, content} texts")
     elif not isinstance(record.get("prompt", ""), str):
         raise ValueError("'prompt' must be text")
+    for key in ("temperature", "top_p"):
+        if key in record and not _number(record[key]):
+            raise ValueError(f"{key!r} must be a number")
+    if "seed" in record and not (
+        isinstance(record["seed"], int) and not isinstance(record["seed"], bool)
+    ):
+        raise ValueError("'seed' must be a whole number")
+    stop = record.get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise ValueError("'stop' must be a list of non-empty texts")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _positive_int(value: Any) -> bool:

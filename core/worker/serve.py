@@ -6,6 +6,14 @@ on a pipe, which costs nothing, whereas waiting inside an MLX collective
 spins a core (the ring backend busy-polls its sockets). Every rank samples
 the same token because every rank ends a forward pass with the same logits;
 only rank 0 reports tokens and answers.
+
+Cancelling one answer: the stdin reader notes a ``cancel`` command at once (it does not
+wait in the command queue), but each rank reads it at its own moment, and ranks must stop
+at the same token or their collectives fall out of step. So after each token every rank
+adds its "cancelled?" flag into a one-number ``all_sum`` queued behind the next step, and
+reads the sum one token later (by then it is computed: no stall); a sum above zero ends
+the answer on every rank at that same token, with a ``done`` whose finish_reason is
+"cancelled". The job stays ready for the next request.
 """
 
 from __future__ import annotations
@@ -16,16 +24,66 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import generation_stream, stream_generate
+from mlx_lm.sample_utils import make_sampler
 
 from core.worker import protocol as p
 from core.worker.linktest import link_test
 from core.worker.sharding import Shard
+from core.worker.stops import StopScanner
 
 DEFAULT_MAX_TOKENS = p.DEFAULT_MAX_TOKENS
+CANCELS_KEPT = 64  # cancels of requests already ended are forgotten after this many
+
+
+class Cancels:
+    """The requests the controller cancelled: the stdin reader adds, ``generate`` asks."""
+
+    def __init__(self) -> None:
+        self._ids: deque[str] = deque(maxlen=CANCELS_KEPT)
+        self._lock = threading.Lock()
+
+    def add(self, request: str) -> None:
+        with self._lock:
+            self._ids.append(request)
+
+    def __contains__(self, request: object) -> bool:
+        with self._lock:
+            return request in self._ids
+
+    def discard(self, request: str) -> None:
+        with self._lock:
+            while request in self._ids:
+                self._ids.remove(request)
+
+
+class Commands(queue.Queue[dict[str, Any]]):
+    """The commands read from stdin, in order, and the cancels (which skip the queue)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancels = Cancels()
+
+
+class _Agreement:
+    """Whether every rank has seen a cancel, agreed one token late (see the module doc)."""
+
+    def __init__(self, group: mx.distributed.Group | None) -> None:
+        self.group = group if group is not None and group.size() > 1 else None
+        self._pending: mx.array | None = None
+
+    def cancelled(self, local: bool) -> bool:
+        if self.group is None:
+            return local
+        agreed = self._pending is not None and bool((self._pending > 0).item())
+        flag = mx.array([1 if local else 0], dtype=mx.int32)
+        self._pending = mx.distributed.all_sum(flag, group=self.group, stream=generation_stream)
+        mx.async_eval(self._pending)
+        return agreed
 
 
 def prompt_tokens(tokenizer: Any, command: dict[str, Any]) -> list[int]:
@@ -39,34 +97,81 @@ def prompt_tokens(tokenizer: Any, command: dict[str, Any]) -> list[int]:
     return list(tokenizer.encode(text))
 
 
+def context_length(shard: Shard) -> int | None:
+    """The model's context, in tokens, when its config says."""
+    value = shard.config.get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def generate(
-    shard: Shard, command: dict[str, Any], events: p.EventWriter, rank: int, stream_tokens: bool
-) -> dict[str, Any]:
-    """Run one request on this rank; rank 0 reports tokens and the summary."""
+    shard: Shard,
+    command: dict[str, Any],
+    events: p.EventWriter,
+    rank: int,
+    stream_tokens: bool,
+    group: mx.distributed.Group | None = None,
+    cancels: Cancels | None = None,
+) -> dict[str, Any] | None:
+    """Run one request on this rank; rank 0 reports tokens and the summary. A prompt
+    that does not fit the context is refused (an error event; None) on every rank alike."""
     request = command.get("id", "")
     started = time.monotonic()
     ids = prompt_tokens(shard.tokenizer, command)
     max_tokens = int(command.get("max_tokens", DEFAULT_MAX_TOKENS))
+    context = context_length(shard)
+    if context is not None and len(ids) >= context:
+        if rank == 0:
+            events.emit(
+                p.ERROR,
+                message=f"The prompt is {len(ids)} tokens; this model's context is {context}.",
+                fatal=False,
+                request=request,
+                code=p.CONTEXT_LENGTH_EXCEEDED,
+            )
+        return None
+    if context is not None:
+        max_tokens = min(max_tokens, context - len(ids))
+    if "seed" in command:  # every rank the same seed: they sample the same tokens
+        mx.random.seed(int(command["seed"]) % (1 << 32))
+    sampler = make_sampler(float(command.get("temperature", 0.0)), float(command.get("top_p", 1.0)))
+    stops = StopScanner(command.get("stop", ()))
+    agreement = _Agreement(group)
+    cancelled = False
     first_at = None
     pieces: list[str] = []
     last = None
     for index, response in enumerate(
-        stream_generate(shard.model, shard.tokenizer, ids, max_tokens=max_tokens)
+        stream_generate(shard.model, shard.tokenizer, ids, max_tokens=max_tokens, sampler=sampler)
     ):
         if first_at is None:
             first_at = time.monotonic()
+        if agreement.cancelled(cancels is not None and request in cancels):
+            cancelled = True
+            break
         last = response
-        if rank != 0 or (response.finish_reason == "stop" and not response.text):
-            continue  # the end-of-sequence token is not text (but may flush some)
-        pieces.append(response.text)
-        if stream_tokens:
-            events.emit(
-                p.TOKEN, request=request, index=index, token=int(response.token), text=response.text
-            )
+        text = stops.feed(response.text)
+        if response.finish_reason is not None:
+            text += stops.flush()
+        # The end-of-sequence token is not text (but may flush some): no token event.
+        if rank == 0 and not (response.finish_reason == "stop" and not response.text):
+            pieces.append(text)
+            if stream_tokens:
+                events.emit(
+                    p.TOKEN, request=request, index=index, token=int(response.token), text=text
+                )
+        if stops.stopped:
+            break
     # stream_generate evaluates the next step ahead, asynchronously, and may leave it in
     # flight when it stops: wait for it, or its collectives would interleave on the wire
     # with the next command's broadcast.
     mx.synchronize(generation_stream)
+    if cancels is not None:
+        cancels.discard(request)
+    finish_reason = last.finish_reason if last else "length"
+    if cancelled:
+        finish_reason = p.CANCELLED
+    elif stops.stopped:
+        finish_reason = "stop"
     summary = {
         "request": request,
         "prompt_tokens": last.prompt_tokens if last else len(ids),
@@ -74,7 +179,7 @@ def generate(
         "generation_tokens": last.generation_tokens if last else 0,
         "generation_tps": round(last.generation_tps, 3) if last else 0.0,
         "ttft_s": round(first_at - started, 6) if first_at else None,
-        "finish_reason": last.finish_reason if last else "length",
+        "finish_reason": finish_reason,
         "peak_memory_bytes": int(mx.get_peak_memory()),
         "text": "".join(pieces),
     }
@@ -87,7 +192,7 @@ def serve(
     shard: Shard,
     group: mx.distributed.Group,
     events: p.EventWriter,
-    commands: queue.Queue[dict[str, Any]],
+    commands: Commands,
     stream_tokens: bool,
 ) -> None:
     """Run commands until ``stop``, or until the controller is gone."""
@@ -98,25 +203,29 @@ def serve(
         if op == p.OP_STOP:
             return
         if op == p.OP_GENERATE:
-            generate(shard, command, events, rank, stream_tokens)
+            generate(shard, command, events, rank, stream_tokens, group, commands.cancels)
         elif op == p.OP_LINK_TEST:
             link_test(group, command, events)
 
 
-def read_commands(events: p.EventWriter, rank: int) -> queue.Queue[dict[str, Any]]:
+def read_commands(events: p.EventWriter, rank: int) -> Commands:
     """Start the stdin reader; the controller closing stdin ends this process.
 
     Every rank watches its stdin: when the controller dies (or its SSH session
     drops), the pipe closes and the rank exits at once instead of lingering.
     """
-    commands: queue.Queue[dict[str, Any]] = queue.Queue()
+    commands = Commands()
 
     def reader() -> None:
         for line in sys.stdin:
             if not line.strip():
                 continue
             try:
-                commands.put(p.parse_command(line))
+                command = p.parse_command(line)
+                if command["op"] == p.OP_CANCEL:
+                    commands.cancels.add(command["id"])
+                else:
+                    commands.put(command)
             except ValueError as exc:
                 # Every rank refuses the same line; rank 0 says so, once.
                 if rank == 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QMimeData, Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDragLeaveEvent, QDropEvent
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.library.hub import repo_id_of
 from core.model.info import ModelInfo
 from gui.model.facts import ModelFacts
 from gui.style import set_role
@@ -44,9 +45,27 @@ def folder_from_urls(urls: list) -> Path | None:
     return None
 
 
+def repo_from_mime(mime: QMimeData) -> str | None:
+    """A dropped huggingface.co/<org>/<name> link (from a browser) as ``org/name``."""
+    links = [url.toString() for url in mime.urls() if not url.isLocalFile()]
+    if mime.hasText():
+        links.append(mime.text())
+    for link in links:
+        if "huggingface.co/" in link or "hf.co/" in link:
+            repo_id = repo_id_of(link.strip())
+            if repo_id:
+                return repo_id
+    return None
+
+
+def _folder_in(mime: QMimeData) -> Path | None:
+    return folder_from_urls(mime.urls()) if mime.hasUrls() else None
+
+
 class DropZone(QFrame):
     folder_chosen = Signal(Path)
     demo_requested = Signal()
+    hub_link_dropped = Signal(str)  # org/name
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -179,7 +198,8 @@ class DropZone(QFrame):
             self.folder_chosen.emit(Path(folder))
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if event.mimeData().hasUrls() and folder_from_urls(event.mimeData().urls()):
+        mime = event.mimeData()
+        if _folder_in(mime) or repo_from_mime(mime):
             event.acceptProposedAction()
             self._set_active(True)
         else:
@@ -191,12 +211,16 @@ class DropZone(QFrame):
 
     def dropEvent(self, event: QDropEvent) -> None:
         self._set_active(False)
-        folder = folder_from_urls(event.mimeData().urls()) if event.mimeData().hasUrls() else None
-        if folder is None:
+        folder = _folder_in(event.mimeData())
+        repo_id = None if folder else repo_from_mime(event.mimeData())
+        if folder is None and repo_id is None:
             event.ignore()
             return
         event.acceptProposedAction()
-        self.folder_chosen.emit(folder)
+        if folder is not None:
+            self.folder_chosen.emit(folder)
+        elif repo_id is not None:
+            self.hub_link_dropped.emit(repo_id)
 
     def _set_active(self, active: bool) -> None:
         self.setProperty("active", "true" if active else "false")

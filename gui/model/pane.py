@@ -8,6 +8,7 @@ after the person picked another folder is dropped.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from core.run.planning import planner_node
 from core.worker.vocab import Strategy
 from gui.bridge import Bridge
 from gui.model.drop_zone import DropZone
+from gui.model.library_view import LibraryView
 from gui.model.memory_bars import MemoryBars
 from gui.model.planning import plan_all
 from gui.model.split_editor import SplitEditor
@@ -32,6 +34,10 @@ from gui.widgets import Card, label, section
 if TYPE_CHECKING:
     from core.cluster.probe.facts import NodeFacts
     from core.cluster.registry import Node
+
+
+def _named(info: ModelInfo, name: str | None) -> ModelInfo:
+    return replace(info, name=name) if name else info
 
 
 class ModelPane(Card):
@@ -53,6 +59,12 @@ class ModelPane(Card):
         self.drop_zone.demo_requested.connect(self.use_demo_model)
         self.body.addWidget(self.drop_zone)
         self.body.addSpacing(4)
+        self.body.addWidget(section("Library · on this Mac and on Hugging Face"))
+        self.library = LibraryView(bridge)
+        self.library.model_chosen.connect(lambda folder, name: self.load(folder, name=name))
+        self.drop_zone.hub_link_dropped.connect(self.library.show_repo)
+        self.body.addWidget(self.library, 1)
+        self.body.addSpacing(4)
         self.body.addWidget(section("Strategy"))
         self.chooser = StrategyChooser()
         self.chooser.strategy_changed.connect(self._strategy_changed)
@@ -67,20 +79,20 @@ class ModelPane(Card):
         self.split_editor.edited.connect(self.try_split)
         self.split_editor.reset.connect(self.reset_split)
         self.body.addWidget(self.split_editor)
-        self.body.addStretch(1)
         self.chooser.select(Strategy.PIPELINE)
         self._replan()
 
     # -- inputs -----------------------------------------------------------------------
 
-    def load(self, folder: Path) -> None:
-        """Read ``folder`` in the background; show its facts or why it cannot be used."""
+    def load(self, folder: Path, *, name: str | None = None) -> None:
+        """Read ``folder`` in the background; show its facts or why it cannot be used.
+        ``name``: the library's name for it (a cache snapshot's folder is a commit)."""
         folder = Path(folder)
         self._generation += 1
         generation = self._generation
         self.drop_zone.show_busy(f"Reading {folder.name or folder}…")
         self._bridge.run_in_background(
-            lambda: read_model_info(folder),
+            lambda: _named(read_model_info(folder), name),
             lambda info: self._loaded(generation, info),
             lambda error: self._failed(generation, folder, error),
         )
@@ -107,6 +119,7 @@ class ModelPane(Card):
         if [f.name for f in nodes_now] != [f.name for f in self._nodes]:
             self._split = None  # another cluster: the planner's split again
         self._nodes = nodes_now
+        self.library.set_nodes(self._nodes)
         self._replan()
 
     def select_strategy(self, choice: Strategy | str) -> None:
@@ -116,6 +129,7 @@ class ModelPane(Card):
         self.setAcceptDrops(not locked)
         self.drop_zone.set_locked(locked)
         self.chooser.set_locked(locked)
+        self.library.set_locked(locked)
         self.split_editor.set_locked(locked)
 
     def try_split(self, split: Sequence[int]) -> bool:

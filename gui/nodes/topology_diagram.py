@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from core import units
 from core.cluster.probe.facts import NodeFacts
 from core.cluster.rdma import cable_verdict
+from core.cluster.ringpath import ring_links
+from core.cluster.ringpath import summary as ring_summary
 from core.cluster.states import ProbeState
 from core.cluster.topology import Topology, build_topology
 
@@ -71,6 +73,9 @@ class Diagram:
     missing: tuple[DiagramMissing, ...] = ()
     shape: str = "incomplete"
     verdict: str = ""
+    # Where cables do not all carry RDMA, how a ring job's links would run (issue 18):
+    # "Ring over Thunderbolt (bridge0) on every link.", or one line per link.
+    ring_paths: tuple[str, ...] = ()
 
 
 def _port(port: Any) -> str:
@@ -117,7 +122,26 @@ def diagram_from_topology(
         )
         for m in topology.missing
     )
-    return Diagram(nodes, tuple(cables), missing, topology.shape, topology.verdict)
+    paths: tuple[str, ...] = ()
+    if not cables or any(cable.state != "on" for cable in cables):
+        paths = ring_notes([facts[name] for name in order if name in facts])
+    return Diagram(nodes, tuple(cables), missing, topology.shape, topology.verdict, paths)
+
+
+def ring_notes(ordered: Sequence[NodeFacts]) -> tuple[str, ...]:
+    """The ring's path per link, as probed (Start tries each before the job)."""
+    links = ring_links(ordered)
+    if len(links) < 2:
+        return ()
+    text = ring_summary(links)
+    if not text.startswith("Ring: "):
+        return (text,)
+    return tuple(
+        f"{link.dialer} → {link.listener}: {link.reason}."
+        if link.chosen
+        else f"{link.dialer} → {link.listener}: ring over the address each Mac is reached at."
+        for link in links
+    )
 
 
 def demo_diagram(nodes: Sequence[Node]) -> Diagram:

@@ -82,9 +82,12 @@ class Scene:
     verdict: str
     boxes: list[Box]
     lines: list[Line]
-    notes: list[str]  # the cables a full mesh still needs, one per line
+    notes: list[str]  # how a ring runs (issue 18), then the cables a full mesh still needs
     legend: list[tuple[str, str, bool]]  # (words, colour, dashed)
     notes_top: float = 0.0
+    # The notes as painted: (text, kind) lines fitting the width; kind "ring" (a solid
+    # marker), "missing" (dashed), "more" (a note's next line, no marker).
+    note_lines: list[tuple[str, str]] = field(default_factory=list)
 
     def box(self, name: str) -> Box:
         return next(b for b in self.boxes if b.name == name)
@@ -196,13 +199,15 @@ def layout_scene(
             lines.append(line)
     _place_captions(lines, boxes, fonts, QRectF(0, top, width, area_h))
 
-    notes = [f"For a full mesh, {m.text}" for m in diagram.missing]
+    notes = [*diagram.ring_paths, *(f"For a full mesh, {m.text}" for m in diagram.missing)]
+    kinds = ["ring"] * len(diagram.ring_paths) + ["missing"] * len(diagram.missing)
+    note_lines = _wrapped(notes, kinds, fonts["note"], width - 28)
     states = sorted({c.state for c in diagram.cables}, key=list(STATE_WORDS).index)
     legend = [(STATE_WORDS[s], STATE_COLORS[s], False) for s in states]
     if diagram.missing:
         legend.append(("Missing cable", MISSING_COLOR, True))
     notes_top = top + area_h + 12
-    height = notes_top + len(notes) * NOTE_H + (LEGEND_H + 6 if legend else 0)
+    height = notes_top + len(note_lines) * NOTE_H + (LEGEND_H + 6 if legend else 0)
     return Scene(
         width=width,
         height=height,
@@ -215,7 +220,28 @@ def layout_scene(
         notes=notes,
         legend=legend,
         notes_top=notes_top,
+        note_lines=note_lines,
     )
+
+
+def _wrapped(
+    notes: list[str], kinds: list[str], font: style.QFont, width: float
+) -> list[tuple[str, str]]:
+    """Each note in lines that fit ``width`` (at spaces): (text, kind), where a note's
+    continuation lines have the kind "more" (painted without a marker)."""
+    metrics = QFontMetrics(font)
+    out: list[tuple[str, str]] = []
+    for note, kind in zip(notes, kinds, strict=True):
+        line = ""
+        for word in note.split(" "):
+            trial = f"{line} {word}" if line else word
+            if line and metrics.horizontalAdvance(trial) > width:
+                out.append((line, kind))
+                kind, line = "more", word
+            else:
+                line = trial
+        out.append((line, kind))
+    return out
 
 
 def _summary(diagram: Diagram) -> str:

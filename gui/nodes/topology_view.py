@@ -197,11 +197,13 @@ class TopologyView(QWidget):
         theme = style.current()
         y = scene.notes_top
         metrics = QFontMetrics(fonts["note"])
-        for note in scene.notes:
-            pen = QPen(theme.qcolor(MISSING_COLOR), 1.6)
-            pen.setStyle(Qt.PenStyle.DashLine)
-            painter.setPen(pen)
-            painter.drawLine(QPointF(2, y + NOTE_H / 2), QPointF(20, y + NOTE_H / 2))
+        for note, kind in scene.note_lines:
+            if kind != "more":
+                pen = QPen(theme.qcolor("accent" if kind == "ring" else MISSING_COLOR), 1.6)
+                if kind == "missing":
+                    pen.setStyle(Qt.PenStyle.DashLine)
+                painter.setPen(pen)
+                painter.drawLine(QPointF(2, y + NOTE_H / 2), QPointF(20, y + NOTE_H / 2))
             painter.setFont(fonts["note"])
             painter.setPen(theme.qcolor("text2"))
             text = metrics.elidedText(note, Qt.TextElideMode.ElideRight, int(scene.width - 28))

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import units
+from core.worker import protocol as p
 from gui import style
 from gui.style import set_role
 from gui.widgets import OpaqueBackground
@@ -28,6 +29,7 @@ FLUSH_MS = 120
 
 class ChatView(QWidget):
     submitted = Signal(str)
+    stop_requested = Signal()  # "Stop this answer": the job stays up for the next question
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -44,10 +46,15 @@ class ChatView(QWidget):
         self.send = QPushButton("Send")
         set_role(self.send, "primary")
         self.send.clicked.connect(self._submit)
+        self.stop_answer = QPushButton("Stop this answer")
+        self.stop_answer.setToolTip("End this answer here; the cluster stays ready")
+        self.stop_answer.clicked.connect(self.stop_requested)
+        self.stop_answer.hide()
         row = QHBoxLayout()
         row.setSpacing(8)
         row.addWidget(self.prompt, 1)
         row.addWidget(self.send)
+        row.addWidget(self.stop_answer)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(8)
@@ -70,6 +77,12 @@ class ChatView(QWidget):
         self.send.setEnabled(accepting)
         if hint:
             self.prompt.setPlaceholderText(hint)
+
+    def set_answering(self, answering: bool) -> None:
+        """While an answer streams, "Stop this answer" takes the place of Send."""
+        self.stop_answer.setVisible(answering)
+        self.stop_answer.setEnabled(answering)
+        self.send.setVisible(not answering)
 
     def _submit(self) -> None:
         text = self.prompt.text().strip()
@@ -114,6 +127,7 @@ class ChatView(QWidget):
             f"{tokens} tokens" if tokens is not None else None,
             f"{units.rate(tps)} tokens/s" if tps else None,
             f"first token after {units.seconds(ttft)}" if ttft is not None else None,
+            "stopped" if done.get("finish_reason") == p.CANCELLED else None,
         ]
         self._write(" · ".join(p for p in parts if p), "meta", new_block=True)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,7 @@ class RunController(QObject):
     recorded = Signal(object)  # a run was kept in the history: its RunRecord
     links_tested = Signal(object)  # core.run.linktest.LinkTest
     links_failed = Signal(str)  # why the link test could not run
+    api_asked = Signal(str, str)  # request id, the API client who asked it
 
     def __init__(
         self,
@@ -93,6 +95,9 @@ class RunController(QObject):
         self._first_token: dict[str, float] = {}
         self.testing_links = False
         self.link_scale = 1.0  # the bytes moved at each size (tests shrink it)
+        self._answering: str | None = None  # the request whose answer streams now
+        self._stop_when_sent = False
+        self._api: dict[str, str] = {}  # requests asked through the API → who asked
 
     @property
     def job(self) -> Any:
@@ -107,10 +112,11 @@ class RunController(QObject):
         plan: Plan,
         hosts: Sequence[Host] | None = None,
         verify: bool = False,
+        reprobe: bool = False,
     ) -> None:
         """Run ``plan``: on the demo's simulated Macs (``hosts`` None: the plan's nodes),
-        or on real Macs after the checks (``verify``: every model file hashed there) and
-        the copy."""
+        or on real Macs after the checks (``verify``: every model file hashed there;
+        ``reprobe``: every Mac asked again, e.g. after a network change) and the copy."""
         if self.state.active:
             return
         self._detach()
@@ -154,7 +160,10 @@ class RunController(QObject):
             count = len(plan.nodes_used)
             self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
         self._bridge.run_in_background(
-            session.start, None, lambda error: self._start_error(session, error), queue=self._queue
+            partial(session.start, reprobe),
+            None,
+            lambda error: self._start_error(session, error),
+            queue=self._queue,
         )
 
     def stop(self) -> None:
@@ -239,6 +248,33 @@ class RunController(QObject):
 
         self._bridge.run_in_background(work, done, failed, queue=self._queue)
         return True
+
+    def stop_answer(self) -> bool:
+        """End the answer streaming now at its next token; the job stays READY. False
+        when no answer is streaming (one about to be sent is stopped once it is)."""
+        session = self.session
+        if self.state != RunState.GENERATING or session is None:
+            return False
+        request = self._answering
+        if request is None:  # sent, its id not back yet: stop it once it is
+            self._stop_when_sent = True
+            return True
+        self._bridge.run_in_background(
+            lambda: session.cancel_answer(request), None, self._stop_answer_failed
+        )
+        return True
+
+    def api_request(self, request: str, started: float, client: str) -> None:
+        """A request the API sent to this session (GUI thread): it streams into the chat
+        under who asked, and into the plots like a chat answer; not into the history."""
+        if self.telemetry is not None:
+            self.telemetry.request_started(request, started)
+        self._api[request] = client
+        self._answering = request
+        self.api_asked.emit(request, client)
+
+    def _stop_answer_failed(self, error: BaseException) -> None:
+        log.warning("the answer could not be stopped: %s", error)
 
     def shutdown(self, timeout_s: float = 15.0) -> None:
         """Synchronous stop, for quitting: wait for queued work, then end every rank."""
@@ -380,7 +416,16 @@ class RunController(QObject):
             telemetry.request_started(request, started)
             return request
 
-        self._bridge.run_in_background(send, None, self._ask_failed, queue=self._queue)
+        self._answering, self._stop_when_sent = None, False
+        self._bridge.run_in_background(send, self._sent, self._ask_failed, queue=self._queue)
+
+    def _sent(self, request: str) -> None:
+        if self.state != RunState.GENERATING:
+            return
+        self._answering = request
+        if self._stop_when_sent:
+            self._stop_when_sent = False
+            self.stop_answer()
 
     def _ask_failed(self, error: BaseException) -> None:
         if self.state == RunState.GENERATING:
@@ -412,7 +457,11 @@ class RunController(QObject):
 
     def _answered(self, event: dict) -> None:
         request = str(event.get("request"))
-        self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
+        if request == self._answering:
+            self._answering = None
+        from_api = self._api.pop(request, None) is not None
+        if not from_api:  # an API answer is not the chat's turn
+            self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
         summary = next(
             (r for r in (self.telemetry.requests() if self.telemetry else []) if r.id == request),
             None,
@@ -422,11 +471,12 @@ class RunController(QObject):
             self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
             del self.averages[:-MAX_AVERAGES]
         self.answer_done.emit(request, event)
-        self._keep_answer(event, summary)
+        self._keep_answer(event, summary, "api" if from_api else "chat")
 
-    def _keep_answer(self, event: dict, summary: Any) -> None:
-        """The answer joins the run history as a "chat" run, as ``macmesh run`` keeps
-        it; the write happens off the GUI thread, a failure is one line in the status."""
+    def _keep_answer(self, event: dict, summary: Any, kind: str = "chat") -> None:
+        """The answer joins the run history as a "chat" run (or "api": asked through the
+        API), as ``macmesh run`` keeps it; the write happens off the GUI thread, a
+        failure is one line in the status."""
         from core.run.history import answer_figures, chat_record, keep
 
         session, telemetry, plan = self.session, self.telemetry, self.plan
@@ -438,6 +488,7 @@ class RunController(QObject):
             "split": list(plan.split) if plan.split else None,
         }
         record = chat_record(session, about, answer_figures(event, summary), telemetry, self.t0)
+        record.kind = kind
 
         def kept(problem: str | None) -> None:
             if problem:

@@ -28,9 +28,11 @@ from PySide6.QtWidgets import (
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.run.states import RunState
+from core.serve.service import ApiService
 from core.settings import MAX_TOKENS_LIMIT
 from gui.bridge import Bridge
 from gui.model.planning import LABELS
+from gui.run.api_panel import ApiPanel
 from gui.run.chat import ChatView
 from gui.run.cluster_source import ClusterSource
 from gui.run.compare_view import CompareRunner, CompareView
@@ -46,6 +48,7 @@ from gui.widgets import Badge, Card, label
 if TYPE_CHECKING:
     from core.run.launcher import JobSpec
     from core.run.session import Host
+    from gui.run.network_dialog import NetworkChangeDialog
     from gui.run.plots import LivePlots
 
 REDRAW_HZ = 10
@@ -108,6 +111,13 @@ class RunPane(Card):
         box.addWidget(self.progress)
         self.progress_box.hide()
         self.body.addWidget(self.progress_box)
+        self.api = ApiService(on_sent=self._api_sent)
+        self._api_queue = bridge.serial_queue()  # attach, detach, apply: in order
+        self._api_session: Any = None  # the session the API serves
+        self.api_panel = ApiPanel(self.api, bridge, self._api_queue)
+        self.api_panel.setVisible(self.api.settings.enabled)
+        self.api_button.setChecked(self.api.settings.enabled)
+        self.body.addWidget(self.api_panel)
         self.numbers = BigNumbers()
         self.body.addWidget(self.numbers)
         self.comparison = CompareView()
@@ -138,17 +148,22 @@ class RunPane(Card):
         self.timer.setInterval(1000 // REDRAW_HZ)
         self.timer.timeout.connect(self.redraw)
         self.chat.submitted.connect(self.ask)
+        self.chat.stop_requested.connect(self.controller.stop_answer)
         c = self.controller
         c.state_changed.connect(self._state_changed)
         c.rank_progress.connect(self.progress.set_stage)
         c.question.connect(self.chat.add_question)
         c.token.connect(self.chat.add_token)
         c.answer_done.connect(self.chat.finish_answer)
+        c.api_asked.connect(
+            lambda _request, who: self.chat.add_note(f"Asked through the API ({who})")
+        )
         c.failed.connect(self._failed)
         c.preflight_done.connect(self.checks.show_report)
         c.copy_progress.connect(self.checks.show_copy)
         c.setup_failed.connect(self.checks.show_error)
         self.checks.verify_requested.connect(self.verify)
+        self.checks.change_requested.connect(self.change_network)
         self._show_state(RunState.IDLE, "")
 
     @property
@@ -198,6 +213,12 @@ class RunPane(Card):
         self.launch_button.setToolTip("Show the equivalent mlx.launch command and hostfile")
         self.launch_button.clicked.connect(self.show_launch)
         row.addWidget(self.launch_button)
+        self.api_button = QPushButton("API")
+        set_role(self.api_button, "link")
+        self.api_button.setCheckable(True)
+        self.api_button.setToolTip("Use the cluster from other apps: an OpenAI-compatible API")
+        self.api_button.toggled.connect(lambda shown: self.api_panel.setVisible(shown))
+        row.addWidget(self.api_button)
         row.addWidget(label("Max tokens", "secondary"))
         row.addWidget(self.max_tokens)
         return row
@@ -227,7 +248,32 @@ class RunPane(Card):
         """Start again with every model file hashed on the Macs (the checks' Verify)."""
         self._start(verify=True)
 
-    def _start(self, verify: bool) -> None:
+    def change_network(self, node: str) -> NetworkChangeDialog | None:
+        """The checks' Change…: the changes offered for ``node``, made with its admin
+        password once; then the checks run again with every Mac asked anew."""
+        from core.run.netapply import apply_changes  # SSH: loaded when first needed
+        from gui.run.network_dialog import NetworkChangeDialog
+
+        session = self.controller.session
+        report = self.controller.report
+        if session is None or report is None:
+            return None
+        changes = [o for o in report.backend.offers if o.node == node]
+        target = next((t for t in session.targets if t.name == node), None)
+        if not changes or target is None:
+            return None
+        dialog = NetworkChangeDialog(
+            node,
+            changes,
+            apply=lambda password: apply_changes(target, changes, password),
+            run_in_background=self._bridge.run_in_background,
+            parent=self,
+        )
+        dialog.accepted.connect(lambda: self._start(verify=False, reprobe=True))
+        dialog.open()
+        return dialog
+
+    def _start(self, verify: bool, reprobe: bool = False) -> None:
         if self._info is None or self._plan is None or not self._plan.fits:
             return
         try:
@@ -246,7 +292,7 @@ class RunPane(Card):
         self.numbers.clear()
         self._drawn = -1
         self.progress.reset({r.rank: r.node for r in self._plan.ranks})
-        self.controller.start(self._info, self._plan, hosts, verify=verify)
+        self.controller.start(self._info, self._plan, hosts, verify=verify, reprobe=reprobe)
 
     def launch_job(self) -> Callable[[], dict] | None:
         """What works out the equivalent mlx.launch for the current plan (it may ask a
@@ -376,6 +422,33 @@ class RunPane(Card):
 
     def _state_changed(self, state: str, message: str) -> None:
         self._show_state(RunState(state), message)
+        self._follow_with_api(RunState(state))
+
+    def _follow_with_api(self, state: RunState) -> None:
+        """The API serves the job from READY until it ends."""
+        session = self.controller.session
+        if state in (RunState.READY, RunState.GENERATING) and self._api_session is not session:
+            self._api_session = session
+            info = self._info
+            name, context = (info.name, info.context_length) if info else ("model", None)
+            self._bridge.run_in_background(
+                lambda: self.api.attach(session, name, context),
+                None,
+                self._api_failed,
+                queue=self._api_queue,
+            )
+        elif not state.active and self._api_session is not None:
+            self._api_session = None
+            self._bridge.run_in_background(
+                self.api.detach, None, self._api_failed, queue=self._api_queue
+            )
+
+    def _api_sent(self, request: str, started: float, client: str) -> None:
+        """On a pool thread: the API sent a request to the job."""
+        self._bridge.run_on_main(lambda: self.controller.api_request(request, started, client))
+
+    def _api_failed(self, error: BaseException) -> None:
+        self.api_panel.status.setText(f"The API stopped with a problem: {error}")
 
     def _show_state(self, state: RunState, message: str) -> None:
         text, kind = STATE_BADGES[state]
@@ -410,6 +483,7 @@ class RunPane(Card):
             self.chat.set_accepting(True, "Ask the cluster something…")
         else:
             self.chat.set_accepting(False)
+        self.chat.set_answering(state == RunState.GENERATING)
         if state.active and not self.timer.isActive():
             self.timer.start()
         elif not state.active and self.timer.isActive():
@@ -441,6 +515,7 @@ class RunPane(Card):
         self.chat.add_note("The cluster stopped: see the message above.")
 
     def shutdown(self) -> None:
+        self.api.close()
         self.timer.stop()
         self.comparer.stop()
         self.controller.shutdown()

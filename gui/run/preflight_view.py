@@ -41,6 +41,7 @@ NAMES = {
     "memory": "Memory",
     "plan": "Plan",
     "backend": "Backend",
+    "network": "Network",  # a change offered for a faster ring path (issue 18)
 }
 BAR_STEPS = 1000
 MIN_HEIGHT = 120  # below this the rows scroll
@@ -68,6 +69,7 @@ class PreflightView(QFrame):
     """The checks and the copy, in a sub-card that scrolls when it is long."""
 
     verify_requested = Signal()  # the Verify button: check again, hashing every model file
+    change_requested = Signal(str)  # a "network" check's Change… button: that Mac's name
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -131,6 +133,7 @@ class PreflightView(QFrame):
         outer.addStretch(1)
         self.copy_rows: dict[str, tuple[QProgressBar, Any]] = {}
         self.checks: list[Any] = []
+        self.change_buttons: dict[str, QPushButton] = {}  # node → its Change… button
 
     # -- what the controller hands over ------------------------------------------------
 
@@ -186,6 +189,17 @@ class PreflightView(QFrame):
                 if check.fix and check.status != "ok":
                     fix = label(f"→ {check.fix}", "check-fix", wrap=True, selectable=True)
                     self.rows.addWidget(fix, row, 2)
+                    if check.name == "network" and check.node not in self.change_buttons:
+                        button = QPushButton("Change…")
+                        button.setToolTip(
+                            f"Make this change on {check.node}: its admin password is asked "
+                            "once, then the checks run again."
+                        )
+                        button.clicked.connect(
+                            lambda _=False, node=check.node: self.change_requested.emit(node)
+                        )
+                        self.change_buttons[check.node] = button
+                        self.rows.addWidget(button, row, 1, Qt.AlignmentFlag.AlignTop)
                     row += 1
         self.rows.setRowStretch(row, 1)
         self._fit()
@@ -269,6 +283,7 @@ class PreflightView(QFrame):
 
     def _clear_rows(self) -> None:
         self.checks = []
+        self.change_buttons = {}
         while self.rows.count():
             item = self.rows.takeAt(0)
             if item.widget():

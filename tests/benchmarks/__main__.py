@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,history,linktest picks some;
+copy,telemetry,memory,blas,history,linktest,ring_path,library,serve,batching picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -75,6 +75,18 @@ def _blas(model) -> dict:
     return bench_blas(model)
 
 
+def _serve(model) -> dict:
+    from tests.benchmarks.bench_serve import bench_serve
+
+    return bench_serve(model)
+
+
+def _batching(model) -> dict:
+    from tests.benchmarks.bench_batching import bench_batching
+
+    return bench_batching(model)
+
+
 def _copy(_model) -> dict:
     from tests.benchmarks.bench_copy import bench_copy
 
@@ -93,6 +105,18 @@ def _linktest(model) -> dict:
     return bench_linktest(model)
 
 
+def _ring_path(model) -> dict:
+    from tests.benchmarks.bench_ring_path import bench_ring_path
+
+    return bench_ring_path(model)
+
+
+def _library(_model) -> dict:
+    from tests.benchmarks.bench_library import bench_library
+
+    return bench_library()
+
+
 BENCHES = {
     "planner": _planner,
     "demo_model": _demo_model,
@@ -108,6 +132,10 @@ BENCHES = {
     "blas": _blas,
     "history": _history,
     "linktest": _linktest,
+    "ring_path": _ring_path,
+    "library": _library,
+    "serve": _serve,
+    "batching": _batching,
 }
 
 

@@ -61,6 +61,7 @@ class FakeJob:
         self._lock = threading.Lock()
         self._changed = threading.Condition()
         self._done: dict[str, dict] = {}
+        self._cancelled: set[str] = set()
 
     def start(self) -> FakeJob:
         if self.behaviour.start_error:
@@ -90,6 +91,7 @@ class FakeJob:
         messages: list[dict] | None = None,
         max_tokens: int = 128,
         chat: bool = True,
+        sampling: dict | None = None,
     ) -> str:
         with self._lock:
             if self.state not in (JobState.READY, JobState.GENERATING):
@@ -122,6 +124,14 @@ class FakeJob:
             name="fake-job-links", daemon=True,
         ).start()  # fmt: skip
         return request
+
+    def cancel(self, request: str) -> bool:
+        """As the launcher's: that answer ends at its next token, "cancelled"."""
+        with self._lock:
+            if self.state != JobState.GENERATING or request in self._done:
+                return False
+            self._cancelled.add(request)
+            return True
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """As the launcher's: until every rank has loaded; JobError if it ended first."""
@@ -222,9 +232,14 @@ class FakeJob:
         pieces = [" " + word for word in b.answer.split()][:max_tokens]
         pieces[0] = pieces[0].lstrip()
         started = time.monotonic()
+        finish_reason, shown = "stop", []
         for index, piece in enumerate(pieces):
             if self._stop.wait(b.token_s):
                 return
+            if request in self._cancelled:
+                finish_reason = "cancelled"
+                break
+            shown.append(piece)
             self._emit("token", request=request, index=index, token=index, text=piece)
             if index % b.traffic_every:
                 continue
@@ -243,12 +258,12 @@ class FakeJob:
             "request": request,
             "prompt_tokens": 12,
             "prompt_tps": 100.0,
-            "generation_tokens": len(pieces),
-            "generation_tps": len(pieces) / elapsed,
+            "generation_tokens": len(shown),
+            "generation_tps": len(shown) / elapsed,
             "ttft_s": b.token_s,
-            "finish_reason": "stop",
+            "finish_reason": finish_reason,
             "peak_memory_bytes": b.memory_bytes,
-            "text": "".join(pieces),
+            "text": "".join(shown),
         }
         with self._lock:
             if self.state != JobState.GENERATING:

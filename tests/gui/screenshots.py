@@ -14,6 +14,8 @@ and the Cluster pane alone, fed the fixture clusters' real parsed facts (no netw
 - ``cluster-mesh4``: four ready Mac Studios, one being probed, one new Mac to trust;
 - ``cluster-mesh4-cables``, ``cluster-ring4-cables``: the Thunderbolt map (the ring with
   its two missing mesh cables dashed);
+- ``cluster-tb-bridge-cables``: three Thunderbolt 4 Macs without RDMA, the bridge on,
+  one cable short of a ring: how each ring link runs (Thunderbolt, or Wi-Fi and why);
 - ``cluster-guide``, ``cluster-trust``, ``cluster-access``: the RDMA guide for a macOS 27
   Mac, a first contact's fingerprint, setting up access with a password.
 
@@ -21,7 +23,22 @@ and the Run pane's setup on real Macs (``take_run_setup``, no network):
 
 - ``run-preflight-failed``, ``run-preflight-copy``: the checks before start (one Mac
   runs another mlx), then the model copy under way with speed and time left;
-- ``launch-command``, ``launch-command-demo``: the equivalent mlx.launch dialog.
+- ``launch-command``, ``launch-command-demo``: the equivalent mlx.launch dialog;
+- ``run-network-change``: a network change offered for a faster ring (issue 18), with
+  its undo and the admin password asked once.
+
+and the Model pane's library (``take_library``; the real huggingface_hub against the fake
+Hub on 127.0.0.1, models with real headers over sparse or virtual data):
+
+- ``library-local``: the models on this Mac (Hugging Face cache, LM Studio, a GGUF, a
+  half download) with the fit badges on the demo cluster;
+- ``library-search``, ``library-download``, ``library-gated``: Hugging Face search
+  results planned from their headers, a download under way, a gated repo's message.
+
+and the Run pane's API section with a real demo job (``take_api``):
+
+- ``run-api``: the API on, a key just made (shown once, with Copy), the curl example, and
+  an answer asked through the API streaming into the chat under who asked.
 
 and the live-demo kit on a real demo job of four simulated Macs (``take_demokit``):
 
@@ -33,7 +50,8 @@ and the live-demo kit on a real demo job of four simulated Macs (``take_demokit`
 - ``history``: the History window, the chat run's figures and plots.
 
 ``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
-only the Run pane's setup shots; ``--demokit`` only the live-demo kit's. Settings, logs and
+only the Run pane's setup shots; ``--library`` only the library's; ``--api`` only the API
+section's; ``--demokit`` only the live-demo kit's. Settings, logs and
 window geometry go to a temporary home; every rank is ended at exit.
 """
 
@@ -190,6 +208,74 @@ def take(outdir: Path) -> list[Path]:
     return saved
 
 
+def take_api(outdir: Path) -> list[Path]:
+    import threading
+
+    import httpx
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from core.model.demo_model import ensure_demo_model
+    from core.run.states import RunState
+    from core.settings import Settings
+    from gui.app import configure
+    from gui.main_window import MainWindow
+    from gui.preferences import Preferences
+    from tests.helpers.serving import free_port
+
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(
+        QSettings.Format.IniFormat, QSettings.Scope.UserScope, os.environ["MACMESH_CONFIG_DIR"]
+    )
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    configure(app, "light")
+    model = ensure_demo_model()
+    window = MainWindow(Preferences(Settings(max_tokens=64)), demo=True)
+    window.resize(*SIZE)
+    window.show()
+    run, saved = window.run, []
+    try:
+        window.model.load(model)
+        wait_for(app, lambda: window.model.info is not None, 60, "the demo model")
+        window.model.select_strategy("pipeline")
+        run.api_button.setChecked(True)
+        panel = run.api_panel
+        panel.port.setValue(free_port())
+        panel.enabled.setChecked(True)
+        panel.new_key.click()
+        key = panel.key.text()
+        run.start()
+        wait_for(app, lambda: run.api.running, 240, "the API to serve the job")
+        body = {
+            "model": window.model.info.name,
+            "messages": [{"role": "user", "content": SECOND}],
+            "max_tokens": 64,
+        }
+        url = f"{run.api.address}/chat/completions"
+        headers = {"Authorization": f"Bearer {key}"}
+        threading.Thread(
+            target=lambda: httpx.post(url, json=body, headers=headers, timeout=300), daemon=True
+        ).start()
+        wait_for(
+            app,
+            lambda: (
+                "Asked through the API" in run.chat.text()
+                and len(run.chat.text().split("MacMesh cluster")[-1]) > 60
+            ),
+            240,
+            "the API answer to stream",
+        )
+        saved.extend(shoot_themes(app, window, outdir, "run-api", 0.15, run.redraw))
+        wait_for(app, lambda: run.controller.state == RunState.READY, 240, "the API answer")
+    finally:
+        if run.busy:
+            run.stop()
+            wait_for(app, lambda: not run.busy, 30, "the job to stop")
+        window.close()
+        app.processEvents()
+    return saved
+
+
 CLUSTER_WIDTH = 434  # the Cluster pane's width in the window's left column
 
 
@@ -279,6 +365,13 @@ def take_cluster(outdir: Path) -> list[Path]:
         shoot(frame, "cluster-ring4-cables")
         frame.close()
 
+        # Issue 18: no RDMA, the bridge on, no cable between mini-a and mini-c: how the
+        # ring runs over each link, in words.
+        frame, pane, _ = pane_for("tb-bridge", extras=False)
+        pane.show_view(CABLES)
+        shoot(frame, "cluster-tb-bridge-cables")
+        frame.close()
+
         frame, pane, _ = pane_for("pair27", extras=False)
         off = replace(load_facts("pair27")[1])
         guide = pane.actions.show_guide(off.name)
@@ -315,6 +408,7 @@ def take_run_setup(outdir: Path) -> list[Path]:
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.run.launch_dialog import LaunchDialog
+    from gui.run.network_dialog import NetworkChangeDialog
     from gui.run.pane import RunPane
     from tests.fixtures.macos.hosts import load_facts
     from tests.helpers.header_models import synthetic_model_info
@@ -388,6 +482,17 @@ def take_run_setup(outdir: Path) -> list[Path]:
             )
         shoot(pane, "run-preflight-copy")
         pane.controller.state_changed.emit("idle", "")
+
+        # Issue 18: the cable carries only IPv6 (the bridge down): the change offered for
+        # a faster ring, as the checks' Change… button opens it.
+        first = facts[0].name
+        offered = [o for o in ready.backend.offers if o.node == first]
+        change = NetworkChangeDialog(
+            first, offered, apply=lambda _pw: None, run_in_background=lambda *a, **k: None
+        )
+        change.show()
+        shoot(change, "run-network-change")
+        change.close()
 
         dialog = LaunchDialog(planned_launch(info, plan, targets, facts))
         dialog.show()
@@ -508,28 +613,190 @@ def take_demokit(outdir: Path) -> list[Path]:
     return saved
 
 
+LIBRARY_SIZE = (560, 900)
+
+
+def _sparse_model(folder: Path, config: dict, files: int) -> Path:
+    """A model folder with real headers whose data is a hole in the file (no disk used)."""
+    from core.model.safetensors_headers import read_header
+    from tests.helpers.header_models import llama_tensors, write_header_only_model
+
+    write_header_only_model(folder, config, llama_tensors(config), files=files)
+    for weights in folder.glob("*.safetensors"):
+        declared = read_header(weights, check_data=False).declared_size
+        with weights.open("r+b") as handle:
+            handle.truncate(declared)
+    return folder
+
+
+def take_library(outdir: Path) -> list[Path]:
+    """The Model pane's library on this Mac and on Hugging Face (the fake Hub), light
+    and dark; the download shot shows a real download's progress line, held still."""
+    import tempfile as _tempfile
+
+    from huggingface_hub import constants
+    from PySide6.QtWidgets import QApplication
+
+    from core.library.download import DownloadProgress
+    from core.run.demo import demo_nodes
+    from gui.app import configure
+    from gui.bridge import Bridge
+    from gui.model.library_view import HUB
+    from gui.model.pane import ModelPane
+    from tests.helpers.fake_hub import FakeHub
+    from tests.helpers.header_models import llama_config, llama_tensors
+    from tests.helpers.hf_cache import put_in_hf_cache
+
+    home = Path(_tempfile.mkdtemp(prefix="macmesh-library-shots-"))
+    hub = FakeHub().start()
+    saved_env = {k: os.environ.get(k) for k in ("HOME", "HF_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE")}
+    os.environ.update(
+        HOME=str(home), HF_HOME=str(home / "hf"), HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0"
+    )
+    os.environ["MACMESH_CACHE_DIR"] = str(home / "macmesh-cache")
+    constants.HF_HUB_OFFLINE = False
+    constants.HF_HUB_CACHE = str(home / "hf" / "hub")
+
+    def shape(layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, **kw):
+        return llama_config(
+            layers=layers, hidden=hidden, heads=heads, kv_heads=kv, intermediate=ffn,
+            vocab=vocab, **kw,
+        )  # fmt: skip
+
+    llama8 = shape(32, 4096, 32, 8, 14336, 128256, bits=4)
+    qwen14 = shape(48, 5120, 40, 8, 13824, 152064, bits=4, model_type="qwen2")
+    mistral = shape(40, 5120, 32, 8, 32768, 131072, bits=4, model_type="mistral")
+    llama70 = shape(80, 8192, 64, 8, 28672, 128256, bits=4)
+    qwen72 = shape(80, 8192, 64, 8, 29568, 152064, bits=8, model_type="qwen2")
+    llama405 = shape(126, 16384, 128, 8, 53248, 128256, bits=4)
+    cache = home / "hf" / "hub"
+    staging = home / "staging"
+    put_in_hf_cache(
+        cache, "mlx-community/Meta-Llama-3.1-8B-Instruct-4bit",
+        _sparse_model(staging / "a", llama8, 2), move=True,
+    )  # fmt: skip
+    put_in_hf_cache(
+        cache,
+        "mlx-community/Qwen2.5-14B-Instruct-4bit",
+        _sparse_model(staging / "b", qwen14, 3),
+        move=True,
+    )
+    put_in_hf_cache(
+        cache, "mlx-community/Llama-3.3-70B-Instruct-4bit",
+        _sparse_model(staging / "c", llama70, 8),
+        interrupted=["model-00008-of-00008.safetensors"], move=True,
+    )  # fmt: skip
+    lms = home / ".lmstudio" / "models"
+    _sparse_model(lms / "mlx-community" / "Mistral-Small-24B-Instruct-2501-4bit", mistral, 3)
+    gguf = lms / "bartowski" / "Llama-3.2-3B-Instruct-GGUF"
+    gguf.mkdir(parents=True)
+    with (gguf / "Llama-3.2-3B-Instruct-Q4_K_M.gguf").open("wb") as handle:
+        handle.truncate(2_019_377_696)
+    for repo_id, config, files, downloads in (
+        ("mlx-community/Llama-3.3-70B-Instruct-4bit", llama70, 8, 48_211),
+        ("mlx-community/Qwen2.5-72B-Instruct-8bit", qwen72, 16, 21_904),
+        ("mlx-community/Meta-Llama-3.1-8B-Instruct-4bit", llama8, 2, 310_552),
+        ("mlx-community/Llama-3.1-405B-Instruct-4bit", llama405, 48, 3_120),
+    ):
+        hub.add_virtual_model(repo_id, config, llama_tensors(config), files=files,
+                              downloads=downloads)  # fmt: skip
+    hub.add_virtual_model(
+        "meta-llama/Llama-3.1-8B-Instruct", llama8, llama_tensors(llama8), files=2, gated=True
+    )
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    configure(app, "light")
+    saved: list[Path] = []
+    bridge = Bridge()
+    pane = ModelPane(bridge)
+    pane.resize(*LIBRARY_SIZE)
+    pane.show()
+    view = pane.library
+
+    def shoot(name: str) -> None:
+        saved.extend(shoot_themes(app, pane, outdir, name, 0.2))
+
+    try:
+        pane.set_nodes(demo_nodes(2))
+        wait_for(app, lambda: view.table.topLevelItemCount() == 5, 60, "the local library")
+        shoot("library-local")
+        view.search_hub("instruct")
+        wait_for(
+            app,
+            lambda: (
+                view.table.topLevelItemCount() == 4
+                and all(
+                    view.table.topLevelItem(i).text(3) != "…"
+                    for i in range(view.table.topLevelItemCount())
+                )
+            ),
+            60,
+            "the search results and their fit",
+        )
+        shoot("library-search")
+        view.table.setCurrentItem(view.table.topLevelItem(0))
+        view.downloading = "mlx-community/Llama-3.3-70B-Instruct-4bit"
+        view._show_progress(True)
+        total = 39_709_844_480
+        view._progress(
+            DownloadProgress(view.downloading, int(total * 0.42), total, 3, 12, 84e6,
+                             total * 0.58 / 84e6)
+        )  # fmt: skip
+        view._say("")
+        shoot("library-download")
+        view._finish_download("")
+        view.tabs.setCurrentIndex(HUB)
+        view.search_hub("meta-llama/Llama-3.1-8B-Instruct")
+        wait_for(app, lambda: view.table.topLevelItemCount() == 1, 60, "the gated repo")
+        view.table.setCurrentItem(view.table.topLevelItem(0))
+        view.download("meta-llama/Llama-3.1-8B-Instruct")
+        wait_for(app, lambda: view.downloading is None, 60, "the gated refusal")
+        shoot("library-gated")
+    finally:
+        pane.close()
+        pane.deleteLater()
+        bridge.close(60)
+        app.processEvents()
+        hub.stop()
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return saved
+
+
 def main(argv: list[str]) -> int:
     cluster_only = "--cluster" in argv
     run_setup_only = "--run-setup" in argv
+    library_only = "--library" in argv
+    api_only = "--api" in argv
     demokit_only = "--demokit" in argv
-    argv = [a for a in argv if a not in ("--cluster", "--run-setup", "--demokit")]
+    flags = ("--cluster", "--run-setup", "--library", "--api", "--demokit")
+    argv = [a for a in argv if a not in flags]
     outdir = Path(argv[0]) if argv else ROOT / "docs" / "screenshots"
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="macmesh-shots-") as home:
         os.environ["MACMESH_CONFIG_DIR"] = str(Path(home) / "config")
         os.environ["MACMESH_LOG_DIR"] = str(Path(home) / "logs")
-        os.environ["MACMESH_DATA_DIR"] = str(Path(home) / "data")  # the runs' history
+        os.environ["MACMESH_DATA_DIR"] = str(Path(home) / "data")
         os.environ["QT_QPA_PLATFORM"] = "xcb"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         with virtual_display():
             if demokit_only:
                 shots = take_demokit(outdir.resolve())
+            elif api_only:
+                shots = take_api(outdir.resolve())
+            elif library_only:
+                shots = take_library(outdir.resolve())
             elif run_setup_only:
                 shots = take_run_setup(outdir.resolve())
             else:
                 shots = take_cluster(outdir.resolve()) + take_run_setup(outdir.resolve())
-            if not cluster_only and not run_setup_only and not demokit_only:
-                shots += take(outdir.resolve()) + take_demokit(outdir.resolve())
+                shots += take_library(outdir.resolve())
+            if not (cluster_only or run_setup_only or library_only or api_only or demokit_only):
+                shots += take(outdir.resolve()) + take_api(outdir.resolve())
+                shots += take_demokit(outdir.resolve())
             for path in shots:
                 print(path)
     return 0

@@ -88,13 +88,13 @@ def test_a_broken_folder_says_why_and_the_pane_stays_usable(
     assert _loaded(pane)
 
 
-def test_non_local_drops_are_refused(pane: ModelPane) -> None:
+def test_non_local_drops_other_than_hugging_face_links_are_refused(pane: ModelPane) -> None:
     from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl
     from PySide6.QtGui import QDragEnterEvent
     from PySide6.QtWidgets import QApplication
 
     mime = QMimeData()
-    mime.setUrls([QUrl("https://huggingface.co/mlx-community/model")])
+    mime.setUrls([QUrl("https://example.com/mlx-community/model")])
     enter = QDragEnterEvent(
         QPoint(5, 5),
         Qt.DropAction.CopyAction,

@@ -194,3 +194,30 @@ def test_describe_plan(demo_plans) -> None:
     _info, plans = demo_plans
     assert describe_plan(plans["auto"]) == "Single Mac: Studio A, all 30 layers"
     assert describe_plan(plans["pipeline"]).startswith("Pipeline on Studio A (18 layers)")
+
+
+def test_stop_this_answer_ends_it_and_the_cluster_answers_the_next(
+    qtbot: QtBot, demo_plans
+) -> None:
+    long = " ".join(f"word{n}" for n in range(200))
+    behaviour = FakeBehaviour(token_s=0.05, answer=long)
+    pane = _pane(qtbot, demo_plans, behaviour)
+    qtbot.mouseClick(pane.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    assert not pane.chat.stop_answer.isVisible() and pane.chat.send.isVisible()
+    pane.chat.prompt.setText("Tell me everything.")
+    qtbot.keyClick(pane.chat.prompt, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: "word2 " in pane.chat.text(), timeout=10_000)
+    assert pane.chat.stop_answer.isVisible() and not pane.chat.send.isVisible()
+    qtbot.mouseClick(pane.chat.stop_answer, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    qtbot.waitUntil(lambda: "stopped" in pane.chat.text(), timeout=5000)
+    assert "word199" not in pane.chat.text()
+    assert not pane.chat.stop_answer.isVisible() and pane.chat.send.isEnabled()
+    job = pane.jobs[0]
+    assert [s["id"] for s in job.behaviour.sent] == ["r1"] and "r1" in job._cancelled
+    behaviour.answer = "The capital of France is Paris."
+    pane.chat.prompt.setText("What is the capital of France?")
+    qtbot.keyClick(pane.chat.prompt, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: "France is Paris." in pane.chat.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)

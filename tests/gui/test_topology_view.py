@@ -181,3 +181,39 @@ def test_an_empty_view_is_zero_high(qtbot: QtBot) -> None:
     qtbot.addWidget(view)
     view.set_diagram(None)
     assert view.height() == 0 and view.scene is None
+
+
+def test_without_rdma_the_map_says_how_the_ring_runs_over_the_cables() -> None:
+    """Issue 18: the map says plainly which path each ring link takes, and why."""
+    scene = scene_of("tb-bridge")
+    assert scene.headline == "Incomplete"
+    assert scene.notes[:3] == [
+        "mini-c → mini-a: ring over Wi-Fi (en1): no Thunderbolt path between mini-c and "
+        "mini-a (no cable); no wired Ethernet shared by mini-c and mini-a.",
+        "mini-a → mini-b: ring over Thunderbolt (bridge0).",
+        "mini-b → mini-c: ring over Thunderbolt (bridge0).",
+    ]
+    assert scene.notes[3].startswith("For a full mesh, connect mini-a port")
+    # Long notes wrap to the width instead of being cut: the first takes several lines.
+    kinds = [kind for _, kind in scene.note_lines]
+    assert kinds[:2] == ["ring", "more"] and kinds.count("missing") == 1
+    assert scene.height >= scene.notes_top + len(scene.note_lines) * 18
+    assert scene_of("tb-off").notes == [
+        "Ring over Ethernet (en0) on every link: the Thunderbolt cable carries only IPv6 "
+        "link-local addresses (MLX's ring backend takes IPv4 only)."
+    ]
+    assert_tidy(scene)
+
+
+def test_the_ring_notes_paint(qtbot: QtBot) -> None:
+    facts = load_facts("tb-mixed")
+    view = TopologyView()
+    qtbot.addWidget(view)
+    view.resize(WIDTH, 300)
+    view.set_diagram(diagram_from_topology(build_topology(facts), {f.name: f for f in facts}))
+    assert view.scene is not None and len(view.scene.notes) == 2
+    assert view.height() >= view.scene.notes_top + 2 * 18
+    lines = view.scene.note_lines
+    assert [kind for _, kind in lines][:1] == ["ring"]
+    assert " ".join(text for text, _ in lines) == " ".join(view.scene.notes)  # wrapped, whole
+    view.grab()  # paints without error

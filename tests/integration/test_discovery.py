@@ -223,3 +223,27 @@ def test_an_unknown_interface_is_refused() -> None:
         d.Discovery(["nope0"], advertise=False).start()
     with pytest.raises(ValueError, match="at least one"):
         d.Discovery([], advertise=False).start()
+
+
+def test_a_shared_api_port_is_announced_in_our_txt_and_withdrawn(token: str) -> None:
+    name = f"MacMesh API {token}"
+    ours = d.Discovery(LOOPBACK, instance_name=name, device_info_timeout=0.2)
+    theirs = d.Discovery(LOOPBACK, advertise=False, device_info_timeout=0.2)
+    seen = Recorder(theirs)
+    with theirs:
+        ours.start()
+        try:
+            seen.wait_for("the other copy sees us", lambda: seen.latest(name) is not None)
+            assert seen.latest(name).api_port is None  # type: ignore[union-attr]
+            ours.set_api_port(8123)
+            seen.wait_for(
+                "the API port in our TXT",
+                lambda: getattr(seen.latest(name), "api_port", None) == 8123,
+            )
+            ours.set_api_port(None)
+            seen.wait_for(
+                "the API port withdrawn",
+                lambda: seen.latest(name) is not None and seen.latest(name).api_port is None,
+            )
+        finally:
+            ours.close()

@@ -16,6 +16,7 @@ FOLDERS: dict[str, Callable[[], Path]] = {
     "MACMESH_CACHE_DIR": paths.cache_dir,
     "MACMESH_CONFIG_DIR": paths.config_dir,
     "MACMESH_LOG_DIR": paths.log_dir,
+    "MACMESH_DATA_DIR": paths.data_dir,
 }
 
 

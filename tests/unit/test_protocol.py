@@ -64,3 +64,27 @@ def test_a_chat_request_with_messages_is_accepted() -> None:
         p.OP_GENERATE, id="r2", messages=[{"role": "user", "content": "hi"}], max_tokens=3
     )
     assert p.parse_command(line)["messages"][0]["content"] == "hi"
+
+
+def test_a_cancel_names_its_request() -> None:
+    line = p.encode_command(p.OP_CANCEL, id="r7")
+    assert p.parse_command(line) == {"op": "cancel", "id": "r7"}
+    with pytest.raises(ValueError, match="id"):
+        p.parse_command('{"op": "cancel"}')
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"temperature": "hot"}, "temperature"),
+        ({"top_p": None}, "top_p"),
+        ({"seed": 1.5}, "seed"),
+        ({"stop": "END"}, "stop"),
+        ({"stop": [""]}, "stop"),
+    ],
+)
+def test_sampling_fields_of_the_wrong_type_are_refused(fields: dict, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        p.parse_command(json.dumps({"op": "generate", "id": "r1", **fields}))
+    ok = {"temperature": 0.7, "top_p": 0.9, "seed": 3, "stop": ["\n"]}
+    assert p.parse_command(json.dumps({"op": "generate", "id": "r1", **ok}))["seed"] == 3

@@ -97,3 +97,18 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         s.save_settings(s.Settings(max_tokens=6), path)
     assert s.load_settings(path).max_tokens == 5
     assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]  # no temp file left
+
+
+def test_library_folders_round_trip_and_refuse_bad_values(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "settings.json"
+    s.save_settings(s.Settings(library_folders=("/models/a", "/models/b")), path)
+    assert s.load_settings(path).library_folders == ("/models/a", "/models/b")
+    assert s.Settings().updated(library_folders=["/a", "/a", "/b"]).library_folders == ("/a", "/b")
+    with pytest.raises(ValueError, match="library_folders"):
+        s.Settings().updated(library_folders="/not/a/list")
+    path.write_text('{"library_folders": [1, 2], "max_tokens": 99}')
+    loaded = s.load_settings(path)
+    assert loaded.library_folders == () and loaded.max_tokens == 99
+    assert "library_folders" in caplog.text

@@ -15,10 +15,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from core.cluster.probe import parsers as p
+from core.cluster.probe.ifconfig import NetInterface, parse_ifconfig, port_kind
 from core.cluster.probe.profiler import Thunderbolt, parse_hardware, parse_thunderbolt
 from core.cluster.probe.script import RC_NOT_FOUND, build_probe_script
 from core.cluster.probe.sections import (
@@ -93,6 +94,8 @@ class NodeFacts:
     bridge_exists: bool | None = None
     bridge_active: bool | None = None
     bridge_members: tuple[str, ...] = ()
+    # ifconfig -a, with networksetup's port for each: the addresses ring paths can use.
+    interfaces: tuple[NetInterface, ...] = ()
     unknowns: dict[str, str] = field(default_factory=dict)  # field → why it is unknown
     # When these facts were established (time.monotonic()): a Start reuses facts probed
     # moments ago instead of asking again. Not part of what the facts say.
@@ -140,6 +143,14 @@ class NodeFacts:
         if any(port.max_gbps == 40 for port in self.thunderbolt):
             return 4
         return None
+
+    def interface(self, name: str) -> NetInterface | None:
+        return next((i for i in self.interfaces if i.name == name), None)
+
+    @property
+    def thunderbolt_network(self) -> tuple[NetInterface, ...]:
+        """The Thunderbolt ports' interfaces and the bridge, as ifconfig shows them."""
+        return tuple(i for i in self.interfaces if i.kind in ("thunderbolt", "bridge"))
 
     def port(self, receptacle: int) -> ThunderboltPort | None:
         return next((p for p in self.thunderbolt if p.receptacle == receptacle), None)
@@ -288,8 +299,17 @@ def _rdma(r: _Reader) -> dict[str, str]:
 def _network(r: _Reader, tb: Thunderbolt | None, states: Mapping[str, str]) -> None:
     """Thunderbolt ports with their interfaces, and the Thunderbolt Bridge."""
     interfaces: dict[int, str] = {}
+    port_names: dict[str, str] = {}
     if ports := r.parse("networksetup", p.parse_networksetup, "interfaces"):
         interfaces = ports.thunderbolt()
+        port_names = {port.device: port.name for port in ports.ports}
+    if listed := r.parse("ifconfig", parse_ifconfig, "addresses", command="ifconfig -a"):
+        r.facts["interfaces"] = tuple(
+            replace(i, port=port_names[i.name], kind=port_kind(port_names[i.name]))
+            if i.name in port_names
+            else i
+            for i in listed
+        )
     if tb is not None:
         tb_ports = _thunderbolt_ports(tb, interfaces, states)
         r.facts.update(thunderbolt=tb_ports, domain_uuids=tuple(t.domain_uuid for t in tb_ports))

@@ -94,6 +94,8 @@ COMMANDS: tuple[ProbeCommand, ...] = (
     ),
     ProbeCommand("networksetup", ("networksetup", "-listallhardwareports")),
     ProbeCommand("ifconfig_bridge0", ("ifconfig", "bridge0")),
+    # Every interface's state and addresses: the ring's paths over the cables (issue 18).
+    ProbeCommand("ifconfig", ("ifconfig", "-a")),
     ProbeCommand("rdma_ctl", ("rdma_ctl", "status")),
     ProbeCommand("ibv_devices", ("ibv_devices",)),
     ProbeCommand("ibv_devinfo", ("ibv_devinfo",)),

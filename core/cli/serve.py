@@ -1,0 +1,223 @@
+"""``macmesh serve``: the cluster as an OpenAI-compatible API, headless (a Mac in a
+server room). ``--demo`` serves the demo cluster; ``MODEL --hosts a,b,...`` serves a
+model on real Macs after the same probe, plan, checks and copy as ``macmesh run``.
+
+The key: ``--api-key-file F`` uses the key in F, or writes a new one there (0600) when F
+does not exist yet, before the server accepts connections; without it, the key file in
+MacMesh's data folder. ``--no-key`` turns keys off, on loopback only. Once ready it prints
+the address and the key's file, then one line per request. Ctrl-C (exit 130) or SIGTERM
+(exit 0) stops the server and every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from core import paths
+from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.envvars import ENV_REMOTE_CACHE
+from core.model.info import ModelError, ModelInfo, read_model_info
+from core.run import demo
+from core.run.launcher import JobError
+from core.run.placement import ClusterError
+from core.run.preflight import BACKENDS
+from core.run.session import Session, simulated_hosts
+from core.run.states import RunState
+from core.serve.answers import DEFAULT_WAITING
+from core.serve.keys import Gate, KeyFileError, key_file
+from core.serve.server import APIServer, ServeError, ServerOptions, bind, is_loopback
+from core.worker.vocab import Backend, Strategy
+
+DEFAULT_PORT = 8080
+KEY_FILE = "serve-api-key"  # in the user data folder, when --api-key-file is not given
+
+
+class Terminated(BaseException):
+    """SIGTERM on the main thread: stop as Ctrl-C does, exit 0 (a service stopped)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", type=Path, nargs="?", help="the model folder (not with --demo)")
+    parser.add_argument("--demo", action="store_true", help="serve the demo cluster")
+    parser.add_argument("--nodes", type=int, default=2, help="--demo: simulated Macs, 1-4")
+    parser.add_argument("--hosts", help="[user@]host[:port],... (with MODEL)")
+    parser.add_argument(
+        "--strategy",
+        choices=(Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR),
+        default=Strategy.AUTO,
+    )
+    parser.add_argument("--backend", choices=BACKENDS, default=Backend.AUTO)
+    parser.add_argument("--python", help="the Python on every node (default: this one's path)")
+    parser.add_argument("--cache-root", default=os.environ.get(ENV_REMOTE_CACHE) or None)
+    parser.add_argument("--verify", action="store_true", help="hash every model file on the nodes")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to serve on")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--api-key-file", type=Path, help="the key's file (made when missing)")
+    parser.add_argument(
+        "--no-key", action="store_true", help="no key needed (only on a loopback --host)"
+    )
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=DEFAULT_WAITING,
+        help=f"requests that may wait; more get 429 (default {DEFAULT_WAITING})",
+    )
+
+
+def serve_cli(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="macmesh serve", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return serve(parser.parse_args(argv))
+
+
+def serve(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    stage = Stage("reading the model")
+    with first_interrupt_only(), _terminate_as_exception():
+        try:
+            return _serve(args, out, err, stage)
+        except KeyboardInterrupt:
+            return interrupted(stage, err)
+        except Terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # clean-up runs to its end
+            if stage.session is not None:
+                stage.session.stop()
+            err.write(f"macmesh: stopped (SIGTERM) while {stage.doing}; every rank stopped\n")
+            err.flush()
+            return 0
+
+
+def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
+    server: APIServer | None = None
+    try:
+        _check(args)
+        key, key_path, made = _key(args)
+        stage("checking the address")
+        bind(args.host, args.port).close()  # a taken port is said now, not after loading
+        session, info = _session(args, err, stage)
+        gate = Gate(open_=True) if args.no_key else Gate(key=key)
+        server = APIServer(
+            session,
+            info.name,
+            info.context_length,
+            gate,
+            ServerOptions(args.host, args.port, args.max_waiting),
+            log=lambda line: _say(out, line),
+        )
+        stage("loading the model")
+        err.write(f"Starting {len(session.plan.ranks) if session.plan else '?'} rank(s)…\n")
+        err.flush()
+        ended = threading.Event()
+        session.state_changed.connect(
+            lambda state, _detail: (
+                ended.set() if RunState(state) in (RunState.FAILED, RunState.STOPPED) else None
+            )
+        )
+        session.launch()
+        session.wait_ready()
+        stage("serving")
+        server.start()
+        keys = "no key needed (--no-key)" if args.no_key else f"key in {key_path}"
+        if made:
+            keys += " (new)"
+        _say(out, f"Serving {info.name} at {server.address} ({keys}). Ctrl-C stops.")
+        while not ended.wait(0.5):
+            pass
+        if session.state == RunState.FAILED:
+            logs = session.job.run_dir if session.job is not None else "none"
+            err.write(f"macmesh: the cluster failed: {session.job.message}\nLogs: {logs}\n")
+            return 1
+        return 0
+    except (ClusterError, ModelError, ServeError, KeyFileError, ValueError) as exc:
+        err.write(f"macmesh: {exc}\n")
+        return 2
+    except JobError as exc:
+        logs = stage.session.job.run_dir if stage.session and stage.session.job else "none"
+        err.write(f"\nmacmesh: the cluster failed: {exc}\nLogs: {logs}\n")
+        return 1
+    finally:
+        if server is not None:
+            server.stop()
+        if stage.session is not None:
+            stage.session.stop()
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.demo == (args.model is not None):
+        raise ClusterError("name a model folder with --hosts, or --demo (not both)")
+    if args.model is not None and not args.hosts:
+        raise ClusterError("--hosts is needed with a model: the Macs to run it on")
+    if not 0 <= args.port <= 65535:
+        raise ClusterError("--port must be 0 to 65535")
+    if args.max_waiting < 1:
+        raise ClusterError("--max-waiting must be at least 1")
+    if args.no_key and not is_loopback(args.host):
+        raise ClusterError(
+            f"--no-key only works on a loopback address: serving on {args.host} shares the "
+            "cluster on the network, which always needs a key"
+        )
+    if args.no_key and args.api_key_file:
+        raise ClusterError("--no-key and --api-key-file contradict each other: choose one")
+
+
+def _key(args: argparse.Namespace) -> tuple[str | None, Path | None, bool]:
+    if args.no_key:
+        return None, None, False
+    path = args.api_key_file or paths.data_dir() / KEY_FILE
+    key, made = key_file(path)
+    return key, path, made
+
+
+def _session(args: argparse.Namespace, err: TextIO, stage: Stage) -> tuple[Session, ModelInfo]:
+    if args.demo:
+        info = read_model_info(_demo_model(err, stage))
+        stage("planning")
+        strategy = Strategy.PIPELINE if args.strategy == Strategy.AUTO else args.strategy
+        session = Session(info, simulated_hosts(demo.demo_facts(args.nodes)), strategy=strategy)
+        stage.session = session
+        plan = session.make_plan()
+        session.job_spec()
+        err.write(f"{info.summary()}\n{plan.reason}\n")
+        return session, info
+    from core.cli.run import prepare
+
+    session, info, _plan, _report, _spec = prepare(args, err, stage)
+    return session, info
+
+
+def _demo_model(err: TextIO, stage: Stage) -> Path:
+    if demo.needs_preparing():
+        stage("preparing the demo model")
+        err.write("Preparing the demo model (once)…\n")
+        err.flush()
+    return demo.demo_model()
+
+
+def _say(out: TextIO, line: str) -> None:
+    out.write(line + "\n")
+    out.flush()
+
+
+@contextlib.contextmanager
+def _terminate_as_exception() -> Iterator[None]:
+    """Within, on the main thread: SIGTERM raises ``Terminated``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,34 @@
+"""A model on a cluster in one word: fits (on one Mac), pipeline, tensor, or doesn't fit.
+
+The planner decides; this only names its verdict for a list's badge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.model.info import ModelInfo
+from core.plan.memory import Link, Node, PlanOptions
+from core.plan.planner import Plan, make_plan
+from core.worker.vocab import Strategy
+
+FITS = "fits"
+PIPELINE = "pipeline"
+TENSOR = "tensor"
+NO_FIT = "doesn't fit"
+
+
+def badge(plan: Plan) -> str:
+    if not plan.fits:
+        return NO_FIT
+    if plan.strategy == Strategy.PIPELINE:
+        return PIPELINE
+    if plan.strategy == Strategy.TENSOR:
+        return TENSOR
+    return FITS
+
+
+def fit(info: ModelInfo, nodes: Sequence[Node], links: Sequence[Link] = ()) -> tuple[str, Plan]:
+    """The planner's recommendation for ``info`` on ``nodes``, and its badge."""
+    plan = make_plan(info, list(nodes), links, PlanOptions())
+    return badge(plan), plan

@@ -1,0 +1,189 @@
+"""The models already on this Mac, found without being asked.
+
+- the Hugging Face cache, read with ``huggingface_hub.scan_cache_dir`` (where mlx_lm,
+  LM Studio's MLX engine and most tools put models), honouring ``HF_HUB_CACHE`` and
+  ``HF_HOME`` at call time;
+- LM Studio's models folders, ``~/.lmstudio/models`` and the older
+  ``~/.cache/lm-studio/models`` (``publisher/model/`` inside);
+- the folders the person added (``library_folders`` in MacMesh's settings).
+
+A cache entry huggingface_hub reports as corrupt (a broken symlink, a ref to a missing
+snapshot) or that holds an interrupted ``.incomplete`` blob is listed as broken, never
+dropped and never raised: one bad folder does not hide the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from core.library.entries import (
+    LibraryEntry,
+    Source,
+    State,
+    entry_for_folder,
+    weight_kinds,
+)
+from core.library.memo import Memo
+
+REPO_PREFIX = "models--"
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache as huggingface_hub resolves it, read now (its own
+    constants are read once at import)."""
+    env = os.environ
+    chosen = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if chosen:
+        return Path(os.path.expandvars(chosen)).expanduser()
+    home = env.get("HF_HOME") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+    )
+    return Path(os.path.expandvars(home)).expanduser() / "hub"
+
+
+def lm_studio_dirs() -> list[Path]:
+    home = Path.home()
+    return [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
+
+
+def list_library(
+    added: Sequence[str] = (),
+    *,
+    hub_cache: Path | None = None,
+    lm_studio: Sequence[Path] | None = None,
+) -> list[LibraryEntry]:
+    """Every model found: Hugging Face cache first, then LM Studio, then added folders,
+    each sorted by name. Never raises. Folders unchanged since the last listing are not
+    validated again (``core.library.memo``)."""
+    memo = Memo.load()
+    entries = hf_cache_entries(hub_cache or hub_cache_dir(), memo)
+    for root in lm_studio_dirs() if lm_studio is None else lm_studio:
+        entries += lm_studio_entries(root, memo)
+    entries += added_entries(added, memo)
+    memo.save()
+    return entries
+
+
+def find_entry(name: str, entries: Iterable[LibraryEntry]) -> LibraryEntry | None:
+    """The entry called ``name`` (as ``macmesh models`` lists it); a usable one first."""
+    matches = [entry for entry in entries if entry.name == name]
+    usable = [entry for entry in matches if entry.usable]
+    chosen = usable or matches
+    return chosen[0] if chosen else None
+
+
+def hf_cache_entries(cache: Path, memo: Memo | None = None) -> list[LibraryEntry]:
+    """The model repos in a Hugging Face cache, one entry each (the revision ``main``
+    points at, else the newest)."""
+    if not cache.is_dir():
+        return []
+    from huggingface_hub import scan_cache_dir
+
+    try:
+        scan = scan_cache_dir(cache)
+    except (OSError, ValueError):
+        return []
+    incomplete: dict[Path, int] = {}
+    for partial in scan.incomplete_files:
+        repo_path = partial.file_path.parent.parent
+        incomplete[repo_path] = incomplete.get(repo_path, 0) + 1
+    entries = []
+    listed = set()
+    for repo in scan.repos:
+        if repo.repo_type != "model":
+            continue
+        listed.add(repo.repo_path.name)
+        entry = _repo_entry(repo, incomplete.get(repo.repo_path, 0), memo)
+        if entry is not None:
+            entries.append(entry)
+    for warning in scan.warnings:  # repos huggingface_hub found corrupt
+        for repo_path in _repos_named_in(cache, str(warning)):
+            if repo_path.name in listed:
+                continue
+            listed.add(repo_path.name)
+            entries.append(
+                LibraryEntry(
+                    name=_repo_id(repo_path.name),
+                    source=Source.HUGGING_FACE,
+                    path=repo_path,
+                    state=State.BROKEN,
+                    reason=f"the cache entry is damaged ({warning}). Download the model again",
+                )
+            )
+    return sorted(entries, key=lambda e: e.name.lower())
+
+
+def _repo_entry(repo: object, partial_blobs: int, memo: Memo | None) -> LibraryEntry | None:
+    from huggingface_hub import CachedRepoInfo
+
+    assert isinstance(repo, CachedRepoInfo)
+    revisions = sorted(repo.revisions, key=lambda r: ("main" in r.refs, r.last_modified))
+    if not revisions:
+        return None
+    revision = revisions[-1]
+    names = [file.file_name for file in revision.files]
+    if not weight_kinds(names) and not partial_blobs:
+        return None  # only a description was fetched (config.json to plan): not a download
+    problem = None
+    if partial_blobs:
+        problem = (
+            f"a download was interrupted ({partial_blobs} unfinished file"
+            f"{'s' if partial_blobs > 1 else ''}): run `macmesh models download "
+            f"{repo.repo_id}` to finish it"
+        )
+    entry = entry_for_folder(
+        repo.repo_id,
+        Source.HUGGING_FACE,
+        revision.snapshot_path,
+        size_bytes=revision.size_on_disk,
+        revision=revision.commit_hash,
+        problem=problem,
+        memo=memo,
+    )
+    return entry
+
+
+def _repos_named_in(cache: Path, message: str) -> list[Path]:
+    try:
+        repos = [p for p in cache.iterdir() if p.name.startswith(REPO_PREFIX)]
+    except OSError:
+        return []
+    return [p for p in repos if str(p) + os.sep in message or message.endswith(str(p) + ").")]
+
+
+def _repo_id(folder_name: str) -> str:
+    return folder_name[len(REPO_PREFIX) :].replace("--", "/")
+
+
+def lm_studio_entries(root: Path, memo: Memo | None = None) -> list[LibraryEntry]:
+    """``root/publisher/model/`` folders, named ``publisher/model``."""
+    entries = []
+    for publisher in _subfolders(root):
+        for folder in _subfolders(publisher):
+            name = f"{publisher.name}/{folder.name}"
+            entries.append(entry_for_folder(name, Source.LM_STUDIO, folder, memo=memo))
+    return sorted(entries, key=lambda e: e.name.lower())
+
+
+def added_entries(folders: Sequence[str], memo: Memo | None = None) -> list[LibraryEntry]:
+    """Each added folder is a model, or (no config.json) a folder of model folders."""
+    entries = []
+    for text in folders:
+        folder = Path(text).expanduser()
+        if not (folder / "config.json").exists() and folder.is_dir():
+            inner = [f for f in _subfolders(folder) if (f / "config.json").exists()]
+            if inner:
+                entries += [entry_for_folder(f.name, Source.FOLDER, f, memo=memo) for f in inner]
+                continue
+        name = folder.name or str(folder)
+        entries.append(entry_for_folder(name, Source.FOLDER, folder, memo=memo))
+    return entries
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []

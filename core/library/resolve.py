@@ -1,0 +1,51 @@
+"""What a person types for a model → a ModelInfo: a folder, a library name, or ``hf:``.
+
+- a folder path: read as ever;
+- ``ORG/NAME`` as ``macmesh models`` lists it (a folder of that name wins);
+- ``hf:ORG/NAME`` (or a huggingface.co link): the copy in the Hugging Face cache when
+  there is one, else, to plan only, the Hub's headers (nothing downloaded). To run, a
+  model must be on this Mac: the message says how to download it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.library.entries import Source
+from core.library.hub import hub_model_info, repo_id_of
+from core.library.local import find_entry, list_library
+from core.model.info import ModelError, ModelInfo, read_model_info
+from core.settings import load_settings
+
+
+def resolve_model(text: str, *, to_run: bool = False) -> ModelInfo:
+    """The ModelInfo ``text`` names; ModelError (one line) when it names nothing usable."""
+    text = str(text).strip()
+    if not text:
+        raise ModelError("No model given: a folder, a name from `macmesh models`, or hf:ORG/NAME.")
+    folder = Path(text).expanduser()
+    hub_ref = text.startswith("hf:") or "huggingface.co/" in text or "hf.co/" in text
+    if not hub_ref and folder.exists():
+        return read_model_info(folder)
+    repo_id = repo_id_of(text)
+    if repo_id is None:
+        return read_model_info(folder)  # says plainly that the folder is not there
+    entries = list_library(load_settings().library_folders)
+    if hub_ref:
+        entries = [e for e in entries if e.source is Source.HUGGING_FACE]
+    entry = find_entry(repo_id, entries)
+    if entry is not None:
+        if entry.info is None:
+            raise ModelError(f"{entry.name} on this Mac cannot be used: {entry.reason}.")
+        return entry.info
+    if not hub_ref:
+        raise ModelError(
+            f"{text} is neither a folder nor a model on this Mac (`macmesh models` lists "
+            f"them). For Hugging Face's {repo_id}, use hf:{repo_id}."
+        )
+    if to_run:
+        raise ModelError(
+            f"{repo_id} is not downloaded yet: run `macmesh models download {repo_id}` first "
+            f"(`macmesh plan hf:{repo_id}` plans it without downloading)."
+        )
+    return hub_model_info(repo_id)

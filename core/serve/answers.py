@@ -1,0 +1,235 @@
+"""The API's requests, answered one at a time over the running session, in order.
+
+Runs on the server's event loop. The session's events arrive on the job's reader threads
+and cross to the loop with ``call_soon_threadsafe``; each answer has its own asyncio
+queue of its rank-0 ``token`` / ``done`` / ``error`` events. One request is with the
+ranks at a time (they answer one at a time anyway): the next is sent once the answer
+before it has ended, so a cancelled answer never overlaps the next. A client that leaves
+cancels its answer: taken out of the line while it waits, or ended by the ranks at its
+next token (``Session.cancel_answer``) while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from core.run.launcher import JobError
+from core.run.placement import ClusterError
+from core.run.session import Session
+from core.run.states import RunState
+from core.serve.errors import APIError, queue_full, unavailable
+from core.serve.queue import QueueFull, WaitingLine
+from core.serve.requests import Ask
+from core.worker import protocol as p
+
+DEFAULT_WAITING = 16
+EARLY_KEPT = 64  # events of a request not registered yet (its ask() still returning)
+_ENDED = (RunState.STOPPING, RunState.STOPPED, RunState.FAILED)
+
+
+class Answer:
+    """One request's way through: its events (``events``), who asked, and its end."""
+
+    _numbers = itertools.count(1)
+
+    def __init__(self, ask: Ask, client: str) -> None:
+        self.ask, self.client = ask, client
+        self.id = f"{'chatcmpl' if ask.chat else 'cmpl'}-{secrets.token_hex(12)}"
+        self.number = next(self._numbers)
+        self.created = int(time.time())
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.request: str | None = None  # the worker's request id, once sent
+        self.cancelled = False
+        self.ended = asyncio.Event()
+        self.started_at: float | None = None
+        self.done: dict[str, Any] | None = None
+
+    def put(self, event: dict[str, Any]) -> None:
+        if self.ended.is_set():
+            return
+        self.events.put_nowait(event)
+        if event["event"] in (p.DONE, p.ERROR):
+            if event["event"] == p.DONE:
+                self.done = event
+            self.ended.set()
+
+
+def failure(event: dict[str, Any]) -> APIError:
+    """An ``error`` event for one answer as the API's refusal."""
+    message = str(event.get("message", "the request failed"))
+    if event.get("code") == p.CONTEXT_LENGTH_EXCEEDED:
+        return APIError(400, message, param="messages", code=p.CONTEXT_LENGTH_EXCEEDED)
+    if event.get("status") == 503:
+        return unavailable(message)
+    return APIError(400, message)
+
+
+class Answerer:
+    """The line of answers over ``session`` (start it on the server's loop)."""
+
+    def __init__(
+        self,
+        session: Session,
+        max_waiting: int = DEFAULT_WAITING,
+        on_sent: Callable[[str, float, str], None] | None = None,
+    ) -> None:
+        self.session = session
+        self.line: WaitingLine[Answer] = WaitingLine(max_waiting)
+        self.current: Answer | None = None
+        self.served = 0  # answers that reached their end
+        self._on_sent = on_sent  # (request, when, client), on a pool thread
+        self._by_request: dict[str, Answer] = {}
+        self._early: dict[str, list[dict[str, Any]]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._ended: str | None = None  # why the session can no longer answer
+        self._asking = False  # a request is being sent: its first events may come first
+
+    @property
+    def depth(self) -> int:
+        return self.line.depth
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.session.event.connect(self._from_thread)
+        self.session.state_changed.connect(self._state_from_thread)
+        self._task = asyncio.create_task(self._serve_in_order(), name="macmesh-answers")
+
+    async def close(self) -> None:
+        self.session.event.disconnect(self._from_thread)
+        self.session.state_changed.disconnect(self._state_from_thread)
+        self._end_all("The server is stopping.")
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def submit(self, ask: Ask, client: str) -> Answer:
+        """Queue an answer; APIError 429 (with Retry-After) when the line is full, 503
+        when the cluster has stopped."""
+        if self._ended is not None:
+            raise unavailable(self._ended)
+        answer = Answer(ask, client)
+        try:
+            self.line.push(answer)
+        except QueueFull as full:
+            raise queue_full(full.retry_after_s, full.depth) from None
+        self._wake.set()
+        return answer
+
+    def cancel(self, answer: Answer) -> None:
+        """Its client left: out of the line, or ended by the ranks at the next token.
+        Never blocks (it may be called from a cancelled task's clean-up)."""
+        if answer.ended.is_set() or answer.cancelled:
+            return
+        answer.cancelled = True
+        if self.line.remove(answer):
+            answer.ended.set()
+            return
+        if answer.request is not None and self._loop is not None:
+            self._loop.run_in_executor(None, self._cancel_in_session, answer.request)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def _serve_in_order(self) -> None:
+        while True:
+            answer = self.line.pop()
+            if answer is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self.current = answer
+            try:
+                await self._serve(answer)
+            finally:
+                self.current = None
+
+    async def _serve(self, answer: Answer) -> None:
+        ask = answer.ask
+        started = time.monotonic()
+        self._asking = True
+        try:
+            request = await asyncio.to_thread(
+                self.session.ask,
+                ask.prompt,
+                messages=ask.messages,
+                max_tokens=ask.max_tokens,
+                chat=ask.chat,
+                sampling=ask.sampling,
+            )
+        except (JobError, ClusterError) as error:
+            answer.put(_error(f"The cluster cannot answer now: {error}", 503))
+            return
+        finally:
+            self._asking = False
+        answer.request, answer.started_at = request, started
+        self._by_request[request] = answer
+        early, self._early = self._early.pop(request, []), {}
+        for event in early:
+            answer.put(event)
+        if self._ended is not None:
+            answer.put(_error(self._ended, 503))
+        if self._on_sent is not None:
+            with contextlib.suppress(Exception):
+                self._on_sent(request, started, answer.client)
+        if answer.cancelled and not answer.ended.is_set():
+            await asyncio.to_thread(self._cancel_in_session, request)
+        try:
+            await answer.ended.wait()
+        finally:
+            self._by_request.pop(request, None)
+        self.served += 1
+        self.line.answered_in(time.monotonic() - started)
+
+    def _cancel_in_session(self, request: str) -> None:
+        with contextlib.suppress(JobError, ClusterError):
+            self.session.cancel_answer(request)
+
+    # -- the session's news (reader threads) → the loop ----------------------------------
+
+    def _from_thread(self, event: dict[str, Any]) -> None:
+        if event.get("rank", 0) != 0 or event.get("event") not in (p.TOKEN, p.DONE, p.ERROR):
+            return
+        if event["event"] == p.ERROR and not event.get("request"):
+            return  # a rank's fatal error: the state change says it for every answer
+        self._call(self._route, event)
+
+    def _state_from_thread(self, state: str, detail: str) -> None:
+        if RunState(state) in _ENDED:
+            self._call(
+                self._end_all,
+                f"The cluster {'failed' if detail else 'stopped'}"
+                + (f": {detail.splitlines()[0]}" if detail else "."),
+            )
+
+    def _call(self, function: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+            loop.call_soon_threadsafe(function, *args)
+
+    def _route(self, event: dict[str, Any]) -> None:
+        request = str(event.get("request", ""))
+        answer = self._by_request.get(request)
+        if answer is not None:
+            answer.put(event)
+            return
+        if self._asking and len(self._early) < EARLY_KEPT:  # its ask() is returning
+            self._early.setdefault(request, []).append(event)
+
+    def _end_all(self, why: str) -> None:
+        self._ended = self._ended or why
+        for answer in [*self.line.drain(), *self._by_request.values()]:
+            answer.put(_error(why, 503))
+
+
+def _error(message: str, status: int) -> dict[str, Any]:
+    return {"event": p.ERROR, "message": message, "status": status, "fatal": False}

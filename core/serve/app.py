@@ -1,0 +1,318 @@
+"""The HTTP routes (Starlette): OpenAI's ``/v1/models``, ``/v1/chat/completions`` and
+``/v1/completions``, with their streaming; every refusal in OpenAI's error shape.
+
+Nothing here parses HTTP (uvicorn does); a client that leaves is noticed by listening for
+the ASGI ``http.disconnect`` while it waits or streams, and cancels its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive, Scope, Send
+
+from core.serve import shaping
+from core.serve.answers import Answer, Answerer, failure
+from core.serve.errors import APIError, unauthorized
+from core.serve.keys import Gate
+from core.serve.requests import Ask, chat_request, completion_request, parse_json
+from core.worker import protocol as p
+
+MAX_BODY = 8 << 20  # a request body larger than this is refused (413)
+LEFT = 499  # the status logged for a client that left before its answer
+
+
+@dataclass
+class Served:
+    """What the server is serving, for its routes."""
+
+    model: str
+    context: int | None
+    gate: Gate
+    answers: Answerer
+    log: Callable[[str], None] = lambda line: None
+
+
+class API:
+    def __init__(self, served: Served) -> None:
+        self.s = served
+
+    async def models(self, request: Request) -> Response:
+        self.client(request)
+        return JSONResponse(shaping.models_list(self.s.model, shaping.now()))
+
+    async def chat(self, request: Request) -> Response:
+        client = self.client(request)
+        body = parse_json(await read_body(request))
+        return await self.answer(request, chat_request(body, self.s.model, self.s.context), client)
+
+    async def completions(self, request: Request) -> Response:
+        client = self.client(request)
+        body = parse_json(await read_body(request))
+        ask = completion_request(body, self.s.model, self.s.context)
+        return await self.answer(request, ask, client)
+
+    # -- shared --------------------------------------------------------------------------
+
+    def client(self, request: Request) -> str:
+        """Who asks, by the key sent (``Authorization: Bearer`` or ``x-api-key``); 401."""
+        key = bearer(request.headers.get("authorization")) or request.headers.get("x-api-key")
+        who = self.s.gate.client(key)
+        if who is None:
+            raise unauthorized(
+                "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'."
+                if key
+                else "No API key: send 'Authorization: Bearer <key>' (MacMesh shows the key "
+                "when it starts serving)."
+            )
+        request.state.client = who
+        return who
+
+    async def answer(self, request: Request, ask: Ask, client: str) -> Response:
+        got = await self.begin(request, ask, client)
+        if isinstance(got, Response):
+            return got
+        answer, first = got
+        if ask.stream:
+            return EventStream(self.stream(answer, first))
+        done = await self.whole(request, answer, first)
+        if isinstance(done, Response):
+            return done
+        shape = shaping.chat_completion if ask.chat else shaping.text_completion
+        return JSONResponse(shape(answer.id, self.s.model, answer.created, done))
+
+    async def begin(
+        self, request: Request, ask: Ask, client: str
+    ) -> tuple[Answer, dict[str, Any]] | Response:
+        """Queue the answer and wait for its first event (a token, or its end): a refusal
+        (an APIError) before any byte of the answer is sent. A client gone: LEFT."""
+        answer = self.s.answers.submit(ask, client)
+        request.state.answer = answer
+        first = await until_disconnect(request.receive, answer.events.get())
+        if first is None:
+            self.s.answers.cancel(answer)
+            return Response(status_code=LEFT)
+        if first["event"] == p.ERROR:
+            raise failure(first)
+        return answer, first
+
+    async def whole(
+        self, request: Request, answer: Answer, first: dict[str, Any]
+    ) -> dict[str, Any] | Response:
+        """The answer's ``done`` event (an APIError if it failed; LEFT if the client went)."""
+        event = first
+        while event["event"] != p.DONE:
+            if event["event"] == p.ERROR:
+                raise failure(event)
+            got = await until_disconnect(request.receive, answer.events.get())
+            if got is None:
+                self.s.answers.cancel(answer)
+                return Response(status_code=LEFT)
+            event = got
+        return event
+
+    async def events(
+        self, answer: Answer, first: dict[str, Any]
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The answer's events from ``first`` to its ``done`` or ``error``; a stream that
+        is closed early (its client left) cancels the answer."""
+        try:
+            event = first
+            while True:
+                yield event
+                if event["event"] in (p.DONE, p.ERROR):
+                    return
+                event = await answer.events.get()
+        finally:
+            if not answer.ended.is_set():
+                self.s.answers.cancel(answer)  # the client left mid-answer
+
+    async def stream(self, answer: Answer, first: dict[str, Any]) -> AsyncIterator[bytes]:
+        ask, model, created = answer.ask, self.s.model, answer.created
+        usage = ask.include_usage
+        if ask.chat:
+            role = {"role": "assistant", "content": ""}
+            yield shaping.sse(
+                shaping.chat_chunk(answer.id, model, created, role, None, None, usage)
+            )
+        events = self.events(answer, first)
+        try:
+            async for event in events:
+                kind = event["event"]
+                if kind == p.TOKEN and event.get("text"):
+                    yield shaping.sse(self._piece(answer, str(event["text"])))
+                elif kind == p.ERROR:
+                    yield shaping.sse(failure(event).body())
+                elif kind == p.DONE:
+                    finish = shaping.finish_reason(event)
+                    if ask.chat:
+                        chunk = shaping.chat_chunk(
+                            answer.id, model, created, {}, finish, None, usage
+                        )
+                    else:
+                        chunk = shaping.text_chunk(
+                            answer.id, model, created, "", finish, None, usage
+                        )
+                    yield shaping.sse(chunk)
+                    if usage:
+                        use = shaping.usage(event)
+                        last = (
+                            shaping.chat_chunk(answer.id, model, created, None, None, use, True)
+                            if ask.chat
+                            else shaping.text_chunk(
+                                answer.id, model, created, None, None, use, True
+                            )
+                        )
+                        yield shaping.sse(last)
+                    yield shaping.DONE_SSE
+        finally:
+            await events.aclose()
+
+    def _piece(self, answer: Answer, text: str) -> dict[str, Any]:
+        ask, model = answer.ask, self.s.model
+        if ask.chat:
+            return shaping.chat_chunk(
+                answer.id, model, answer.created, {"content": text}, None, None, ask.include_usage
+            )
+        return shaping.text_chunk(
+            answer.id, model, answer.created, text, None, None, ask.include_usage
+        )
+
+
+def bearer(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused (413) past MAX_BODY before it is all read."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY:
+        raise APIError(413, f"The request body is larger than {MAX_BODY >> 20} MB.")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise APIError(413, f"The request body is larger than {MAX_BODY >> 20} MB.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def until_disconnect(receive: Receive, waited: Awaitable[Any]) -> Any:
+    """``waited``'s result, or None when the client disconnects first."""
+    task = asyncio.ensure_future(waited)
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class EventStream(Response):
+    """Server-sent events from an async iterator; ends (and closes the iterator, which
+    cancels the answer) when the client disconnects."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], media_type: str = "text/event-stream") -> None:
+        # As StreamingResponse: no body attribute, so no Content-Length header.
+        self.status_code, self.background, self.chunks = 200, None, chunks
+        self.media_type = media_type
+        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            async for chunk in self.chunks:
+                if gone.done():
+                    break
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if not gone.done():
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass  # the client went away mid-write
+        finally:
+            gone.cancel()
+            aclose = getattr(self.chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def api_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, APIError)
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+async def http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    code = "not_found" if error.status_code == 404 else None
+    message = (
+        f"No route {request.method} {request.url.path}: the API is under /v1 "
+        "(GET /v1/models, POST /v1/chat/completions, POST /v1/completions)."
+        if error.status_code in (404, 405)
+        else str(error.detail)
+    )
+    body = APIError(error.status_code, message, code=code).body()
+    return JSONResponse(body, status_code=error.status_code, headers=error.headers)
+
+
+async def unexpected(request: Request, error: Exception) -> Response:
+    body = APIError(500, f"{type(error).__name__}: {error}", kind="server_error").body()
+    return JSONResponse(body, status_code=500)
+
+
+class Logged:
+    """One log line per request, once its response has ended: who, what, status, time."""
+
+    def __init__(self, app: Starlette, served: Served) -> None:
+        self.app, self.served = app, served
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.monotonic(), [0]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            state = scope.get("state", {})
+            answer = state.get("answer")
+            peer = scope.get("client") or ("?", 0)
+            parts = [
+                f"{peer[0]}",
+                str(state.get("client", "-")),
+                f"{scope['method']} {scope['path']}",
+                str(status[0] or LEFT),
+                f"{time.monotonic() - started:.2f} s",
+            ]
+            if isinstance(answer, Answer):
+                done = answer.done or {}
+                parts.insert(4, f"{done.get('generation_tokens', 0)} tokens")
+                if answer.cancelled:
+                    parts.insert(5, "cancelled")
+                parts.append(f"({self.served.answers.depth} waiting)")
+            self.served.log(" ".join(parts))

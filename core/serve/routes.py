@@ -1,0 +1,150 @@
+"""The routes: OpenAI's (``app.API``), Anthropic's ``/v1/messages`` and Ollama's
+``/api/chat`` and ``/api/tags`` (``dialects``) over the same queue and answers; and the
+Starlette application with its error handlers and the one-line-per-request log."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from core.serve import dialects as d
+from core.serve.answers import Answer, failure
+from core.serve.app import (
+    API,
+    EventStream,
+    Logged,
+    Served,
+    api_error,
+    http_error,
+    read_body,
+    unexpected,
+)
+from core.serve.errors import APIError
+from core.serve.requests import parse_json
+from core.worker import protocol as p
+
+
+class Routes(API):
+    """Every route the server has."""
+
+    async def messages(self, request: Request) -> Response:
+        try:
+            client = self.client(request)
+            body = parse_json(await read_body(request))
+            ask = d.anthropic_request(body, self.s.model, self.s.context)
+            got = await self.begin(request, ask, client)
+            if isinstance(got, Response):
+                return got
+            answer, first = got
+            if ask.stream:
+                return EventStream(self._anthropic_stream(answer, first))
+            done = await self.whole(request, answer, first)
+            if isinstance(done, Response):
+                return done
+            return JSONResponse(d.anthropic_message(answer.id, self.s.model, done))
+        except APIError as error:
+            return JSONResponse(d.anthropic_error(error), error.status, headers=error.headers)
+
+    async def _anthropic_stream(
+        self, answer: Answer, first: dict[str, Any]
+    ) -> AsyncIterator[bytes]:
+        yield d.anthropic_start(answer.id, self.s.model)
+        events = self.events(answer, first)
+        try:
+            async for event in events:
+                if event["event"] == p.TOKEN and event.get("text"):
+                    yield d.anthropic_delta(str(event["text"]))
+                elif event["event"] == p.ERROR:
+                    yield d.anthropic_sse(
+                        "error", {"error": d.anthropic_error(failure(event))["error"]}
+                    )
+                elif event["event"] == p.DONE:
+                    yield d.anthropic_end(event)
+        finally:
+            await events.aclose()
+
+    async def ollama_tags(self, request: Request) -> Response:
+        try:
+            self.client(request)
+        except APIError as error:
+            return JSONResponse(d.ollama_error(error), error.status)
+        return JSONResponse(d.ollama_tags(self.s.model, 0))
+
+    async def ollama_chat(self, request: Request) -> Response:
+        try:
+            client = self.client(request)
+            body = parse_json(await read_body(request))
+            ask = d.ollama_request(body, self.s.model, self.s.context)
+            started = time.monotonic()
+            got = await self.begin(request, ask, client)
+            if isinstance(got, Response):
+                return got
+            answer, first = got
+            if ask.stream:
+                return EventStream(
+                    self._ollama_stream(answer, first, started), "application/x-ndjson"
+                )
+            done = await self.whole(request, answer, first)
+            if isinstance(done, Response):
+                return done
+            elapsed = time.monotonic() - started
+            return JSONResponse(
+                d.ollama_done(self.s.model, done, elapsed, str(done.get("text", "")))
+            )
+        except APIError as error:
+            return JSONResponse(d.ollama_error(error), error.status, headers=error.headers)
+
+    async def _ollama_stream(
+        self, answer: Answer, first: dict[str, Any], started: float
+    ) -> AsyncIterator[bytes]:
+        events = self.events(answer, first)
+        try:
+            async for event in events:
+                if event["event"] == p.TOKEN and event.get("text"):
+                    yield d.ollama_piece(self.s.model, str(event["text"]))
+                elif event["event"] == p.ERROR:
+                    yield (json.dumps(d.ollama_error(failure(event))) + "\n").encode()
+                elif event["event"] == p.DONE:
+                    last = d.ollama_done(self.s.model, event, time.monotonic() - started)
+                    yield (json.dumps(last) + "\n").encode()
+        finally:
+            await events.aclose()
+
+
+def create_app(served: Served) -> Starlette:
+    routes = Routes(served)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await served.answers.start()
+        try:
+            yield
+        finally:
+            await served.answers.close()
+
+    app = Starlette(
+        routes=[
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/v1/chat/completions", routes.chat, methods=["POST"]),
+            Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/messages", routes.messages, methods=["POST"]),
+            Route("/api/chat", routes.ollama_chat, methods=["POST"]),
+            Route("/api/tags", routes.ollama_tags, methods=["GET"]),
+        ],
+        exception_handlers={
+            APIError: api_error,
+            HTTPException: http_error,
+            Exception: unexpected,
+        },
+        lifespan=lifespan,
+    )
+    return Logged(app, served)  # type: ignore[return-value]

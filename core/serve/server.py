@@ -1,0 +1,145 @@
+"""The API server: uvicorn on a socket MacMesh binds itself (a taken port is one clear
+line, not uvicorn's exit), on its own thread with its own event loop, stopped cleanly.
+
+Exposure: on loopback a key is required unless the person turned that off; on any other
+address (sharing on the network) a key is always required.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import uvicorn
+
+from core.run.session import Session
+from core.serve.answers import DEFAULT_WAITING, Answerer
+from core.serve.app import Served
+from core.serve.keys import Gate
+from core.serve.routes import create_app
+
+START_WITHIN_S = 20.0
+STOP_WITHIN_S = 5.0
+
+
+class ServeError(Exception):
+    """The server cannot start; the message says why and what to do."""
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@dataclass
+class ServerOptions:
+    host: str = "127.0.0.1"
+    port: int = 8080  # 0: any free port
+    max_waiting: int = DEFAULT_WAITING
+
+
+class APIServer:
+    """Serves ``session`` (a job started, or starting) at ``options``' address."""
+
+    def __init__(
+        self,
+        session: Session,
+        model: str,
+        context: int | None,
+        gate: Gate,
+        options: ServerOptions | None = None,
+        log: Callable[[str], None] = lambda line: None,
+        on_sent: Callable[[str, float, str], None] | None = None,
+    ) -> None:
+        self.options = options or ServerOptions()
+        if gate.open and not is_loopback(self.options.host):
+            raise ServeError(
+                f"Sharing on the network ({self.options.host}) always needs an API key; "
+                "keys can only be turned off on 127.0.0.1."
+            )
+        self.answers = Answerer(session, self.options.max_waiting, on_sent)
+        self.served = Served(model, context, gate, self.answers, log)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+        self.port = self.options.port
+
+    @property
+    def address(self) -> str:
+        host = self.options.host
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}/v1"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        """Bind, then serve on a thread; returns once connections are accepted."""
+        self._socket = bind(self.options.host, self.options.port)
+        self.port = int(self._socket.getsockname()[1])
+        config = uvicorn.Config(
+            create_app(self.served),
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+            server_header=False,
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+        sockets = [self._socket]
+        self._thread = threading.Thread(
+            target=lambda: server.run(sockets=sockets), name="macmesh-api", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + START_WITHIN_S
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise ServeError("The API server did not start (see the log above).")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Stop accepting, end open streams (their answers are cancelled), join."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(STOP_WITHIN_S + 3)
+            if self._thread.is_alive() and self._server is not None:
+                self._server.force_exit = True
+                self._thread.join(STOP_WITHIN_S)
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.close()
+        self._thread = self._server = self._socket = None
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket at ``host:port``; ServeError in one line when it cannot be."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise ServeError(
+            f"Cannot serve on {host}: {error.strerror}. Name an address of this Mac."
+        ) from None
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as error:
+        sock.close()
+        why = error.strerror or str(error)
+        fix = "choose another port (--port)" if port else "name an address of this Mac"
+        raise ServeError(f"Cannot serve on {host}:{port}: {why}; {fix}.") from None
+    sock.setblocking(False)
+    return sock

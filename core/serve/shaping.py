@@ -1,0 +1,134 @@
+"""Answers as OpenAI's objects: whole (``chat.completion``, ``text_completion``) and as
+the SSE chunks of a stream. Pure functions of the request and the worker's events."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from core.worker import protocol as p
+
+# The worker's finish reasons as OpenAI's: a cancelled answer's client has gone.
+FINISH = {"stop": "stop", "length": "length", p.CANCELLED: "stop"}
+
+
+def usage(done: dict[str, Any]) -> dict[str, int]:
+    prompt = int(done.get("prompt_tokens") or 0)
+    completion = int(done.get("generation_tokens") or 0)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def finish_reason(done: dict[str, Any]) -> str:
+    return FINISH.get(str(done.get("finish_reason")), "stop")
+
+
+def chat_completion(
+    answer_id: str, model: str, created: int, done: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "id": answer_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": str(done.get("text", ""))},
+                "logprobs": None,
+                "finish_reason": finish_reason(done),
+            }
+        ],
+        "usage": usage(done),
+    }
+
+
+def text_completion(
+    answer_id: str, model: str, created: int, done: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "id": answer_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "text": str(done.get("text", "")),
+                "logprobs": None,
+                "finish_reason": finish_reason(done),
+            }
+        ],
+        "usage": usage(done),
+    }
+
+
+def chat_chunk(
+    answer_id: str,
+    model: str,
+    created: int,
+    delta: dict[str, Any] | None,
+    finish: str | None = None,
+    use: dict[str, int] | None = None,
+    include_usage: bool = False,
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk``: a delta, the finish, or (delta None) the usage."""
+    chunk: dict[str, Any] = {
+        "id": answer_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": []
+        if delta is None
+        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    if include_usage:
+        chunk["usage"] = use  # null on every chunk but the last, as OpenAI
+    return chunk
+
+
+def text_chunk(
+    answer_id: str,
+    model: str,
+    created: int,
+    text: str | None,
+    finish: str | None = None,
+    use: dict[str, int] | None = None,
+    include_usage: bool = False,
+) -> dict[str, Any]:
+    chunk: dict[str, Any] = {
+        "id": answer_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": []
+        if text is None
+        else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+    }
+    if include_usage:
+        chunk["usage"] = use
+    return chunk
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    """One server-sent event: ``data: <json>`` and a blank line."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {text}\n\n".encode()
+
+
+DONE_SSE = b"data: [DONE]\n\n"
+
+
+def models_list(model: str, created: int) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [{"id": model, "object": "model", "created": created, "owned_by": "macmesh"}],
+    }
+
+
+def now() -> int:
+    return int(time.time())

@@ -1,0 +1,423 @@
+"""The model library beside the drop zone: the models on this Mac and on Hugging Face.
+
+Each row: name, size, architecture, and the planner's badge for the current cluster
+(fits / pipeline / tensor / doesn't fit). "On this Mac" lists ``core.library.local``
+(the Hugging Face cache, LM Studio, added folders), with the reason a model cannot be
+used; "On Hugging Face" searches (mlx-community by default, by downloads; an ``org/name``
+or a huggingface.co link looks that model up), plans each result from its headers and
+downloads with a progress bar and Cancel. "Use" hands a folder to the pane.
+
+Everything that touches the disk or the network runs through the bridge; a result that
+arrives after a newer request is dropped. Reading a header-only copy happens on the GUI
+thread (milliseconds; MLX prefers its imports off worker threads).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QTabBar,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.library.download import DownloadCancelled, DownloadProgress, download_model
+from core.library.entries import LibraryEntry, State
+from core.library.fit import fit
+from core.library.hub import (
+    OFFLINE_MESSAGE,
+    HubModel,
+    header_copy,
+    offline,
+    read_header_copy,
+    repo_id_of,
+    search_models,
+)
+from core.library.local import list_library
+from core.model.info import ModelError, ModelInfo
+from core.settings import load_settings, save_settings
+from core.units import bytes_per_s, duration, size
+from gui.bridge import Bridge
+from gui.widgets import label
+
+if TYPE_CHECKING:
+    from core.cluster.probe.facts import NodeFacts
+
+LOCAL, HUB = 0, 1
+COLUMNS = ("Model", "Size", "Architecture", "Fit")
+NAME, SIZE, ARCH, FIT = range(4)
+ROLE = Qt.ItemDataRole.UserRole
+NO_CLUSTER = "–"
+
+
+class LibraryView(QFrame):
+    model_chosen = Signal(Path, str)  # a usable model folder on this Mac, and its name
+
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._bridge = bridge
+        self._nodes: list[NodeFacts] = []
+        self._local: list[LibraryEntry] = []
+        self._hub: list[HubModel] = []
+        self._hub_info: dict[str, ModelInfo | str] = {}  # facts from headers, or why not
+        self._downloaded: dict[str, Path] = {}
+        self._generation = 0
+        self._cancel: threading.Event | None = None
+        self.downloading: str | None = None
+
+        self.tabs = QTabBar()
+        self.tabs.addTab("On this Mac")
+        self.tabs.addTab("On Hugging Face")
+        self.tabs.currentChanged.connect(self._tab_changed)
+        self.search = QLineEdit()
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(self._filter)
+        self.search.returnPressed.connect(self._search_pressed)
+        self.table = QTreeWidget()
+        self.table.setHeaderLabels(list(COLUMNS))
+        self.table.setRootIsDecorated(False)
+        self.table.setUniformRowHeights(True)
+        self.table.setMinimumHeight(150)
+        header = self.table.header()
+        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
+        for column in (SIZE, ARCH, FIT):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(False)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.itemDoubleClicked.connect(lambda *_: self.use_selected())
+        self.status = label("", "hint", wrap=True, selectable=True)
+
+        self.use_button = QPushButton("Use")
+        self.use_button.clicked.connect(self.use_selected)
+        self.download_button = QPushButton("Download")
+        self.download_button.clicked.connect(self.download_selected)
+        self.add_button = QPushButton("Add a folder…")
+        self.add_button.clicked.connect(self._add_folder)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(False)
+        self.progress_text = label("", "secondary", wrap=True)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel_download)
+
+        buttons = QHBoxLayout()
+        buttons.setSpacing(8)
+        for button in (self.use_button, self.download_button, self.add_button):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        progress_row = QHBoxLayout()
+        progress_row.addWidget(self.progress, 1)
+        progress_row.addWidget(self.cancel_button)
+        self._progress_widgets = (self.progress, self.progress_text, self.cancel_button)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(6)
+        layout.addWidget(self.tabs)
+        layout.addWidget(self.search)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.status)
+        layout.addLayout(progress_row)
+        layout.addWidget(self.progress_text)
+        layout.addLayout(buttons)
+        self._show_progress(False)
+        self._tab_changed(LOCAL)
+        self.refresh_local()
+
+    # -- inputs -------------------------------------------------------------------------
+
+    def set_nodes(self, nodes: list[NodeFacts]) -> None:
+        """The cluster the badges are planned on (nodes with known memory)."""
+        self._nodes = list(nodes)
+        self._render()
+
+    def set_locked(self, locked: bool) -> None:
+        self.use_button.setEnabled(not locked and self._selected_folder() is not None)
+
+    def refresh_local(self) -> None:
+        self._generation += 1
+        generation = self._generation
+        folders = load_settings().library_folders
+        self._bridge.run_in_background(
+            lambda: list_library(folders),
+            lambda entries: self._local_listed(generation, entries),
+            lambda error: self._say(f"Cannot list the models on this Mac: {error}"),
+        )
+
+    def search_hub(self, text: str) -> None:
+        """Search Hugging Face; an ``org/name`` or a link also looks that model up."""
+        self.tabs.setCurrentIndex(HUB)
+        if self.search.text() != text:
+            self.search.setText(text)
+        if offline():
+            self._hub = []
+            self._render()
+            self._say(OFFLINE_MESSAGE)
+            return
+        self._generation += 1
+        generation = self._generation
+        repo_id = repo_id_of(text)
+        query = repo_id.split("/", 1)[1] if repo_id else text.strip()
+        author = repo_id.split("/", 1)[0] if repo_id else "mlx-community"
+        self._say(f"Searching Hugging Face for {text.strip() or 'models'}…")
+        self._bridge.run_in_background(
+            lambda: search_models(query, author=author, limit=20),
+            lambda found: self._hub_found(generation, found, repo_id),
+            lambda error: self._hub_failed(generation, error),
+        )
+
+    def show_repo(self, repo_id: str) -> None:
+        """A dropped huggingface.co link, or a typed org/name."""
+        self.search_hub(repo_id)
+
+    # -- actions --------------------------------------------------------------------------
+
+    def use_selected(self) -> None:
+        folder, data = self._selected_folder(), self._selected()
+        if folder is not None and data is not None:
+            self.model_chosen.emit(folder, data["name"])
+
+    def download_selected(self) -> None:
+        data = self._selected()
+        if data and data["kind"] == "hub":
+            self.download(data["name"])
+
+    def download(self, repo_id: str) -> None:
+        if self.downloading:
+            return
+        self.downloading = repo_id
+        self._cancel = threading.Event()
+        cancel = self._cancel
+        self._show_progress(True)
+        self.progress.setValue(0)
+        self.progress_text.setText(f"Downloading {repo_id}…")
+        self._say("")
+        self._update_buttons()
+
+        def report(progress: DownloadProgress) -> None:
+            self._bridge.run_on_main(lambda: self._progress(progress))
+
+        self._bridge.run_in_background(
+            lambda: download_model(repo_id, progress=report, cancel=cancel),
+            lambda path: self._downloaded_ok(repo_id, path),
+            lambda error: self._download_failed(repo_id, error),
+        )
+
+    def cancel_download(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+            self.progress_text.setText("Stopping…")
+
+    # -- results ------------------------------------------------------------------------------
+
+    def _local_listed(self, generation: int, entries: list[LibraryEntry]) -> None:
+        self._local = entries
+        if self.tabs.currentIndex() == LOCAL:
+            self._render()
+            usable = sum(e.usable for e in entries)
+            self._say(
+                f"{usable} model{'s' * (usable != 1)} MLX can run, of {len(entries)} found."
+                if entries
+                else "No models found on this Mac yet: search Hugging Face, or add a folder."
+            )
+
+    def _hub_found(self, generation: int, found: list[HubModel], repo_id: str | None) -> None:
+        if generation != self._generation:
+            return
+        self._hub = found
+        if repo_id and not any(m.repo_id == repo_id for m in found):
+            self._say(f"{repo_id} was not found among Hugging Face's models.")
+        else:
+            self._say(f"{len(found)} model{'s' * (len(found) != 1)} on Hugging Face.")
+        self._render()
+        for model in found:
+            if model.repo_id not in self._hub_info:
+                self._bridge.run_in_background(
+                    lambda repo=model.repo_id: header_copy(repo),
+                    self._headers_read,
+                    lambda error, repo=model.repo_id: self._headers_failed(repo, error),
+                )
+
+    def _hub_failed(self, generation: int, error: BaseException) -> None:
+        if generation == self._generation:
+            self._hub = []
+            self._render()
+            self._say(str(error) if isinstance(error, ModelError) else f"Search failed: {error}")
+
+    def _headers_read(self, copy: tuple[str, Path, int]) -> None:
+        try:
+            self._hub_info[copy[0]] = read_header_copy(*copy)
+        except ModelError as error:
+            self._hub_info[copy[0]] = str(error)
+        self._render()
+
+    def _headers_failed(self, repo_id: str, error: BaseException) -> None:
+        self._hub_info[repo_id] = str(error)
+        self._render()
+
+    def _progress(self, progress: DownloadProgress) -> None:
+        if self.downloading is None:
+            return
+        self.progress.setValue(int(progress.fraction * 1000))
+        parts = [
+            f"{progress.fraction:.0%}",
+            f"{size(progress.bytes_done)} of {size(progress.bytes_total)}",
+        ]
+        if progress.rate:
+            parts.append(bytes_per_s(progress.rate))
+        if progress.eta_s is not None and progress.bytes_done < progress.bytes_total:
+            parts.append(f"about {duration(progress.eta_s)} left")
+        self.progress_text.setText(f"{self.downloading}: " + " · ".join(parts))
+        if progress.note:
+            self._say(progress.note)
+
+    def _downloaded_ok(self, repo_id: str, path: Path) -> None:
+        self._downloaded[repo_id] = path
+        self._finish_download(f"{repo_id} is on this Mac: select it and press Use.")
+        self.refresh_local()
+
+    def _download_failed(self, repo_id: str, error: BaseException) -> None:
+        if isinstance(error, DownloadCancelled | ModelError):
+            message = str(error)
+        else:
+            message = f"Download of {repo_id} failed: {type(error).__name__}: {error}"
+        self._finish_download(message)
+
+    def _finish_download(self, message: str) -> None:
+        self.downloading = None
+        self._cancel = None
+        self._show_progress(False)
+        self._say(message)
+        self._render()
+
+    # -- drawing ----------------------------------------------------------------------------
+
+    def _tab_changed(self, index: int) -> None:
+        hub = index == HUB
+        self.search.setPlaceholderText(
+            "Search Hugging Face (mlx-community), or type org/name, then Return"
+            if hub
+            else "Filter the models on this Mac"
+        )
+        self.add_button.setVisible(not hub)
+        self.download_button.setVisible(hub)
+        if hub and offline():
+            self._say(OFFLINE_MESSAGE)
+        self._render()
+
+    def _render(self) -> None:
+        selected = self._selected()
+        self.table.clear()
+        rows = self._local_rows() if self.tabs.currentIndex() == LOCAL else self._hub_rows()
+        for values, data, tooltip in rows:
+            item = QTreeWidgetItem(list(values))
+            item.setData(NAME, ROLE, data)
+            for column in range(len(COLUMNS)):
+                item.setToolTip(column, tooltip)
+            item.setTextAlignment(SIZE, Qt.AlignmentFlag.AlignRight)
+            self.table.addTopLevelItem(item)
+            if selected and data["name"] == selected["name"]:
+                item.setSelected(True)
+        self._filter(self.search.text())
+        self._update_buttons()
+
+    def _local_rows(self) -> list[tuple[tuple[str, ...], dict[str, Any], str]]:
+        rows = []
+        for entry in self._local:
+            if entry.info is not None:
+                badge, reason = self._badge(entry.info)
+                arch, tip = entry.info.architecture, f"{entry.summary()}\n{reason}"
+            else:
+                badge = "not MLX" if entry.state is State.NOT_MLX else "broken"
+                arch, tip = "–", f"{entry.name}: {entry.reason}"
+            data = {"kind": "local", "name": entry.name, "folder": entry.path, "ok": entry.usable}
+            rows.append(((entry.name, size(entry.size_bytes), arch, badge), data, tip))
+        return rows
+
+    def _hub_rows(self) -> list[tuple[tuple[str, ...], dict[str, Any], str]]:
+        rows = []
+        for model in self._hub:
+            info = self._hub_info.get(model.repo_id)
+            if isinstance(info, ModelInfo):
+                badge, tip = self._badge(info)
+                arch = info.architecture
+            else:
+                badge, arch = ("…", "…") if info is None else ("?", "–")
+                tip = info or "Reading its safetensors headers…"
+            shown = size(model.size_bytes) if model.size_bytes else "–"
+            folder = self._downloaded.get(model.repo_id)
+            data = {"kind": "hub", "name": model.repo_id, "folder": folder, "ok": bool(folder)}
+            name = model.repo_id + (" · gated" if model.gated else "")
+            rows.append(((name, shown, arch, badge), data, f"{model.downloads:,} downloads\n{tip}"))
+        return rows
+
+    def _badge(self, info: ModelInfo) -> tuple[str, str]:
+        if not self._nodes:
+            return NO_CLUSTER, "Add Macs (or try the demo cluster) to see what fits."
+        from core.run.planning import planner_node
+
+        badge, plan = fit(info, [planner_node(f) for f in self._nodes])
+        return badge, plan.reason
+
+    def _filter(self, text: str) -> None:
+        if self.tabs.currentIndex() != LOCAL:
+            return
+        needle = text.strip().lower()
+        for index in range(self.table.topLevelItemCount()):
+            item = self.table.topLevelItem(index)
+            item.setHidden(bool(needle) and needle not in item.text(NAME).lower())
+
+    def _search_pressed(self) -> None:
+        text = self.search.text()
+        if self.tabs.currentIndex() == HUB or (repo_id_of(text) and "/" in text):
+            if self.tabs.currentIndex() == LOCAL and any(e.name == text for e in self._local):
+                return
+            self.search_hub(text)
+
+    def _selected(self) -> dict[str, Any] | None:
+        items = self.table.selectedItems()
+        data = items[0].data(NAME, ROLE) if items else None
+        return data if isinstance(data, dict) else None
+
+    def _selected_folder(self) -> Path | None:
+        data = self._selected()
+        return data["folder"] if data and data["ok"] else None
+
+    def _update_buttons(self) -> None:
+        data = self._selected()
+        self.use_button.setEnabled(self._selected_folder() is not None)
+        self.download_button.setEnabled(
+            bool(data and data["kind"] == "hub" and not data["ok"]) and not self.downloading
+        )
+
+    def _show_progress(self, shown: bool) -> None:
+        for widget in self._progress_widgets:
+            widget.setVisible(shown)
+
+    def _say(self, text: str) -> None:
+        self.status.setText(text)
+        self.status.setVisible(bool(text))
+
+    def _add_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a model folder to the library")
+        if folder:
+            self.add_folder(Path(folder))
+
+    def add_folder(self, folder: Path) -> None:
+        settings = load_settings()
+        folders = (*settings.library_folders, str(folder))
+        save_settings(settings.updated(library_folders=folders))
+        self.refresh_local()

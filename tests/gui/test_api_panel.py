@@ -1,0 +1,126 @@
+"""The Run pane's API section over a (fake) job: on/off, key shown once and revoked,
+examples, requests served, and API answers in the chat with who asked."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
+
+from core.model.info import ModelInfo, read_model_info
+from core.plan.planner import Plan
+from core.run.demo import demo_facts
+from core.run.history import History
+from core.run.states import RunState
+from core.serve.service import ApiSettings, load_settings
+from gui.bridge import Bridge
+from gui.model.planning import plan_all
+from gui.run.pane import RunPane
+from tests.gui.fakes import fake_factory
+from tests.helpers.serving import free_port
+
+
+@pytest.fixture(scope="module")
+def demo_plans(demo_model: Path) -> tuple[ModelInfo, dict[str, Plan]]:
+    info = read_model_info(demo_model)
+    return info, plan_all(info, demo_facts(2))
+
+
+def _pane(qtbot: QtBot, demo_plans) -> RunPane:
+    bridge = Bridge()
+    pane = RunPane(bridge, fake_factory())
+
+    def before_close(_widget: RunPane) -> None:
+        if pane.busy:
+            pane.stop()
+            qtbot.waitUntil(lambda: not pane.busy, timeout=10_000)
+        pane.shutdown()
+        bridge.close()
+
+    qtbot.addWidget(pane, before_close_func=before_close)
+    pane.resize(1100, 900)
+    pane.show()
+    info, plans = demo_plans
+    pane.set_plan(info, plans["pipeline"])
+    return pane
+
+
+def _post(url: str, key: str | None, out: list) -> None:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {
+        "model": "SmolLM2-135M-Instruct-mlx-q4",
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+    }
+    out.append(httpx.post(f"{url}/chat/completions", json=body, headers=headers, timeout=30))
+
+
+def _ask_in_thread(qtbot: QtBot, url: str, key: str | None) -> httpx.Response:
+    """An HTTP client on its own thread while the GUI's event loop runs."""
+    out: list = []
+    thread = threading.Thread(target=_post, args=(url, key, out), daemon=True)
+    thread.start()
+    qtbot.waitUntil(lambda: bool(out), timeout=20_000)
+    return out[0]
+
+
+def test_the_api_serves_the_job_with_a_key_shown_once_and_revocable(
+    qtbot: QtBot, demo_plans
+) -> None:
+    pane = _pane(qtbot, demo_plans)
+    panel = pane.api_panel
+    assert not panel.isVisible() and "Off" in panel.status.text()
+    qtbot.mouseClick(pane.api_button, Qt.MouseButton.LeftButton)
+    assert panel.isVisible()
+    panel.port.setValue(free_port())
+    panel.port.editingFinished.emit()
+    panel.enabled.setChecked(True)
+    qtbot.waitUntil(lambda: pane.api.settings.enabled, timeout=5000)
+    assert "once a job is running" in panel.status.text()
+    qtbot.mouseClick(panel.new_key, Qt.MouseButton.LeftButton)
+    key = panel.key.text()
+    assert key.startswith("mm-") and key in panel.curl.toPlainText()
+    assert key in panel.python.toPlainText() and panel.keys.count() == 1
+    qtbot.mouseClick(panel.copy_key, Qt.MouseButton.LeftButton)
+    assert QApplication.clipboard().text() == key
+    qtbot.mouseClick(pane.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: pane.api.running, timeout=15_000)
+    qtbot.waitUntil(lambda: "Serving at http://127.0.0.1:" in panel.status.text(), timeout=5000)
+    url = pane.api.address
+    assert _ask_in_thread(qtbot, url, None).status_code == 401
+    answer = _ask_in_thread(qtbot, url, key)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"] == "The capital of France is Paris."
+    qtbot.waitUntil(lambda: "1 answered" in panel.status.text(), timeout=5000)
+    text = pane.chat.text()
+    assert "Asked through the API (made in the window)" in text and "Paris" in text
+    assert pane.controller._history == []  # an API answer is not the chat's conversation
+    qtbot.waitUntil(lambda: bool(History().runs()), timeout=5000)
+    kept = History().runs()  # but it is a run of the history, kept as "api"
+    assert [(r.kind, r.figures["text"]) for r in kept] == [
+        ("api", "The capital of France is Paris.")
+    ]
+    qtbot.mouseClick(panel.revoke, Qt.MouseButton.LeftButton)
+    assert panel.keys.count() == 0 and panel.key.text() == ""
+    assert _ask_in_thread(qtbot, url, key).status_code == 401
+    qtbot.mouseClick(pane.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: pane.controller.state == RunState.STOPPED, timeout=10_000)
+    qtbot.waitUntil(lambda: not pane.api.running, timeout=10_000)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/models", timeout=5)
+
+
+def test_sharing_always_needs_a_key_and_the_settings_are_kept(qtbot: QtBot, demo_plans) -> None:
+    pane = _pane(qtbot, demo_plans)
+    panel = pane.api_panel
+    panel.require_key.setChecked(False)
+    qtbot.waitUntil(lambda: not pane.api.settings.needs_key, timeout=5000)
+    panel.share.setChecked(True)
+    assert panel.require_key.isChecked() and not panel.require_key.isEnabled()
+    expected = ApiSettings(share=True, require_key=True, port=8080)
+    qtbot.waitUntil(lambda: load_settings() == expected, timeout=5000)  # kept in its file
+    assert pane.api.settings.needs_key

@@ -1,0 +1,222 @@
+"""The Model pane's library: the models on this Mac (a real Hugging Face cache layout and
+an LM Studio folder), Hugging Face search with fit badges, download with progress and
+Cancel, a gated repo's message, a dropped huggingface.co link, offline mode; the real
+huggingface_hub against the fake Hub on 127.0.0.1."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
+
+from core.library.hub import OFFLINE_MESSAGE
+from core.run.demo import demo_nodes
+from gui.bridge import Bridge
+from gui.model.library_view import ARCH, FIT, HUB, LOCAL, NAME, LibraryView
+from gui.model.pane import ModelPane
+from tests.helpers.fake_hub import FakeHub
+from tests.helpers.header_models import llama_config, llama_tensors
+from tests.helpers.hf_cache import put_in_hf_cache
+from tests.helpers.hub_env import hub
+
+__all__ = ["hub"]
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_models: dict[str, Path]) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def pane(qtbot: QtBot, home: Path) -> ModelPane:
+    bridge = Bridge()
+    pane = ModelPane(bridge)
+    qtbot.addWidget(pane, before_close_func=lambda _w: _close(pane, bridge))
+    pane.resize(520, 900)
+    pane.show()
+    return pane
+
+
+def _close(pane: ModelPane, bridge: Bridge) -> None:
+    pane.library.cancel_download()
+    bridge.close(60)
+
+
+def rows(view: LibraryView) -> dict[str, list[str]]:
+    table = view.table
+    return {
+        table.topLevelItem(i).text(NAME): [table.topLevelItem(i).text(c) for c in range(4)]
+        for i in range(table.topLevelItemCount())
+        if not table.topLevelItem(i).isHidden()
+    }
+
+
+def select(view: LibraryView, name: str) -> None:
+    for i in range(view.table.topLevelItemCount()):
+        item = view.table.topLevelItem(i)
+        if item.text(NAME).startswith(name):
+            view.table.setCurrentItem(item)
+            return
+    raise AssertionError(f"{name} not listed: {list(rows(view))}")
+
+
+def test_the_models_on_this_mac_with_badges_and_use(
+    qtbot: QtBot, home: Path, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    cache = home / ".cache" / "huggingface" / "hub"
+    put_in_hf_cache(cache, "mlx-community/tiny-llama", tiny_models["llama"])
+    put_in_hf_cache(
+        cache, "org/half", tiny_models["qwen3"], interrupted=["model-00001-of-00002.safetensors"]
+    )
+    shutil.copytree(tiny_models["qwen3"], home / ".lmstudio" / "models" / "lms" / "tiny-qwen3")
+    bridge = Bridge()
+    pane = ModelPane(bridge)
+    qtbot.addWidget(pane, before_close_func=lambda _w: bridge.close())
+    view = pane.library
+    qtbot.waitUntil(lambda: len(rows(view)) == 3, timeout=20_000)
+    listed = rows(view)
+    assert listed["mlx-community/tiny-llama"][ARCH] == "llama"
+    assert listed["mlx-community/tiny-llama"][FIT] == "–"  # no cluster yet
+    assert listed["org/half"][FIT] == "broken"
+    pane.set_nodes(demo_nodes(2))
+    assert rows(view)["mlx-community/tiny-llama"][FIT] == "fits"
+    select(view, "org/half")
+    assert not view.use_button.isEnabled()
+    view.search.setText("lms")
+    assert list(rows(view)) == ["lms/tiny-qwen3"]
+    view.search.setText("")
+    select(view, "mlx-community/tiny-llama")
+    assert view.use_button.isEnabled()
+    with qtbot.waitSignal(pane.model_changed, timeout=20_000) as changed:
+        view.use_button.click()
+    assert changed.args[0].endswith("snapshots/" + Path(changed.args[0]).name)
+    assert pane.info is not None and pane.info.name == "mlx-community/tiny-llama"
+    added = tmp_path / "mine" / "tiny"
+    shutil.copytree(tiny_models["llama"], added)
+    view.add_folder(added)
+    qtbot.waitUntil(lambda: "tiny" in rows(view), timeout=20_000)
+
+
+def _search(qtbot: QtBot, view: LibraryView, text: str, expected: int) -> None:
+    view.tabs.setCurrentIndex(HUB)
+    view.search.setText(text)
+    view.search.returnPressed.emit()
+    qtbot.waitUntil(
+        lambda: len(rows(view)) == expected and "…" not in [r[FIT] for r in rows(view).values()],
+        timeout=30_000,
+    )
+
+
+def test_search_download_with_progress_then_use(
+    qtbot: QtBot, hub: FakeHub, pane: ModelPane, tiny_models: dict[str, Path]
+) -> None:
+    hub.add_folder("mlx-community/tiny-qwen3", tiny_models["qwen3"], downloads=500)
+    hub.add_folder("mlx-community/tiny-llama", tiny_models["llama"], downloads=50)
+    config = llama_config(
+        layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=28672, vocab=128256, bits=8
+    )
+    hub.add_virtual_model(
+        "mlx-community/Big-70B-8bit", config, llama_tensors(config), files=8, downloads=900
+    )
+    pane.set_nodes(demo_nodes(2))
+    view = pane.library
+    _search(qtbot, view, "", 3)
+    listed = rows(view)
+    assert list(listed) == [
+        "mlx-community/Big-70B-8bit",
+        "mlx-community/tiny-qwen3",
+        "mlx-community/tiny-llama",
+    ]
+    assert listed["mlx-community/Big-70B-8bit"][FIT] == "pipeline"  # 96 + 64 GB Studios
+    assert listed["mlx-community/tiny-qwen3"][FIT] == "fits"
+    assert listed["mlx-community/tiny-qwen3"][ARCH] == "qwen3"
+    assert hub.weight_bytes_served() == 0
+    select(view, "mlx-community/tiny-qwen3")
+    assert view.download_button.isEnabled() and not view.use_button.isEnabled()
+    seen: list[int] = []
+    view.progress.valueChanged.connect(seen.append)
+    view.download_button.click()
+    assert view.progress.isVisible() and view.cancel_button.isVisible()
+    qtbot.waitUntil(lambda: view.downloading is None, timeout=60_000)
+    assert seen and seen[-1] == 1000
+    assert "is on this Mac" in view.status.text()
+    select(view, "mlx-community/tiny-qwen3")
+    with qtbot.waitSignal(pane.model_changed, timeout=20_000):
+        view.use_button.click()
+    assert pane.info is not None and pane.info.architecture == "qwen3"
+    view.tabs.setCurrentIndex(LOCAL)
+    qtbot.waitUntil(lambda: "mlx-community/tiny-qwen3" in rows(view), timeout=20_000)
+
+
+def test_cancel_and_a_gated_repo_are_said_in_the_window(
+    qtbot: QtBot, hub: FakeHub, pane: ModelPane, tiny_models: dict[str, Path]
+) -> None:
+    config = llama_config(layers=2, hidden=1024, heads=8, kv_heads=4, intermediate=2816, vocab=4096)
+    hub.add_virtual_model("mlx-community/Medium", config, llama_tensors(config), files=2)
+    hub.add_folder("mlx-community/tiny-gated", tiny_models["llama"], gated=True)
+    view = pane.library
+    _search(qtbot, view, "", 2)
+    select(view, "mlx-community/Medium")
+    view.download_button.click()
+    qtbot.waitUntil(lambda: view.progress.value() > 0, timeout=30_000)
+    view.cancel_button.click()
+    qtbot.waitUntil(lambda: view.downloading is None, timeout=30_000)
+    assert "stopped" in view.status.text() and "run the download again" in view.status.text()
+    select(view, "mlx-community/tiny-gated")
+    view.download_button.click()
+    qtbot.waitUntil(lambda: view.downloading is None, timeout=30_000)
+    assert "accept its licence on" in view.status.text()
+    assert "sign in" in view.status.text()
+
+
+def test_a_dropped_hugging_face_link_looks_the_model_up(
+    qtbot: QtBot, hub: FakeHub, pane: ModelPane, tiny_models: dict[str, Path]
+) -> None:
+    hub.add_folder("mlx-community/tiny-llama", tiny_models["llama"], downloads=5)
+    hub.add_folder("mlx-community/tiny-qwen3", tiny_models["qwen3"], downloads=500)
+    mime = QMimeData()
+    mime.setUrls([QUrl("https://huggingface.co/mlx-community/tiny-llama")])
+    centre = pane.drop_zone.rect().center()
+    action, button = Qt.DropAction.CopyAction, Qt.MouseButton.LeftButton
+    enter = QDragEnterEvent(QPoint(centre), action, mime, button, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(pane.drop_zone, enter)
+    assert enter.isAccepted()
+    drop = QDropEvent(QPointF(centre), action, mime, button, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(pane.drop_zone, drop)
+    view = pane.library
+    assert view.tabs.currentIndex() == HUB
+    assert view.search.text() == "mlx-community/tiny-llama"
+    qtbot.waitUntil(lambda: list(rows(view)) == ["mlx-community/tiny-llama"], timeout=30_000)
+
+
+def test_typing_org_name_on_this_mac_looks_it_up_on_hugging_face(
+    qtbot: QtBot, hub: FakeHub, pane: ModelPane, tiny_models: dict[str, Path]
+) -> None:
+    hub.add_folder("someone/tiny-qwen3", tiny_models["qwen3"], downloads=5)
+    hub.add_folder("mlx-community/tiny-qwen3", tiny_models["qwen3"], downloads=500)
+    view = pane.library
+    assert view.tabs.currentIndex() == LOCAL
+    view.search.setText("someone/tiny-qwen3")
+    view.search.returnPressed.emit()
+    assert view.tabs.currentIndex() == HUB
+    qtbot.waitUntil(lambda: list(rows(view)) == ["someone/tiny-qwen3"], timeout=30_000)
+    qtbot.waitUntil(lambda: rows(view)["someone/tiny-qwen3"][ARCH] == "qwen3", timeout=30_000)
+
+
+def test_offline_mode_is_said_plainly(
+    qtbot: QtBot, hub: FakeHub, pane: ModelPane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    view = pane.library
+    view.tabs.setCurrentIndex(HUB)
+    view.search.setText("qwen")
+    view.search.returnPressed.emit()
+    assert view.status.text() == OFFLINE_MESSAGE
+    assert hub.served() == []
