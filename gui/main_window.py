@@ -10,9 +10,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QMainWindow,
+    QMenu,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
+from core.run.states import RunState
 from gui.bridge import Bridge
 from gui.help_menu import install_help_menu
 from gui.model.pane import ModelPane
@@ -41,11 +49,14 @@ class MainWindow(QMainWindow):
         self.preferences = preferences or Preferences()
         self.bridge = Bridge(self)
         self._closing = False
+        self.history: Any = None
+        self.presentation: Any = None
         self.cluster = ClusterPane(self.bridge)
         self.model = ModelPane(self.bridge)
         self.run = RunPane(self.bridge, job_factory)
         self.run.set_cluster(PaneSource(self.cluster))  # demo or real Macs: Start asks it
         self._compose()
+        self.view_menu = self._view_menu()
         self.help_menu = install_help_menu(self)
         self._wire()
         self._restore(demo)
@@ -71,12 +82,60 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.statusBar().setSizeGripEnabled(False)
 
+    def _view_menu(self) -> QMenu:
+        menu = self.menuBar().addMenu("&View")
+        self.history_action = QAction("&History", self)
+        self.history_action.setShortcut(QKeySequence("Ctrl+Y"))
+        self.history_action.setStatusTip("Past runs, their figures and plots; Export")
+        self.history_action.triggered.connect(self.show_history)
+        menu.addAction(self.history_action)
+        self.presentation_action = QAction("&Presentation Mode", self)
+        self.presentation_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
+        self.presentation_action.setStatusTip(
+            "Full screen for a projector: tokens/s, the plots, the cables; Esc leaves"
+        )
+        self.presentation_action.triggered.connect(self.show_presentation)
+        menu.addAction(self.presentation_action)
+        return menu
+
+    def show_presentation(self) -> QWidget:
+        """Presentation mode, full screen (Esc leaves it)."""
+        from gui.run.presentation import PresentationView
+
+        if self.presentation is None:
+            self.presentation = PresentationView(self.run, self.cluster.diagram, self)
+        self.presentation.present()
+        return self.presentation
+
+    def show_history(self) -> QWidget:
+        """The History window (one; raised if open), its list read afresh."""
+        from gui.history.view import history_window
+
+        if self.history is None:
+            self.history = history_window(self.bridge, self)
+            self.run.controller.recorded.connect(lambda _record: self.history.view.refresh())
+        self.history.view.refresh()
+        self.history.show()
+        self.history.raise_()
+        return self.history
+
     def _wire(self) -> None:
         prefs = self.preferences
         self.cluster.nodes_changed.connect(self.model.set_nodes)
         self.model.plan_changed.connect(self.run.set_plan)
         self.run.running_changed.connect(self.cluster.set_locked)
         self.run.running_changed.connect(self.model.set_locked)
+        links, controller = self.cluster.link_bar, self.run.controller
+        links.requested.connect(controller.test_links)
+        controller.links_tested.connect(links.show_tested)
+        controller.links_failed.connect(links.show_failed)
+        controller.state_changed.connect(
+            lambda state, _m: links.set_available(
+                state == RunState.READY.value and len(self.run.controller.rank_names()) > 1,
+                running=RunState(state).active,
+            )
+        )
+        self.run.running_changed.connect(lambda running: links.clear() if running else None)
         self.model.model_changed.connect(lambda path: prefs.update(last_model=path))
         self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
         self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))

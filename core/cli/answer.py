@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from core.cli.interrupt import Stage, interrupted
 from core.run.asking import ask_once
-from core.run.history import RunRecord, keep, local_versions, telemetry_series
+from core.run.history import chat_record, keep
 from core.run.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.telemetry import Telemetry
@@ -82,28 +82,6 @@ def launch_and_ask(
     out.write(json.dumps(summary) + "\n" if as_json else human_summary(summary))
     out.flush()
     return 0
-
-
-def chat_record(
-    session: Session,
-    about: dict[str, Any],
-    figures: dict[str, Any],
-    telemetry: Telemetry,
-    began: float,
-) -> RunRecord:
-    """One answer as the history keeps it."""
-    spec = session.spec
-    return RunRecord(
-        kind="chat",
-        model=str(about.get("model", session.info.name)),
-        nodes=session.rank_nodes(),
-        strategy=str(about.get("strategy", "")),
-        backend=str(spec.rank_backend if spec is not None else about.get("backend", "")),
-        split=list(about["split"]) if about.get("split") else None,
-        versions=local_versions(),
-        figures={**figures, "ranks": telemetry.rank_facts()},
-        series=telemetry_series(telemetry, began),
-    )
 
 
 def print_token(event: dict[str, Any], out: TextIO) -> bool:

@@ -18,6 +18,7 @@ from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.run.asking import ask_once
+from core.run.launcher import JobSpec
 from core.run.planning import plan_on
 from core.run.session import Host, Session
 from core.run.telemetry import Telemetry
@@ -145,12 +146,14 @@ def compare(
     prepare: Callable[[Session], None] | None = None,
     on_session: Callable[[Session, str], None] | None = None,
     split: Sequence[int] | None = None,
+    job_factory: Callable[[JobSpec], Any] | None = None,
 ) -> Comparison:
     """One Mac, then the cluster. ``prepare(session)`` runs a session's steps before its
     launch (probe, plan, checks, copy: the caller's, so it can print them);
     ``on_session(session, what)`` hears of each session as it begins, ``what`` being
     "probing", "one Mac" or "cluster" (to say so, and to cancel it on Ctrl-C). ``split``:
-    the cluster's pipeline split set by hand (rank order)."""
+    the cluster's pipeline split set by hand (rank order); ``job_factory``: what runs a
+    job spec (the launcher's by default; the window's tests pass a fake)."""
 
     def begin(session: Session, what: str) -> Session:
         if on_session is not None:
@@ -164,7 +167,7 @@ def compare(
             session.copy()
         return session
 
-    cluster_session = Session(info, hosts, strategy=strategy, split=split)
+    cluster_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
     if on_session is not None:
         on_session(cluster_session, "probing")
     facts = cluster_session.probe()  # held: the runs below ask for no facts again
@@ -175,7 +178,8 @@ def compare(
         host = next(h for h in hosts if h.name == best)
         if host.facts is None and best in cluster_session.facts:
             host = Host(host.name, host.target, cluster_session.facts[best])
-        session = begin(Session(info, [host], strategy=Strategy.SINGLE), "one Mac")
+        one = Session(info, [host], strategy=Strategy.SINGLE, job_factory=job_factory)
+        session = begin(one, "one Mac")
         single = measured_run(session, "one Mac", prompt, max_tokens, session.make_plan())
     begin(cluster_session, "cluster")
     plan = cluster_session.make_plan()

@@ -18,10 +18,14 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from core import units
 from core.paths import FolderError, data_dir
-from core.run.telemetry import Telemetry
+from core.run.telemetry import RequestSummary, Telemetry
+
+if TYPE_CHECKING:
+    from core.run.session import Session
 
 FILE_NAME = "history.sqlite3"
 KINDS = ("chat", "compare", "linktest", "api")
@@ -66,6 +70,23 @@ class RunRecord:
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     id: int | None = None
+
+    def headline(self) -> str:
+        """The run's one figure for a list: tokens/s of a chat, the speedup of a compare,
+        the fastest link of a link test."""
+        f = self.figures
+        if self.kind == "compare":
+            return str(f.get("headline", ""))
+        if self.kind == "linktest":
+            links = [link for link in f.get("links", []) if link.get("bytes_per_s")]
+            if not links:
+                return "no link measured"
+            best = max(links, key=lambda link: link["bytes_per_s"])
+            share = best.get("share")
+            of = f" ({share:.0%} of {best.get('nominal')})".replace("%", " %") if share else ""
+            return f"{units.bytes_per_s(best['bytes_per_s'])}{of}, {len(links)} link(s)"
+        tps = f.get("avg_tps") or f.get("generation_tps")
+        return f"{units.rate(float(tps))} tokens/s" if tps else ""
 
     def to_dict(self, with_series: bool = True) -> dict[str, Any]:
         data = {
@@ -225,6 +246,45 @@ def telemetry_series(telemetry: Telemetry, origin: float) -> dict[str, list[tupl
     for link, (times, values) in telemetry.link_series().items():
         series[f"link {link} bytes_per_s"] = series_points(times, values, origin)
     return series
+
+
+def chat_record(
+    session: Session,
+    about: dict[str, Any],
+    figures: dict[str, Any],
+    telemetry: Telemetry,
+    began: float,
+) -> RunRecord:
+    """One answer as the history keeps it (``macmesh run``, ``demo``, the window's chat).
+    ``about``: the model, strategy and split; ``began``: the session's start, monotonic."""
+    spec = session.spec
+    return RunRecord(
+        kind="chat",
+        model=str(about.get("model", session.info.name)),
+        nodes=session.rank_nodes(),
+        strategy=str(about.get("strategy", "")),
+        backend=str(spec.rank_backend if spec is not None else about.get("backend", "")),
+        split=list(about["split"]) if about.get("split") else None,
+        versions=local_versions(),
+        figures={**figures, "ranks": telemetry.rank_facts()},
+        series=telemetry_series(telemetry, began),
+    )
+
+
+def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> dict[str, Any]:
+    """An answer's figures from the rank's ``done`` event and the telemetry's summary of
+    the request (tokens/s from token timestamps, time to first token as seen here)."""
+    ttft = summary.ttft_s if summary and summary.ttft_s is not None else done.get("ttft_s")
+    return {
+        "prompt_tokens": done.get("prompt_tokens"),
+        "prompt_tps": done.get("prompt_tps"),
+        "generation_tokens": done.get("generation_tokens"),
+        "generation_tps": done.get("generation_tps"),
+        "avg_tps": summary.avg_tps if summary else None,
+        "ttft_s": ttft,
+        "finish_reason": done.get("finish_reason"),
+        "text": done.get("text", ""),
+    }
 
 
 def keep(record: RunRecord, path: Path | None = None) -> str | None:

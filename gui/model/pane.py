@@ -18,13 +18,16 @@ from PySide6.QtWidgets import QWidget
 
 from core.model.demo_model import demo_model_dir, ensure_demo_model, is_complete
 from core.model.info import ModelError, ModelInfo, read_model_info
-from core.plan.planner import Plan
+from core.plan.memory import PlanOptions
+from core.plan.planner import Plan, make_plan
+from core.run.planning import planner_node
 from core.worker.vocab import Strategy
 from gui.bridge import Bridge
 from gui.model.drop_zone import DropZone
 from gui.model.library_view import LibraryView
 from gui.model.memory_bars import MemoryBars
 from gui.model.planning import plan_all
+from gui.model.split_editor import SplitEditor
 from gui.model.strategy import StrategyChooser
 from gui.widgets import Card, label, section
 
@@ -49,6 +52,7 @@ class ModelPane(Card):
         self._info: ModelInfo | None = None
         self._nodes: list[NodeFacts] = []  # the facts of the nodes planned on
         self._plans: dict[Strategy, Plan] | None = None
+        self._split: tuple[int, ...] | None = None  # the pipeline split set by hand
         self.setAcceptDrops(True)
         self.drop_zone = DropZone()
         self.drop_zone.folder_chosen.connect(self.load)
@@ -71,6 +75,10 @@ class ModelPane(Card):
         self.body.addWidget(section("Memory per Mac · planned use of usable memory"))
         self.bars = MemoryBars()
         self.body.addWidget(self.bars)
+        self.split_editor = SplitEditor()
+        self.split_editor.edited.connect(self.try_split)
+        self.split_editor.reset.connect(self.reset_split)
+        self.body.addWidget(self.split_editor)
         self.chooser.select(Strategy.PIPELINE)
         self._replan()
 
@@ -107,7 +115,10 @@ class ModelPane(Card):
 
     def set_nodes(self, nodes: Sequence[Node]) -> None:
         """Plan on the nodes whose memory is known (a host not probed yet has none)."""
-        self._nodes = [n.facts for n in nodes if n.facts is not None and n.facts.memory_bytes]
+        nodes_now = [n.facts for n in nodes if n.facts is not None and n.facts.memory_bytes]
+        if [f.name for f in nodes_now] != [f.name for f in self._nodes]:
+            self._split = None  # another cluster: the planner's split again
+        self._nodes = nodes_now
         self.library.set_nodes(self._nodes)
         self._replan()
 
@@ -119,6 +130,35 @@ class ModelPane(Card):
         self.drop_zone.set_locked(locked)
         self.chooser.set_locked(locked)
         self.library.set_locked(locked)
+        self.split_editor.set_locked(locked)
+
+    def try_split(self, split: Sequence[int]) -> bool:
+        """A pipeline split by hand (rank order): taken when the planner says it fits,
+        else refused with the planner's reason (the Mac and the gigabytes missing)."""
+        if self._info is None or not self._nodes or self._plans is None:
+            return False
+        plan = self._hand_plan(tuple(split))
+        if not plan.fits:
+            self.split_editor.refuse(plan.reason)
+            return False
+        self._split = tuple(split)
+        self._plans[Strategy.PIPELINE] = plan
+        self.split_editor.accepted()
+        self.chooser.show_plans(self._plans)  # the pipeline's reason says "by hand"
+        self._show_selected()
+        return True
+
+    def reset_split(self) -> None:
+        """Back to the planner's split."""
+        self._split = None
+        self.split_editor.accepted()
+        self._replan()
+
+    def _hand_plan(self, split: tuple[int, ...]) -> Plan:
+        assert self._info is not None
+        nodes = [planner_node(f) for f in self._nodes]
+        options = PlanOptions(strategy=Strategy.PIPELINE, split=split)
+        return make_plan(self._info, nodes, options=options)
 
     # -- state --------------------------------------------------------------------------
 
@@ -138,6 +178,7 @@ class ModelPane(Card):
         if generation != self._generation:
             return
         self._info = info
+        self._split = None
         self.drop_zone.show_model(info)
         self.model_changed.emit(str(info.path))
         self._replan()
@@ -161,6 +202,12 @@ class ModelPane(Card):
     def _replan(self) -> None:
         if self._info is not None and self._nodes:
             self._plans = plan_all(self._info, self._nodes)
+            if self._split is not None:
+                hand = self._hand_plan(self._split)
+                if hand.fits:
+                    self._plans[Strategy.PIPELINE] = hand
+                else:
+                    self._split = None
             self.plan_hint.hide()
         else:
             self._plans = None
@@ -181,6 +228,12 @@ class ModelPane(Card):
             self.bars.show_plan(None, "No memory plan: this strategy cannot run here.")
         else:
             self.bars.show_plan(None, "Choose a model and Macs to see the memory each needs.")
+        editable = plan is not None and plan.fits and plan.strategy == Strategy.PIPELINE
+        if editable and plan is not None and len(plan.ranks) > 1:
+            self.split_editor.show_plan(plan, by_hand=self._split is not None)
+            self.split_editor.show()
+        else:
+            self.split_editor.hide()
         self.plan_changed.emit(self._info, plan)
 
     # -- drops anywhere on the pane ------------------------------------------------------

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from core.settings import MAX_DEMO_NODES
 from gui.bridge import Bridge
 from gui.nodes.actions import NodeActions, is_demo
+from gui.nodes.link_test_bar import LinkTestBar
 from gui.nodes.node_table import NodeTable
 from gui.nodes.table_model import NodeTableModel, status
 from gui.nodes.topology_diagram import Diagram, cluster_diagram
@@ -172,6 +173,8 @@ class ClusterPane(Card):
         self.views.addWidget(self.table)
         self.views.addWidget(self.topology)
         layout.addWidget(self.views)
+        self.link_bar = LinkTestBar(self.topology)
+        layout.addWidget(self.link_bar)
         self._demo_footer = QWidget()
         footer = QHBoxLayout(self._demo_footer)
         footer.setContentsMargins(0, 0, 0, 0)
@@ -208,6 +211,7 @@ class ClusterPane(Card):
         index = 1 if which == CABLES else 0
         self.view_box.set_value(CABLES if index else MACS)
         self.views.setCurrentIndex(index)
+        self.link_bar.setVisible(bool(index))
         self._fit_views()
 
     def _fit_views(self) -> None:

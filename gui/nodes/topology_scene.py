@@ -8,6 +8,7 @@ tests read it instead of pixels.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
@@ -60,6 +61,15 @@ class Line:
     caption_rect: QRectF | None = None
     tags: list[Tag] = field(default_factory=list)
     state: str = ""
+    measured: bool = False  # the caption is a measurement (link test, live traffic)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What was measured on one pair's cable: its caption and a tooltip line."""
+
+    caption: str
+    tooltip: str
 
 
 @dataclass
@@ -95,6 +105,7 @@ def scene_fonts() -> dict[str, style.QFont]:
         "sub": style.ui_font(11),
         "tag": style.ui_font(10, style.QFont.Weight.DemiBold),
         "caption": style.ui_font(10, style.QFont.Weight.Medium),
+        "measured": style.ui_font(10, style.QFont.Weight.Bold),
         "headline": style.ui_font(11, style.QFont.Weight.DemiBold),
         "note": style.ui_font(11),
     }
@@ -133,8 +144,12 @@ def _tag(text: str, at: QPointF, font: style.QFont) -> Tag:
     return Tag(text, QRectF(at.x() - width / 2, at.y() - TAG_H / 2, width, TAG_H))
 
 
-def layout_scene(diagram: Diagram, width: float) -> Scene:
-    """Place ``diagram`` in ``width`` pixels; the height follows from the content."""
+def layout_scene(
+    diagram: Diagram, width: float, measured: Mapping[frozenset[str], Measured] | None = None
+) -> Scene:
+    """Place ``diagram`` in ``width`` pixels; the height follows from the content.
+    ``measured``: per pair of Macs, a caption for its cable ("1.9 GB/s · 93 % of
+    Thunderbolt 5") and a line for its tooltip, from a link test or live traffic."""
     fonts = scene_fonts()
     n = len(diagram.nodes)
     width = max(width, 240.0)
@@ -176,8 +191,13 @@ def layout_scene(diagram: Diagram, width: float) -> Scene:
     for group in pairs.values():
         for i, item in enumerate(group):
             offset = (i - (len(group) - 1) / 2) * LINE_GAP
-            lines.append(_line(item, by_name[item.a], by_name[item.b], offset, fonts))
-    _place_captions(lines, boxes, fonts["caption"], QRectF(0, top, width, area_h))
+            line = _line(item, by_name[item.a], by_name[item.b], offset, fonts)
+            seen = (measured or {}).get(frozenset((item.a, item.b)))
+            if seen is not None and not line.dashed and i == 0:
+                line.caption, line.measured = seen.caption, True
+                line.tooltip += f"\n{seen.tooltip}"
+            lines.append(line)
+    _place_captions(lines, boxes, fonts, QRectF(0, top, width, area_h))
 
     notes = [*diagram.ring_paths, *(f"For a full mesh, {m.text}" for m in diagram.missing)]
     kinds = ["ring"] * len(diagram.ring_paths) + ["missing"] * len(diagram.missing)
@@ -274,14 +294,16 @@ def _line(item: Any, a: Box, b: Box, offset: float, fonts: dict[str, style.QFont
     )  # fmt: skip
 
 
-def _place_captions(lines: list[Line], boxes: list[Box], font: style.QFont, area: QRectF) -> None:
+def _place_captions(
+    lines: list[Line], boxes: list[Box], fonts: dict[str, style.QFont], area: QRectF
+) -> None:
     """Each cable's caption at the first spot along it that covers no box, tag or caption."""
-    metrics = QFontMetrics(font)
     taken = [box.rect.adjusted(-2, -2, 2, 2) for box in boxes]
     taken += [tag.rect for line in lines for tag in line.tags]
     for line in lines:
         if not line.caption:
             continue
+        metrics = QFontMetrics(fonts["measured" if line.measured else "caption"])
         w, h = metrics.horizontalAdvance(line.caption) + 8, TAG_H
         best = None
         for t in (0.5, 0.4, 0.6, 0.3, 0.7, 0.22, 0.78):

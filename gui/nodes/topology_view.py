@@ -19,6 +19,7 @@ from gui.nodes.topology_scene import (
     NOTE_H,
     TAG_H,
     Line,
+    Measured,
     Scene,
     Tag,
     layout_scene,
@@ -33,6 +34,7 @@ class TopologyView(QWidget):
         super().__init__(parent)
         self.diagram: Diagram | None = None
         self.scene: Scene | None = None
+        self.measured: dict[frozenset[str], Measured] = {}
         self.setMouseTracking(True)
         policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         policy.setHeightForWidth(True)
@@ -46,9 +48,15 @@ class TopologyView(QWidget):
         self.diagram = diagram
         self._relayout()
 
+    def set_measured(self, measured: dict[frozenset[str], Measured]) -> None:
+        """Captions from a link test or live traffic, per pair of Macs ({}: none)."""
+        if measured != self.measured:
+            self.measured = dict(measured)
+            self._relayout()
+
     def _relayout(self) -> None:
         width = self.width() if self.width() > 50 else 400
-        self.scene = layout_scene(self.diagram, width) if self.diagram else None
+        self.scene = layout_scene(self.diagram, width, self.measured) if self.diagram else None
         self.setFixedHeight(math.ceil(self.scene.height) if self.scene else 0)
         self.update()
 
@@ -61,7 +69,9 @@ class TopologyView(QWidget):
         return True
 
     def heightForWidth(self, width: int) -> int:
-        return math.ceil(layout_scene(self.diagram, width).height) if self.diagram else 0
+        if not self.diagram:
+            return 0
+        return math.ceil(layout_scene(self.diagram, width, self.measured).height)
 
     def sizeHint(self) -> QSize:
         return QSize(400, self.heightForWidth(400))
@@ -145,8 +155,8 @@ class TopologyView(QWidget):
                 painter.setPen(Qt.PenStyle.NoPen)
                 painter.setBrush(theme.qcolor("card"))
                 painter.drawRoundedRect(line.caption_rect, 5, 5)
-                painter.setFont(fonts["caption"])
-                painter.setPen(theme.qcolor("text2"))
+                painter.setFont(fonts["measured" if line.measured else "caption"])
+                painter.setPen(theme.qcolor("accent" if line.measured else "text2"))
                 painter.drawText(line.caption_rect, Qt.AlignmentFlag.AlignCenter, line.caption)
         self._paint_notes(painter, scene, fonts)
         painter.end()

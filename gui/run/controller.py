@@ -65,6 +65,9 @@ class RunController(QObject):
     preflight_done = Signal(object)  # core.run.preflight.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
     setup_failed = Signal(str)  # the checks or the copy could not run: why, and what to do
+    recorded = Signal(object)  # a run was kept in the history: its RunRecord
+    links_tested = Signal(object)  # core.run.linktest.LinkTest
+    links_failed = Signal(str)  # why the link test could not run
     api_asked = Signal(str, str)  # request id, the API client who asked it
 
     def __init__(
@@ -90,6 +93,8 @@ class RunController(QObject):
         self._history: list[dict[str, str]] = []
         self._pending: tuple[str, int] | None = None
         self._first_token: dict[str, float] = {}
+        self.testing_links = False
+        self.link_scale = 1.0  # the bytes moved at each size (tests shrink it)
         self._answering: str | None = None  # the request whose answer streams now
         self._stop_when_sent = False
         self._api: dict[str, str] = {}  # requests asked through the API → who asked
@@ -193,6 +198,57 @@ class RunController(QObject):
         self._send(prompt, max_tokens)
         return True
 
+    def test_links(self) -> bool:
+        """Measure every link of the running job (``core.run.linktest``), off the GUI
+        thread on the job's queue; ``links_tested`` then, and a "linktest" run kept.
+        Only while the cluster is ready (not answering): False otherwise."""
+        session = self.session
+        if session is None or self.state != RunState.READY or self.testing_links:
+            return False
+        from core.run.history import RunRecord, keep, local_versions
+        from core.run.linktest import test_session_links
+
+        self.testing_links = True
+        plan, scale = self.plan, self.link_scale
+        self._set_state(RunState.GENERATING, "Testing the links, 4 KiB to 64 MiB…")
+
+        def work() -> tuple[Any, str | None]:
+            tested = test_session_links(session, scale)
+            spec = session.spec
+            record = RunRecord(
+                kind="linktest",
+                model=self.info.name if self.info else "",
+                nodes=tested.nodes,
+                strategy=str(plan.strategy) if plan else "",
+                backend=str(spec.rank_backend) if spec else "",
+                split=list(plan.split) if plan and plan.split else None,
+                versions=local_versions(),
+                figures=tested.to_dict(),
+            )
+            return tested, keep(record)
+
+        def done(result: tuple[Any, str | None]) -> None:
+            tested, problem = result
+            self.testing_links = False
+            if problem:
+                self._bridge.failed.emit(problem)
+            if session is self.session and self.state == RunState.GENERATING:
+                count = len(tested.results)
+                self._set_state(
+                    RunState.READY, f"Link test done: {count} link{'s' * (count != 1)} measured."
+                )
+            self.links_tested.emit(tested)
+
+        def failed(error: BaseException) -> None:
+            self.testing_links = False
+            message = f"The link test failed: {error}".splitlines()[0]
+            if session is self.session and self.state == RunState.GENERATING:
+                self._set_state(RunState.READY, message)
+            self.links_failed.emit(message)
+
+        self._bridge.run_in_background(work, done, failed, queue=self._queue)
+        return True
+
     def stop_answer(self) -> bool:
         """End the answer streaming now at its next token; the job stays READY. False
         when no answer is streaming (one about to be sent is stopped once it is)."""
@@ -270,6 +326,8 @@ class RunController(QObject):
         elif state == RunState.LOADING:
             if self.state != RunState.LOADING:
                 self._loading()
+        elif self.testing_links and state in (RunState.READY, RunState.GENERATING):
+            return  # the link test says when it is done
         elif state == RunState.READY:
             self._set_state(state, "Ready: ask the cluster something.")
             if self._pending is not None:
@@ -401,7 +459,8 @@ class RunController(QObject):
         request = str(event.get("request"))
         if request == self._answering:
             self._answering = None
-        if self._api.pop(request, None) is None:  # an API answer is not the chat's turn
+        from_api = self._api.pop(request, None) is not None
+        if not from_api:  # an API answer is not the chat's turn
             self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
         summary = next(
             (r for r in (self.telemetry.requests() if self.telemetry else []) if r.id == request),
@@ -412,6 +471,32 @@ class RunController(QObject):
             self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
             del self.averages[:-MAX_AVERAGES]
         self.answer_done.emit(request, event)
+        self._keep_answer(event, summary, "api" if from_api else "chat")
+
+    def _keep_answer(self, event: dict, summary: Any, kind: str = "chat") -> None:
+        """The answer joins the run history as a "chat" run (or "api": asked through the
+        API), as ``macmesh run`` keeps it; the write happens off the GUI thread, a
+        failure is one line in the status."""
+        from core.run.history import answer_figures, chat_record, keep
+
+        session, telemetry, plan = self.session, self.telemetry, self.plan
+        if session is None or telemetry is None or plan is None:
+            return
+        about = {
+            "model": self.info.name if self.info else plan.model,
+            "strategy": str(plan.strategy),
+            "split": list(plan.split) if plan.split else None,
+        }
+        record = chat_record(session, about, answer_figures(event, summary), telemetry, self.t0)
+        record.kind = kind
+
+        def kept(problem: str | None) -> None:
+            if problem:
+                self._bridge.failed.emit(problem)
+            else:
+                self.recorded.emit(record)
+
+        self._bridge.run_in_background(lambda: keep(record), kept)
 
     def _fail(self, message: str) -> None:
         self._pending = None

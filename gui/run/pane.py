@@ -35,6 +35,7 @@ from gui.model.planning import LABELS
 from gui.run.api_panel import ApiPanel
 from gui.run.chat import ChatView
 from gui.run.cluster_source import ClusterSource
+from gui.run.compare_view import CompareRunner, CompareView
 from gui.run.controller import RunController
 from gui.run.failure import FailureBanner
 from gui.run.launch_dialog import LaunchDialog, show_launch_dialog
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from gui.run.plots import LivePlots
 
 REDRAW_HZ = 10
+COMPARE_PROMPT = "What is the capital of France?"
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
     RunState.CHECKING: ("Checking", "accent"),
@@ -118,6 +120,14 @@ class RunPane(Card):
         self.body.addWidget(self.api_panel)
         self.numbers = BigNumbers()
         self.body.addWidget(self.numbers)
+        self.comparison = CompareView()
+        self.comparison.hide()
+        self.body.addWidget(self.comparison)
+        self.comparer = CompareRunner(bridge, job_factory, self)
+        self.comparer.progress.connect(self.status.setText)
+        self.comparer.busy_changed.connect(self._comparing)
+        self.comparer.finished.connect(self._compared)
+        self.comparer.failed.connect(self.status.setText)
         self.chat = ChatView()
         self._plots: Any = None
         self._plots_pending = False
@@ -192,6 +202,12 @@ class RunPane(Card):
         row.addWidget(self.start_button)
         row.addWidget(self.stop_button)
         row.addWidget(self.status, 1)
+        self.compare_button = QPushButton("Compare")
+        self.compare_button.setToolTip(
+            "The same prompt on one Mac, then on the cluster: tokens/s side by side"
+        )
+        self.compare_button.clicked.connect(self.compare)
+        row.addWidget(self.compare_button)
         self.launch_button = QPushButton("mlx.launch…")
         set_role(self.launch_button, "link")
         self.launch_button.setToolTip("Show the equivalent mlx.launch command and hostfile")
@@ -329,16 +345,67 @@ class RunPane(Card):
         self._bridge.run_in_background(work, shown, failed)
 
     def stop(self) -> None:
+        if self.comparer.busy:
+            self.comparer.stop()
+            return
         self.controller.stop()
+
+    def compare(self) -> bool:
+        """One Mac, then the cluster, with the chat's prompt (or the demo's question) and
+        the max tokens set; the window's own job must be stopped first (it holds the
+        Macs' memory)."""
+        info, plan = self._info, self._plan
+        if info is None or plan is None or not plan.fits or self.comparer.busy:
+            return False
+        if self.controller.state.active:
+            self.status.setText(
+                "Stop the job first: Compare runs the model twice on its own "
+                "(one Mac, then the cluster)."
+            )
+            return False
+        if len(plan.ranks) < 2:
+            self.status.setText("This plan runs on one Mac: Compare needs a plan on two or more.")
+            return False
+        try:
+            hosts = self._hosts()
+        except ValueError as error:
+            self.status.setText(str(error).splitlines()[0])
+            return False
+        prompt = self.chat.prompt.text().strip() or COMPARE_PROMPT
+        self.comparison.hide()
+        self.comparer.start(info, plan, hosts, prompt, self.max_tokens.value())
+        return True
+
+    def _comparing(self, busy: bool) -> None:
+        self._show_state(self.controller.state, "")
+        if busy:
+            self.start_button.setEnabled(False)
+            self.stop_button.setEnabled(True)
+            self.compare_button.setEnabled(False)
+            self.state_badge.set("Comparing", "accent")
+        if busy != self._running:
+            self._running = busy
+            self.running_changed.emit(busy)
+
+    def _compared(self, result: Any) -> None:
+        self.comparison.show_result(result)
+        self.status.setText(f"Compare done: {result.headline()}")
 
     def ask(self, prompt: str) -> None:
         queued = self.controller.state == RunState.LOADING
         if self.controller.ask(prompt, self.max_tokens.value()) and queued:
             self.chat.set_accepting(False, "Your question goes out once the model is loaded…")
 
+    def shown_plan(self) -> tuple[ModelInfo | None, Plan | None]:
+        """The model and plan of the running job, else the ones Start would run."""
+        c = self.controller
+        if c.state.active and c.plan is not None:
+            return c.info, c.plan
+        return self._info, self._plan
+
     @property
     def busy(self) -> bool:
-        return self.controller.state.active
+        return self.controller.state.active or self.comparer.busy
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -396,6 +463,10 @@ class RunPane(Card):
         self.launch_button.setEnabled(
             self._info is not None and self._plan is not None and self._plan.fits
         )
+        comparing = getattr(self, "comparer", None) is not None and self.comparer.busy
+        self.compare_button.setEnabled(can_start and not comparing)
+        if comparing:
+            return
         self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
         self.status.setText(self._status_text(state, message))
         # Before a job exists the checks and the copy are the whole story: they take the
@@ -446,4 +517,5 @@ class RunPane(Card):
     def shutdown(self) -> None:
         self.api.close()
         self.timer.stop()
+        self.comparer.stop()
         self.controller.shutdown()

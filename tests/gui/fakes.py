@@ -37,6 +37,9 @@ class FakeBehaviour:
     start_error: Exception | None = None
     memory_bytes: int = 150 << 20
     sent: list[dict] = field(default_factory=list)  # the generate() calls
+    link_bytes_per_s: float = 2e9  # what the fake link test measures (rank 0's link)
+    link_latency_s: float = 20e-6
+    link_failure: str | None = None  # the job fails during a link test, with this message
 
 
 class FakeJob:
@@ -101,6 +104,25 @@ class FakeJob:
         threading.Thread(
             target=self._answer, args=(request, max_tokens), name="fake-job-answer", daemon=True
         ).start()
+        return request
+
+    def link_test(
+        self,
+        sizes: list[int] | None = None,
+        pairs: list[tuple[int, int]] | None = None,
+        scale: float = 1.0,
+    ) -> str:
+        """As the launcher's: every ring pair at each size; the ``link_test`` event reports
+        ``FakeBehaviour.link_bytes_per_s`` for the largest message."""
+        with self._lock:
+            if self.state not in (JobState.READY, JobState.GENERATING):
+                raise JobError(f"the cluster is {self.state.value}, not ready for a prompt")
+            request = f"t{next(self._ids)}"
+            self._set(JobState.GENERATING, "generating")
+        threading.Thread(
+            target=self._link_test, args=(request, sizes or [4096, 1 << 20, 64 << 20]),
+            name="fake-job-links", daemon=True,
+        ).start()  # fmt: skip
         return request
 
     def cancel(self, request: str) -> bool:
@@ -172,6 +194,38 @@ class FakeJob:
                 if self.state.finished or self.state == JobState.STOPPING:
                     return
                 self._set(JobState.FAILED, b.fail_after_load)
+
+    def _link_test(self, request: str, sizes: list[int]) -> None:
+        b = self.behaviour
+        n = self.spec.nodes
+        pairs = [(r, (r + 1) % n) for r in range(n if n > 2 else 1)]
+        links = []
+        for a, peer in pairs:
+            rate = b.link_bytes_per_s * (1 - 0.1 * a)  # each link its own figure
+            points = [
+                {
+                    "bytes": s,
+                    "seconds": b.link_latency_s + s / rate,
+                    "bytes_per_s": s / (b.link_latency_s + s / rate),
+                }
+                for s in sizes
+            ]
+            links.append({"a": a, "b": peer, "points": points})
+        if self._stop.wait(b.token_s):
+            return
+        if b.link_failure:
+            with self._lock:
+                self._set(JobState.FAILED, b.link_failure)
+            return
+        done = {"event": "link_test", "rank": 0, "request": request, "links": links, "all_sum": []}
+        with self._lock:
+            if self.state != JobState.GENERATING:
+                return
+            self._set(JobState.READY, "ready")
+        self.event.emit({**done, "t": time.monotonic()})
+        with self._changed:
+            self._done[request] = done
+            self._changed.notify_all()
 
     def _answer(self, request: str, max_tokens: int) -> None:
         b = self.behaviour

@@ -40,9 +40,18 @@ and the Run pane's API section with a real demo job (``take_api``):
 - ``run-api``: the API on, a key just made (shown once, with Copy), the curl example, and
   an answer asked through the API streaming into the chat under who asked.
 
+and the live-demo kit on a real demo job of four simulated Macs (``take_demokit``):
+
+- ``split-editor``: the Model pane with a pipeline split moved by hand;
+- ``linktest-cables``: Test links, each ring link's bytes/s and share of loopback TCP
+  on its cable;
+- ``compare``: one Mac vs the four, side by side, the headline large;
+- ``presentation``: presentation mode (full screen);
+- ``history``: the History window, the chat run's figures and plots.
+
 ``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
 only the Run pane's setup shots; ``--library`` only the library's; ``--api`` only the API
-section's. Settings, logs and
+section's; ``--demokit`` only the live-demo kit's. Settings, logs and
 window geometry go to a temporary home; every rank is ended at exit.
 """
 
@@ -503,6 +512,107 @@ def take_run_setup(outdir: Path) -> list[Path]:
     return saved
 
 
+def take_demokit(outdir: Path) -> list[Path]:
+    """The live-demo kit on a real demo job of four simulated Macs: the split editor,
+    Test links on the cable map, presentation mode, Compare (one Mac, then the four) and
+    History; light and dark."""
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from core.model.demo_model import ensure_demo_model
+    from core.run.states import RunState
+    from core.settings import Settings
+    from gui.app import configure
+    from gui.main_window import MainWindow
+    from gui.nodes.pane import CABLES
+    from gui.preferences import Preferences
+
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(
+        QSettings.Format.IniFormat, QSettings.Scope.UserScope, os.environ["MACMESH_CONFIG_DIR"]
+    )
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    configure(app, "light")
+    model = ensure_demo_model()
+    window = MainWindow(Preferences(Settings(max_tokens=48, demo_nodes=4)), demo=True)
+    window.resize(*SIZE)
+    window.show()
+    saved: list[Path] = []
+    run = window.run
+
+    def shoot(widget, name: str, settle_s: float = 0.2) -> None:
+        saved.extend(shoot_themes(app, widget, outdir, name, settle_s, run.redraw))
+
+    def answered(prompt: str) -> None:
+        run.chat.prompt.setText(prompt)
+        run.chat.prompt.returnPressed.emit()
+        wait_for(app, lambda: run.controller.state == RunState.GENERATING, 60, "generating")
+        wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the answer")
+
+    try:
+        window.model.load(model)
+        wait_for(app, lambda: window.model.info is not None, 60, "the demo model")
+        window.model.select_strategy("pipeline")
+        settle(app, 0.3)
+        boxes = window.model.split_editor.boxes
+        boxes[0].setValue(boxes[0].value() + 2)  # a boundary moved by hand
+        settle(app, 0.3)
+        shoot(window.model, "split-editor")
+        run.controller.link_scale = 0.25  # 8 MiB a size: seconds on two shared cores
+        run.start()
+        wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the job to load")
+        answered(FIRST)
+        window.cluster.show_view(CABLES)
+        window.cluster.link_bar.button.click()
+        wait_for(app, lambda: window.cluster.link_bar.tested is not None, 300, "the link test")
+        wait_for(app, lambda: run.controller.state == RunState.READY, 60, "ready again")
+        settle(app, 0.3)
+        shoot(window.cluster, "linktest-cables")
+        run.stop()
+        wait_for(app, lambda: not run.busy, 60, "the job to stop")
+        run.compare()
+        wait_for(app, lambda: run.comparison.result is not None, 900, "the comparison")
+        settle(app, 0.5)
+        shoot(run, "compare")
+        run.start()  # live again, for presentation mode
+        wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the job to load")
+        view = window.show_presentation()
+        run.chat.prompt.setText(SECOND)
+        run.chat.prompt.returnPressed.emit()
+        wait_for(
+            app,
+            lambda: (
+                any(line.measured for line in view.map.scene.cables())
+                and run.controller.telemetry is not None
+                and run.controller.telemetry.current().total_tokens > 8
+            ),
+            300,
+            "live traffic on the cables",
+        )
+        shoot(view, "presentation", 0.4)
+        view.close()
+        wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the answer")
+        run.stop()
+        wait_for(app, lambda: not run.busy, 60, "the job to stop")
+        history = window.show_history()
+        history.resize(1100, 820)
+        wait_for(app, lambda: history.view.table.rowCount() >= 3, 30, "the history")
+        chat = next(i for i, r in enumerate(history.view.records) if r.kind == "chat")
+        history.view.table.selectRow(chat)
+        wait_for(app, lambda: history.view.current is not None, 30, "the chat run")
+        wait_for(app, lambda: history.view.current.kind == "chat", 30, "the chat run")
+        settle(app, 0.5)
+        shoot(history, "history")
+        history.close()
+    finally:
+        if run.busy:
+            run.stop()
+            wait_for(app, lambda: not run.busy, 60, "the job to stop")
+        window.close()
+        app.processEvents()
+    return saved
+
+
 LIBRARY_SIZE = (560, 900)
 
 
@@ -661,7 +771,9 @@ def main(argv: list[str]) -> int:
     run_setup_only = "--run-setup" in argv
     library_only = "--library" in argv
     api_only = "--api" in argv
-    argv = [a for a in argv if a not in ("--cluster", "--run-setup", "--library", "--api")]
+    demokit_only = "--demokit" in argv
+    flags = ("--cluster", "--run-setup", "--library", "--api", "--demokit")
+    argv = [a for a in argv if a not in flags]
     outdir = Path(argv[0]) if argv else ROOT / "docs" / "screenshots"
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="macmesh-shots-") as home:
@@ -671,7 +783,9 @@ def main(argv: list[str]) -> int:
         os.environ["QT_QPA_PLATFORM"] = "xcb"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         with virtual_display():
-            if api_only:
+            if demokit_only:
+                shots = take_demokit(outdir.resolve())
+            elif api_only:
                 shots = take_api(outdir.resolve())
             elif library_only:
                 shots = take_library(outdir.resolve())
@@ -680,8 +794,9 @@ def main(argv: list[str]) -> int:
             else:
                 shots = take_cluster(outdir.resolve()) + take_run_setup(outdir.resolve())
                 shots += take_library(outdir.resolve())
-            if not cluster_only and not run_setup_only and not library_only and not api_only:
+            if not (cluster_only or run_setup_only or library_only or api_only or demokit_only):
                 shots += take(outdir.resolve()) + take_api(outdir.resolve())
+                shots += take_demokit(outdir.resolve())
             for path in shots:
                 print(path)
     return 0

@@ -15,6 +15,7 @@ from pytestqt.qtbot import QtBot
 from core.model.info import ModelInfo, read_model_info
 from core.plan.planner import Plan
 from core.run.demo import demo_facts
+from core.run.history import History
 from core.run.states import RunState
 from core.serve.service import ApiSettings, load_settings
 from gui.bridge import Bridge
@@ -98,6 +99,11 @@ def test_the_api_serves_the_job_with_a_key_shown_once_and_revocable(
     text = pane.chat.text()
     assert "Asked through the API (made in the window)" in text and "Paris" in text
     assert pane.controller._history == []  # an API answer is not the chat's conversation
+    qtbot.waitUntil(lambda: bool(History().runs()), timeout=5000)
+    kept = History().runs()  # but it is a run of the history, kept as "api"
+    assert [(r.kind, r.figures["text"]) for r in kept] == [
+        ("api", "The capital of France is Paris.")
+    ]
     qtbot.mouseClick(panel.revoke, Qt.MouseButton.LeftButton)
     assert panel.keys.count() == 0 and panel.key.text() == ""
     assert _ask_in_thread(qtbot, url, key).status_code == 401

@@ -1,0 +1,242 @@
+"""The History view: past runs (newest first), the selected run's figures and plots, and
+Export (CSV of the series, JSON of everything, PNG of the plots as shown).
+
+The runs live in ``core.run.history.History`` (SQLite in the user data folder); this
+view reads it off the GUI thread and shows what it read. Nothing here computes a figure.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import units
+from core.run.history import History, RunRecord
+from gui.bridge import Bridge
+from gui.history.run_plots import RunPlots
+from gui.widgets import Card, label
+
+COLUMNS = ("When", "Kind", "Model", "Nodes", "Strategy", "Headline")
+KIND_WORDS = {"chat": "Chat", "compare": "Compare", "linktest": "Link test", "api": "API"}
+
+
+def when(started: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
+
+
+def figures_html(record: RunRecord) -> str:
+    """The selected run's figures as a short list for people."""
+    f = record.figures
+    rows: list[tuple[str, str]] = [
+        ("Model", record.model),
+        ("Nodes", ", ".join(record.nodes)),
+        ("Strategy", record.strategy + (f" · split {record.split}" if record.split else "")),
+        ("Backend", record.backend),
+    ]
+    if record.kind == "chat":
+        rows += [
+            ("Generation", f"{units.rate(f.get('avg_tps') or f.get('generation_tps'))} tokens/s"),
+            ("Prompt", f"{units.rate(f.get('prompt_tps'))} tokens/s"),
+            ("First token", units.seconds(f.get("ttft_s"))),
+            ("Tokens", str(f.get("generation_tokens", "–"))),
+        ]
+    elif record.kind == "compare":
+        rows.append(("Headline", str(f.get("headline", ""))))
+        for key in ("single", "cluster"):
+            run = f.get(key)
+            if run:
+                rows.append(
+                    (
+                        str(run.get("label", key)),
+                        f"{units.rate(run.get('generation_tps'))} tokens/s on "
+                        f"{', '.join(run.get('nodes', []))}",
+                    )
+                )
+    elif record.kind == "linktest":
+        for link in f.get("links", []):
+            share = link.get("share")
+            of = f" ({share:.0%} of {link.get('nominal')})".replace("%", " %") if share else ""
+            rows.append(
+                (
+                    " ↔ ".join(link.get("nodes", [])),
+                    f"{units.bytes_per_s(link.get('bytes_per_s'))}{of}, "
+                    f"latency {link.get('latency_us', 0):.0f} µs",
+                )
+            )
+    body = "".join(
+        f"<tr><td style='padding-right:14px'><b>{html.escape(k)}</b></td>"
+        f"<td>{html.escape(v)}</td></tr>"
+        for k, v in rows
+    )
+    return f"<table>{body}</table>"
+
+
+class HistoryView(Card):
+    """``loaded`` once the list is read; ``shown`` once a run's details are drawn;
+    ``exported`` with the files written."""
+
+    loaded = Signal(int)
+    shown = Signal(object)
+    exported = Signal(list)
+
+    def __init__(
+        self, bridge: Bridge, path: Path | None = None, parent: QWidget | None = None
+    ) -> None:
+        super().__init__("History", parent)
+        self._bridge = bridge
+        self._path = path
+        self.records: list[RunRecord] = []
+        self.current: RunRecord | None = None
+        self._wanted: int | None = None
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.clicked.connect(self.refresh)
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip(
+            "Write the selected run's series (CSV), everything (JSON) and its plots (PNG)"
+        )
+        self.export_button.clicked.connect(self.choose_export)
+        self.export_button.setEnabled(False)
+        self.header.addWidget(self.refresh_button)
+        self.header.addWidget(self.export_button)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.itemSelectionChanged.connect(self._selected)
+        self.status = label("Reading the history…", "secondary", wrap=True)
+        self.figures = label("", None, wrap=True, selectable=True)
+        self.figures.setTextFormat(Qt.TextFormat.RichText)
+        self.plots = RunPlots()
+        details = QWidget()
+        column = QVBoxLayout(details)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.figures)
+        column.addWidget(self.plots, 1)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.table)
+        split.addWidget(details)
+        split.setSizes([260, 420])
+        self.body.addWidget(self.status)
+        self.body.addWidget(split, 1)
+
+    def history(self) -> History:
+        return History(self._path)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Read the list of runs off the GUI thread."""
+        self.status.setText("Reading the history…")
+        self._bridge.run_in_background(lambda: self.history().runs(), self._show_list, self._error)
+
+    def _show_list(self, records: list[RunRecord]) -> None:
+        self.records = records
+        self.table.setRowCount(len(records))
+        for row, record in enumerate(records):
+            cells = (
+                when(record.started),
+                KIND_WORDS.get(record.kind, record.kind),
+                record.model,
+                ", ".join(record.nodes),
+                record.strategy,
+                record.headline(),
+            )
+            for column, text in enumerate(cells):
+                self.table.setItem(row, column, QTableWidgetItem(text))
+        count = len(records)
+        self.status.setText(
+            f"{count} run{'s' * (count != 1)} kept in {self.history().path}"
+            if count
+            else "No runs yet: an answer, a compare or a link test is kept here."
+        )
+        self.loaded.emit(count)
+        if records and not self.table.selectedItems():
+            self.table.selectRow(0)
+
+    def _selected(self) -> None:
+        rows = {index.row() for index in self.table.selectedIndexes()}
+        if not rows:
+            return
+        run = self.records[min(rows)].id
+        if run is None:
+            return
+        self._wanted = run
+        self._bridge.run_in_background(lambda: self.history().get(run), self.show_run, self._error)
+
+    def show_run(self, record: RunRecord | None) -> None:
+        if record is None or record.id != self._wanted:  # an older selection's answer
+            return
+        self.current = record
+        self.figures.setText(figures_html(record))
+        self.plots.show_record(record)
+        self.export_button.setEnabled(True)
+        self.shown.emit(record)
+
+    def _error(self, error: BaseException) -> None:
+        self.status.setText(f"The history could not be read: {error}")
+
+    # -- export --------------------------------------------------------------------------
+
+    def choose_export(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Export the run to…")
+        if folder:
+            self.export(Path(folder))
+
+    def export(self, folder: Path) -> list[Path]:
+        """The selected run as CSV (series), JSON (everything) and PNG (each plot as
+        shown) in ``folder``; the files written. A folder that cannot be written is one
+        line in the status."""
+        record = self.current
+        if record is None or record.id is None:
+            return []
+        stem = f"macmesh-run-{record.id}-{record.kind}"
+        written: list[Path] = []
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            history = self.history()
+            with (folder / f"{stem}.csv").open("w", newline="", encoding="utf-8") as out:
+                history.export_csv(out, [record.id])
+            written.append(folder / f"{stem}.csv")
+            with (folder / f"{stem}.json").open("w", encoding="utf-8") as out:
+                history.export_json(out, [record.id])
+            written.append(folder / f"{stem}.json")
+            written += self.plots.export_png(folder, stem)
+        except OSError as error:
+            self.status.setText(f"Not exported: {error.strerror or error} ({folder})")
+            return written
+        self.status.setText(f"Exported {len(written)} files to {folder}")
+        self.exported.emit(written)
+        return written
+
+
+def history_window(bridge: Bridge, parent: QWidget, path: Path | None = None) -> Any:
+    """The History view in a window of its own (a child of ``parent``: it closes with
+    the main window)."""
+    window = QWidget(parent, Qt.WindowType.Window)
+    window.setWindowTitle("MacMesh · History")
+    layout = QHBoxLayout(window)
+    layout.setContentsMargins(14, 14, 14, 14)
+    view = HistoryView(bridge, path)
+    layout.addWidget(view)
+    window.view = view  # type: ignore[attr-defined]
+    window.resize(1000, 760)
+    return window

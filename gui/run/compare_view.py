@@ -1,0 +1,224 @@
+"""Compare in the window: one Mac, then the cluster, side by side, the headline large.
+
+``CompareRunner`` runs ``core.run.compare.compare`` on a bridge thread (two whole
+sessions, one after the other) and keeps the result as a "compare" run; Stop cancels the
+session running and skips the rest. ``CompareView`` shows a ``Comparison``: generation
+tokens/s, prompt tokens/s, time to first token and memory per node for each run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+
+from core import units
+from gui import style
+from gui.bridge import Bridge
+from gui.style import set_role
+from gui.widgets import label, section
+
+if TYPE_CHECKING:
+    from core.model.info import ModelInfo
+    from core.plan.planner import Plan
+    from core.run.compare import Comparison, RunFigures
+    from core.run.launcher import JobSpec
+    from core.run.session import Host, Session
+
+WHAT_WORDS = {
+    "probing": "Compare: looking at the Macs…",
+    "one Mac": "Compare 1/2: the model on one Mac ({nodes})…",
+    "cluster": "Compare 2/2: the model on the cluster ({nodes})…",
+}
+
+
+class CompareCancelled(Exception):
+    """Stop was pressed during a comparison."""
+
+
+def rows(result: Comparison) -> list[tuple[str, list[str]]]:
+    """The side-by-side table: a row per figure, a column per run."""
+    runs: list[RunFigures] = [r for r in (result.single, result.cluster) if r is not None]
+    return [
+        ("", [f"{r.label[:1].upper() + r.label[1:]} · {', '.join(r.nodes)}" for r in runs]),
+        ("Generation", [f"{units.rate(r.generation_tps)} tokens/s" for r in runs]),
+        ("Prompt", [f"{units.rate(r.prompt_tps)} tokens/s" for r in runs]),
+        ("First token", [units.seconds(r.ttft_s) if r.ttft_s is not None else "–" for r in runs]),
+        (
+            "Memory",
+            ["\n".join(f"{n}: {units.size(b)}" for n, b in r.memory_bytes.items()) for r in runs],
+        ),
+    ]
+
+
+class CompareRunner(QObject):
+    progress = Signal(str)
+    finished = Signal(object)  # core.run.compare.Comparison
+    failed = Signal(str)
+    busy_changed = Signal(bool)
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        job_factory: Callable[[JobSpec], Any] | None = None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._bridge = bridge
+        self._queue = bridge.serial_queue()
+        self._job_factory = job_factory
+        self.busy = False
+        self._cancel = threading.Event()
+        self._session: Session | None = None
+        self._lock = threading.Lock()
+
+    def start(
+        self,
+        info: ModelInfo,
+        plan: Plan,
+        hosts: Sequence[Host] | None,
+        prompt: str,
+        max_tokens: int,
+    ) -> None:
+        if self.busy:
+            return
+        from core.run.compare import compare
+        from core.run.history import RunRecord, keep, local_versions
+        from core.run.session import Host
+
+        chosen = list(hosts) if hosts is not None else [Host(n) for n in plan.nodes_used]
+        split = plan.split if plan.strategy == "pipeline" else None
+        self._cancel.clear()
+        self._set_busy(True)
+        self.progress.emit(WHAT_WORDS["probing"])
+
+        def on_session(session: Session, what: str) -> None:
+            if self._cancel.is_set():
+                raise CompareCancelled
+            with self._lock:
+                self._session = session
+            nodes = ", ".join(h.name for h in session.hosts)
+            words = WHAT_WORDS.get(what, what).format(nodes=nodes)
+            self._bridge.run_on_main(lambda: self.progress.emit(words))
+
+        def work() -> tuple[Comparison, str | None]:
+            result = compare(
+                info,
+                chosen,
+                plan.strategy,
+                prompt,
+                max_tokens,
+                on_session=on_session,
+                split=split,
+                job_factory=self._job_factory,
+            )
+            if self._cancel.is_set():
+                raise CompareCancelled
+            record = RunRecord(
+                kind="compare",
+                model=info.name,
+                nodes=result.cluster.nodes,
+                strategy=result.strategy,
+                backend="ring" if chosen[0].simulated else "auto",
+                split=list(split) if split else None,
+                versions=local_versions(),
+                figures=result.to_dict(),
+            )
+            return result, keep(record)
+
+        self._bridge.run_in_background(work, self._done, self._failed, queue=self._queue)
+
+    def stop(self) -> None:
+        """Cancel: the session running stops (off the GUI thread), the rest is skipped."""
+        if not self.busy:
+            return
+        self._cancel.set()
+        self.progress.emit("Stopping the comparison…")
+        with self._lock:
+            session = self._session
+        if session is not None:
+            session.cancel()
+            self._bridge.run_in_background(session.stop)
+
+    def _done(self, outcome: tuple[Comparison, str | None]) -> None:
+        result, problem = outcome
+        self._set_busy(False)
+        if problem:
+            self._bridge.failed.emit(problem)
+        self.finished.emit(result)
+
+    def _failed(self, error: BaseException) -> None:
+        self._set_busy(False)
+        if isinstance(error, CompareCancelled) or self._cancel.is_set():
+            self.failed.emit("Compare stopped.")
+        else:
+            self.failed.emit(f"Compare failed: {error}".splitlines()[0])
+
+    def _set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        if not busy:
+            with self._lock:
+                self._session = None
+        self.busy_changed.emit(busy)
+
+
+class CompareView(QFrame):
+    """A comparison's result: the headline in large type, then the two runs."""
+
+    closed = Signal()
+
+    def __init__(
+        self, parent: QWidget | None = None, headline_px: int = 30, compact: bool = False
+    ) -> None:
+        super().__init__(parent)
+        self.compact = compact  # no memory row: presentation mode's room is the headline's
+        set_role(self, "subcard")
+        self.result: Comparison | None = None
+        self.headline = label("", None, wrap=True)
+        self.headline.setFont(style.number_font(headline_px))
+        # Its own style sheet: the theme's label rules would set a smaller size.
+        self.headline.setStyleSheet(f"font-size: {headline_px}px; font-weight: 600;")
+        self.close_button = QPushButton("Close")
+        set_role(self.close_button, "link")
+        self.close_button.clicked.connect(self._close)
+        self.grid = QGridLayout()
+        self.grid.setHorizontalSpacing(18)
+        self.grid.setVerticalSpacing(4)
+        self.notes = label("", "hint", wrap=True)
+        head = QHBoxLayout()
+        head.addWidget(section("Compare · one Mac vs the cluster"))
+        head.addStretch(1)
+        head.addWidget(self.close_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 10, 12, 10)
+        layout.addLayout(head)
+        layout.addWidget(self.headline)
+        layout.addLayout(self.grid)
+        layout.addWidget(self.notes)
+        self.cells: dict[tuple[int, int], str] = {}
+
+    def show_result(self, result: Comparison) -> None:
+        self.result = result
+        self.headline.setText(result.headline())
+        while self.grid.count():
+            item = self.grid.takeAt(0)
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        self.cells = {}
+        shown = rows(result)
+        for r, (name, cells) in enumerate(shown[:-1] if self.compact else shown):
+            self.grid.addWidget(label(name, "secondary"), r, 0, Qt.AlignmentFlag.AlignTop)
+            for c, text in enumerate(cells):
+                cell = label(text, "fact-value" if r else "fact-name")
+                self.grid.addWidget(cell, r, c + 1, Qt.AlignmentFlag.AlignTop)
+                self.cells[(r, c)] = text
+        self.notes.setText(" ".join(result.notes))
+        self.notes.setVisible(bool(result.notes))
+        self.show()
+
+    def _close(self) -> None:
+        self.hide()
+        self.closed.emit()

@@ -1,0 +1,115 @@
+"""Compare in the Run pane: one Mac then the cluster (off the GUI thread), side by side,
+the headline large, kept as a "compare" run; refused while the window's job runs; Stop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from core.model.info import ModelInfo, read_model_info
+from core.plan.planner import Plan
+from core.run.demo import demo_facts
+from core.run.history import History
+from core.run.launcher import JobSpec
+from core.run.session import Host
+from core.run.states import RunState
+from gui.bridge import Bridge
+from gui.model.planning import plan_all
+from gui.run.pane import RunPane
+from tests.gui.fakes import FakeBehaviour, FakeJob
+
+
+@pytest.fixture(scope="module")
+def demo_plans(demo_model: Path) -> tuple[ModelInfo, dict[str, Plan]]:
+    info = read_model_info(demo_model)
+    return info, plan_all(info, demo_facts(2))
+
+
+def _pane(qtbot: QtBot, demo_plans, token_s: dict[int, float]) -> RunPane:
+    """A Run pane whose fake jobs answer at ``token_s[nodes]`` seconds a token."""
+    jobs: list[FakeJob] = []
+
+    def factory(spec: JobSpec) -> FakeJob:
+        job = FakeJob(spec, FakeBehaviour(token_s=token_s[spec.nodes]))
+        jobs.append(job)
+        return job
+
+    bridge = Bridge()
+    pane = RunPane(bridge, factory)
+    pane.jobs = jobs  # type: ignore[attr-defined]
+
+    def before_close(_widget: RunPane) -> None:
+        if pane.busy:
+            pane.stop()
+            qtbot.waitUntil(lambda: not pane.busy, timeout=20_000)
+        pane.shutdown()
+        bridge.close()
+
+    qtbot.addWidget(pane, before_close_func=before_close)
+    pane.resize(1000, 820)
+    pane.show()
+    info, plans = demo_plans
+    pane.set_plan(info, plans["pipeline"])
+    pane.set_cluster(DemoSource())
+    return pane
+
+
+class DemoSource:
+    """The demo's simulated Macs with their facts, as the Cluster pane gives them."""
+
+    def hosts(self, names: list[str]) -> list[Host]:
+        facts = {f.name: f for f in demo_facts(4)}
+        return [Host(name, None, facts[name]) for name in names]
+
+
+def test_compare_runs_one_mac_then_the_cluster(qtbot: QtBot, demo_plans) -> None:
+    pane = _pane(qtbot, demo_plans, {1: 0.04, 2: 0.01})
+    locks: list[bool] = []
+    pane.running_changed.connect(locks.append)
+    with qtbot.waitSignal(pane.comparer.finished, timeout=60_000) as finished:
+        assert pane.compare()
+        assert not pane.compare_button.isEnabled() and not pane.start_button.isEnabled()
+        assert pane.stop_button.isEnabled() and pane.state_badge.text() == "Comparing"
+    result = finished.args[0]
+    assert [job.spec.nodes for job in pane.jobs] == [1, 2]  # one Mac first, then two
+    assert result.single.nodes == ["Studio A"] and result.single.ranks == 1
+    assert result.cluster.nodes == ["Studio A", "Studio B"] and result.cluster.ranks == 2
+    assert result.ratio > 1.5
+    assert result.headline() == f"{result.ratio:.1f}× faster on 2 Macs"
+    assert pane.comparison.isVisible()
+    assert pane.comparison.headline.text() == result.headline()
+    cells = pane.comparison.cells
+    assert cells[(0, 0)] == "One Mac · Studio A" and cells[(0, 1)] == "Cluster · Studio A, Studio B"
+    assert cells[(1, 0)].endswith("tokens/s") and cells[(2, 0)].endswith("tokens/s")
+    assert "Studio B: 150 MB" in cells[(4, 1)]  # memory per node, as the ranks reported
+    assert pane.status.text() == f"Compare done: {result.headline()}"
+    assert locks == [True, False] and pane.start_button.isEnabled()
+    kept = History().runs()
+    assert [r.kind for r in kept] == ["compare"]
+    assert kept[0].figures["ratio"] == pytest.approx(result.ratio, abs=0.001)
+    assert all(job.state.finished for job in pane.jobs)  # no rank left behind
+
+
+def test_compare_waits_for_the_job_to_stop(qtbot: QtBot, demo_plans) -> None:
+    pane = _pane(qtbot, demo_plans, {1: 0.01, 2: 0.01})
+    pane.start()
+    qtbot.waitUntil(lambda: pane.controller.state == RunState.READY, timeout=10_000)
+    assert not pane.compare_button.isEnabled()
+    assert not pane.compare()
+    assert pane.status.text().startswith("Stop the job first: Compare runs the model twice")
+    assert len(pane.jobs) == 1
+
+
+def test_stop_ends_a_comparison(qtbot: QtBot, demo_plans) -> None:
+    pane = _pane(qtbot, demo_plans, {1: 0.5, 2: 0.5})  # slow answers: Stop lands in one
+    pane.max_tokens.setValue(50)
+    with qtbot.waitSignal(pane.comparer.failed, timeout=30_000) as failed:
+        pane.compare()
+        qtbot.waitUntil(lambda: bool(pane.jobs and pane.jobs[0].behaviour.sent), timeout=20_000)
+        pane.stop()
+    assert failed.args == ["Compare stopped."]
+    assert len(pane.jobs) == 1 and pane.jobs[0].state.finished  # the cluster never ran
+    assert not pane.busy and pane.start_button.isEnabled()
+    assert History().runs() == []

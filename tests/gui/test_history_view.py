@@ -1,0 +1,211 @@
+"""The History view: the window's chats are kept, runs listed newest first, a run's
+figures and plots shown, Export writes CSV, JSON and PNG."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QImage
+from pytestqt.qtbot import QtBot
+
+from core.run.history import History, RunRecord
+from core.run.states import RunState
+from gui.bridge import Bridge
+from gui.history.view import HistoryView
+from gui.main_window import MainWindow
+from gui.model.drop_zone import LOADED
+from tests.gui.fakes import fake_factory
+from tests.gui.helpers import drop_paths
+
+
+def _chat(started: float) -> RunRecord:
+    return RunRecord(
+        kind="chat",
+        model="SmolLM2-135M",
+        nodes=["Studio A", "Studio B"],
+        strategy="pipeline",
+        backend="ring",
+        split=[18, 12],
+        figures={"generation_tps": 41.5, "avg_tps": 40.0, "prompt_tps": 300.0, "ttft_s": 0.2},
+        series={
+            "tokens_per_s": [(0.1 * i, 30.0 + i) for i in range(20)],
+            "link 0↔1 bytes_per_s": [(0.5 * i, 1000.0 * i) for i in range(5)],
+        },
+        started=started,
+    )
+
+
+def _compare(started: float) -> RunRecord:
+    run = {"nodes": ["Studio A"], "generation_tps": 20.0, "memory_bytes": {"Studio A": 1 << 28}}
+    return RunRecord(
+        kind="compare",
+        model="SmolLM2-135M",
+        nodes=["Studio A", "Studio B"],
+        strategy="pipeline",
+        backend="ring",
+        figures={
+            "headline": "2.1× faster on 2 Macs",
+            "single": {**run, "label": "one Mac"},
+            "cluster": {
+                **run,
+                "label": "cluster",
+                "generation_tps": 42.0,
+                "nodes": ["Studio A", "Studio B"],
+            },
+        },
+        started=started,
+    )
+
+
+def _linktest(started: float) -> RunRecord:
+    points = [
+        {"bytes": 4096.0 * 4**k, "seconds": 1e-5 * 4**k, "bytes_per_s": 400 * 2**20}
+        for k in range(3)
+    ]
+    link = {
+        "nodes": ["Studio A", "Studio B"],
+        "bytes_per_s": 400 * 2**20,
+        "latency_us": 10.0,
+        "share": 0.93,
+        "nominal": "loopback TCP",
+        "points": points,
+    }
+    return RunRecord(
+        kind="linktest",
+        model="SmolLM2-135M",
+        nodes=["Studio A", "Studio B"],
+        strategy="pipeline",
+        backend="ring",
+        figures={"nodes": ["Studio A", "Studio B"], "links": [link]},
+        started=started,
+    )
+
+
+@pytest.fixture
+def kept(tmp_path: Path) -> Path:
+    path = tmp_path / "history.sqlite3"
+    history = History(path)
+    history.add(_chat(1000.0))
+    history.add(_linktest(3000.0))
+    history.add(_compare(2000.0))
+    return path
+
+
+def _view(qtbot: QtBot, path: Path) -> HistoryView:
+    bridge = Bridge()
+    view = HistoryView(bridge, path)
+    qtbot.addWidget(view, before_close_func=lambda _w: bridge.close())
+    view.resize(900, 800)
+    view.show()
+    return view
+
+
+def _cell(view: HistoryView, row: int, column: int) -> str:
+    item = view.table.item(row, column)
+    return item.text() if item else ""
+
+
+def test_runs_newest_first_with_their_headline(qtbot: QtBot, kept: Path) -> None:
+    view = _view(qtbot, kept)
+    with qtbot.waitSignal(view.shown, timeout=10_000) as shown:
+        view.refresh()
+    assert view.table.rowCount() == 3
+    assert [_cell(view, r, 1) for r in range(3)] == ["Link test", "Compare", "Chat"]
+    assert _cell(view, 0, 5) == "400 MB/s (93 % of loopback TCP), 1 link(s)"
+    assert _cell(view, 1, 5) == "2.1× faster on 2 Macs"
+    assert _cell(view, 2, 5).endswith("tokens/s") and _cell(view, 2, 5).startswith("40")
+    assert shown.args[0].kind == "linktest"  # the newest is selected and drawn
+    assert "latency 10 µs" in view.figures.text()
+    assert set(view.plots.curves) == {
+        "latency Studio A ↔ Studio B",
+        "bandwidth Studio A ↔ Studio B",
+    }
+
+
+def test_a_chat_shows_its_series_and_exports_csv_json_png(
+    qtbot: QtBot, kept: Path, tmp_path: Path
+) -> None:
+    view = _view(qtbot, kept)
+    with qtbot.waitSignal(view.loaded, timeout=10_000):
+        view.refresh()
+    with qtbot.waitSignal(view.shown, timeout=10_000) as shown:
+        view.table.selectRow(2)
+    record = shown.args[0]
+    assert record.kind == "chat"
+    assert set(view.plots.curves) == {"tokens_per_s", "link 0↔1 bytes_per_s"}
+    legend = view.plots.bottom.getPlotItem().legend
+    assert [text.text for _sample, text in legend.items] == ["Studio A ↔ Studio B"]
+    x, y = view.plots.curves["tokens_per_s"].getData()
+    assert len(x) == 20 and y[-1] == pytest.approx(49.0)
+    files = view.export(tmp_path / "out")
+    names = sorted(p.name for p in files)
+    stem = f"macmesh-run-{record.id}-chat"
+    assert names == sorted([f"{stem}.csv", f"{stem}.json", f"{stem}-top.png", f"{stem}-bottom.png"])
+    rows = list(csv.DictReader((tmp_path / "out" / f"{stem}.csv").open()))
+    assert len(rows) == 25 and {r["series"] for r in rows} == {
+        "tokens_per_s",
+        "link 0↔1 bytes_per_s",
+    }
+    document = json.loads((tmp_path / "out" / f"{stem}.json").read_text())
+    assert document["runs"][0]["split"] == [18, 12]
+    assert len(document["runs"][0]["series"]["tokens_per_s"]) == 20
+    image = QImage(str(tmp_path / "out" / f"{stem}-top.png"))
+    assert not image.isNull() and image.width() >= 800
+    assert f"Exported 4 files to {tmp_path / 'out'}" == view.status.text()
+
+
+def test_a_compare_shows_both_runs(qtbot: QtBot, kept: Path) -> None:
+    view = _view(qtbot, kept)
+    with qtbot.waitSignal(view.loaded, timeout=10_000):
+        view.refresh()
+    with qtbot.waitSignal(view.shown, timeout=10_000):
+        view.table.selectRow(1)
+    bars = view.plots.curves["generation_tps"]
+    assert list(bars.opts["height"]) == [20.0, 42.0]
+    assert "one Mac" in view.figures.text() and "42.0 tokens/s" in view.figures.text()
+
+
+def test_export_to_a_folder_that_cannot_be_made_is_one_line(
+    qtbot: QtBot, kept: Path, tmp_path: Path
+) -> None:
+    view = _view(qtbot, kept)
+    with qtbot.waitSignal(view.shown, timeout=10_000):
+        view.refresh()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert view.export(blocker / "out") == []
+    assert view.status.text().startswith("Not exported:")
+    assert "\n" not in view.status.text()
+
+
+def test_the_windows_answer_is_kept_as_a_chat_run(qtbot: QtBot, demo_model: Path) -> None:
+    window = MainWindow(demo=True, job_factory=fake_factory())
+    qtbot.addWidget(window)
+    window.show()
+    drop_paths(window.model.drop_zone, demo_model)
+    qtbot.waitUntil(lambda: window.model.drop_zone.state == LOADED, timeout=20_000)
+    window.model.select_strategy("pipeline")
+    history_window = window.show_history()
+    view = history_window.view
+    qtbot.waitUntil(lambda: "No runs yet" in view.status.text(), timeout=10_000)
+    window.run.start()
+    qtbot.waitUntil(lambda: window.run.controller.state == RunState.READY, timeout=10_000)
+    with qtbot.waitSignal(view.loaded, timeout=10_000) as loaded:
+        window.run.ask("What is the capital of France?")
+    assert loaded.args == [1]
+    record = History().runs()[0]
+    assert (record.kind, record.nodes, record.strategy) == (
+        "chat",
+        ["Studio A", "Studio B"],
+        "pipeline",
+    )
+    assert record.split == [18, 12]
+    assert record.figures["generation_tokens"] == 6
+    assert record.figures["text"] == "The capital of France is Paris."
+    assert History().get(record.id).series["tokens_per_s"]  # the plotted series, kept
+    assert _cell(view, 0, 1) == "Chat"
+    window.run.stop()
+    qtbot.waitUntil(lambda: not window.run.busy, timeout=10_000)
