@@ -10,6 +10,7 @@ and the headline says the model needs it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ class RunFigures:
     prompt_tokens: int
     memory_bytes: dict[str, int]  # per node: the most its rank held
     text: str
+    run_s: float = 0.0  # from the launch to every rank stopped: the run's own time
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +114,7 @@ def measured_run(
     """Launch the started session's job, ask once, stop: the run's figures."""
     telemetry = Telemetry()
     session.event.connect(telemetry.feed)
+    began = time.monotonic()
     try:
         session.launch()
         session.wait_ready()
@@ -119,6 +122,7 @@ def measured_run(
     finally:
         session.stop()
         session.event.disconnect(telemetry.feed)
+    run_s = time.monotonic() - began
     nodes = [rank.node for rank in plan.ranks]
     memory = telemetry.memory()
     return RunFigures(
@@ -133,6 +137,7 @@ def measured_run(
         prompt_tokens=int(figures["prompt_tokens"]),
         memory_bytes={nodes[r]: b for r, b in memory.items() if r < len(nodes)},
         text=str(figures["text"]),
+        run_s=round(run_s, 3),
     )
 
 

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,history,linktest,ring_path,library,serve,batching picks some;
+copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -105,6 +105,12 @@ def _linktest(model) -> dict:
     return bench_linktest(model)
 
 
+def _compare(model) -> dict:
+    from tests.benchmarks.bench_compare import bench_compare
+
+    return bench_compare(model)
+
+
 def _ring_path(model) -> dict:
     from tests.benchmarks.bench_ring_path import bench_ring_path
 
@@ -132,6 +138,7 @@ BENCHES = {
     "blas": _blas,
     "history": _history,
     "linktest": _linktest,
+    "compare": _compare,
     "ring_path": _ring_path,
     "library": _library,
     "serve": _serve,
