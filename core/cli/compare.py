@@ -16,7 +16,7 @@ from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
-from core.cli.run import make_targets
+from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.plan.split import parse_split
@@ -25,8 +25,7 @@ from core.run.compare import Comparison, RunFigures, compare
 from core.run.history import RunRecord, keep, local_versions
 from core.run.launcher import JobError
 from core.run.placement import ClusterError
-from core.run.session import Session, real_hosts, simulated_hosts
-from core.settings import MAX_DEMO_NODES
+from core.run.session import Session
 from core.units import rate, seconds, size
 from core.worker.vocab import Strategy
 
@@ -38,15 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a model folder, a name `macmesh models` lists, or hf:ORG/NAME once downloaded "
         "(--demo: optional)",
     )
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--demo", action="store_true", help="the demo cluster on this machine")
-    where.add_argument("--hosts", help="[user@]host[:port],... the cluster's Macs")
-    parser.add_argument("--nodes", type=int, default=2, help="with --demo: simulated Macs, 2-4")
+    add_where_arguments(parser)
     parser.add_argument(
         "--strategy", choices=(Strategy.PIPELINE, Strategy.TENSOR), default=Strategy.PIPELINE
     )
-    parser.add_argument("--python", help="with --hosts: the nodes' Python")
-    parser.add_argument("--cache-root", help="with --hosts: the nodes' cache folder")
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument(
@@ -72,8 +66,7 @@ def compare_cli(argv: Sequence[str] | None = None) -> int:
 def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
         check_max_tokens(args.max_tokens)
-        if args.demo and not 2 <= args.nodes <= MAX_DEMO_NODES:
-            raise ClusterError(f"--nodes: a comparison needs 2 to {MAX_DEMO_NODES} simulated Macs")
+        hosts = where_hosts(args, "a comparison needs")
         if args.model is None and not args.demo:
             raise ClusterError("name the model folder to compare (or use --demo)")
         if args.model is None:
@@ -82,13 +75,6 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
             info = resolve_model(args.model, to_run=True)
         else:
             info = read_model_info(demo.demo_model())
-        if args.demo:
-            hosts = simulated_hosts(demo.demo_facts(args.nodes))
-        else:
-            names = [h for h in args.hosts.split(",") if h.strip()]
-            if len(names) < 2:
-                raise ClusterError("--hosts: a cluster to compare with needs two hosts or more")
-            hosts = real_hosts(make_targets(names, args.python, args.cache_root))
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2

@@ -17,15 +17,14 @@ from pathlib import Path
 from typing import TextIO
 
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
-from core.cli.run import make_targets
+from core.cli.where import add_where_arguments, where_hosts
 from core.cluster.topology import build_topology
 from core.model.info import ModelError, read_model_info
 from core.run import demo, linktest
 from core.run.history import RunRecord, keep, local_versions
 from core.run.launcher import JobError
 from core.run.placement import ClusterError
-from core.run.session import Session, real_hosts, simulated_hosts
-from core.settings import MAX_DEMO_NODES
+from core.run.session import Session
 from core.units import bytes_per_s
 from core.worker.vocab import Strategy
 
@@ -34,13 +33,8 @@ QUICK_SCALE = 0.25
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--demo", action="store_true", help="the demo cluster on this machine")
-    where.add_argument("--hosts", help="[user@]host[:port],... the Macs to test")
-    parser.add_argument("--nodes", type=int, default=2, help="with --demo: simulated Macs, 2-4")
+    add_where_arguments(parser)
     parser.add_argument("--model", type=Path, help="the job's model (default: the demo model)")
-    parser.add_argument("--python", help="with --hosts: the nodes' Python")
-    parser.add_argument("--cache-root", help="with --hosts: the nodes' cache folder")
     parser.add_argument(
         "--quick", action="store_true", help="move a quarter of the bytes at each size"
     )
@@ -62,18 +56,10 @@ def linktest_cli(argv: Sequence[str] | None = None) -> int:
 def run_linktest(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     scale = QUICK_SCALE if args.quick else 1.0
     try:
-        if args.demo and not 2 <= args.nodes <= MAX_DEMO_NODES:
-            raise ClusterError(f"--nodes: a link needs 2 to {MAX_DEMO_NODES} simulated Macs")
+        hosts = where_hosts(args, "a link needs")
         if args.model is None:
             stage("preparing the demo model")
         info = read_model_info(args.model or demo.demo_model())
-        if args.demo:
-            hosts = simulated_hosts(demo.demo_facts(args.nodes))
-        else:
-            names = [h for h in args.hosts.split(",") if h.strip()]
-            if len(names) < 2:
-                raise ClusterError("--hosts: a link needs two hosts or more")
-            hosts = real_hosts(make_targets(names, args.python, args.cache_root))
         session = Session(info, hosts, strategy=Strategy.PIPELINE)
         stage.session = session
         if not args.demo:
