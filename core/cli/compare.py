@@ -16,10 +16,10 @@ from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.cli.options import add_split_argument, split_of
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
-from core.plan.split import parse_split
 from core.run import demo
 from core.run.compare import Comparison, RunFigures, compare
 from core.run.history import RunRecord, keep, local_versions
@@ -43,11 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument(
-        "--split",
-        metavar="N,N,...",
-        help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
-    )
+    add_split_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -92,7 +88,7 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.flush()
 
     try:
-        split = parse_split(args.split) if args.split else None
+        split = split_of(args)
         result = compare(
             info, hosts, args.strategy, args.prompt, args.max_tokens, on_session=watch, split=split
         )

@@ -12,9 +12,9 @@ from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.cli.options import add_split_argument, split_of
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
-from core.plan.split import parse_split
 from core.run import demo
 from core.run.placement import ClusterError
 from core.run.session import Session, simulated_hosts
@@ -34,11 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument(
-        "--split",
-        metavar="N,N,...",
-        help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
-    )
+    add_split_argument(parser)
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
@@ -73,7 +69,7 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
             info,
             simulated_hosts(demo.demo_facts(args.nodes)),
             strategy=args.strategy,
-            split=parse_split(args.split) if args.split else None,
+            split=split_of(args),
         )
         stage.session = session
         plan = session.make_plan()

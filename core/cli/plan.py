@@ -17,6 +17,7 @@ import subprocess
 import sys
 from typing import TextIO
 
+from core.cli.options import add_split_argument
 from core.library.resolve import resolve_model
 from core.model.info import ModelError
 from core.plan.memory import Link, Node, PlanOptions
@@ -122,11 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="every pair of Macs is cabled with RDMA over Thunderbolt 5",
     )
-    parser.add_argument(
-        "--split",
-        metavar="N,N,...",
-        help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
-    )
+    add_split_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     return parser
 

@@ -21,6 +21,7 @@ from typing import TextIO
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.netchange import change_network
+from core.cli.options import add_split_argument
 from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
 from core.library.resolve import resolve_model
@@ -86,11 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hash every model file on the nodes (slower: reads them all); a file found "
         "changed is copied again",
     )
-    parser.add_argument(
-        "--split",
-        metavar="N,N,...",
-        help="pipeline layers per Mac by hand, in the plan's rank order (e.g. 18,12)",
-    )
+    add_split_argument(parser)
     parser.add_argument(
         "--change-network",
         action="store_true",
