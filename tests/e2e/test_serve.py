@@ -173,7 +173,7 @@ def test_one_log_line_per_request(served: Served) -> None:
     before = len(served.request_lines())
     httpx.get(f"{served.base_url}/models", headers={"Authorization": f"Bearer {served.key}"})
     httpx.get(f"{served.base_url}/nothing-here")
-    lines = served.request_lines()[before:]
+    lines = served.wait_for_request_lines(before + 2)[before:]
     assert len(lines) == 2
     assert "GET /v1/models 200" in lines[0] and "GET /v1/nothing-here 40" in lines[1]
 

@@ -52,6 +52,12 @@ class Served:
     def request_lines(self) -> list[str]:
         return [line for line in self.out if line.startswith("127.0.0.1 ")]
 
+    def wait_for_request_lines(self, count: int, within: float = 30) -> list[str]:
+        """The request lines once there are ``count``: a line is printed after its
+        answer is sent, so the client can hold the answer before the line exists."""
+        wait_until(lambda: len(self.request_lines()) >= count, within, f"{count} request lines")
+        return self.request_lines()
+
     def stop(self, within: float = 60) -> int:
         """SIGTERM; the exit code once every rank has ended."""
         if self.proc.poll() is None:
