@@ -37,6 +37,14 @@ heartbeat   (every HEARTBEAT_S from the rank's first line, so silence means a ha
             stage (the ``loading`` stage, until the rank has loaded)
 link_test   request, size (ranks), links ([{a, b, points: [{bytes, seconds (one way),
             bytes_per_s}]}]), all_sum ([{bytes, seconds, bytes_per_s (bus bandwidth)}])
+train       (fine-tune; every rank, every ``steps_per_report`` iterations) iteration, iters,
+            train_loss (the group's mean), learning_rate, tokens_per_s (the group's trained
+            tokens/s), trained_tokens (the group's, so far), peak_memory_bytes (this rank's)
+validation  (fine-tune; rank 0) iteration, val_loss
+checkpoint  (fine-tune; rank 0) iteration, path (the adapter file on rank 0's node)
+trained     (fine-tune; rank 0, once training ended or was stopped) adapter (the adapter
+            folder on rank 0's node), iterations, train_loss, val_loss (or null),
+            stopped (true when a stop command ended it before ``iters``)
 error       message (for a person: what happened and what to do), fatal,
             request (when it answers one request: that request failed, the job lives on),
             code (for a refused request, when known: "context_length_exceeded")
@@ -64,8 +72,13 @@ HEARTBEAT = "heartbeat"
 LINK_TEST = "link_test"
 ERROR = "error"
 STOPPED = "stopped"
+TRAIN = "train"
+VALIDATION = "validation"
+CHECKPOINT = "checkpoint"
+TRAINED = "trained"
 EVENTS = frozenset(
     {HELLO, LOADING, LOADED, READY, TOKEN, DONE, TRAFFIC, HEARTBEAT, LINK_TEST, ERROR, STOPPED}
+    | {TRAIN, VALIDATION, CHECKPOINT, TRAINED}
 )
 
 # Command ops.

@@ -21,6 +21,13 @@ class Strategy(StrEnum):
     TENSOR = "tensor"  # a slice of every layer per node (speed; talks every layer)
 
 
+class Task(StrEnum):
+    """What a job's ranks do."""
+
+    CHAT = "chat"  # load a shard of the model, answer requests
+    FINETUNE = "finetune"  # every rank the whole model: LoRA training, data parallel
+
+
 class Backend(StrEnum):
     """MLX's distributed backend a job runs on. ``AUTO`` is only ever a request:
     preflight turns it into one of the others."""
