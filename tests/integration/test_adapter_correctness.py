@@ -1,0 +1,101 @@
+"""Base + adapter on our ranks answers exactly as mlx-lm's own ``load(adapter_path=...)``.
+
+The adapter is fused into the whole model before sharding (core/worker/adapter.py); the
+reference is mlx-lm's unfused LoRA layers on one process. Single, pipeline and tensor
+ranks must give its greedy tokens, which must differ from the base's (else the adapter
+was not applied and the test would prove nothing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.run.launcher import JobError, JobSpec
+from tests.helpers.adapters import make_adapter
+from tests.helpers.jobs import PROMPT, run_job
+from tests.helpers.tiny_models import make_tiny_model
+
+pytestmark = pytest.mark.slow
+
+
+def mlx_lm_tokens(model: Path, adapter: Path | None, max_tokens: int = 12) -> list[int]:
+    """mlx-lm's own answer: load with ``adapter_path``, greedy, the worker's chat prompt."""
+    from mlx_lm import load, stream_generate
+
+    loaded, tokenizer = load(str(model), adapter_path=str(adapter) if adapter else None)[:2]
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}], add_generation_prompt=True
+    )
+    return [r.token for r in stream_generate(loaded, tokenizer, prompt, max_tokens=max_tokens)]
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_models: dict[str, Path], tiny_adapter: Path) -> list[int]:
+    tokens = mlx_lm_tokens(tiny_models["llama"], tiny_adapter)
+    assert len(tokens) == 12 and len(set(tokens)) > 1  # a weak reference proves nothing
+    assert tokens != mlx_lm_tokens(tiny_models["llama"], None)  # the adapter changes it
+    return tokens
+
+
+@pytest.mark.parametrize(
+    ("strategy", "nodes", "split"),
+    [("single", 1, None), ("pipeline", 2, None), ("pipeline", 2, [3, 1]), ("tensor", 2, None)],
+)
+def test_ranks_with_an_adapter_answer_as_mlx_lm(
+    tiny_models: dict[str, Path],
+    tiny_adapter: Path,
+    expected: list[int],
+    strategy: str,
+    nodes: int,
+    split: list[int] | None,
+) -> None:
+    spec = JobSpec(
+        model=tiny_models["llama"],
+        strategy=strategy,
+        nodes=nodes,
+        split=split,
+        adapter=tiny_adapter,
+    )
+    result = run_job(spec)
+    assert result.tokens == expected
+    loaded = [e for e in result.events if e["event"] == "loaded"]
+    assert len(loaded) == nodes
+    # 3 layers x 7 linears each, fused on every rank (before the pipeline drops layers)
+    assert all(
+        e["adapter"] == {"name": "Mochi", "type": "lora", "fused": 21, "precision": "float"}
+        for e in loaded
+    )
+
+
+def test_a_quantized_base_with_its_adapter(tmp_path: Path) -> None:
+    """QLoRA: an adapter trained on a 4-bit base; the CPU ranks fuse it in float."""
+    model = make_tiny_model(tmp_path / "q4", quantize=True, seed=3)
+    adapter = make_adapter(model, tmp_path / "q4-adapter", num_layers=4)
+    tokens = mlx_lm_tokens(model, adapter)
+    assert tokens != mlx_lm_tokens(model, None)
+    for strategy in ("pipeline", "tensor"):
+        spec = JobSpec(model=model, strategy=strategy, nodes=2, adapter=adapter)
+        assert run_job(spec).tokens == tokens
+
+
+def test_a_folder_that_is_not_an_adapter_is_refused(
+    tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = tmp_path / "holiday-photos"
+    folder.mkdir()
+    with pytest.raises(JobError) as failure:
+        run_job(JobSpec(model=tiny_models["llama"], nodes=1, adapter=folder))
+    first = str(failure.value).splitlines()[0]
+    assert first == f"Rank 0: {folder} is not an adapter folder: it has no adapter_config.json"
+
+
+def test_an_adapter_of_another_base_is_refused(tiny_adapter: Path, tmp_path: Path) -> None:
+    """The adapter on a llama of other sizes (the same layer names, other shapes)."""
+    other = make_tiny_model(tmp_path / "wider", hidden=96, intermediate=192)
+    spec = JobSpec(model=other, strategy="pipeline", nodes=2, adapter=tiny_adapter)
+    with pytest.raises(JobError) as failure:
+        run_job(spec)
+    first = str(failure.value).splitlines()[0]
+    assert first.startswith("Rank ") and "was made for another base model: " in first, first
