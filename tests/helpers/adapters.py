@@ -85,3 +85,18 @@ def make_adapter(
         }
         (out_dir / "macmesh.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out_dir
+
+
+def mlx_lm_answer(
+    model: Path, adapter: Path | None, prompt: str, max_tokens: int = 12
+) -> tuple[list[int], str]:
+    """mlx-lm's own greedy answer (token ids, text) with ``load(adapter_path=...)`` on this
+    process, through the chat template as the worker applies it."""
+    from mlx_lm import load, stream_generate
+
+    loaded, tokenizer = load(str(model), adapter_path=str(adapter) if adapter else None)[:2]
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True
+    )
+    steps = list(stream_generate(loaded, tokenizer, ids, max_tokens=max_tokens))
+    return [r.token for r in steps], "".join(r.text for r in steps)

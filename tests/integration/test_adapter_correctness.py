@@ -13,22 +13,15 @@ from pathlib import Path
 import pytest
 
 from core.run.launcher import JobError, JobSpec
-from tests.helpers.adapters import make_adapter
+from tests.helpers.adapters import make_adapter, mlx_lm_answer
 from tests.helpers.jobs import PROMPT, run_job
 from tests.helpers.tiny_models import make_tiny_model
 
 pytestmark = pytest.mark.slow
 
 
-def mlx_lm_tokens(model: Path, adapter: Path | None, max_tokens: int = 12) -> list[int]:
-    """mlx-lm's own answer: load with ``adapter_path``, greedy, the worker's chat prompt."""
-    from mlx_lm import load, stream_generate
-
-    loaded, tokenizer = load(str(model), adapter_path=str(adapter) if adapter else None)[:2]
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROMPT}], add_generation_prompt=True
-    )
-    return [r.token for r in stream_generate(loaded, tokenizer, prompt, max_tokens=max_tokens)]
+def mlx_lm_tokens(model: Path, adapter: Path | None) -> list[int]:
+    return mlx_lm_answer(model, adapter, PROMPT)[0]
 
 
 @pytest.fixture(scope="module")
