@@ -5,7 +5,9 @@
   ``HF_HOME`` at call time;
 - LM Studio's models folders, ``~/.lmstudio/models`` and the older
   ``~/.cache/lm-studio/models`` (``publisher/model/`` inside);
-- the folders the person added (``library_folders`` in MacMesh's settings).
+- the folders the person added (``library_folders`` in MacMesh's settings);
+- the models MacMesh made: adapters fused into their base (``core.tune.fuse``), in
+  ``core.paths.models_dir()``.
 
 A cache entry huggingface_hub reports as corrupt (a broken symlink, a ref to a missing
 snapshot) or that holds an interrupted ``.incomplete`` blob is listed as broken, never
@@ -18,6 +20,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from core import paths
 from core.library.entries import (
     LibraryEntry,
     Source,
@@ -55,13 +58,14 @@ def list_library(
     lm_studio: Sequence[Path] | None = None,
 ) -> list[LibraryEntry]:
     """Every model found: Hugging Face cache first, then LM Studio, then added folders,
-    each sorted by name. Never raises. Folders unchanged since the last listing are not
-    validated again (``core.library.memo``)."""
+    then the models MacMesh made (fused adapters), each sorted by name. Never raises.
+    Folders unchanged since the last listing are not validated again (``core.library.memo``)."""
     memo = Memo.load()
     entries = hf_cache_entries(hub_cache or hub_cache_dir(), memo)
     for root in lm_studio_dirs() if lm_studio is None else lm_studio:
         entries += lm_studio_entries(root, memo)
     entries += added_entries(added, memo)
+    entries += own_entries(memo)
     memo.save()
     return entries
 
@@ -180,6 +184,17 @@ def added_entries(folders: Sequence[str], memo: Memo | None = None) -> list[Libr
         name = folder.name or str(folder)
         entries.append(entry_for_folder(name, Source.FOLDER, folder, memo=memo))
     return entries
+
+
+def own_entries(memo: Memo | None = None) -> list[LibraryEntry]:
+    """The models MacMesh made (``paths.models_dir()``: adapters fused into their base)."""
+    try:
+        own = paths.models_dir()
+    except paths.FolderError:
+        return []
+    inner = [f for f in _subfolders(own) if (f / "config.json").exists()]
+    inner = [f for f in inner if not f.name.endswith(".partial")]
+    return [entry_for_folder(f.name, Source.FOLDER, f, memo=memo) for f in inner]
 
 
 def _subfolders(folder: Path) -> list[Path]:

@@ -52,6 +52,7 @@ from psygnal import Signal
 
 from core.bundle import worker_python
 from core.cluster.probe.facts import NodeFacts
+from core.model.adapter import AdapterUse, check_adapter
 from core.model.info import ModelInfo
 from core.model.manifest import ManifestError
 from core.plan.planner import Plan
@@ -61,7 +62,6 @@ from core.remote.ssh import SSHError
 from core.remote.targets import Target
 from core.remote.transport import CopyCancelled, ModelCopyError
 from core.run import placement
-from core.run.adapter import AdapterUse, check_adapter
 from core.run.launcher import Job, JobError, JobSpec
 from core.run.placement import (
     ClusterError,
@@ -175,7 +175,7 @@ class Session:
         self._job_factory = job_factory or Job
         self._lock = threading.RLock()
         self._cancel = threading.Event()
-        # base + adapter (``core.run.adapter``: AdapterError here when it does not fit)
+        # base + adapter (``core.model.adapter``: AdapterError here when it does not fit)
         self.adapter: AdapterUse | None = check_adapter(info, adapter) if adapter else None
         self.adapter_folders: dict[str, str] = {}  # node → the adapter's folder there
 

@@ -1,5 +1,5 @@
 """Before a Start: a folder that is not an adapter, or an adapter of another base, is
-refused in one line (core.run.adapter), before anything starts."""
+refused in one line (core.model.adapter), before anything starts."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from core.model.adapter import AdapterError, check_adapter
 from core.model.info import read_model_info
-from core.run.adapter import AdapterError, check_adapter
 from tests.helpers.tiny_models import make_tiny_model
 
 
