@@ -464,6 +464,10 @@ class Session:
 
     # -- the adapter ---------------------------------------------------------------------
 
+    @property
+    def adapter_name(self) -> str:
+        return self.adapter.name if self.adapter is not None else ""
+
     def _put_adapter(self) -> None:
         """The adapter on every node the plan uses (copied where missing), in parallel;
         ClusterError naming each node where that failed."""
