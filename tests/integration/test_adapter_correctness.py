@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from core.model.info import read_model_info
 from core.run.launcher import JobError, JobSpec
+from core.tune.fuse import fuse_adapter
 from tests.helpers.adapters import make_adapter, mlx_lm_answer
 from tests.helpers.jobs import PROMPT, run_job
 from tests.helpers.tiny_models import make_tiny_model
@@ -62,15 +64,42 @@ def test_ranks_with_an_adapter_answer_as_mlx_lm(
     )
 
 
-def test_a_quantized_base_with_its_adapter(tmp_path: Path) -> None:
-    """QLoRA: an adapter trained on a 4-bit base; the CPU ranks fuse it in float."""
-    model = make_tiny_model(tmp_path / "q4", quantize=True, seed=3)
-    adapter = make_adapter(model, tmp_path / "q4-adapter", num_layers=4)
+@pytest.fixture(scope="module")
+def q4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A 4-bit base and an adapter trained on it (QLoRA)."""
+    root = tmp_path_factory.mktemp("q4")
+    model = make_tiny_model(root / "q4", quantize=True, seed=3)
+    return model, make_adapter(model, root / "q4-adapter", num_layers=4)
+
+
+def test_a_quantized_base_with_its_adapter(q4: tuple[Path, Path]) -> None:
+    """The CPU ranks fuse the adapter in float: mlx-lm's unfused answer exactly."""
+    model, adapter = q4
     tokens = mlx_lm_tokens(model, adapter)
     assert tokens != mlx_lm_tokens(model, None)
     for strategy in ("pipeline", "tensor"):
         spec = JobSpec(model=model, strategy=strategy, nodes=2, adapter=adapter)
         assert run_job(spec).tokens == tokens
+
+
+def test_ranks_keeping_4_bit_weights_answer_as_mlx_lm_s_fused_model(
+    q4: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Kept quantized (Metal's way), the fused layers are quantized again: the answer of
+    mlx-lm's own fused model (mlx_lm.fuse's default, which Fuse runs), on every strategy."""
+    model, adapter = q4
+    fused = fuse_adapter(model, adapter, dest=tmp_path / "fused").path
+    assert read_model_info(fused).quantization_label == "4-bit"
+    expected = run_job(JobSpec(model=fused, nodes=1, weights=["quantized"])).tokens
+    assert expected != run_job(JobSpec(model=model, nodes=1, weights=["quantized"])).tokens
+    for strategy in ("pipeline", "tensor"):
+        spec = JobSpec(
+            model=model, strategy=strategy, nodes=2, adapter=adapter, weights=["quantized"] * 2
+        )
+        result = run_job(spec)
+        assert result.tokens == expected
+        loaded = [e for e in result.events if e["event"] == "loaded"]
+        assert {e["adapter"]["precision"] for e in loaded} == {"re-quantized"}
 
 
 def test_a_folder_that_is_not_an_adapter_is_refused(
