@@ -121,3 +121,18 @@ def test_an_adapter_of_another_base_is_refused(tiny_adapter: Path, tmp_path: Pat
         run_job(spec)
     first = str(failure.value).splitlines()[0]
     assert first.startswith("Rank ") and "was made for another base model: " in first, first
+
+
+@pytest.mark.parametrize("kind", ["dora", "full"])
+def test_the_other_fine_tune_types_mlx_lm_writes(
+    tiny_models: dict[str, Path], tmp_path: Path, kind: str
+) -> None:
+    """DoRA (fused by its own layer) and full fine-tuning (plain weights) on tensor ranks."""
+    model = tiny_models["llama"]
+    adapter = make_adapter(model, tmp_path / kind, num_layers=2, fine_tune_type=kind)
+    tokens = mlx_lm_tokens(model, adapter)
+    assert tokens != mlx_lm_tokens(model, None)
+    result = run_job(JobSpec(model=model, strategy="tensor", nodes=2, adapter=adapter))
+    assert result.tokens == tokens
+    loaded = [e for e in result.events if e["event"] == "loaded"]
+    assert {e["adapter"]["type"] for e in loaded} == {kind}
