@@ -48,9 +48,11 @@ DISK_MARGIN = 1 << 30
 RETRIES = 3  # rounds after huggingface_hub's own retries give up
 BACKOFF_S = 2.0
 _REPORT_EVERY_S = 0.1
-# huggingface_hub reads 10 MB per chunk: a cancel waits for the chunk, and a dropped
-# connection resumes from the last whole chunk. 1 MB makes both act within 1 MB.
-CHUNK_BYTES = 1 << 20
+# huggingface_hub hands out 10 MB chunks, gathered from the 64 kB its HTTP client reads
+# at a time (httpcore's READ_NUM_BYTES). At 64 kB every read is handed on as it is, with
+# no regathering (the fastest size on loopback, by ~15 %), a cancel acts within 64 kB,
+# and a cut connection resumes from the last 64 kB.
+CHUNK_BYTES = 64 << 10
 # Files above this are fetched resumably (kept as ``.incomplete`` when stopped).
 RESUMABLE_BYTES = 1 << 20
 
