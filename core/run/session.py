@@ -53,6 +53,7 @@ from core.bundle import worker_python
 from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
+from core.remote.hubfetch import fetch_or_copy
 from core.remote.modelcopy import CopyResult, copy_model
 from core.remote.ssh import SSHError
 from core.remote.targets import Target
@@ -133,6 +134,7 @@ class Session:
         verify: bool = False,
         split: Sequence[int] | None = None,
         check_paths: bool = True,
+        model_source: str = "auto",
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -153,6 +155,7 @@ class Session:
         self.verify = verify  # preflight hashes every model file on the nodes
         self.split = None if split is None else tuple(split)  # a pipeline split by hand
         self.check_paths = check_paths  # preflight tries each ring link's path (issue 18)
+        self.model_source = model_source  # auto | hub | this-mac (core.run.modelsource)
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
@@ -295,6 +298,7 @@ class Session:
                 facts=known,
                 verify=self.verify,
                 check_paths=self.check_paths,
+                model_source=self.model_source,
             )
             self.report = report
             self.checked.emit(report)
@@ -316,9 +320,10 @@ class Session:
             pool = ThreadPoolExecutor(len(todo), thread_name_prefix="model-copy")
             try:
                 source, progress = self.info.path, self.copy_progress.emit
+                from_hub = partial(fetch_or_copy, fallback=self.model_source != "hub")
                 futures = [
                     pool.submit(
-                        copy_model,
+                        from_hub if report.sources.get(target.name) == "hub" else copy_model,
                         target,
                         part,
                         source,
