@@ -24,7 +24,7 @@ from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.fake_hub import FakeHub
 from tests.helpers.hf_cache import put_in_hf_cache
 from tests.helpers.hub_env import hub
-from tests.helpers.remote import sshd_targets
+from tests.helpers.remote import sshd_targets, wait_nothing_left
 from tests.helpers.sshd import SSHServer
 from tests.helpers.tiny_models import make_tiny_model
 
@@ -164,7 +164,7 @@ def test_model_source_forces_this_mac_or_the_hub(
 
 
 def test_a_failed_download_falls_back_unless_forced_and_a_cancel_stops_it(
-    hub: FakeHub, snapshot: Path, targets: list[Target]
+    hub: FakeHub, snapshot: Path, targets: list[Target], sshd: SSHServer
 ) -> None:
     report = run_preflight(targets, plan_for(snapshot), snapshot)
     node = report.copies_needed[0]
@@ -180,7 +180,17 @@ def test_a_failed_download_falls_back_unless_forced_and_a_cancel_stops_it(
 
     hub.repos[REPO].gated = False
     other = next(t for t in targets if t.name != node)
+    part = report.manifests[other.name]
+    hub.bandwidth = part.total_bytes / 20  # ~20 s: stopped long before
     cancel = threading.Event()
-    cancel.set()
-    with pytest.raises(CopyCancelled):
-        fetch_from_hub(other, report.manifests[other.name], snapshot, origin, cancel=cancel)
+    seen: list[CopyProgress] = []
+
+    def stop_once_started(progress: CopyProgress) -> None:
+        seen.append(progress)
+        if progress.bytes_done > 0:
+            cancel.set()
+
+    with pytest.raises(CopyCancelled, match="stopped"):
+        fetch_from_hub(other, part, snapshot, origin, stop_once_started, cancel)
+    assert seen and seen[-1].bytes_done < part.total_bytes
+    assert wait_nothing_left(sshd) == []  # the node's download ended with the cancel
