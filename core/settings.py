@@ -13,8 +13,8 @@ The file is ``settings.json`` in ``core.paths.config_dir()``::
       "max_tokens": 256,                                      # longest answer, 1-32768
       "interfaces": [],                                       # network interfaces (later)
       "library_folders": ["/Volumes/models/Llama-3-8B-4bit"], # model folders added to the library
-      "model_source": "auto"                                  # nodes get the model: "auto",
-    }                                                         # "hub" or "this-mac"
+      "model_source": "auto"                                  # auto, hub or this-mac
+    }
 
 Reading never fails: a missing file gives the defaults, a corrupt file gives the defaults
 and a warning in the log, a bad value gives that value's default and a warning. Keys this
