@@ -40,6 +40,7 @@ from core.run.launcher import JobSpec
 from core.run.placement import ClusterError, show_launch
 from core.run.preflight import BACKENDS, PreflightReport, format_report
 from core.run.session import Session, real_hosts
+from core.settings import MODEL_SOURCES, load_settings
 from core.units import bytes_per_s, duration, size
 from core.worker.vocab import Backend, Strategy
 
@@ -98,6 +99,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--adapter", help="an adapter folder (mlx-lm's layout, e.g. from `macmesh finetune`)"
     )
     parser.add_argument(
+        "--model-source",
+        choices=MODEL_SOURCES,
+        default=None,
+        help="where nodes lacking model files get them: auto (a node that reaches Hugging "
+        "Face downloads its own files, when the model came from there; else a copy from "
+        "this Mac), hub, or this-mac; default: the model_source setting (auto)",
+    )
+    parser.add_argument(
         "--change-network",
         action="store_true",
         help="apply the network changes the checks offer for a faster path (each Mac's "
@@ -141,6 +150,7 @@ def prepare(
         split=parse_split(args.split) if getattr(args, "split", None) else None,
         check_paths=not show_launch,  # runs nothing: the paths as probed
         adapter=getattr(args, "adapter", None),
+        model_source=getattr(args, "model_source", None) or load_settings().model_source,
     )
     stage.session = session
     stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it

@@ -57,6 +57,7 @@ from core.model.info import ModelInfo
 from core.model.manifest import ManifestError
 from core.plan.planner import Plan
 from core.remote.adaptercopy import adapter_folder, put_adapter
+from core.remote.hubfetch import fetch_or_copy
 from core.remote.modelcopy import CopyResult, copy_model
 from core.remote.ssh import SSHError
 from core.remote.targets import Target
@@ -138,6 +139,7 @@ class Session:
         split: Sequence[int] | None = None,
         check_paths: bool = True,
         adapter: Path | str | None = None,
+        model_source: str = "auto",
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -158,6 +160,7 @@ class Session:
         self.verify = verify  # preflight hashes every model file on the nodes
         self.split = None if split is None else tuple(split)  # a pipeline split by hand
         self.check_paths = check_paths  # preflight tries each ring link's path (issue 18)
+        self.model_source = model_source  # auto | hub | this-mac (core.run.modelsource)
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
@@ -303,6 +306,7 @@ class Session:
                 facts=known,
                 verify=self.verify,
                 check_paths=self.check_paths,
+                model_source=self.model_source,
             )
             self.report = report
             self.checked.emit(report)
@@ -325,9 +329,10 @@ class Session:
             pool = ThreadPoolExecutor(len(todo), thread_name_prefix="model-copy")
             try:
                 source, progress = self.info.path, self.copy_progress.emit
+                from_hub = partial(fetch_or_copy, fallback=self.model_source != "hub")
                 futures = [
                     pool.submit(
-                        copy_model,
+                        from_hub if report.sources.get(target.name) == "hub" else copy_model,
                         target,
                         part,
                         source,
