@@ -223,3 +223,82 @@ def test_checkpoints_in_order(tmp_path: Path) -> None:
     for name in ("0000100_adapters.safetensors", "0000050_adapters.safetensors", "x.safetensors"):
         (folder / name).write_bytes(b"")
     assert [it for it, _ in a.checkpoints(folder)] == [50, 100]
+
+
+# --- with mlx-lm's own trainer ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_an_adapter_from_mlx_lm_lora_round_trips(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    """mlx_lm.lora trains a tiny model a few steps into a MacMesh adapter folder: both
+    read_adapter and mlx-lm's own loader accept that folder, with or without macmesh.json."""
+    import subprocess
+    import sys
+
+    from mlx_lm.tuner.lora import LoRALinear
+    from mlx_lm.utils import load
+
+    from core.tune.data import DEMO_DATA, read_data
+
+    data = read_data(DEMO_DATA)
+    train_dir = data.write_to(tmp_path / "data", batch_size=2)
+    folder = a.new_adapter_folder("Tiny mascot")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlx_lm",
+            "lora",
+            "--model",
+            str(tiny_models["llama"]),
+            "--train",
+            "--data",
+            str(train_dir),
+            "--iters",
+            "4",
+            "--batch-size",
+            "2",
+            "--num-layers",
+            "2",
+            "--steps-per-eval",
+            "100",
+            "--val-batches",
+            "1",
+            "--save-every",
+            "2",
+            "--max-seq-length",
+            "128",
+            "--adapter-path",
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+
+    outside = read_adapter(folder)  # as mlx-lm left it: no macmesh.json yet
+    assert (outside.name, outside.made_here, outside.iterations) == ("tiny-mascot", False, 4)
+    assert outside.base_model == tiny_models["llama"].name
+    assert [it for it, _ in a.checkpoints(folder)] == [2, 4]
+
+    a.write_metadata(
+        folder,
+        name="Tiny mascot",
+        base_model=tiny_models["llama"].name,
+        data_sha256=data.sha256,
+        data_examples=data.examples,
+        iterations=4,
+        train_loss=1.5,
+        val_loss=None,
+        settings=TuneSettings(iters=4, batch_size=2, lora_layers=2, max_seq_length=128),
+    )
+    ours = read_adapter(folder)
+    assert (ours.name, ours.made_here, ours.data_sha256) == ("Tiny mascot", True, data.sha256)
+    assert a.list_adapters() == [ours]
+
+    model, _ = load(str(tiny_models["llama"]), adapter_path=str(folder))
+    adapted = [name for name, m in model.named_modules() if isinstance(m, LoRALinear)]
+    assert adapted and all(name.startswith(("model.layers.", "layers.")) for name in adapted)
