@@ -20,13 +20,19 @@ the finishing thread (``finished``, the last ``state_changed``).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib
+import io
 import re
+import secrets
+import shlex
 import shutil
+import tarfile
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +42,11 @@ from psygnal import Signal
 
 from core import paths
 from core.model.info import ModelInfo
+from core.model.manifest import build_manifest
+from core.remote.modelcopy import copy_model
+from core.remote.ssh import SSHError
+from core.remote.transport import CopyCancelled, ModelCopyError
+from core.run.placement import ClusterError, in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState
 from core.tune.settings import TuneSettings
@@ -112,6 +123,7 @@ class FineTune:
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._finishing = False
+        self._remote_out: str | None = None  # the adapter on rank 0's node, when remote
 
     # -- what runs --------------------------------------------------------------------
 
@@ -127,8 +139,6 @@ class FineTune:
     def start(self) -> bool:
         """Check the settings and data, then the Start's steps; True once the ranks are
         starting (False: a check failed or it was cancelled, as ``Session.start``)."""
-        if not self.session.demo:
-            raise DataProblem("fine-tuning on SSH nodes is not available yet: use the demo cluster")
         self.settings.check(len(self.hosts))
         folder = _new_folder(paths.cache_dir() / "finetune-data")
         self.data_sha256, self.data_examples = prepare_data(self.data, folder)
@@ -140,7 +150,7 @@ class FineTune:
             "out": self.out,
         }
         try:
-            started = self.session.start()
+            started = self.session.start() if self.session.demo else self._start_on_nodes()
         except BaseException:
             self._discard_unused()
             raise
@@ -151,6 +161,32 @@ class FineTune:
         job.state_changed.connect(self._on_job_state)
         if job.state in (JobState.STOPPED, JobState.FAILED):
             self._on_job_state(job.state.value, job.message)
+        return True
+
+    def _start_on_nodes(self) -> bool:
+        """Session.start's steps with the data copied to every node after the model
+        (the same copy: verified, resumable) and rank 0 writing the adapter beside it on
+        its node (fetched here when the job ends)."""
+        session, folder = self.session, self.data_folder
+        assert folder is not None
+        try:
+            session.probe()
+            session.make_plan()
+            report = session.preflight()
+            if session.cancelled or report is None or not report.ok:
+                return False
+            session.copy()
+            rank_data, self._remote_out = copy_data(session, folder)
+            session.job_fields.update(rank_data=rank_data)
+            if self._remote_out is not None:
+                session.job_fields.update(out=Path(self._remote_out))
+            if not session.cancelled:
+                session.launch()
+        except CopyCancelled:
+            pass
+        if session.cancelled:
+            session.stop()
+            return False
         return True
 
     def wait(self, timeout: float | None = None) -> Any:
@@ -257,6 +293,11 @@ class FineTune:
         out = self.out
         if out is None:
             return None
+        if self._remote_out is not None:
+            try:
+                fetch_folder(self.session, self._remote_out, out)
+            except (SSHError, OSError, tarfile.TarError) as exc:
+                self.error = self.error or f"the adapter could not be fetched from rank 0: {exc}"
         trained = self.trained
         if trained is not None and (out / ADAPTER_FILE).is_file():
             iterations = int(trained["iterations"])
@@ -304,6 +345,62 @@ def name_node(message: str, nodes: Sequence[str]) -> str:
         return message
     rank = int(match.group(1))
     return f"Rank {rank} on {nodes[rank]} {message[match.end() :]}"
+
+
+def copy_data(session: Session, folder: Path) -> tuple[list[Path], str | None]:
+    """Copy the data folder to every remote node (``copy_model``: only what it lacks,
+    verified); each rank's data folder (rank order) and, when rank 0 is remote, the
+    adapter folder for it on its node (beside the data)."""
+    plan = session.plan
+    assert plan is not None
+    targets = in_rank_order(plan, session.targets)
+    manifest = build_manifest(folder)
+    remote = {t.name: t for t in targets if not t.local}
+    placed: dict[str, str] = {}
+    if remote:
+        with ThreadPoolExecutor(len(remote), thread_name_prefix="data-copy") as pool:
+            futures = {
+                name: pool.submit(
+                    copy_model,
+                    t,
+                    manifest,
+                    folder,
+                    session.copy_progress.emit,
+                    lambda: session.cancelled,
+                )
+                for name, t in remote.items()
+            }
+            problems = []
+            for name, future in futures.items():
+                try:
+                    placed[name] = future.result().folder
+                except CopyCancelled:
+                    raise
+                except (ModelCopyError, SSHError, OSError) as exc:
+                    problems.append(f"{name}: the data could not be copied: {exc}")
+            if problems:
+                raise ClusterError("\n".join(problems))
+    rank_data = [Path(placed.get(t.name, str(folder))) for t in targets]
+    first = targets[0]
+    out = None if first.local else f"{placed[first.name]}.adapter-{secrets.token_hex(4)}"
+    return rank_data, out
+
+
+def fetch_folder(session: Session, remote: str, into: Path) -> None:
+    """The files of ``remote`` on rank 0's node into ``into`` (a tar stream over the
+    job's SSH transport, base64 in the text channel)."""
+    plan = session.plan
+    assert plan is not None
+    target = in_rank_order(plan, session.targets)[0]
+    q = shlex.quote(remote)
+    with target.connection() as connection:
+        result = connection.run(f"cd {q} && tar -cf - . | base64", timeout=600)
+        if result[0] != 0:
+            raise OSError(f"could not read {remote} on {target.name}: {result[2].strip()}")
+        raw = base64.b64decode("".join(result[1].split()))
+        with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+            archive.extractall(into, filter="data")
+        connection.run(f"rm -rf {q}", timeout=60)
 
 
 def last_checkpoint(folder: Path) -> tuple[int, Path] | None:

@@ -311,7 +311,7 @@ def _datasets(data: Path, tokenizer: Any, batch: int) -> tuple[CacheDataset, Cac
     try:
         train_set, valid_set, _ = load_local_dataset(data, tokenizer, config)
     except (ValueError, KeyError) as exc:
-        raise TrainingError(f"mlx-lm cannot read the data in {data}: {exc}") from exc
+        raise TrainingError(f"mlx-lm cannot read the data in {data}: {_line(exc)}") from exc
     if len(train_set) < batch:
         raise TrainingError(
             f"train.jsonl has {len(train_set)} example(s), fewer than the batch size ({batch})"
@@ -320,4 +320,25 @@ def _datasets(data: Path, tokenizer: Any, batch: int) -> tuple[CacheDataset, Cac
         raise TrainingError(
             f"valid.jsonl has {len(valid_set)} example(s), fewer than the batch size ({batch})"
         )
-    return CacheDataset(train_set), CacheDataset(valid_set) if len(valid_set) else None
+    train_cache = _tokenized(CacheDataset(train_set), "train.jsonl")
+    valid_cache = _tokenized(CacheDataset(valid_set), "valid.jsonl") if len(valid_set) else None
+    return train_cache, valid_cache
+
+
+def _tokenized(dataset: CacheDataset, name: str) -> CacheDataset:
+    """Every example through mlx-lm's own processing now (it caches them), so an example
+    it cannot use is named before training rather than failing a step later."""
+    for index in range(len(dataset)):
+        try:
+            dataset[index]
+        except Exception as exc:
+            raise TrainingError(
+                f"{name} line {index + 1}: mlx-lm cannot use it: {_line(exc)}"
+            ) from exc
+    return dataset
+
+
+def _line(exc: BaseException) -> str:
+    """An exception's first line (mlx-lm's messages may go on with a link)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,7 +1,8 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching picks some;
+copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,finetune
+picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -123,6 +124,12 @@ def _library(_model) -> dict:
     return bench_library()
 
 
+def _finetune(model) -> dict:
+    from tests.benchmarks.bench_finetune import bench_finetune
+
+    return bench_finetune(model)
+
+
 BENCHES = {
     "planner": _planner,
     "demo_model": _demo_model,
@@ -143,6 +150,7 @@ BENCHES = {
     "library": _library,
     "serve": _serve,
     "batching": _batching,
+    "finetune": _finetune,
 }
 
 

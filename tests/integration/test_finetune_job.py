@@ -167,3 +167,14 @@ def test_two_ranks_train_as_one_on_the_same_global_batch(model: Path, tmp_path: 
     assert len(curves[1]) == len(curves[2]) == 8
     assert curves[2] == pytest.approx(curves[1], rel=1e-5)
     assert abs(curves[1][-1] - curves[1][0]) > 1e-2  # it did learn: the check has teeth
+
+
+def test_an_example_mlx_lm_cannot_use_is_named_by_its_line(model: Path, tmp_path: Path) -> None:
+    data = write_chat_data(tmp_path / "data")
+    lines = (data / "train.jsonl").read_text().splitlines()
+    lines[4] = json.dumps({"text": "no messages here"})
+    (data / "train.jsonl").write_text("\n".join(lines) + "\n")
+    job, _ = run_finetune(model, data, tmp_path / "adapter", 1, SETTINGS)
+    assert job.state == JobState.FAILED
+    assert "train.jsonl line 5: mlx-lm cannot use it" in job.message
+    assert "\n" not in job.message.split("Last log lines")[0].strip()

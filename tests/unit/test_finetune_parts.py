@@ -106,3 +106,36 @@ def test_data_in_mlx_lms_layout_is_copied_with_its_hash(tmp_path: Path) -> None:
     assert (folder / "train.jsonl").read_text() == (source / "train.jsonl").read_text()
     with pytest.raises((DataProblem, ValueError)):
         prepare_data(tmp_path / "nothing", folder)
+
+
+class _Group:
+    def __init__(self, rank: int, size: int) -> None:
+        self._rank, self._size = rank, size
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+
+def test_each_rank_reads_its_own_slice_of_every_batch() -> None:
+    """mlx-lm's iterate_batches, as its trainer calls it with the group: the ranks' rows
+    of each step are disjoint and together are the one-rank run's batch."""
+    import numpy as np
+    from mlx_lm.tuner.trainer import iterate_batches
+
+    dataset = [([i + 1] * (3 + i % 5), 0) for i in range(16)]  # (tokens, offset), as mlx-lm's
+
+    def first_values(group: _Group | None) -> list[set[int]]:
+        np.random.seed(0)
+        batches = iterate_batches(dataset, 4, 64, loop=False, comm_group=group)
+        return [{int(row[0]) for row in np.array(batch)} for batch, _ in batches]
+
+    whole = first_values(None)
+    halves = [first_values(_Group(rank, 2)) for rank in (0, 1)]
+    assert len(whole) == 4
+    for step, batch in enumerate(whole):
+        assert halves[0][step] | halves[1][step] == batch
+        assert not halves[0][step] & halves[1][step]
+        assert len(halves[0][step]) == len(halves[1][step]) == 2
