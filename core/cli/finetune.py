@@ -24,12 +24,14 @@ from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.run import demo
-from core.run.finetune import STOP_WITHIN_S, DataProblem, FineTune, TrainReport
+from core.run.finetune import STOP_WITHIN_S, FineTune, TrainReport, refusals
 from core.run.history import RunRecord, keep, local_versions
-from core.run.placement import ClusterError
 from core.run.states import RunState
-from core.tune.settings import SettingsError, TuneSettings
+from core.tune.settings import TuneSettings
 from core.units import rate, seconds, size
+
+# What a person can fix, said in one line (with core.tune's errors once they landed).
+REFUSED: tuple[type[Exception], ...] = (ModelError, ValueError, *refusals())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +65,7 @@ def run_finetune(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
         tune = _prepare(args, err, stage)
     except KeyboardInterrupt:
         return interrupted(stage, err)
-    except (ClusterError, ModelError, SettingsError, DataProblem, ValueError) as exc:
+    except REFUSED as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
     printer = _Printer(out, args.json, tune)
@@ -91,7 +93,7 @@ def run_finetune(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
         printer.summary(adapter, tune, err)
         _keep_history(tune, adapter, printer, err)
         return INTERRUPTED
-    except (ClusterError, ModelError, SettingsError, DataProblem, ValueError) as exc:
+    except REFUSED as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
     printer.summary(adapter, tune, err)

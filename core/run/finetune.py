@@ -49,7 +49,7 @@ from core.remote.transport import CopyCancelled, ModelCopyError
 from core.run.placement import ClusterError, in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState
-from core.tune.settings import TuneSettings
+from core.tune.settings import SettingsError, TuneSettings
 from core.worker import protocol as p
 from core.worker.vocab import JobState, Strategy, Task
 
@@ -150,6 +150,8 @@ class FineTune:
             "out": self.out,
         }
         try:
+            if self.session.demo:
+                self.check_fit()
             started = self.session.start() if self.session.demo else self._start_on_nodes()
         except BaseException:
             self._discard_unused()
@@ -172,6 +174,7 @@ class FineTune:
         try:
             session.probe()
             session.make_plan()
+            self.check_fit()
             report = session.preflight()
             if session.cancelled or report is None or not report.ok:
                 return False
@@ -188,6 +191,18 @@ class FineTune:
             session.stop()
             return False
         return True
+
+    def check_fit(self) -> None:
+        """ClusterError (one line: the node that is the limit) when the model, its LoRA and
+        optimizer state and the activations do not fit on every node (``core.tune.fit``,
+        once it has landed; until then nothing is checked here)."""
+        fit = _tune("fit")
+        if fit is None:
+            return
+        facts = [self.session.facts[h.name] for h in self.hosts if h.name in self.session.facts]
+        verdict = fit.training_fit(self.info, self.settings, facts)
+        if not verdict.ok:
+            raise ClusterError(str(verdict.message))
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the job has ended and the adapter is kept; the Adapter (None if
@@ -421,6 +436,16 @@ def _tune(module: str) -> Any:
         return importlib.import_module(f"core.tune.{module}")
     except ImportError:
         return None
+
+
+def refusals() -> tuple[type[Exception], ...]:
+    """What ``FineTune.start`` raises for input a person can fix (one line each): with
+    ``core.tune``'s data error once it has landed."""
+    found: list[type[Exception]] = [DataProblem, SettingsError, ClusterError]
+    data = _tune("data")
+    if data is not None and isinstance(getattr(data, "DataError", None), type):
+        found.append(data.DataError)
+    return tuple(found)
 
 
 def prepare_data(source: Path, folder: Path) -> tuple[str, int]:
