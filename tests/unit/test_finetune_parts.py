@@ -139,3 +139,49 @@ def test_each_rank_reads_its_own_slice_of_every_batch() -> None:
         assert halves[0][step] | halves[1][step] == batch
         assert not halves[0][step] & halves[1][step]
         assert len(halves[0][step]) == len(halves[1][step]) == 2
+
+
+def test_a_report_reads_as_one_line_in_words_or_json() -> None:
+    import io
+
+    from core.cli.finetune import _Printer
+    from core.run.finetune import TrainReport
+
+    class _Tune:  # the three signals the printer listens to
+        from psygnal import Signal
+
+        report = Signal(object)
+        validated = Signal(int, float)
+        checkpoint = Signal(int, str)
+
+    report = TrainReport(3, 10, 1.2345, 1e-4, 812.5, 2400, {"Studio A": 3 << 30}, 14.0)
+    for as_json in (False, True):
+        out = io.StringIO()
+        tune = _Tune()
+        printer = _Printer(out, as_json, tune)  # type: ignore[arg-type]
+        tune.report.emit(report)
+        tune.validated.emit(3, 1.5)
+        lines = out.getvalue().splitlines()
+        assert len(lines) == 2 and printer.series["val_loss"][0][1] == 1.5
+        if as_json:
+            assert json.loads(lines[0])["peak_memory_bytes"] == {"Studio A": 3 << 30}
+            assert json.loads(lines[1]) == {"event": "validation", "iteration": 3, "val_loss": 1.5}
+        else:
+            assert lines[0].startswith("step 3/10: loss 1.234") or lines[0].startswith(
+                "step 3/10: loss 1.235"
+            )
+            assert "Studio A 3" in lines[0] and "left" in lines[0]
+            assert lines[1] == "step 3: validation loss 1.500"
+
+
+def test_a_fine_tunes_history_headline() -> None:
+    from core.run.history import RunRecord
+
+    def record(**figures: object) -> RunRecord:
+        return RunRecord("finetune", "m", ["a"], "data parallel", "ring", dict(figures))
+
+    assert record(train_loss=0.5, iterations=40).headline() == "loss 0.500 after 40 steps"
+    assert record(train_loss=0.5, iterations=4, stopped=True).headline().endswith("(stopped)")
+    assert record(train_loss=None, error="Rank 1 was killed").headline() == (
+        "failed, nothing trained"
+    )
