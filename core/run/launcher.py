@@ -92,8 +92,6 @@ class JobSpec:
     # ring: the address each rank listens on (rank order; core.cluster.ringpath's
     # choice); None: each target's rank_address.
     addresses: list[str] | None = None
-    # On a CPU, per rank (rank order): "float" (dequantize), "quantized", "auto" (if room).
-    weights: list[str] | None = None
     # What the ranks do. FINETUNE: every rank the whole model (whatever the strategy),
     # training on ``data`` (rank order ``rank_data`` when nodes hold it elsewhere) with
     # ``tune_settings`` (TuneSettings.to_dict()); rank 0 writes the adapter to ``out``.
@@ -102,6 +100,8 @@ class JobSpec:
     rank_data: list[Path] | None = None
     tune_settings: dict[str, Any] | None = None
     out: Path | None = None
+    # On a CPU, per rank (rank order): "float" (dequantize), "quantized", "auto" (if room).
+    weights: list[str] | None = None
 
     def __post_init__(self) -> None:
         self.strategy, self.backend = Strategy(self.strategy), Backend(self.backend)
@@ -135,15 +135,15 @@ class JobSpec:
         args += ["--backend", self.rank_backend]
         if self.split and self.nodes > 1:
             args += ["--split", ",".join(str(n) for n in self.split)]
-        if not cpu.fast_path():
-            args += ["--weights", "quantized"]  # the worker ignores it on Metal
-        elif self.weights and self.weights[rank] != "auto":
-            args += ["--weights", self.weights[rank]]
         if self.task is Task.FINETUNE:
             data = self.rank_data[rank] if self.rank_data else self.data
             settings = json.dumps(self.tune_settings or {}, sort_keys=True)
             args += ["--task", self.task, "--data", str(data), "--settings", settings]
             args += ["--out", str(self.out)]
+        if not cpu.fast_path():
+            args += ["--weights", "quantized"]  # the worker ignores it on Metal
+        elif self.weights and self.weights[rank] != "auto":
+            args += ["--weights", self.weights[rank]]
         return args
 
     def worker_argv(self, rank: int, python: str | None = None) -> list[str]:

@@ -132,9 +132,9 @@ class Session:
         fresh_s: float = FRESH_S,
         verify: bool = False,
         split: Sequence[int] | None = None,
-        check_paths: bool = True,
         task: Task | str = Task.CHAT,
         job_fields: dict[str, Any] | None = None,
+        check_paths: bool = True,
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
