@@ -98,7 +98,7 @@ def run_finetune(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
         return 2
     printer.summary(adapter, tune, err)
     _keep_history(tune, adapter, printer, err)
-    return 1 if tune.state == RunState.FAILED else 0
+    return 1 if tune.state == RunState.FAILED or tune.error else 0
 
 
 def _prepare(args: argparse.Namespace, err: TextIO, stage: Stage) -> FineTune:

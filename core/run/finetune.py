@@ -409,10 +409,17 @@ def fetch_folder(session: Session, remote: str, into: Path) -> None:
     target = in_rank_order(plan, session.targets)[0]
     q = shlex.quote(remote)
     with target.connection() as connection:
-        result = connection.run(f"cd {q} && tar -cf - . | base64", timeout=600)
-        if result[0] != 0:
-            raise OSError(f"could not read {remote} on {target.name}: {result[2].strip()}")
-        raw = base64.b64decode("".join(result[1].split()))
+        # Read to the end of the stream (``run`` may return at the exit status with the
+        # last bytes of a long output still in flight).
+        process = connection.start(f"cd {q} && tar -cf - . | base64")
+        text = "".join(process.stdout_lines())
+        errors = "".join(process.stderr_lines()).strip()
+        if process.wait(60) != 0:
+            raise OSError(f"could not read {remote} on {target.name}: {errors or 'tar failed'}")
+        try:
+            raw = base64.b64decode("".join(text.split()), validate=True)
+        except ValueError as exc:
+            raise OSError(f"{remote} on {target.name} came back damaged: {exc}") from exc
         with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
             archive.extractall(into, filter="data")
         connection.run(f"rm -rf {q}", timeout=60)
