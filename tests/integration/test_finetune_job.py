@@ -178,3 +178,26 @@ def test_an_example_mlx_lm_cannot_use_is_named_by_its_line(model: Path, tmp_path
     assert job.state == JobState.FAILED
     assert "train.jsonl line 5: mlx-lm cannot use it" in job.message
     assert "\n" not in job.message.split("Last log lines")[0].strip()
+
+
+def test_a_stop_while_the_ranks_load_ends_them_cleanly(model: Path, tmp_path: Path) -> None:
+    """Told to stop before training (before joining, or before the first step): every
+    rank ends by itself, which is no failure, and nothing is left running."""
+    data = write_chat_data(tmp_path / "data")
+    spec = JobSpec(
+        model=model,
+        nodes=2,
+        task=Task.FINETUNE,
+        data=data,
+        tune_settings={**SETTINGS, "iters": 100_000},
+        out=tmp_path / "adapter",
+    )
+    job = Job(spec).start()
+    try:
+        wait_until(lambda: job.state == JobState.LOADING, 60, "the ranks starting")
+        assert job.send_stop()
+        wait_finished(job, 120)
+        assert job.state == JobState.STOPPED and job.message == "finished", job.message
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
