@@ -122,6 +122,7 @@ class RunController(QObject):
         self._detach()
         from core.run.session import ClusterError, Host, Session  # numpy...: at the first Start
         from core.run.telemetry import Telemetry
+        from core.settings import load_settings
 
         chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
         self.info, self.plan, self.report = info, plan, None
@@ -133,6 +134,7 @@ class RunController(QObject):
                 backend=self.backend,
                 job_factory=self._job_factory,
                 verify=verify,
+                model_source=load_settings().model_source,  # Hub or this Mac (issue 13)
             )
         except ClusterError as error:
             self.session = None
