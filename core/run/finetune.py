@@ -141,7 +141,9 @@ class FineTune:
         starting (False: a check failed or it was cancelled, as ``Session.start``)."""
         self.settings.check(len(self.hosts))
         folder = _new_folder(paths.cache_dir() / "finetune-data")
-        self.data_sha256, self.data_examples = prepare_data(self.data, folder)
+        self.data_sha256, self.data_examples = prepare_data(
+            self.data, folder, self.settings.batch_size, self.settings.seed
+        )
         self.data_folder = folder
         self.out = new_adapter_folder(self.name)
         self.session.job_fields = {
@@ -455,14 +457,14 @@ def refusals() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
-def prepare_data(source: Path, folder: Path) -> tuple[str, int]:
+def prepare_data(source: Path, folder: Path, batch_size: int = 1, seed: int = 0) -> tuple[str, int]:
     """Check the data and write it in mlx-lm's layout into ``folder``: its sha256 and
     its example count. ``core.tune.data`` (DataError) when present; else a folder in
     mlx-lm's layout is taken as it is."""
     data = _tune("data")
     if data is not None:
         training = data.read_data(source)
-        training.write_to(folder)
+        training.write_to(folder, batch_size=batch_size, seed=seed)
         return str(training.sha256), int(training.train) + int(training.valid)
     if not (source.is_dir() and (source / "train.jsonl").is_file()):
         raise DataProblem(f"{source} is not a folder with train.jsonl (and valid.jsonl)")
