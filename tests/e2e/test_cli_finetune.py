@@ -118,7 +118,7 @@ def test_ctrl_c_stops_at_the_next_step_and_keeps_the_adapter(
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--data", "{missing}", "--demo"], "train.jsonl"),
+        (["--data", "{missing}", "--demo"], "{missing}"),  # named, whoever reads the data
         (["--data", "{data}", "--demo", "--batch-size", "3"], "multiple of the 2 Macs"),
         (["--data", "{data}", "--demo", "--iters", "0"], "iterations must be a whole number"),
     ],
@@ -128,6 +128,7 @@ def test_bad_input_is_refused_in_one_line(
 ) -> None:
     data = write_chat_data(tmp_path / "data")
     args = [a.format(missing=tmp_path / "none", data=data) for a in args]
+    says = says.format(missing=tmp_path / "none")
     run = _macmesh(["finetune", *args], _env(demo_model, tmp_path), timeout=120)
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
