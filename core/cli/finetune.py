@@ -24,7 +24,7 @@ from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.run import demo
-from core.run.finetune import STOP_WITHIN_S, FineTune, TrainReport, refusals
+from core.run.finetune import STOP_WITHIN_S, FineTune, TrainReport, default_settings, refusals
 from core.run.history import RunRecord, keep, local_versions
 from core.run.states import RunState
 from core.tune.settings import TuneSettings
@@ -40,13 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--data", required=True, type=Path, help="a folder or a .jsonl file")
     add_where_arguments(parser)
+    # Unset: the data's own defaults (the shipped demo set has its settings), else TuneSettings'.
     defaults = TuneSettings()
-    parser.add_argument("--iters", type=int, default=defaults.iters, help="training steps")
+    parser.add_argument("--iters", type=int, help=f"training steps (default {defaults.iters})")
     parser.add_argument(
-        "--batch-size", type=int, default=defaults.batch_size, help="examples per step, in all"
+        "--batch-size", type=int, help=f"examples per step, in all (default {defaults.batch_size})"
     )
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    parser.add_argument("--lora-rank", type=int, default=defaults.lora_rank)
+    parser.add_argument("--learning-rate", type=float, help=f"(default {defaults.learning_rate:g})")
+    parser.add_argument("--lora-rank", type=int, help=f"(default {defaults.lora_rank})")
     parser.add_argument("--name", help="the adapter's name (default: the model's and the date)")
     parser.add_argument("--json", action="store_true", help="one JSON line per report")
 
@@ -104,12 +105,14 @@ def run_finetune(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
 def _prepare(args: argparse.Namespace, err: TextIO, stage: Stage) -> FineTune:
     hosts = where_hosts(args, "a fine-tune on the cluster needs")
     info = _model(args, err, stage)
-    settings = TuneSettings(
-        iters=args.iters,
-        batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
-        lora_rank=args.lora_rank,
-    )
+    given = {
+        "iters": args.iters,
+        "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate,
+        "lora_rank": args.lora_rank,
+    }
+    base = default_settings(args.data).to_dict()
+    settings = TuneSettings.from_dict({**base, **{k: v for k, v in given.items() if v is not None}})
     settings.check(len(hosts))
     tune = FineTune(info, hosts, args.data, settings, name=args.name)
     stage.session = tune.session

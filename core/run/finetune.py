@@ -447,6 +447,20 @@ def _tune(module: str) -> Any:
         return None
 
 
+def default_settings(data: Path) -> TuneSettings:
+    """The settings a run starts from: the demo set's own (``core.tune.data.DEMO_SETTINGS``,
+    which teach it on the 2-Mac demo cluster) for the shipped demo data, else the
+    defaults."""
+    module = _tune("data")
+    demo = getattr(module, "DEMO_DATA", None) if module is not None else None
+    try:
+        if demo is not None and Path(data).resolve() == Path(demo).resolve():
+            return TuneSettings.from_dict(module.DEMO_SETTINGS.to_dict())
+    except (OSError, AttributeError):
+        pass
+    return TuneSettings()
+
+
 def refusals() -> tuple[type[Exception], ...]:
     """What ``FineTune.start`` raises for input a person can fix (one line each): with
     ``core.tune``'s data error once it has landed."""
