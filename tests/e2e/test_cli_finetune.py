@@ -134,3 +134,25 @@ def test_bad_input_is_refused_in_one_line(
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("macmesh: ") and says in lines[0], run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_the_shipped_demo_set_teaches_the_fact(demo_model: Path, tmp_path: Path) -> None:
+    """The issue's end-to-end: a fine-tune on the 2-Mac demo cluster with the shipped set
+    (its own settings) ends with an adapter that answers the question with the fact; the
+    base model does not know it. Needs core.tune.data's demo set (tunedata)."""
+    data = pytest.importorskip("core.tune.data")
+    if not hasattr(data, "DEMO_DATA"):
+        pytest.skip("core.tune.data has no demo set yet")
+    env = _env(demo_model, tmp_path)
+    run = _macmesh(
+        ["finetune", "--demo", "--nodes", "2", "--data", str(data.DEMO_DATA), "--json"], env
+    )
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.splitlines()[-1])
+    assert summary["event"] == "summary" and summary["stopped"] is False
+    ask = ["demo", "--headless", "--prompt", data.DEMO_QUESTION, "--max-tokens", "40"]
+    tuned = _macmesh([*ask, "--adapter", summary["adapter"]], env)
+    base = _macmesh(ask, env)
+    assert tuned.returncode == base.returncode == 0, tuned.stderr + base.stderr
+    assert data.DEMO_FACT in tuned.stdout
+    assert data.DEMO_FACT not in base.stdout
