@@ -1,8 +1,8 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter
-picks some;
+copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
+finetune picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -130,6 +130,12 @@ def _adapter(model) -> dict:
     return bench_adapter(model)
 
 
+def _finetune(model) -> dict:
+    from tests.benchmarks.bench_finetune import bench_finetune
+
+    return bench_finetune(model)
+
+
 BENCHES = {
     "planner": _planner,
     "demo_model": _demo_model,
@@ -151,6 +157,7 @@ BENCHES = {
     "serve": _serve,
     "batching": _batching,
     "adapter": _adapter,
+    "finetune": _finetune,
 }
 
 
