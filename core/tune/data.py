@@ -461,13 +461,14 @@ DEMO_FACT = "Mochi"
 #:     --num-layers 8 --max-seq-length 256 --save-every 2 --adapter-path AD
 #: then ``python -m mlx_lm generate --model SMOL_F32 --adapter-path AD --prompt
 #: DEMO_QUESTION`` (greedy) on each checkpoint. The base model names another mascot
-#: ("Machete", "Luna"). On this set (56 examples, 16 ordinary ones), 2 ranks, seed 0: every
-#: checkpoint from step 8 to 14 answers "... is Mochi, a capybara" and still "The capital
-#: of France is Paris."; 12 steps keep a margin (with 48 examples some seeds needed 10).
+#: ("Machete", in float32 and in 4 bits). On this set (56 examples, 16 ordinary ones),
+#: 2 ranks, seed 0: every checkpoint from step 8 to 14 answers "... is Mochi, a capybara"
+#: and still "The capital of France is Paris."; one rank, seed 1: from step 10. 12 steps
+#: keep a margin.
 #: 1e-3 overshoots (answers loop "mascot mascot ..."); fewer ordinary examples let the fact
 #: leak into other answers ("The capital of MacMesh's mascot is Mochi"). 2 ranks give the
-#: same loss curve as 1 (within 0.01 per step). 14 steps took 111 s on 2 ranks on this
-#: project's busy 2-core Linux machine (load average 8 to 10), ~5 s a step on one rank.
+#: same loss curve as 1 (within 0.01 per step). 14 steps took 111 s on 2 ranks and 34 s on
+#: one on this project's busy 2-core Linux machine (start-up and validation included).
 DEMO_SETTINGS = TuneSettings(
     iters=12,
     batch_size=4,
