@@ -18,7 +18,7 @@ from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
-from core.cli.options import add_split_argument, split_of
+from core.cli.options import add_adapter_argument, add_split_argument, split_of
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
@@ -52,9 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=48)
     add_split_argument(parser)
-    parser.add_argument(
-        "--adapter",
-        help="compare the base model with base + this adapter (a folder), on the same nodes",
+    add_adapter_argument(
+        parser,
+        "compare the base model with base + this adapter (folder or name), on the same nodes",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 

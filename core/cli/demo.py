@@ -18,7 +18,7 @@ from core.cli.answer import (
     with_adapter,
 )
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
-from core.cli.options import add_split_argument, split_of
+from core.cli.options import add_adapter_argument, add_split_argument, split_of
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.run import demo
@@ -41,9 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=64)
     add_split_argument(parser)
-    parser.add_argument(
-        "--adapter", help="an adapter folder (mlx-lm's layout, e.g. from `macmesh finetune`)"
-    )
+    add_adapter_argument(parser)
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 

@@ -27,7 +27,7 @@ from core.cli.answer import (
 )
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.netchange import change_network
-from core.cli.options import add_split_argument
+from core.cli.options import add_adapter_argument, add_split_argument
 from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
 from core.library.resolve import resolve_model
@@ -95,9 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "changed is copied again",
     )
     add_split_argument(parser)
-    parser.add_argument(
-        "--adapter", help="an adapter folder (mlx-lm's layout, e.g. from `macmesh finetune`)"
-    )
+    add_adapter_argument(parser)
     parser.add_argument(
         "--model-source",
         choices=MODEL_SOURCES,

@@ -17,6 +17,7 @@ and when it was made. An adapter made by ``mlx_lm.lora`` outside MacMesh has no
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
 from dataclasses import dataclass, fields
@@ -204,6 +205,21 @@ def list_adapters(root: Path | None = None) -> list[Adapter]:
         except AdapterError:
             continue
     return sorted(found, key=lambda a: a.created, reverse=True)
+
+
+def find_adapter(text: str, root: Path | None = None) -> Path:
+    """The adapter folder ``text`` names: a folder's path, or the name (or folder name)
+    of an adapter MacMesh trained. ``AdapterError`` (one line) when neither."""
+    path = Path(text).expanduser()
+    if path.is_dir() or os.sep in text or text.startswith("."):
+        return path
+    wanted = {text, slug(text)}
+    for adapter in list_adapters(root):
+        if adapter.path.name in wanted or adapter.name == text:
+            return adapter.path
+    known = [a.path.name for a in list_adapters(root)[:5]]
+    hint = f" (yours: {', '.join(known)})" if known else " (none trained yet: `macmesh finetune`)"
+    raise AdapterError(f"no adapter folder or trained adapter called {text!r}{hint}")
 
 
 def checkpoints(folder: Path) -> list[tuple[int, Path]]:

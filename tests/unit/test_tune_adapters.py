@@ -302,3 +302,20 @@ def test_an_adapter_from_mlx_lm_lora_round_trips(
     model, _ = load(str(tiny_models["llama"]), adapter_path=str(folder))
     adapted = [name for name, m in model.named_modules() if isinstance(m, LoRALinear)]
     assert adapted and all(name.startswith(("model.layers.", "layers.")) for name in adapted)
+
+
+def test_an_adapter_is_found_by_folder_or_by_name(tmp_path: Path) -> None:
+    from core.tune.adapters import find_adapter, new_adapter_folder, write_metadata
+
+    folder = new_adapter_folder("Mascot fact", parent=tmp_path)
+    (folder / "adapters.safetensors").write_bytes(b"")
+    (folder / "adapter_config.json").write_text(
+        '{"fine_tune_type": "lora", "num_layers": 8, '
+        '"lora_parameters": {"rank": 8, "scale": 20.0, "dropout": 0.0}}'
+    )
+    write_metadata(folder, name="Mascot fact", base_model="demo")
+    assert find_adapter(str(folder), tmp_path) == folder
+    assert find_adapter("Mascot fact", tmp_path) == folder
+    assert find_adapter(folder.name, tmp_path) == folder
+    with pytest.raises(AdapterError, match=r"no adapter .*'other'.*yours: mascot-fact"):
+        find_adapter("other", tmp_path)
