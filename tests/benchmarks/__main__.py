@@ -1,7 +1,8 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching picks some;
+copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,
+tune_plot picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -123,6 +124,12 @@ def _library(_model) -> dict:
     return bench_library()
 
 
+def _tune_plot(_model) -> dict:
+    from tests.benchmarks.bench_tune_plot import bench_tune_plot
+
+    return bench_tune_plot()
+
+
 BENCHES = {
     "planner": _planner,
     "demo_model": _demo_model,
@@ -143,6 +150,7 @@ BENCHES = {
     "library": _library,
     "serve": _serve,
     "batching": _batching,
+    "tune_plot": _tune_plot,
 }
 
 
