@@ -1,0 +1,476 @@
+"""The Fine-tune view: teach the selected model from your data, on the whole cluster.
+
+Left: the base model (the Model pane's), the data (drop, choose, or the demo set: its
+format and counts, or its bad lines), the settings (from ``TuneSettings``, each
+explained). Right: Start/Stop, the state line and the ETA, the loss and tokens/s plots,
+memory per node, and once done the adapter with what to do with it.
+
+It is a thin layer: ``core.tune.data.read_data`` reads the data (off the GUI thread),
+``TuneSettings.check`` refuses settings, ``core.run.finetune.FineTune`` does the rest
+through ``TuneController``. The core modules are imported when first used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import units
+from core.run.states import RunState
+from gui.bridge import Bridge
+from gui.model.memory_bars import Bar, MemoryBars
+from gui.style import set_role
+from gui.tune.adapter_panel import AdapterPanel
+from gui.tune.controller import Factory, TuneController, one_line
+from gui.tune.data_box import DataBox
+from gui.tune.loss_plot import LossPlot
+from gui.tune.settings_form import SettingsForm
+from gui.widgets import Badge, Card, label, section
+
+if TYPE_CHECKING:
+    from core.cluster.probe.facts import NodeFacts
+    from core.model.info import ModelInfo
+    from gui.run.cluster_source import ClusterSource
+
+REDRAW_HZ = 10
+LEFT_WIDTH = 400
+STOP_NOTE = "Stop keeps the last checkpoint: it becomes the adapter."
+STATE_BADGES = {
+    RunState.IDLE: ("Idle", "muted"),
+    RunState.CHECKING: ("Checking", "accent"),
+    RunState.COPYING: ("Copying", "accent"),
+    RunState.NOT_READY: ("Not started", "warning"),
+    RunState.LOADING: ("Loading", "accent"),
+    RunState.READY: ("Training", "accent"),
+    RunState.GENERATING: ("Training", "accent"),
+    RunState.STOPPING: ("Stopping", "warning"),
+    RunState.STOPPED: ("Done", "success"),
+    RunState.FAILED: ("Failed", "danger"),
+}
+
+
+def usable_bytes(facts: NodeFacts) -> int:
+    """What a node can give the GPU, as the planner counts it."""
+    from core.plan.memory import PlanOptions, node_budget
+    from core.run.planning import planner_node
+
+    return node_budget(planner_node(facts), PlanOptions()).usable_bytes
+
+
+def eta_text(eta_s: float | None) -> str:
+    return "" if eta_s is None else f"About {units.duration(eta_s)} left"
+
+
+class FineTuneView(Card):
+    running_changed = Signal(bool)  # the fine-tune holds the Macs: other panes lock
+    data_read = Signal(object)  # the TrainingData shown, or None when refused
+
+    def __init__(
+        self, bridge: Bridge, factory: Factory | None = None, parent: QWidget | None = None
+    ) -> None:
+        super().__init__("Fine-tune", parent)
+        self._bridge = bridge
+        self.controller = TuneController(bridge, factory, self)
+        self.info: ModelInfo | None = None
+        self.data: Any = None  # core.tune.data.TrainingData once read
+        self.data_path: Path | None = None
+        self._facts: dict[str, NodeFacts] = {}
+        self.usable: dict[str, int] = {}  # each Mac's usable memory, for the bars
+        self._source: ClusterSource | None = None
+        self._generation = 0
+        self._running = False
+        self.adapter: Any = None
+        self.blocked_by: Callable[[], str | None] = lambda: None  # the window: a chat job
+        self.state_badge = Badge("Idle", "muted")
+        self.header.insertWidget(1, self.state_badge)
+        self.form = SettingsForm()
+        self.data_box = DataBox()
+        self.data_box.path_chosen.connect(self.load_data)
+        self.data_box.demo_requested.connect(self.use_demo_data)
+        self.plot = LossPlot()
+        self.bars = MemoryBars()
+        self.bars.empty_text = "Each Mac's peak memory appears once training starts."
+        self.adapter_panel = AdapterPanel()
+        self.adapter_panel.hide()
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.setChildrenCollapsible(False)
+        split.setHandleWidth(14)
+        split.addWidget(self._left())
+        split.addWidget(self._right())
+        split.setStretchFactor(1, 1)
+        split.setSizes([LEFT_WIDTH, 800])
+        self.splitter = split
+        self.body.addWidget(split, 1)
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000 // REDRAW_HZ)
+        self.timer.timeout.connect(self.plot.refresh)
+        c = self.controller
+        c.state_changed.connect(self._state_changed)
+        c.report.connect(self.show_report)
+        c.validated.connect(self.add_validation)
+        c.finished.connect(self.show_finished)
+        c.start_failed.connect(self.show_start_error)
+        self.form.changed.connect(self._update_start)
+        self._show_state(RunState.IDLE, "")
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def _left(self) -> QWidget:
+        column = QWidget()
+        layout = QVBoxLayout(column)
+        layout.setContentsMargins(0, 0, 8, 0)
+        layout.setSpacing(8)
+        layout.addWidget(section("Base model"))
+        self.model_name = label("", "model-name", wrap=True)
+        self.model_hint = label("", "hint", wrap=True)
+        layout.addWidget(self.model_name)
+        layout.addWidget(self.model_hint)
+        layout.addSpacing(4)
+        layout.addWidget(section("Data"))
+        layout.addWidget(self.data_box)
+        self.name_input = QLineEdit()
+        self.name_input.setPlaceholderText("Adapter name (optional)")
+        self.name_input.setToolTip("The adapter's name; one is made from the model and data")
+        layout.addWidget(self.name_input)
+        layout.addSpacing(4)
+        layout.addWidget(section("Settings"))
+        layout.addWidget(self.form)
+        layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidget(column)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setMinimumWidth(340)
+        return scroll
+
+    def _right(self) -> QWidget:
+        panel = QWidget()
+        layout = QVBoxLayout(panel)
+        layout.setContentsMargins(8, 0, 0, 0)
+        layout.setSpacing(8)
+        row = QHBoxLayout()
+        row.setSpacing(10)
+        self.start_button = QPushButton("Start")
+        set_role(self.start_button, "start")
+        self.start_button.clicked.connect(self.start)
+        self.stop_button = QPushButton("Stop")
+        set_role(self.stop_button, "stop")
+        self.stop_button.setToolTip(STOP_NOTE)
+        self.stop_button.clicked.connect(self.stop)
+        self.status = label("", "status", wrap=True)
+        self.eta = label("", "secondary")
+        row.addWidget(self.start_button)
+        row.addWidget(self.stop_button)
+        row.addWidget(self.status, 1)
+        row.addWidget(self.eta)
+        layout.addLayout(row)
+        self.error = label("", "error-text", wrap=True, selectable=True)
+        self.error.hide()
+        layout.addWidget(self.error)
+        self.stop_note = label(STOP_NOTE, "hint", wrap=True)
+        layout.addWidget(self.stop_note)
+        self.progress = label("", "secondary")
+        layout.addWidget(self.progress)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(section("Memory per Mac · peak while training, of usable memory"))
+        layout.addWidget(self.bars)
+        layout.addWidget(self.adapter_panel)
+        return panel
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def set_model(self, info: ModelInfo | None) -> None:
+        """The base model: the one selected in the Model pane."""
+        if self.controller.active:
+            return  # the running fine-tune keeps its model (the Model pane is locked)
+        self.info = info
+        if info is None:
+            self.model_name.setText("No model chosen")
+            self.model_hint.setText("Choose one in the Model pane (or use the demo model).")
+        else:
+            self.model_name.setText(info.name)
+            self.model_hint.setText(
+                f"{info.architecture} · {info.layers} layers · "
+                f"{units.size(info.bytes_on_disk)}: every Mac holds all of it, and "
+                "trains on its share of each batch."
+            )
+        self._update_start()
+
+    def set_nodes(self, nodes: Sequence[Any]) -> None:
+        """The cluster's nodes (``core.cluster.registry.Node``): those whose memory is
+        known train together."""
+        if self.controller.active:
+            return
+        self._facts = {
+            n.facts.name: n.facts
+            for n in nodes
+            if getattr(n, "facts", None) is not None and n.facts.memory_bytes
+        }
+        self.usable = {name: usable_bytes(f) for name, f in self._facts.items()}
+        self._update_start()
+
+    def set_cluster(self, source: ClusterSource | None) -> None:
+        self._source = source
+
+    @property
+    def node_names(self) -> list[str]:
+        return list(self._facts)
+
+    def load_data(self, path: Path) -> None:
+        """Read ``path`` (off the GUI thread): its summary, or its problems, shown."""
+        path = Path(path)
+        self._generation += 1
+        generation = self._generation
+        self.data, self.data_path = None, None
+        self.data_box.show_busy(path)
+        self._update_start()
+
+        def read() -> Any:
+            from core.tune.data import read_data
+
+            return read_data(path)
+
+        self._bridge.run_in_background(
+            read,
+            lambda data: self._data_read(generation, path, data),
+            lambda error: self._data_refused(generation, path, error),
+        )
+
+    def use_demo_data(self) -> None:
+        """The shipped demo set, with the settings that teach it fastest."""
+        try:
+            from core.tune.data import DEMO_DATA, DEMO_SETTINGS
+        except ImportError as error:
+            self.data_box.show_problems(Path("demo"), f"The demo set is not available: {error}")
+            return
+        self.form.set_settings(DEMO_SETTINGS)
+        self.load_data(DEMO_DATA)
+
+    def _data_read(self, generation: int, path: Path, data: Any) -> None:
+        if generation != self._generation:
+            return
+        self.data, self.data_path = data, path
+        self.data_box.show_data(path, data.format, data.train, data.valid, data.needs_split)
+        self.data_read.emit(data)
+        self._update_start()
+
+    def _data_refused(self, generation: int, path: Path, error: BaseException) -> None:
+        if generation != self._generation:
+            return
+        problems = tuple(str(p) for p in getattr(error, "problems", ()) or ())
+        self.data_box.show_problems(path, one_line(error), problems)
+        self.data_read.emit(None)
+        self._update_start()
+
+    # -- commands -------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Check what the view can (model, data, settings, Macs), then start; a refusal
+        is one line under Start."""
+        if self.controller.active:
+            return False
+        self.error.hide()
+        problem = self._missing()
+        if problem:
+            self.show_start_error(problem)
+            return False
+        settings = self.form.check(len(self._facts))
+        if settings is None:
+            self.show_start_error(self.form.error.text())
+            return False
+        try:
+            hosts = self._hosts()
+        except ValueError as error:
+            self.show_start_error(one_line(error))
+            return False
+        assert self.info is not None and self.data_path is not None
+        self.plot.clear()
+        self.plot.set_iterations(settings.iters)
+        self.adapter = None
+        self.adapter_panel.hide()
+        self.progress.setText("")
+        self.eta.setText("")
+        self.bars.show_bars([], "Each Mac's peak memory appears once training starts.")
+        name = self.name_input.text().strip() or None
+        return self.controller.start(self.info, hosts, self.data_path, settings, name)
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+    def _missing(self) -> str | None:
+        if self.info is None:
+            return "Choose a base model first (in the Model pane)."
+        if not self._facts:
+            return "Add Macs (or start the demo cluster) to train on."
+        if self.data is None or self.data_path is None:
+            return "Choose the training data first (or use the demo set)."
+        return self.blocked_by()
+
+    def _hosts(self) -> list[Any]:
+        names = self.node_names
+        if self._source is not None:
+            return self._source.hosts(names)
+        from core.run.session import Host
+
+        return [Host(name, None, self._facts[name]) for name in names]
+
+    def shutdown(self) -> None:
+        self.timer.stop()
+        self.controller.shutdown()
+
+    # -- the fine-tune's news -------------------------------------------------------------
+
+    def show_report(self, report: Any) -> None:
+        """A ``TrainReport``."""
+        self.add_progress(
+            report.iteration,
+            report.iters,
+            report.train_loss,
+            report.tokens_per_s,
+            dict(report.peak_memory_bytes),
+            report.eta_s,
+        )
+
+    def add_progress(
+        self,
+        iteration: int,
+        iters: int,
+        train_loss: float,
+        tokens_per_s: float,
+        peak_memory: Mapping[str, int],
+        eta_s: float | None,
+    ) -> None:
+        """One report: a point on the plots (drawn at the next tick), the counts, the
+        ETA and each Mac's peak memory."""
+        if iters != self.plot.iterations:
+            self.plot.set_iterations(iters)
+        self.plot.add_point(iteration, train_loss, tokens_per_s)
+        self.progress.setText(
+            f"Iteration {iteration} of {iters} · train loss {train_loss:.3f} · "
+            f"{units.rate(tokens_per_s)} tokens/s"
+        )
+        self.eta.setText(eta_text(eta_s))
+        self._show_memory(peak_memory)
+
+    def add_validation(self, iteration: int, val_loss: float) -> None:
+        self.plot.add_validation(iteration, val_loss)
+
+    def _show_memory(self, peak: Mapping[str, int]) -> None:
+        usable = self.usable
+        bars = [
+            Bar(node, int(peak[node]), usable.get(node, 0), f"peak {units.size(peak[node])}")
+            for node in (list(usable) or list(peak))
+            if node in peak
+        ]
+        self.bars.show_bars(bars)
+
+    def show_finished(self, adapter: Any) -> None:
+        """The adapter (``core.tune.adapters.Adapter``), or None: nothing was trained."""
+        self.adapter = adapter
+        self.plot.refresh()
+        if adapter is None:
+            self.adapter_panel.hide()
+            self.status.setText("Stopped before the first checkpoint: no adapter was kept.")
+            return
+        self.show_adapter(
+            adapter.name,
+            adapter.base_model,
+            adapter.train_loss,
+            adapter.val_loss,
+            adapter.path,
+            adapter.stopped,
+        )
+
+    def show_adapter(
+        self,
+        name: str,
+        base_model: str,
+        train_loss: float | None,
+        val_loss: float | None,
+        path: Path,
+        stopped: bool = False,
+    ) -> None:
+        self.adapter_panel.show_adapter(name, base_model, train_loss, val_loss, path, stopped)
+        self.eta.setText("")
+        self.status.setText(
+            f"Done: the adapter {name} is saved."
+            if not stopped
+            else f"Stopped: the last checkpoint is kept as the adapter {name}."
+        )
+
+    def show_start_error(self, message: str) -> None:
+        """One line under Start (never a dialog, never a traceback)."""
+        self.error.setText(message.splitlines()[0] if message else "The fine-tune did not start.")
+        self.error.show()
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _state_changed(self, state: str, detail: str) -> None:
+        self._show_state(RunState(state), detail)
+
+    def _show_state(self, state: RunState, detail: str) -> None:
+        text, kind = STATE_BADGES[state]
+        if state == RunState.STOPPED and self.adapter is None and not self.plot.train.size:
+            text, kind = "Stopped", "muted"
+        self.state_badge.set(text, kind)
+        self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
+        self.status.setText(detail or self._idle_words(state))
+        if state.active:
+            self.error.hide()
+        locked = state.active
+        self.form.set_locked(locked)
+        self.data_box.set_locked(locked)
+        self.name_input.setEnabled(not locked)
+        self.adapter_panel.set_busy(locked)
+        if state.active and not self.timer.isActive():
+            self.timer.start()
+        elif not state.active and self.timer.isActive():
+            self.timer.stop()
+            self.plot.refresh()
+        self._update_start()
+        if locked != self._running:
+            self._running = locked
+            self.running_changed.emit(locked)
+
+    def _idle_words(self, state: RunState) -> str:
+        if state == RunState.IDLE:
+            return self._missing() or "Ready: Start trains an adapter on every Mac."
+        return {RunState.STOPPED: "Stopped.", RunState.FAILED: "Failed."}.get(state, "")
+
+    def _update_start(self) -> None:
+        ready = (
+            not self.controller.active
+            and self.info is not None
+            and self.data is not None
+            and bool(self._facts)
+        )
+        self.start_button.setEnabled(ready)
+        if self.controller.state == RunState.IDLE:
+            self.status.setText(self._idle_words(RunState.IDLE))
+
+
+def fine_tune_window(bridge: Bridge, parent: QWidget, factory: Factory | None = None) -> QWidget:
+    """The Fine-tune view in a window of its own (a child of ``parent``: it closes with
+    the main window)."""
+    window = QWidget(parent, Qt.WindowType.Window)
+    window.setObjectName("central")
+    window.setWindowTitle("MacMesh · Fine-tune")
+    layout = QHBoxLayout(window)
+    layout.setContentsMargins(14, 14, 14, 14)
+    view = FineTuneView(bridge, factory)
+    layout.addWidget(view)
+    window.view = view  # type: ignore[attr-defined]
+    window.resize(1280, 860)
+    return window
