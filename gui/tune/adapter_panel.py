@@ -3,8 +3,7 @@ what to do with it: chat with it, compare it with the base model, fuse it.
 
 The three buttons call plain callable attributes (``on_chat``, ``on_compare``,
 ``on_fuse``), each taking the adapter's folder; the window connects them to the core's
-pieces (``gui.tune.view.FineTuneView`` sets its own defaults). A button whose callable
-is None is hidden.
+pieces. A button whose callable is None stays visible, disabled, and says so.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ class AdapterPanel(QFrame):
         super().__init__(parent)
         set_role(self, "subcard")
         self.path: Path | None = None
+        self._busy = False
         self.on_chat: AdapterAction | None = None
         self.on_compare: AdapterAction | None = None
         self.on_fuse: AdapterAction | None = None
@@ -112,7 +112,9 @@ class AdapterPanel(QFrame):
             (self.compare_button, self.on_compare),
             (self.fuse_button, self.on_fuse),
         ):
-            button.setVisible(action is not None)
+            button.setEnabled(action is not None and not self._busy)
+            if action is None:
+                button.setToolTip("Not available in this build")
 
     def set_actions(
         self,
@@ -124,8 +126,9 @@ class AdapterPanel(QFrame):
         self._show_buttons()
 
     def set_busy(self, busy: bool) -> None:
-        for button in (self.chat_button, self.compare_button, self.fuse_button):
-            button.setEnabled(not busy)
+        """While a job holds the Macs, nothing else can start on them."""
+        self._busy = busy
+        self._show_buttons()
 
     def _call(self, action: AdapterAction | None) -> None:
         if action is None or self.path is None:

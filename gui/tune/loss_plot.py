@@ -25,6 +25,7 @@ from gui.widgets import label, section
 
 Y_FOOT = 0.04  # share of the y range below 0, so the 0 tick keeps its label
 FIRST_CAPACITY = 1024
+AXIS_WIDTH = 56
 
 
 class TrainSeries:
@@ -70,6 +71,7 @@ def _plot(y_label: str) -> pg.PlotWidget:
     item.showGrid(x=False, y=True, alpha=0.12)
     for name in ("left", "bottom"):
         item.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    item.getAxis("left").setWidth(AXIS_WIDTH)  # both plots' x axes line up
     item.getViewBox().setMouseEnabled(x=False, y=False)
     item.getViewBox().disableAutoRange()
     widget.setMinimumHeight(110)

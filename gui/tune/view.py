@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from gui.run.cluster_source import ClusterSource
 
 REDRAW_HZ = 10
-LEFT_WIDTH = 400
+LEFT_WIDTH = 440
 STOP_NOTE = "Stop keeps the last checkpoint: it becomes the adapter."
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
@@ -92,6 +92,7 @@ class FineTuneView(Card):
         self._generation = 0
         self._running = False
         self.adapter: Any = None
+        self._done_words = ""
         self.blocked_by: Callable[[], str | None] = lambda: None  # the window: a chat job
         self.state_badge = Badge("Idle", "muted")
         self.header.insertWidget(1, self.state_badge)
@@ -152,7 +153,8 @@ class FineTuneView(Card):
         scroll.setWidget(column)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        scroll.setMinimumWidth(340)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(LEFT_WIDTH)
         return scroll
 
     def _right(self) -> QWidget:
@@ -299,6 +301,7 @@ class FineTuneView(Card):
         self.plot.clear()
         self.plot.set_iterations(settings.iters)
         self.adapter = None
+        self._done_words = ""
         self.adapter_panel.hide()
         self.progress.setText("")
         self.eta.setText("")
@@ -404,11 +407,12 @@ class FineTuneView(Card):
     ) -> None:
         self.adapter_panel.show_adapter(name, base_model, train_loss, val_loss, path, stopped)
         self.eta.setText("")
-        self.status.setText(
+        self._done_words = (
             f"Done: the adapter {name} is saved."
             if not stopped
             else f"Stopped: the last checkpoint is kept as the adapter {name}."
         )
+        self.status.setText(self._done_words)
 
     def show_start_error(self, message: str) -> None:
         """One line under Start (never a dialog, never a traceback)."""
@@ -426,6 +430,8 @@ class FineTuneView(Card):
             text, kind = "Stopped", "muted"
         self.state_badge.set(text, kind)
         self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
+        if state == RunState.STOPPED and self._done_words:
+            detail = self._done_words  # the adapter is the news, whatever came first
         self.status.setText(detail or self._idle_words(state))
         if state.active:
             self.error.hide()

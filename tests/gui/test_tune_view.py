@@ -152,6 +152,9 @@ def test_the_finished_panel_shows_the_adapter_and_calls_its_actions(
     assert not view.adapter_panel.isVisible()
     calls: list[tuple[str, Path]] = []
     panel = view.adapter_panel
+    view.show_adapter("first", "SmolLM2-135M-Instruct", 0.5, 0.6, tmp_path)
+    assert not panel.chat_button.isEnabled()  # nothing connected: disabled, and says so
+    assert panel.chat_button.toolTip() == "Not available in this build"
     panel.set_actions(
         chat=lambda path: calls.append(("chat", path)),
         compare=lambda path: calls.append(("compare", path)),
@@ -167,6 +170,7 @@ def test_the_finished_panel_shows_the_adapter_and_calls_its_actions(
     assert panel.facts["Folder"].text() == str(folder)
     assert not panel.stopped.isVisible()
     assert view.status.text() == "Done: the adapter mascot is saved."
+    assert panel.chat_button.isEnabled() and panel.fuse_button.isEnabled()
     panel.chat_button.click()
     panel.compare_button.click()
     assert calls == [("chat", folder), ("compare", folder)]
