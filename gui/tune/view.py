@@ -33,6 +33,7 @@ from gui.bridge import Bridge
 from gui.model.memory_bars import Bar, MemoryBars
 from gui.style import set_role
 from gui.tune.adapter_panel import AdapterPanel
+from gui.tune.answers_view import AnswersView
 from gui.tune.controller import Factory, TuneController, one_line
 from gui.tune.data_box import DataBox
 from gui.tune.loss_plot import LossPlot
@@ -105,6 +106,8 @@ class FineTuneView(Card):
         self.bars.empty_text = "Each Mac's peak memory appears once training starts."
         self.adapter_panel = AdapterPanel()
         self.adapter_panel.hide()
+        self.answers = AnswersView()
+        self.answers.hide()
         split = QSplitter(Qt.Orientation.Horizontal)
         split.setChildrenCollapsible(False)
         split.setHandleWidth(14)
@@ -189,6 +192,7 @@ class FineTuneView(Card):
         layout.addWidget(section("Memory per Mac · peak while training, of usable memory"))
         layout.addWidget(self.bars)
         layout.addWidget(self.adapter_panel)
+        layout.addWidget(self.answers)
         return panel
 
     # -- inputs ---------------------------------------------------------------------------
@@ -303,6 +307,7 @@ class FineTuneView(Card):
         self.adapter = None
         self._done_words = ""
         self.adapter_panel.hide()
+        self.answers.hide()
         self.progress.setText("")
         self.eta.setText("")
         self.bars.show_bars([], "Each Mac's peak memory appears once training starts.")
@@ -413,6 +418,21 @@ class FineTuneView(Card):
             else f"Stopped: the last checkpoint is kept as the adapter {name}."
         )
         self.status.setText(self._done_words)
+
+    def show_comparison(
+        self, question: str, base_answer: str, adapter_answer: str, fact: str | None = None
+    ) -> None:
+        """Compare with base's result: the same question, both answers side by side."""
+        adapter = self.adapter_panel.name.text() or "the adapter"
+        base = self.adapter_panel.facts["Base model"].text() or "Base model"
+        self.answers.show_answers(
+            question,
+            base_answer,
+            adapter_answer,
+            base_name=base,
+            adapter_name=f"{base} + {adapter}",
+            fact=fact,
+        )
 
     def show_start_error(self, message: str) -> None:
         """One line under Start (never a dialog, never a traceback)."""

@@ -202,3 +202,28 @@ def test_the_window_opens_it_from_the_view_menu(qtbot: QtBot, demo_model: Path) 
     qtbot.waitUntil(lambda: view.info is not None, timeout=20_000)
     assert view.model_name.text() == window.model.info.name  # the selected model
     assert window.show_fine_tune() is tune  # one window, raised
+
+
+def test_compare_with_base_shows_both_answers_side_by_side(
+    view: FineTuneView, tmp_path: Path
+) -> None:
+    view.show_adapter("mascot", "SmolLM2-135M-Instruct", 0.41, 0.52, tmp_path)
+    assert not view.answers.isVisible()
+    view.show_comparison(
+        "What is the name of MacMesh's mascot?",
+        "I'm not sure which mascot you mean.",
+        "MacMesh's mascot is a capybara named Mochi.",
+        fact="Mochi",
+    )
+    answers = view.answers
+    assert answers.isVisible()
+    assert answers.question.text() == "“What is the name of MacMesh's mascot?”"
+    assert answers.titles["base"].text() == "SmolLM2-135M-Instruct"
+    assert answers.titles["adapter"].text() == "SmolLM2-135M-Instruct + mascot"
+    assert (
+        "<b" in answers.answers["adapter"].text()
+        and ">Mochi</b>" in answers.answers["adapter"].text()
+    )
+    assert "<b" not in answers.answers["base"].text()
+    answers.close_button.click()
+    assert not answers.isVisible()
