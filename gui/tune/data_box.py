@@ -22,7 +22,6 @@ FORMAT_WORDS = {
     "completions": "Completions (prompt → completion)",
     "text": "Text",
 }
-VALID_SHARE = 0.1  # what core.tune.data sets aside for validation when there is no file
 
 
 def data_path_from(mime: QMimeData) -> Path | None:
@@ -38,13 +37,17 @@ def data_path_from(mime: QMimeData) -> Path | None:
     return None
 
 
-def split_words(train: int, share: float = VALID_SHARE) -> str:
-    """The offer made when there is no validation file."""
-    kept = max(1, round(train * share))
+def split_words(train: int, held: int) -> str:
+    """The offer made when there is no validation file (``TrainingData.split_sizes``)."""
+    if not held:
+        return (
+            "No validation file, and too few examples to set some aside: training runs "
+            "without a validation loss."
+        )
     return (
-        f"No validation file: {kept} of the {train} examples ({share:.0%}) are set "
-        "aside to measure the validation loss; the rest train."
-    ).replace("%)", " %)")
+        f"No validation file: {held} of the {train + held} examples are set aside to "
+        f"measure the validation loss; {train} train."
+    )
 
 
 class DataBox(QFrame):
@@ -105,9 +108,10 @@ class DataBox(QFrame):
         self.split.hide()
 
     def show_data(
-        self, path: Path, format_: str, train: int, valid: int, needs_split: bool
+        self, path: Path, format_: str, train: int, valid: int, split: tuple[int, int] | None
     ) -> None:
-        """The data read: its format and counts; the split offered when no valid file."""
+        """The data read: its format and counts; ``split`` (train, held out) when there
+        is no validation file, offered in words."""
         self.state = "read"
         self.title.setText(path.name or str(path))
         counts = f"{train} training examples"
@@ -115,8 +119,12 @@ class DataBox(QFrame):
         self.detail.setText(f"{FORMAT_WORDS.get(format_, format_)} · {counts}")
         self.detail.setToolTip(str(path))
         self.problems.hide()
-        self.split.setText(split_words(train))
-        self.split.setVisible(needs_split)
+        self.show_split(split)
+
+    def show_split(self, split: tuple[int, int] | None) -> None:
+        if split is not None:
+            self.split.setText(split_words(*split))
+        self.split.setVisible(split is not None)
 
     def show_problems(self, path: Path, message: str, problems: tuple[str, ...] = ()) -> None:
         """Why the data cannot be used: the error's line, then each bad line named."""

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QScrollArea,
+    QSpinBox,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from gui.run.cluster_source import ClusterSource
 
 REDRAW_HZ = 10
+VALID_SHARE = 0.1  # FineTune's split when the data has no validation file
 LEFT_WIDTH = 440
 STOP_NOTE = "Stop keeps the last checkpoint: it becomes the adapter."
 STATE_BADGES = {
@@ -126,7 +128,7 @@ class FineTuneView(Card):
         c.validated.connect(self.add_validation)
         c.finished.connect(self.show_finished)
         c.start_failed.connect(self.show_start_error)
-        self.form.changed.connect(self._update_start)
+        self.form.changed.connect(self._settings_edited)
         self._show_state(RunState.IDLE, "")
 
     # -- layout ---------------------------------------------------------------------------
@@ -268,8 +270,22 @@ class FineTuneView(Card):
         if generation != self._generation:
             return
         self.data, self.data_path = data, path
-        self.data_box.show_data(path, data.format, data.train, data.valid, data.needs_split)
+        self.data_box.show_data(path, data.format, data.train, data.valid, self._split())
         self.data_read.emit(data)
+        self._update_start()
+
+    def _split(self) -> tuple[int, int] | None:
+        """(train, held out) when the data has no validation file, for this batch size."""
+        if self.data is None or not self.data.needs_split:
+            return None
+        batch = self.form.inputs["batch_size"]
+        size = batch.value() if isinstance(batch, QSpinBox) else 1
+        train, held = self.data.split_sizes(VALID_SHARE, max(1, size))
+        return int(train), int(held)
+
+    def _settings_edited(self) -> None:
+        if self.data is not None:
+            self.data_box.show_split(self._split())
         self._update_start()
 
     def _data_refused(self, generation: int, path: Path, error: BaseException) -> None:

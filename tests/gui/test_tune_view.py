@@ -111,10 +111,11 @@ def test_a_drop_means_a_folder_or_a_jsonl_file(tmp_path: Path) -> None:
     assert data_path_from(mime) == tmp_path / "a.jsonl"
     mime.setUrls([QUrl("https://example.com/data.jsonl")])
     assert data_path_from(mime) is None
-    assert split_words(40) == (
-        "No validation file: 4 of the 40 examples (10 %) are set aside to measure the "
-        "validation loss; the rest train."
+    assert split_words(36, 4) == (
+        "No validation file: 4 of the 40 examples are set aside to measure the "
+        "validation loss; 36 train."
     )
+    assert "without a validation loss" in split_words(4, 0)
 
 
 def test_the_plots_fill_as_reports_arrive(qtbot: QtBot, view: FineTuneView) -> None:
