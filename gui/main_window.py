@@ -126,6 +126,14 @@ class MainWindow(QMainWindow):
             self.cluster.nodes_changed.connect(view.set_nodes)
             view.running_changed.connect(self.cluster.set_locked)
             view.running_changed.connect(self.model.set_locked)
+            # The Macs' memory is the fine-tune's while it trains: no chat job meanwhile.
+            view.running_changed.connect(
+                lambda running: (
+                    self.run.start_button.setEnabled(False)
+                    if running
+                    else self.run.set_plan(*self.run.shown_plan())
+                )
+            )
         self.fine_tune.show()
         self.fine_tune.raise_()
         return self.fine_tune

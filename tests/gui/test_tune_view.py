@@ -203,6 +203,13 @@ def test_the_window_opens_it_from_the_view_menu(qtbot: QtBot, demo_model: Path) 
     qtbot.waitUntil(lambda: view.info is not None, timeout=20_000)
     assert view.model_name.text() == window.model.info.name  # the selected model
     assert window.show_fine_tune() is tune  # one window, raised
+    window.model.select_strategy("pipeline")
+    qtbot.waitUntil(lambda: window.run.start_button.isEnabled(), timeout=5000)
+    view.running_changed.emit(True)  # training holds the Macs: no chat job, no new model
+    assert not window.run.start_button.isEnabled()
+    assert not window.model.drop_zone.acceptDrops()
+    view.running_changed.emit(False)
+    assert window.run.start_button.isEnabled() and window.model.drop_zone.acceptDrops()
 
 
 def test_compare_with_base_shows_both_answers_side_by_side(
