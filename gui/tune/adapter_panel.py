@@ -12,7 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gui.style import set_role
 from gui.widgets import label, section
@@ -60,6 +68,9 @@ class AdapterPanel(QFrame):
             "Write a model folder with the adapter built in; the model library lists it"
         )
         self.fuse_button.clicked.connect(lambda: self._call(self.on_fuse))
+        self.question = QLineEdit()
+        self.question.setPlaceholderText("A question your data teaches, for Compare with base")
+        self.question.setToolTip("Compare with base asks this of both models")
         self.note = label("", "secondary", wrap=True)
         self.note.hide()
         row = QHBoxLayout()
@@ -75,6 +86,7 @@ class AdapterPanel(QFrame):
         layout.addWidget(self.name)
         layout.addWidget(self.stopped)
         layout.addLayout(grid)
+        layout.addWidget(self.question)
         layout.addLayout(row)
         layout.addWidget(self.note)
 

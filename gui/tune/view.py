@@ -19,10 +19,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QLineEdit,
     QPushButton,
-    QScrollArea,
-    QSpinBox,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -33,22 +30,19 @@ from core.run.states import RunState
 from gui.bridge import Bridge
 from gui.model.memory_bars import Bar, MemoryBars
 from gui.style import set_role
+from gui.tune.actions import AdapterActions
 from gui.tune.adapter_panel import AdapterPanel
 from gui.tune.answers_view import AnswersView
 from gui.tune.controller import Factory, TuneController, one_line
-from gui.tune.data_box import DataBox
+from gui.tune.inputs import LEFT_WIDTH, TuneInputs
 from gui.tune.loss_plot import LossPlot
-from gui.tune.settings_form import SettingsForm
 from gui.widgets import Badge, Card, label, section
 
 if TYPE_CHECKING:
-    from core.cluster.probe.facts import NodeFacts
     from core.model.info import ModelInfo
     from gui.run.cluster_source import ClusterSource
 
 REDRAW_HZ = 10
-VALID_SHARE = 0.1  # FineTune's split when the data has no validation file
-LEFT_WIDTH = 440
 STOP_NOTE = "Stop keeps the last checkpoint: it becomes the adapter."
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
@@ -62,14 +56,6 @@ STATE_BADGES = {
     RunState.STOPPED: ("Done", "success"),
     RunState.FAILED: ("Failed", "danger"),
 }
-
-
-def usable_bytes(facts: NodeFacts) -> int:
-    """What a node can give the GPU, as the planner counts it."""
-    from core.plan.memory import PlanOptions, node_budget
-    from core.run.planning import planner_node
-
-    return node_budget(planner_node(facts), PlanOptions()).usable_bytes
 
 
 def eta_text(eta_s: float | None) -> str:
@@ -86,34 +72,30 @@ class FineTuneView(Card):
         super().__init__("Fine-tune", parent)
         self._bridge = bridge
         self.controller = TuneController(bridge, factory, self)
-        self.info: ModelInfo | None = None
-        self.data: Any = None  # core.tune.data.TrainingData once read
-        self.data_path: Path | None = None
-        self._facts: dict[str, NodeFacts] = {}
-        self.usable: dict[str, int] = {}  # each Mac's usable memory, for the bars
         self._source: ClusterSource | None = None
-        self._generation = 0
         self._running = False
         self.adapter: Any = None
         self._done_words = ""
+        self._question = ""
+        self.compare_tokens = 48  # each answer of Compare with base, at most
         self.blocked_by: Callable[[], str | None] = lambda: None  # the window: a chat job
         self.state_badge = Badge("Idle", "muted")
         self.header.insertWidget(1, self.state_badge)
-        self.form = SettingsForm()
-        self.data_box = DataBox()
-        self.data_box.path_chosen.connect(self.load_data)
-        self.data_box.demo_requested.connect(self.use_demo_data)
+        self.inputs = TuneInputs(bridge)
+        self.form, self.data_box = self.inputs.form, self.inputs.data_box
         self.plot = LossPlot()
         self.bars = MemoryBars()
         self.bars.empty_text = "Each Mac's peak memory appears once training starts."
         self.adapter_panel = AdapterPanel()
         self.adapter_panel.hide()
+        self.actions = AdapterActions(bridge, self)
+        self.adapter_panel.set_actions(compare=self.compare_with_base, fuse=self.fuse)
         self.answers = AnswersView()
         self.answers.hide()
         split = QSplitter(Qt.Orientation.Horizontal)
         split.setChildrenCollapsible(False)
         split.setHandleWidth(14)
-        split.addWidget(self._left())
+        split.addWidget(self.inputs)
         split.addWidget(self._right())
         split.setStretchFactor(1, 1)
         split.setSizes([LEFT_WIDTH, 800])
@@ -128,39 +110,17 @@ class FineTuneView(Card):
         c.validated.connect(self.add_validation)
         c.finished.connect(self.show_finished)
         c.start_failed.connect(self.show_start_error)
-        self.form.changed.connect(self._settings_edited)
+        self.inputs.changed.connect(self._update_start)
+        self.inputs.demo_chosen.connect(self.adapter_panel.question.setText)
+        a = self.actions
+        a.progress.connect(self.status.setText)
+        a.busy_changed.connect(lambda _busy: self._show_state(self.controller.state, None))
+        a.compared.connect(self._compared)
+        a.fused.connect(self._fused)
+        a.failed.connect(self._action_failed)
         self._show_state(RunState.IDLE, "")
 
     # -- layout ---------------------------------------------------------------------------
-
-    def _left(self) -> QWidget:
-        column = QWidget()
-        layout = QVBoxLayout(column)
-        layout.setContentsMargins(0, 0, 8, 0)
-        layout.setSpacing(8)
-        layout.addWidget(section("Base model"))
-        self.model_name = label("", "model-name", wrap=True)
-        self.model_hint = label("", "hint", wrap=True)
-        layout.addWidget(self.model_name)
-        layout.addWidget(self.model_hint)
-        layout.addSpacing(4)
-        layout.addWidget(section("Data"))
-        layout.addWidget(self.data_box)
-        self.name_input = QLineEdit()
-        self.name_input.setPlaceholderText("Adapter name (optional)")
-        self.name_input.setToolTip("The adapter's name; one is made from the model and data")
-        layout.addWidget(self.name_input)
-        layout.addSpacing(4)
-        layout.addWidget(section("Settings"))
-        layout.addWidget(self.form)
-        layout.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidget(column)
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(LEFT_WIDTH)
-        return scroll
 
     def _right(self) -> QWidget:
         panel = QWidget()
@@ -200,101 +160,25 @@ class FineTuneView(Card):
     # -- inputs ---------------------------------------------------------------------------
 
     def set_model(self, info: ModelInfo | None) -> None:
-        """The base model: the one selected in the Model pane."""
-        if self.controller.active:
-            return  # the running fine-tune keeps its model (the Model pane is locked)
-        self.info = info
-        if info is None:
-            self.model_name.setText("No model chosen")
-            self.model_hint.setText("Choose one in the Model pane (or use the demo model).")
-        else:
-            self.model_name.setText(info.name)
-            self.model_hint.setText(
-                f"{info.architecture} · {info.layers} layers · "
-                f"{units.size(info.bytes_on_disk)}: every Mac holds all of it, and "
-                "trains on its share of each batch."
-            )
-        self._update_start()
+        self.inputs.set_model(info)
 
     def set_nodes(self, nodes: Sequence[Any]) -> None:
-        """The cluster's nodes (``core.cluster.registry.Node``): those whose memory is
-        known train together."""
-        if self.controller.active:
-            return
-        self._facts = {
-            n.facts.name: n.facts
-            for n in nodes
-            if getattr(n, "facts", None) is not None and n.facts.memory_bytes
-        }
-        self.usable = {name: usable_bytes(f) for name, f in self._facts.items()}
-        self._update_start()
+        self.inputs.set_nodes(nodes)
 
-    def set_cluster(self, source: ClusterSource | None) -> None:
-        self._source = source
+    @property
+    def info(self) -> ModelInfo | None:
+        return self.inputs.info
+
+    @property
+    def data(self) -> Any:
+        return self.inputs.data
 
     @property
     def node_names(self) -> list[str]:
-        return list(self._facts)
+        return self.inputs.node_names
 
-    def load_data(self, path: Path) -> None:
-        """Read ``path`` (off the GUI thread): its summary, or its problems, shown."""
-        path = Path(path)
-        self._generation += 1
-        generation = self._generation
-        self.data, self.data_path = None, None
-        self.data_box.show_busy(path)
-        self._update_start()
-
-        def read() -> Any:
-            from core.tune.data import read_data
-
-            return read_data(path)
-
-        self._bridge.run_in_background(
-            read,
-            lambda data: self._data_read(generation, path, data),
-            lambda error: self._data_refused(generation, path, error),
-        )
-
-    def use_demo_data(self) -> None:
-        """The shipped demo set, with the settings that teach it fastest."""
-        try:
-            from core.tune.data import DEMO_DATA, DEMO_SETTINGS
-        except ImportError as error:
-            self.data_box.show_problems(Path("demo"), f"The demo set is not available: {error}")
-            return
-        self.form.set_settings(DEMO_SETTINGS)
-        self.load_data(DEMO_DATA)
-
-    def _data_read(self, generation: int, path: Path, data: Any) -> None:
-        if generation != self._generation:
-            return
-        self.data, self.data_path = data, path
-        self.data_box.show_data(path, data.format, data.train, data.valid, self._split())
-        self.data_read.emit(data)
-        self._update_start()
-
-    def _split(self) -> tuple[int, int] | None:
-        """(train, held out) when the data has no validation file, for this batch size."""
-        if self.data is None or not self.data.needs_split:
-            return None
-        batch = self.form.inputs["batch_size"]
-        size = batch.value() if isinstance(batch, QSpinBox) else 1
-        train, held = self.data.split_sizes(VALID_SHARE, max(1, size))
-        return int(train), int(held)
-
-    def _settings_edited(self) -> None:
-        if self.data is not None:
-            self.data_box.show_split(self._split())
-        self._update_start()
-
-    def _data_refused(self, generation: int, path: Path, error: BaseException) -> None:
-        if generation != self._generation:
-            return
-        problems = tuple(str(p) for p in getattr(error, "problems", ()) or ())
-        self.data_box.show_problems(path, one_line(error), problems)
-        self.data_read.emit(None)
-        self._update_start()
+    def set_cluster(self, source: ClusterSource | None) -> None:
+        self._source = source
 
     # -- commands -------------------------------------------------------------------------
 
@@ -308,7 +192,7 @@ class FineTuneView(Card):
         if problem:
             self.show_start_error(problem)
             return False
-        settings = self.form.check(len(self._facts))
+        settings = self.form.check(len(self.inputs.facts))
         if settings is None:
             self.show_start_error(self.form.error.text())
             return False
@@ -317,7 +201,8 @@ class FineTuneView(Card):
         except ValueError as error:
             self.show_start_error(one_line(error))
             return False
-        assert self.info is not None and self.data_path is not None
+        info, data_path = self.inputs.info, self.inputs.data_path
+        assert info is not None and data_path is not None
         self.plot.clear()
         self.plot.set_iterations(settings.iters)
         self.adapter = None
@@ -327,20 +212,60 @@ class FineTuneView(Card):
         self.progress.setText("")
         self.eta.setText("")
         self.bars.show_bars([], "Each Mac's peak memory appears once training starts.")
-        name = self.name_input.text().strip() or None
-        return self.controller.start(self.info, hosts, self.data_path, settings, name)
+        return self.controller.start(info, hosts, data_path, settings, self.inputs.adapter_name)
 
     def stop(self) -> None:
-        self.controller.stop()
+        if self.actions.busy:
+            self.actions.stop()
+        else:
+            self.controller.stop()
+
+    # -- the adapter's actions ------------------------------------------------------------
+
+    def compare_with_base(self, adapter: Path) -> bool:
+        """The panel's question to the base model and to base + adapter, side by side."""
+        question = self.adapter_panel.question.text().strip()
+        if not question:
+            self.adapter_panel.show_note("Type a question first: both models answer it.")
+            return False
+        if self.info is None or self.controller.active:
+            return False
+        problem = self.blocked_by()
+        if problem:
+            self.adapter_panel.show_note(problem)
+            return False
+        try:
+            hosts = self._hosts()
+        except ValueError as error:
+            self.adapter_panel.show_note(one_line(error))
+            return False
+        self.answers.hide()
+        self._question = question
+        return self.actions.compare(self.info, hosts, adapter, question, self.compare_tokens)
+
+    def fuse(self, adapter: Path) -> bool:
+        """A model folder with the adapter built in (the library lists it)."""
+        if self.info is None:
+            return False
+        return self.actions.fuse(self.info.path, adapter)
+
+    def _compared(self, result: Any) -> None:
+        self.show_comparison(
+            self._question, result.base.text, result.adapted.text, fact=self.inputs.fact()
+        )
+        self.status.setText(result.headline())
+
+    def _fused(self, fused: Any) -> None:
+        words = f"Fused into {fused.path}: the model library lists it."
+        self.adapter_panel.show_note(words)
+        self.status.setText(words)
+
+    def _action_failed(self, message: str) -> None:
+        self.adapter_panel.show_note(message)
+        self.status.setText(message)
 
     def _missing(self) -> str | None:
-        if self.info is None:
-            return "Choose a base model first (in the Model pane)."
-        if not self._facts:
-            return "Add Macs (or start the demo cluster) to train on."
-        if self.data is None or self.data_path is None:
-            return "Choose the training data first (or use the demo set)."
-        return self.blocked_by()
+        return self.inputs.missing() or self.blocked_by()
 
     def _hosts(self) -> list[Any]:
         names = self.node_names
@@ -348,10 +273,11 @@ class FineTuneView(Card):
             return self._source.hosts(names)
         from core.run.session import Host
 
-        return [Host(name, None, self._facts[name]) for name in names]
+        return [Host(name, None, self.inputs.facts[name]) for name in names]
 
     def shutdown(self) -> None:
         self.timer.stop()
+        self.actions.shutdown()
         self.controller.shutdown()
 
     # -- the fine-tune's news -------------------------------------------------------------
@@ -392,7 +318,7 @@ class FineTuneView(Card):
         self.plot.add_validation(iteration, val_loss)
 
     def _show_memory(self, peak: Mapping[str, int]) -> None:
-        usable = self.usable
+        usable = self.inputs.usable
         bars = [
             Bar(node, int(peak[node]), usable.get(node, 0), f"peak {units.size(peak[node])}")
             for node in (list(usable) or list(peak))
@@ -460,21 +386,24 @@ class FineTuneView(Card):
     def _state_changed(self, state: str, detail: str) -> None:
         self._show_state(RunState(state), detail)
 
-    def _show_state(self, state: RunState, detail: str) -> None:
+    def _show_state(self, state: RunState, detail: str | None) -> None:
+        """``detail`` None: the state line stays as it is (an action's progress)."""
         text, kind = STATE_BADGES[state]
         if state == RunState.STOPPED and self.adapter is None and not self.plot.train.size:
             text, kind = "Stopped", "muted"
+        acting = self.actions.busy
+        if acting:
+            text, kind = "Comparing or fusing", "accent"
         self.state_badge.set(text, kind)
-        self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
-        if state == RunState.STOPPED and self._done_words:
-            detail = self._done_words  # the adapter is the news, whatever came first
-        self.status.setText(detail or self._idle_words(state))
+        self.stop_button.setEnabled((state.active and state != RunState.STOPPING) or acting)
+        if detail is not None:
+            if state == RunState.STOPPED and self._done_words:
+                detail = self._done_words  # the adapter is the news, whatever came first
+            self.status.setText(detail or self._idle_words(state))
         if state.active:
             self.error.hide()
-        locked = state.active
-        self.form.set_locked(locked)
-        self.data_box.set_locked(locked)
-        self.name_input.setEnabled(not locked)
+        locked = state.active or acting
+        self.inputs.set_locked(locked)
         self.adapter_panel.set_busy(locked)
         if state.active and not self.timer.isActive():
             self.timer.start()
@@ -493,10 +422,7 @@ class FineTuneView(Card):
 
     def _update_start(self) -> None:
         ready = (
-            not self.controller.active
-            and self.info is not None
-            and self.data is not None
-            and bool(self._facts)
+            not self.controller.active and not self.actions.busy and self.inputs.missing() is None
         )
         self.start_button.setEnabled(ready)
         if self.controller.state == RunState.IDLE:

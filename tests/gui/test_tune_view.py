@@ -94,7 +94,7 @@ def test_start_refuses_in_one_line_what_is_missing(view: FineTuneView) -> None:
     assert not view.start()
     assert view.error.text() == "Choose the training data first (or use the demo set)."
     view.set_model(None)
-    assert view.model_name.text() == "No model chosen"
+    assert view.inputs.model_name.text() == "No model chosen"
     assert not view.start()
     assert view.error.text() == "Choose a base model first (in the Model pane)."
 
@@ -119,7 +119,7 @@ def test_a_drop_means_a_folder_or_a_jsonl_file(tmp_path: Path) -> None:
 
 
 def test_the_plots_fill_as_reports_arrive(qtbot: QtBot, view: FineTuneView) -> None:
-    usable = view.usable
+    usable = view.inputs.usable
     assert set(usable) == {"Studio A", "Studio B"} and min(usable.values()) > 2**30
     view.timer.start()  # as a running fine-tune does
     for i in range(1, 31):
@@ -198,10 +198,10 @@ def test_the_window_opens_it_from_the_view_menu(qtbot: QtBot, demo_model: Path) 
     assert tune is not None and tune.isVisible()
     view = tune.view
     assert view.node_names == ["Studio A", "Studio B"]  # the demo cluster's Macs
-    assert view.model_name.text() == "No model chosen"
+    assert view.inputs.model_name.text() == "No model chosen"
     drop_paths(window.model.drop_zone, demo_model)
     qtbot.waitUntil(lambda: view.info is not None, timeout=20_000)
-    assert view.model_name.text() == window.model.info.name  # the selected model
+    assert view.inputs.model_name.text() == window.model.info.name  # the selected model
     assert window.show_fine_tune() is tune  # one window, raised
     window.model.select_strategy("pipeline")
     qtbot.waitUntil(lambda: window.run.start_button.isEnabled(), timeout=5000)
