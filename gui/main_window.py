@@ -123,6 +123,7 @@ class MainWindow(QMainWindow):
                 else None
             )
             self.model.plan_changed.connect(lambda info, _plan: view.set_model(info))
+            view.adapter_panel.on_chat = self.chat_with_adapter
             self.cluster.nodes_changed.connect(view.set_nodes)
             view.running_changed.connect(self.cluster.set_locked)
             view.running_changed.connect(self.model.set_locked)
@@ -159,6 +160,18 @@ class MainWindow(QMainWindow):
         self.history.raise_()
         return self.history
 
+    def chat_with_adapter(self, adapter: Path) -> bool:
+        """The Fine-tune view's "Chat with the adapter": the Run pane starts the model
+        with the adapter on the cluster (the Model pane's plan), in front."""
+        if self.run.busy:
+            self.run.status.setText("Stop the job first: then Chat with the adapter starts it.")
+            return False
+        self.run.controller.adapter = Path(adapter)
+        self.raise_()
+        self.activateWindow()
+        self.run.start()
+        return True
+
     def _wire(self) -> None:
         prefs = self.preferences
         self.cluster.nodes_changed.connect(self.model.set_nodes)
@@ -177,6 +190,10 @@ class MainWindow(QMainWindow):
         )
         self.run.running_changed.connect(lambda running: links.clear() if running else None)
         self.model.model_changed.connect(lambda path: prefs.update(last_model=path))
+        # Another model: the fine-tuned adapter of the last one no longer applies.
+        self.model.model_changed.connect(
+            lambda _path: setattr(self.run.controller, "adapter", None)
+        )
         self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
         self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))
         self.run.max_tokens.valueChanged.connect(lambda n: prefs.update(max_tokens=n))
