@@ -26,6 +26,7 @@ from gui.widgets import label, section
 Y_FOOT = 0.04  # share of the y range below 0, so the 0 tick keeps its label
 FIRST_CAPACITY = 1024
 AXIS_WIDTH = 56
+X_MARGIN = 0.015  # share of the iterations left empty at each end
 
 
 class TrainSeries:
@@ -51,6 +52,19 @@ class TrainSeries:
 
     def clear(self) -> None:
         self.size = 0
+
+
+STEPS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+
+
+def loss_top(current: float, peak: float) -> float:
+    """The loss axis' top: a little over the peak, on a round value, steady while the
+    peak moves a little (losses fall, so the top follows them down by steps)."""
+    wanted = max(peak * 1.08, 1e-3)
+    if current >= wanted and wanted >= current * 0.6:
+        return current
+    exponent = 10 ** np.floor(np.log10(wanted))
+    return float(next(m * exponent for m in STEPS if m * exponent >= wanted))
 
 
 def in_view(
@@ -122,7 +136,7 @@ class LossPlot(QWidget):
         self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         style.notifier().changed.connect(self.apply_theme)
         self.apply_theme(style.current())
-        self._set_x(0, 10)
+        self._set_x(-X_MARGIN * 10, (1 + X_MARGIN) * 10)
         self._show_values(False)
 
     # -- data in (never draws) ---------------------------------------------------------
@@ -160,9 +174,9 @@ class LossPlot(QWidget):
         self._drawn = self.version
         its = self.train.column(0)
         newest = max(float(its[-1]) if len(its) else 0.0, self.valid.last(0) or 0.0)
-        high = max(self.iterations, newest, 10)
-        lo, hi = 0.0, float(high)
-        self._set_x(lo, hi)
+        high = float(max(self.iterations, newest, 10))
+        self._set_x(-X_MARGIN * high, (1 + X_MARGIN) * high)  # the first and last points show
+        lo, hi = 0.0, high
         if not len(its) and not self.valid.size:
             self._show_values(False)
             return True
@@ -177,7 +191,7 @@ class LossPlot(QWidget):
         loss_peak = max(loss_peak, _peak(vy))
         x, y = in_view(its, self.train.column(2), lo, hi, pixels)
         self.rate_curve.setData(x, y, skipFiniteCheck=bool(np.isfinite(y).all()))
-        self._loss_top = axis_top(self._loss_top, loss_peak, 0.1)
+        self._loss_top = loss_top(self._loss_top, loss_peak)
         self._rate_top = axis_top(self._rate_top, _peak(y), 1.0)
         self._set_y(self.loss, self._loss_top)
         self._set_y(self.rate, self._rate_top)

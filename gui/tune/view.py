@@ -165,6 +165,12 @@ class FineTuneView(Card):
     def set_nodes(self, nodes: Sequence[Any]) -> None:
         self.inputs.set_nodes(nodes)
 
+    def load_data(self, path: Path) -> None:
+        self.inputs.load_data(path)
+
+    def use_demo_data(self) -> None:
+        self.inputs.use_demo_data()
+
     @property
     def info(self) -> ModelInfo | None:
         return self.inputs.info
@@ -399,7 +405,7 @@ class FineTuneView(Card):
         if detail is not None:
             if state == RunState.STOPPED and self._done_words:
                 detail = self._done_words  # the adapter is the news, whatever came first
-            self.status.setText(detail or self._idle_words(state))
+            self.status.setText(detail or self._state_words(state))
         if state.active:
             self.error.hide()
         locked = state.active or acting
@@ -415,10 +421,22 @@ class FineTuneView(Card):
             self._running = locked
             self.running_changed.emit(locked)
 
-    def _idle_words(self, state: RunState) -> str:
-        if state == RunState.IDLE:
-            return self._missing() or "Ready: Start trains an adapter on every Mac."
-        return {RunState.STOPPED: "Stopped.", RunState.FAILED: "Failed."}.get(state, "")
+    def _state_words(self, state: RunState) -> str:
+        """The state line when the fine-tune said nothing more."""
+        names = self.node_names
+        macs = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        model = self.info.name if self.info is not None else "the model"
+        return {
+            RunState.IDLE: self._missing() or "Ready: Start trains an adapter on every Mac.",
+            RunState.CHECKING: "Checking the data and the Macs…",
+            RunState.COPYING: "Copying the model and the data to the Macs…",
+            RunState.LOADING: f"Loading {model} on {macs}…",
+            RunState.READY: f"Training on {macs}…",
+            RunState.GENERATING: f"Training on {macs}…",
+            RunState.STOPPING: "Stopping at the next step: the last checkpoint is kept…",
+            RunState.STOPPED: "Stopped.",
+            RunState.FAILED: "Failed.",
+        }.get(state, "")
 
     def _update_start(self) -> None:
         ready = (
@@ -426,7 +444,7 @@ class FineTuneView(Card):
         )
         self.start_button.setEnabled(ready)
         if self.controller.state == RunState.IDLE:
-            self.status.setText(self._idle_words(RunState.IDLE))
+            self.status.setText(self._state_words(RunState.IDLE))
 
 
 def fine_tune_window(bridge: Bridge, parent: QWidget, factory: Factory | None = None) -> QWidget:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from pytestqt.qtbot import QtBot
 
-from gui.tune.loss_plot import LossPlot, TrainSeries, in_view
+from gui.tune.loss_plot import LossPlot, TrainSeries, in_view, loss_top
 
 
 def _drawn(plot: LossPlot) -> int:
@@ -46,6 +46,13 @@ def test_in_view_clips_and_downsamples_keeping_peaks() -> None:
     assert vy.max() == 9.0
 
 
+def test_the_loss_axis_top_is_round_and_steady() -> None:
+    assert loss_top(1.0, 4.8) == 6.0  # just over the peak, on a round value
+    assert loss_top(6.0, 5.0) == 6.0  # a small move keeps it
+    assert loss_top(6.0, 2.0) == 2.5  # losses fall: the top follows down
+    assert loss_top(1.0, 0.42) == 0.5
+
+
 def test_points_draw_on_refresh_only(plot: LossPlot) -> None:
     plot.set_iterations(200)
     assert plot.empty_hint.isVisible()
@@ -57,7 +64,8 @@ def test_points_draw_on_refresh_only(plot: LossPlot) -> None:
     assert list(x[:3]) == [1.0, 2.0, 3.0] and math.isclose(y[-1], 1.0)
     assert plot.rate_curve.getData()[1][-1] == 540.0
     assert not plot.empty_hint.isVisible()
-    assert plot.loss.getPlotItem().getViewBox().viewRange()[0] == [0.0, 200.0]
+    low, high = plot.loss.getPlotItem().getViewBox().viewRange()[0]
+    assert -5 < low < 0 and 200 < high < 205  # the planned iterations, a margin each side
     assert not plot.refresh()  # nothing new: no redraw
     plot.add_validation(40, 1.4)
     assert plot.refresh()
