@@ -42,7 +42,7 @@ class AdapterPanel(QFrame):
         self.on_compare: AdapterAction | None = None
         self.on_fuse: AdapterAction | None = None
         self.heading = section("Adapter")
-        self.name = label("", "model-name", selectable=True)
+        self.name = label("", "model-name", wrap=True, selectable=True)
         self.stopped = label("", "hint", wrap=True)
         self.facts: dict[str, Any] = {}
         grid = QGridLayout()

@@ -51,7 +51,7 @@ class AnswersView(QFrame):
         set_role(self.close_button, "link")
         self.close_button.clicked.connect(self._close)
         head = QHBoxLayout()
-        head.addWidget(section("Compare with base · the same question to both"))
+        head.addWidget(section("Compare with base"))
         head.addStretch(1)
         head.addWidget(self.close_button)
         layout = QVBoxLayout(self)

@@ -153,8 +153,11 @@ class FineTuneView(Card):
         layout.addWidget(self.plot, 1)
         layout.addWidget(section("Memory per Mac · peak while training, of usable memory"))
         layout.addWidget(self.bars)
-        layout.addWidget(self.adapter_panel)
-        layout.addWidget(self.answers)
+        result = QHBoxLayout()  # the adapter, and Compare with base beside it
+        result.setSpacing(10)
+        result.addWidget(self.adapter_panel, 1)
+        result.addWidget(self.answers, 1)
+        layout.addLayout(result)
         return panel
 
     # -- inputs ---------------------------------------------------------------------------
@@ -372,15 +375,17 @@ class FineTuneView(Card):
     ) -> None:
         """Compare with base's result: the same question, both answers side by side."""
         adapter = self.adapter_panel.name.text() or "the adapter"
-        base = self.adapter_panel.facts["Base model"].text() or "Base model"
+        base = self.adapter_panel.facts["Base model"].text() or "the base model"
         self.answers.show_answers(
             question,
             base_answer,
             adapter_answer,
-            base_name=base,
-            adapter_name=f"{base} + {adapter}",
+            base_name="Base model",
+            adapter_name="With the adapter",
             fact=fact,
         )
+        self.answers.titles["base"].setToolTip(base)
+        self.answers.titles["adapter"].setToolTip(f"{base} + {adapter}")
 
     def show_start_error(self, message: str) -> None:
         """One line under Start (never a dialog, never a traceback)."""

@@ -810,13 +810,9 @@ def take_tune(outdir: Path) -> list[Path]:
         view = tune_window.view
         view.data_box.demo_button.click()
         wait_for(app, lambda: view.data is not None, 60, "the demo set")
+        view.inputs.name_input.setText("Mochi the mascot")
         view.start()
-        wait_for(
-            app,
-            lambda: view.plot.valid.size >= 2 and view.plot.train.size >= 20,
-            900,
-            "training with two validation losses",
-        )
+        wait_for(app, lambda: view.plot.valid.size >= 3, 1800, "three validation losses")
         view.timer.stop()  # held still for the shot: every theme shows the same moment
         saved.extend(
             shoot_themes(app, tune_window, outdir, "finetune-training", 0.2, view.plot.refresh)

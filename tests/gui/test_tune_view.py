@@ -226,8 +226,9 @@ def test_compare_with_base_shows_both_answers_side_by_side(
     answers = view.answers
     assert answers.isVisible()
     assert answers.question.text() == "“What is the name of MacMesh's mascot?”"
-    assert answers.titles["base"].text() == "SmolLM2-135M-Instruct"
-    assert answers.titles["adapter"].text() == "SmolLM2-135M-Instruct + mascot"
+    assert answers.titles["base"].text() == "Base model"
+    assert answers.titles["adapter"].text() == "With the adapter"
+    assert answers.titles["adapter"].toolTip() == "SmolLM2-135M-Instruct + mascot"
     assert (
         "<b" in answers.answers["adapter"].text()
         and ">Mochi</b>" in answers.answers["adapter"].text()
