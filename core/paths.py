@@ -62,3 +62,10 @@ def log_dir() -> Path:
 def data_dir() -> Path:
     """What the person made and would miss: the run history, the API's keys (0600)."""
     return _dir(ENV_DATA_DIR, platformdirs.user_data_path(APP_NAME, appauthor=False))
+
+
+def models_dir() -> Path:
+    """Models MacMesh made (an adapter fused into its base): the library lists them."""
+    folder = data_dir() / "models"
+    folder.mkdir(exist_ok=True)
+    return folder

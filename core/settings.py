@@ -12,7 +12,8 @@ The file is ``settings.json`` in ``core.paths.config_dir()``::
       "demo_nodes": 2,                                        # simulated Macs, 1-4
       "max_tokens": 256,                                      # longest answer, 1-32768
       "interfaces": [],                                       # network interfaces (later)
-      "library_folders": ["/Volumes/models/Llama-3-8B-4bit"]  # model folders added to the library
+      "library_folders": ["/Volumes/models/Llama-3-8B-4bit"], # model folders added to the library
+      "model_source": "auto"                                  # auto, hub or this-mac
     }
 
 Reading never fails: a missing file gives the defaults, a corrupt file gives the defaults
@@ -40,6 +41,9 @@ VERSION = 1
 STRATEGIES = (Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR)  # the window offers these
 MAX_DEMO_NODES = 4
 MAX_TOKENS_LIMIT = 32768
+# Where nodes get their part of a model from Hugging Face: the Hub when they reach it,
+# else a copy from this Mac (auto); always the Hub; always this Mac.
+MODEL_SOURCES = ("auto", "hub", "this-mac")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Settings:
     max_tokens: int = 256
     interfaces: tuple[str, ...] = ()
     library_folders: tuple[str, ...] = ()
+    model_source: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def updated(self, **changes: Any) -> Settings:
@@ -69,6 +74,7 @@ class Settings:
             max_tokens=self.max_tokens,
             interfaces=list(self.interfaces),
             library_folders=list(self.library_folders),
+            model_source=self.model_source,
         )
         return data
 
@@ -140,6 +146,10 @@ def _check(name: str, value: Any, default: Any) -> Any:
         if isinstance(value, list | tuple) and all(isinstance(v, str) and v for v in value):
             return tuple(dict.fromkeys(value))
         raise ValueError(f"library_folders must be a list of folder paths, not {value!r}")
+    if name == "model_source":
+        if value in MODEL_SOURCES:
+            return value
+        raise ValueError(f"model_source must be one of {', '.join(MODEL_SOURCES)}, not {value!r}")
     raise ValueError(f"unknown setting {name!r} (default {default!r})")
 
 

@@ -37,3 +37,13 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("tiny-models")
     return {arch: make_tiny_model(root / arch, arch=arch) for arch in ("llama", "qwen3")}
+
+
+@pytest.fixture(scope="session")
+def tiny_adapter(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An mlx-lm LoRA adapter of the tiny llama model (its last 3 of 4 layers), trained
+    by mlx-lm's own trainer until its greedy answer differs from the base's."""
+    from tests.helpers.adapters import make_adapter
+
+    root = tmp_path_factory.mktemp("tiny-adapter")
+    return make_adapter(tiny_models["llama"], root / "mochi", num_layers=3, name="Mochi")

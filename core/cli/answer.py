@@ -27,6 +27,18 @@ DEFAULT_PROMPT = "What is the capital of France?"
 MAX_TOKENS = 1_000_000
 
 
+def with_adapter(session: Session) -> str:
+    """A line saying which adapter the Start applies ("" without one)."""
+    use = session.adapter
+    return f"With the adapter {use.name} ({use.path}).\n" if use is not None else ""
+
+
+def adapter_about(session: Session) -> dict[str, Any]:
+    """The summary's adapter fields (none without one)."""
+    use = session.adapter
+    return {} if use is None else {"adapter": use.name, "adapter_path": str(use.path)}
+
+
 def check_max_tokens(max_tokens: int) -> None:
     if not 1 <= max_tokens <= MAX_TOKENS:
         raise ClusterError(f"--max-tokens must be 1 to {MAX_TOKENS:,}")

@@ -4,6 +4,8 @@
 [--nodes N]`` on the demo cluster. It runs the prompt on the strongest Mac that holds
 the model alone, then on the cluster, and prints both runs side by side with the
 speedup, or why there is none (``--json``: one document with both runs and the ratio).
+With ``--adapter PATH`` it compares answers instead: the base model, then base + the
+adapter, on the same nodes, the two answers side by side.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
@@ -19,13 +21,19 @@ from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import add_split_argument, split_of
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
-from core.model.info import ModelError, read_model_info
+from core.model.info import ModelError, ModelInfo, read_model_info
 from core.run import demo
-from core.run.compare import Comparison, RunFigures, compare
+from core.run.compare import (
+    AdapterComparison,
+    Comparison,
+    RunFigures,
+    compare,
+    compare_adapter,
+)
 from core.run.history import RunRecord, keep, local_versions
 from core.run.launcher import JobError
 from core.run.placement import ClusterError
-from core.run.session import Session
+from core.run.session import Host, Session
 from core.units import rate, seconds, size
 from core.worker.vocab import Strategy
 
@@ -44,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=48)
     add_split_argument(parser)
+    parser.add_argument(
+        "--adapter",
+        help="compare the base model with base + this adapter (a folder), on the same nodes",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -77,6 +89,12 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
 
     def watch(session: Session, what: str) -> None:
         stage.session = session
+        if what in ("base", "adapter"):
+            which = "the base model" if what == "base" else f"base + {session.adapter_name}"
+            stage(f"running {which}")
+            err.write(f"{which[0].upper()}{which[1:]} on {', '.join(h.name for h in hosts)}…\n")
+            err.flush()
+            return
         if what == "probing":
             stage("probing the hosts")
             if not args.demo:
@@ -87,6 +105,8 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.write(f"On {'one Mac' if what == 'one Mac' else 'the cluster'} ({names})…\n")
         err.flush()
 
+    if getattr(args, "adapter", None):
+        return _compare_adapter(args, info, hosts, watch, out, err)
     try:
         split = split_of(args)
         result = compare(
@@ -113,6 +133,51 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.write(f"macmesh: {not_kept}\n")
     out.write(json.dumps(result.to_dict()) + "\n" if args.json else side_by_side(result))
     return 0
+
+
+def _compare_adapter(
+    args: argparse.Namespace,
+    info: ModelInfo,
+    hosts: Sequence[Host],
+    watch: Callable[[Session, str], None],
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    try:
+        result = compare_adapter(
+            info,
+            hosts,
+            args.strategy,
+            args.prompt,
+            args.max_tokens,
+            args.adapter,
+            on_session=watch,
+            split=split_of(args),
+        )
+    except (ClusterError, ValueError) as exc:
+        err.write(f"macmesh: {exc}\n")
+        return 2
+    except JobError as exc:
+        err.write(f"macmesh: the comparison failed: {exc}\n")
+        return 1
+    out.write(json.dumps(result.to_dict()) + "\n" if args.json else answers_side_by_side(result))
+    return 0
+
+
+def answers_side_by_side(result: AdapterComparison) -> str:
+    """The two runs' figures in columns, then each answer in full, then the headline."""
+    runs = [result.base, result.adapted]
+    rows = [
+        ("", [f"{r.label} ({', '.join(r.nodes)})" for r in runs]),
+        ("generation", [f"{rate(r.generation_tps)} tokens/s" for r in runs]),
+        ("tokens", [str(r.generation_tokens) for r in runs]),
+    ]
+    width = max(len(cell) for _, cells in rows for cell in cells)
+    lines = [f"{name:<12} " + "  ".join(f"{c:<{width}}" for c in cells) for name, cells in rows]
+    for run in runs:
+        lines += ["", f"{run.label}:", *(f"  {line}" for line in run.text.strip().splitlines())]
+    lines += ["", result.headline()]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
 def side_by_side(result: Comparison) -> str:

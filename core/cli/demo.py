@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
+from core.cli.answer import (
+    DEFAULT_PROMPT,
+    adapter_about,
+    check_max_tokens,
+    launch_and_ask,
+    with_adapter,
+)
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import add_split_argument, split_of
 from core.library.resolve import resolve_model
@@ -35,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=64)
     add_split_argument(parser)
+    parser.add_argument(
+        "--adapter", help="an adapter folder (mlx-lm's layout, e.g. from `macmesh finetune`)"
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
@@ -70,6 +79,7 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
             simulated_hosts(demo.demo_facts(args.nodes)),
             strategy=args.strategy,
             split=split_of(args),
+            adapter=args.adapter,
         )
         stage.session = session
         plan = session.make_plan()
@@ -79,12 +89,14 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
         err.write(f"macmesh: {exc}\n")
         return 2
     stage("loading the model")
-    err.write(f"{info.summary()}\n{plan.reason}\nStarting {spec.nodes} rank(s)…\n")
+    err.write(f"{info.summary()}\n{plan.reason}\n{with_adapter(session)}")
+    err.write(f"Starting {spec.nodes} rank(s)…\n")
     about = {
         "strategy": spec.rank_strategy,
         "nodes": spec.nodes,
         "split": spec.split,
         "model": info.name,
+        **adapter_about(session),
     }
     return launch_and_ask(
         session,

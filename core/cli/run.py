@@ -18,7 +18,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from core.cli.answer import DEFAULT_PROMPT, check_max_tokens, launch_and_ask
+from core.cli.answer import (
+    DEFAULT_PROMPT,
+    adapter_about,
+    check_max_tokens,
+    launch_and_ask,
+    with_adapter,
+)
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.netchange import change_network
 from core.cli.options import add_split_argument
@@ -34,6 +40,7 @@ from core.run.launcher import JobSpec
 from core.run.placement import ClusterError, show_launch
 from core.run.preflight import BACKENDS, PreflightReport, format_report
 from core.run.session import Session, real_hosts
+from core.settings import MODEL_SOURCES, load_settings
 from core.units import bytes_per_s, duration, size
 from core.worker.vocab import Backend, Strategy
 
@@ -89,6 +96,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_split_argument(parser)
     parser.add_argument(
+        "--adapter", help="an adapter folder (mlx-lm's layout, e.g. from `macmesh finetune`)"
+    )
+    parser.add_argument(
+        "--model-source",
+        choices=MODEL_SOURCES,
+        default=None,
+        help="where nodes lacking model files get them: auto (a node that reaches Hugging "
+        "Face downloads its own files, when the model came from there; else a copy from "
+        "this Mac), hub, or this-mac; default: the model_source setting (auto)",
+    )
+    parser.add_argument(
         "--change-network",
         action="store_true",
         help="apply the network changes the checks offer for a faster path (each Mac's "
@@ -131,10 +149,12 @@ def prepare(
         verify=args.verify,
         split=parse_split(args.split) if getattr(args, "split", None) else None,
         check_paths=not show_launch,  # runs nothing: the paths as probed
+        adapter=getattr(args, "adapter", None),
+        model_source=getattr(args, "model_source", None) or load_settings().model_source,
     )
     stage.session = session
     stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it
-    err.write(f"{info.summary()}\nProbing {len(targets)} host(s)…\n")
+    err.write(f"{info.summary()}\n{with_adapter(session)}Probing {len(targets)} host(s)…\n")
     session.probe()
     stage("planning")
     plan = session.make_plan()
@@ -191,6 +211,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
         "backend": spec.rank_backend,
         "split": spec.split,
         "model": info.name,
+        **adapter_about(session),
         "preflight": [check.to_dict() for check in report.checks],
     }
     return launch_and_ask(

@@ -9,16 +9,26 @@ missing. Then every file, a few at a time, through huggingface_hub, which:
 - resumes a file whose connection drops with a range request (nothing re-fetched);
 - retries a 429 (honouring ``Retry-After``) and network errors with backoff.
 
+A weight file that stops half way (a cancel, or a cut that outlasts the library's own
+retries) is kept as ``blobs/<etag>.incomplete`` and resumed by the next download with a
+range request. ``hf_hub_download`` (2.4) cannot do that across calls: it writes to a
+temporary name unique to the call and deletes it on any failure. So a weight file is
+fetched with the library's own pieces (``get_hf_file_metadata`` for the etag and the
+CDN location, ``http_get`` with ``resume_size``, the cache's ``WeakFileLock``) into
+the blob it would have written, and ``hf_hub_download`` then only links the snapshot
+and records the ref. Xet-stored files (with ``hf_xet`` installed) go straight to
+``hf_hub_download``: Xet keeps its own chunk cache.
+
 MacMesh's part: progress (bytes, rate, ETA) from the library's own ``tqdm_class`` hook,
-a cancel that stops every transfer at its next chunk (huggingface_hub deletes the
-unfinished temporary file), the retries and resumes named plainly in the progress notes,
-one more round of retries with backoff when the library gives up on the network or the
-rate limit, and every failure as one ``HubError`` line.
+a cancel that stops every transfer at its next chunk, the retries and resumes named
+plainly in the progress notes, one more round of retries with backoff when the library
+gives up on the network or the rate limit, and every failure as one ``HubError`` line.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -38,9 +48,13 @@ DISK_MARGIN = 1 << 30
 RETRIES = 3  # rounds after huggingface_hub's own retries give up
 BACKOFF_S = 2.0
 _REPORT_EVERY_S = 0.1
-# huggingface_hub reads 10 MB per chunk: a cancel waits for the chunk, and a dropped
-# connection resumes from the last whole chunk. 1 MB makes both act within 1 MB.
-CHUNK_BYTES = 1 << 20
+# huggingface_hub hands out 10 MB chunks, gathered from the 64 kB its HTTP client reads
+# at a time (httpcore's READ_NUM_BYTES). At 64 kB every read is handed on as it is, with
+# no regathering (the fastest size on loopback, by ~15 %), a cancel acts within 64 kB,
+# and a cut connection resumes from the last 64 kB.
+CHUNK_BYTES = 64 << 10
+# Files above this are fetched resumably (kept as ``.incomplete`` when stopped).
+RESUMABLE_BYTES = 1 << 20
 
 
 class DownloadCancelled(Exception):
@@ -189,6 +203,10 @@ def _fetch_with_retries(
         tracker.check()
         try:
             with hub_errors(repo_id, endpoint):
+                if file.size > RESUMABLE_BYTES:
+                    _fetch_blob_resumable(
+                        repo_id, file, revision, endpoint, cache, tracker.bar_class(file)
+                    )
                 hf_hub_download(
                     repo_id,
                     file.name,
@@ -213,6 +231,52 @@ def _fetch_with_retries(
             if counted:
                 tracker.finished(file)
             return
+
+
+def _fetch_blob_resumable(
+    repo_id: str, file: RepoFile, revision: str, endpoint: str | None, cache: Path, bar: type
+) -> None:
+    """Fill ``blobs/<etag>`` from ``blobs/<etag>.incomplete``, resuming what an earlier
+    download left there with a range request. Nothing when the blob is there already
+    or the file is Xet-stored with ``hf_xet`` installed (``hf_hub_download`` does that)."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.file_download import http_get, repo_folder_name
+    from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]
+    from huggingface_hub.utils._runtime import is_xet_available
+
+    url = hf_hub_url(repo_id, file.name, revision=revision, endpoint=endpoint_url(endpoint))
+    meta = get_hf_file_metadata(url)
+    if meta.etag is None or (meta.xet_file_data is not None and is_xet_available()):
+        return
+    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
+    blob = cache / folder / "blobs" / meta.etag
+    if blob.exists():
+        return
+    partial = blob.with_name(blob.name + ".incomplete")
+    lock = cache / ".locks" / folder / f"{meta.etag}.lock"
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    headers = build_hf_headers()
+    if urlparse(meta.location).netloc != urlparse(url).netloc:
+        headers.pop("authorization", None)  # a signed CDN address: no token to a third party
+    with WeakFileLock(str(lock)):
+        if blob.exists():
+            return
+        if meta.size is not None and partial.exists() and partial.stat().st_size > meta.size:
+            partial.unlink()  # not a prefix of this file: start again
+        with partial.open("ab") as out:
+            http_get(
+                meta.location,
+                out,
+                resume_size=out.tell(),
+                headers=headers,
+                expected_size=meta.size,
+                displayed_filename=file.name,
+                tqdm_class=bar,
+            )
+        os.replace(partial, blob)
 
 
 class _Tracker:

@@ -8,6 +8,7 @@ said with the reason; anything else wrong (a half download, a missing snapshot f
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -51,6 +52,10 @@ class LibraryEntry:
     size_bytes: int = 0
     revision: str | None = None
     info: ModelInfo | None = field(default=None, compare=False, repr=False)
+    # False for a quick entry (``checked=False`` listing): its config and files looked
+    # right, its headers are not read yet; ``complete_entry`` validates it.
+    checked: bool = field(default=True, compare=False)
+    model_type: str | None = field(default=None, compare=False)  # config.json's, unchecked
 
     @property
     def usable(self) -> bool:
@@ -58,7 +63,7 @@ class LibraryEntry:
 
     @property
     def architecture(self) -> str | None:
-        return self.info.architecture if self.info else None
+        return self.info.architecture if self.info else self.model_type
 
     @property
     def parameters(self) -> int | None:
@@ -83,6 +88,8 @@ class LibraryEntry:
                     where,
                 ]
             )
+        if self.state is State.OK:  # not checked yet
+            return " · ".join([self.name, self.model_type or "?", size(self.size_bytes), where])
         label = "not an MLX model" if self.state is State.NOT_MLX else "broken"
         return f"{self.name} · {label}: {self.reason} · {where}"
 
@@ -99,6 +106,7 @@ class LibraryEntry:
             "quantization": self.quantization,
             "size_bytes": self.size_bytes,
             "revision": self.revision,
+            "checked": self.checked,
         }
 
 
@@ -111,11 +119,14 @@ def entry_for_folder(
     revision: str | None = None,
     problem: str | None = None,
     memo: Memo | None = None,
+    checked: bool = True,
 ) -> LibraryEntry:
     """The entry for a model folder; never raises. ``problem`` marks a known breakage
     (a cache entry huggingface_hub reported as corrupt, an interrupted download) that
     explains a failed validation better than the validation itself. ``memo`` skips the
-    validation of a folder whose files have not changed since it was last validated."""
+    validation of a folder whose files have not changed since it was last validated.
+    ``checked=False`` reads no header for a folder the memo does not know: a quick
+    entry from its config and file names."""
     on_disk = folder_size(folder) if size_bytes is None else size_bytes
     sig = signature(folder, problem or "") if memo is not None else ""
     record = memo.get(folder, sig) if memo is not None else None
@@ -127,6 +138,8 @@ def entry_for_folder(
             return LibraryEntry(
                 name, source, folder, state, record.get("reason"), on_disk, revision, info
             )
+    if not checked:
+        return _quick(name, source, folder, on_disk, revision, problem)
     entry = _validated(name, source, folder, on_disk, revision, problem)
     if memo is not None:
         saved = info_to_json(entry.info) if entry.info is not None else None
@@ -158,6 +171,60 @@ def _validated(
     except Exception as error:  # a list must never crash on one odd folder
         return entry(State.BROKEN, f"cannot read it: {type(error).__name__}: {error}")
     return entry(State.OK, info=replace(info, name=name))  # not a snapshot's commit
+
+
+def complete_entry(entry: LibraryEntry, memo: Memo | None = None) -> LibraryEntry:
+    """A quick entry validated (headers read, the memo filled); a checked one as it is."""
+    if entry.checked:
+        return entry
+    problem = entry.reason if entry.state is State.BROKEN else None
+    return entry_for_folder(
+        entry.name,
+        entry.source,
+        entry.path,
+        size_bytes=entry.size_bytes,
+        revision=entry.revision,
+        problem=problem,
+        memo=memo,
+    )
+
+
+def _quick(
+    name: str,
+    source: Source,
+    folder: Path,
+    on_disk: int,
+    revision: str | None,
+    problem: str | None,
+) -> LibraryEntry:
+    """What config.json and the file names say, in well under a millisecond: GGUF or
+    PyTorch only, no config, a half download, weight files missing; else OK, unchecked."""
+    import json
+
+    def entry(
+        state: State, reason: str | None = None, model_type: str | None = None
+    ) -> LibraryEntry:
+        return LibraryEntry(
+            name, source, folder, state, reason, on_disk, revision, None, False, model_type
+        )
+
+    try:
+        names = os.listdir(folder)
+    except OSError as error:
+        return entry(State.BROKEN, f"cannot read {folder}: {error.strerror or error}")
+    not_mlx = not_mlx_reason(names)
+    if not_mlx:
+        return entry(State.NOT_MLX, not_mlx)
+    if problem:
+        return entry(State.BROKEN, problem)
+    try:
+        config = json.loads((folder / "config.json").read_bytes())
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        model_type = None
+    if not isinstance(model_type, str) or not any(n.endswith(".safetensors") for n in names):
+        return _validated(name, source, folder, on_disk, revision, problem)  # says why
+    return entry(State.OK, model_type=model_type)
 
 
 def weight_kinds(names: list[str]) -> set[str]:

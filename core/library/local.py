@@ -5,7 +5,9 @@
   ``HF_HOME`` at call time;
 - LM Studio's models folders, ``~/.lmstudio/models`` and the older
   ``~/.cache/lm-studio/models`` (``publisher/model/`` inside);
-- the folders the person added (``library_folders`` in MacMesh's settings).
+- the folders the person added (``library_folders`` in MacMesh's settings);
+- the models MacMesh made: adapters fused into their base (``core.tune.fuse``), in
+  ``core.paths.models_dir()``.
 
 A cache entry huggingface_hub reports as corrupt (a broken symlink, a ref to a missing
 snapshot) or that holds an interrupted ``.incomplete`` blob is listed as broken, never
@@ -18,10 +20,12 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from core import paths
 from core.library.entries import (
     LibraryEntry,
     Source,
     State,
+    complete_entry,
     entry_for_folder,
     weight_kinds,
 )
@@ -53,17 +57,33 @@ def list_library(
     *,
     hub_cache: Path | None = None,
     lm_studio: Sequence[Path] | None = None,
+    checked: bool = True,
 ) -> list[LibraryEntry]:
     """Every model found: Hugging Face cache first, then LM Studio, then added folders,
-    each sorted by name. Never raises. Folders unchanged since the last listing are not
-    validated again (``core.library.memo``)."""
+    then the models MacMesh made (fused adapters), each sorted by name. Never raises.
+    Folders unchanged since the last listing are not validated again
+    (``core.library.memo``). ``checked=False`` lists at once: a folder
+    not validated before is a quick entry (``LibraryEntry.checked`` False) from its
+    config and file names, for ``complete_library`` to validate next."""
     memo = Memo.load()
-    entries = hf_cache_entries(hub_cache or hub_cache_dir(), memo)
+    entries = hf_cache_entries(hub_cache or hub_cache_dir(), memo, checked=checked)
     for root in lm_studio_dirs() if lm_studio is None else lm_studio:
-        entries += lm_studio_entries(root, memo)
-    entries += added_entries(added, memo)
+        entries += lm_studio_entries(root, memo, checked=checked)
+    entries += added_entries(added, memo, checked=checked)
+    entries += own_entries(memo, checked=checked)
     memo.save()
     return entries
+
+
+def complete_library(entries: Sequence[LibraryEntry]) -> list[LibraryEntry]:
+    """The entries with every quick one validated (and remembered)."""
+    if all(entry.checked for entry in entries):
+        return list(entries)
+    memo = Memo.load()
+    done = [complete_entry(entry, memo) for entry in entries]
+    memo.keep_others()
+    memo.save()
+    return done
 
 
 def find_entry(name: str, entries: Iterable[LibraryEntry]) -> LibraryEntry | None:
@@ -74,7 +94,9 @@ def find_entry(name: str, entries: Iterable[LibraryEntry]) -> LibraryEntry | Non
     return chosen[0] if chosen else None
 
 
-def hf_cache_entries(cache: Path, memo: Memo | None = None) -> list[LibraryEntry]:
+def hf_cache_entries(
+    cache: Path, memo: Memo | None = None, *, checked: bool = True
+) -> list[LibraryEntry]:
     """The model repos in a Hugging Face cache, one entry each (the revision ``main``
     points at, else the newest)."""
     if not cache.is_dir():
@@ -95,7 +117,7 @@ def hf_cache_entries(cache: Path, memo: Memo | None = None) -> list[LibraryEntry
         if repo.repo_type != "model":
             continue
         listed.add(repo.repo_path.name)
-        entry = _repo_entry(repo, incomplete.get(repo.repo_path, 0), memo)
+        entry = _repo_entry(repo, incomplete.get(repo.repo_path, 0), memo, checked)
         if entry is not None:
             entries.append(entry)
     for warning in scan.warnings:  # repos huggingface_hub found corrupt
@@ -115,7 +137,9 @@ def hf_cache_entries(cache: Path, memo: Memo | None = None) -> list[LibraryEntry
     return sorted(entries, key=lambda e: e.name.lower())
 
 
-def _repo_entry(repo: object, partial_blobs: int, memo: Memo | None) -> LibraryEntry | None:
+def _repo_entry(
+    repo: object, partial_blobs: int, memo: Memo | None, checked: bool = True
+) -> LibraryEntry | None:
     from huggingface_hub import CachedRepoInfo
 
     assert isinstance(repo, CachedRepoInfo)
@@ -141,6 +165,7 @@ def _repo_entry(repo: object, partial_blobs: int, memo: Memo | None) -> LibraryE
         revision=revision.commit_hash,
         problem=problem,
         memo=memo,
+        checked=checked,
     )
     return entry
 
@@ -157,17 +182,23 @@ def _repo_id(folder_name: str) -> str:
     return folder_name[len(REPO_PREFIX) :].replace("--", "/")
 
 
-def lm_studio_entries(root: Path, memo: Memo | None = None) -> list[LibraryEntry]:
+def lm_studio_entries(
+    root: Path, memo: Memo | None = None, *, checked: bool = True
+) -> list[LibraryEntry]:
     """``root/publisher/model/`` folders, named ``publisher/model``."""
     entries = []
     for publisher in _subfolders(root):
         for folder in _subfolders(publisher):
             name = f"{publisher.name}/{folder.name}"
-            entries.append(entry_for_folder(name, Source.LM_STUDIO, folder, memo=memo))
+            entries.append(
+                entry_for_folder(name, Source.LM_STUDIO, folder, memo=memo, checked=checked)
+            )
     return sorted(entries, key=lambda e: e.name.lower())
 
 
-def added_entries(folders: Sequence[str], memo: Memo | None = None) -> list[LibraryEntry]:
+def added_entries(
+    folders: Sequence[str], memo: Memo | None = None, *, checked: bool = True
+) -> list[LibraryEntry]:
     """Each added folder is a model, or (no config.json) a folder of model folders."""
     entries = []
     for text in folders:
@@ -175,11 +206,25 @@ def added_entries(folders: Sequence[str], memo: Memo | None = None) -> list[Libr
         if not (folder / "config.json").exists() and folder.is_dir():
             inner = [f for f in _subfolders(folder) if (f / "config.json").exists()]
             if inner:
-                entries += [entry_for_folder(f.name, Source.FOLDER, f, memo=memo) for f in inner]
+                entries += [
+                    entry_for_folder(f.name, Source.FOLDER, f, memo=memo, checked=checked)
+                    for f in inner
+                ]
                 continue
         name = folder.name or str(folder)
-        entries.append(entry_for_folder(name, Source.FOLDER, folder, memo=memo))
+        entries.append(entry_for_folder(name, Source.FOLDER, folder, memo=memo, checked=checked))
     return entries
+
+
+def own_entries(memo: Memo | None = None, *, checked: bool = True) -> list[LibraryEntry]:
+    """The models MacMesh made (``paths.models_dir()``: adapters fused into their base)."""
+    try:
+        own = paths.models_dir()
+    except paths.FolderError:
+        return []
+    inner = [f for f in _subfolders(own) if (f / "config.json").exists()]
+    inner = [f for f in inner if not f.name.endswith(".partial")]
+    return [entry_for_folder(f.name, Source.FOLDER, f, memo=memo, checked=checked) for f in inner]
 
 
 def _subfolders(folder: Path) -> list[Path]:

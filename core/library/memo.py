@@ -100,6 +100,10 @@ class Memo:
             self.used.add(str(folder))
             self.changed = True
 
+    def keep_others(self) -> None:
+        """Keep on save the folders this memo did not look at (a partial pass)."""
+        self.used |= set(self.records)
+
     def save(self) -> None:
         """Write the index with the folders seen in this listing (others are gone)."""
         if self.path is None or not (self.changed or set(self.records) - self.used):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from core.cluster.probe.facts import NodeFacts
@@ -196,3 +197,76 @@ def compare(
             "(the answer ended early in one): tokens/s still compares"
         )
     return Comparison(single, cluster, str(plan.strategy), no_single, notes)
+
+
+# -- the adapter variant: base against base + adapter ------------------------------------
+
+
+@dataclass(frozen=True)
+class AdapterComparison:
+    """The same question to the base model and to base + adapter, on the same nodes."""
+
+    base: RunFigures
+    adapted: RunFigures
+    adapter: str  # the adapter's name
+    strategy: str
+
+    @property
+    def differ(self) -> bool:
+        return self.base.text.strip() != self.adapted.text.strip()
+
+    def headline(self) -> str:
+        if self.differ:
+            return f"The answers differ: {self.adapter} changes what the model says."
+        return f"The same answer with and without {self.adapter}."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": "adapter",
+            "adapter": self.adapter,
+            "strategy": self.strategy,
+            "base": self.base.to_dict(),
+            "adapted": self.adapted.to_dict(),
+            "differ": self.differ,
+            "headline": self.headline(),
+        }
+
+
+def compare_adapter(
+    info: ModelInfo,
+    hosts: Sequence[Host],
+    strategy: Strategy | str,
+    prompt: str,
+    max_tokens: int,
+    adapter: Path | str,
+    *,
+    prepare: Callable[[Session], None] | None = None,
+    on_session: Callable[[Session, str], None] | None = None,
+    split: Sequence[int] | None = None,
+    job_factory: Callable[[JobSpec], Any] | None = None,
+) -> AdapterComparison:
+    """The base model, then base + ``adapter``, on the same ``hosts`` with the same plan
+    (greedy, so the difference is the adapter's). ``on_session(session, what)`` hears
+    "base" and "adapter" as each begins; the rest as ``compare``. The adapter is checked
+    against the model first (``AdapterError``, a ValueError, before anything runs)."""
+    adapted_session = Session(
+        info, hosts, strategy=strategy, split=split, job_factory=job_factory, adapter=adapter
+    )
+    base_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
+    runs = []
+    for session, what in ((base_session, "base"), (adapted_session, "adapter")):
+        if on_session is not None:
+            on_session(session, what)
+        if prepare is not None:
+            prepare(session)
+        else:
+            session.probe()
+            session.make_plan()
+            session.preflight()
+            session.copy()
+        label = "base" if what == "base" else f"base + {adapted_session.adapter_name}"
+        runs.append(measured_run(session, label, prompt, max_tokens, session.make_plan()))
+        if what == "base":  # the adapter's run asks for no facts again
+            adapted_session.facts.update(base_session.facts)
+    plan = base_session.make_plan()
+    return AdapterComparison(runs[0], runs[1], adapted_session.adapter_name, str(plan.strategy))

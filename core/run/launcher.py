@@ -93,6 +93,8 @@ class JobSpec:
     addresses: list[str] | None = None
     # On a CPU, per rank (rank order): "float" (dequantize), "quantized", "auto" (if room).
     weights: list[str] | None = None
+    adapter: Path | None = None  # an mlx-lm adapter folder fused into the model on every rank
+    rank_adapters: list[Path] | None = None  # per-rank adapter folder, when nodes differ
 
     def __post_init__(self) -> None:
         self.strategy, self.backend = Strategy(self.strategy), Backend(self.backend)
@@ -127,6 +129,9 @@ class JobSpec:
             args += ["--weights", "quantized"]  # the worker ignores it on Metal
         elif self.weights and self.weights[rank] != "auto":
             args += ["--weights", self.weights[rank]]
+        adapter = self.rank_adapters[rank] if self.rank_adapters else self.adapter
+        if adapter is not None:
+            args += ["--adapter", str(adapter)]
         return args
 
     def worker_argv(self, rank: int, python: str | None = None) -> list[str]:

@@ -141,11 +141,12 @@ def planned_launch(
     targets: Sequence[Target],
     facts: Sequence[NodeFacts],
     report: PreflightReport | None = None,
+    **fields: Any,
 ) -> dict[str, Any]:
     """``mlx.launch`` and its hostfile for ``plan`` on real nodes. The backend is the
     last preflight's when there is one, else chosen from the probed ``facts`` (rank
     order) as preflight would; the model path is each node's copy once preflight knows
-    it, else this Mac's folder."""
+    it, else this Mac's folder. ``fields``: more of the JobSpec's (an adapter)."""
     ordered = in_rank_order(plan, targets)
     folders: list[str] | None
     if report is not None and report.ok:
@@ -159,7 +160,7 @@ def planned_launch(
             else BackendChoice(Backend.RING, "Ring over each node's network address.")
         )
         folders = None
-    spec = job_spec(info, plan, ordered, backend, folders)
+    spec = job_spec(info, plan, ordered, backend, folders, **fields)
     launch = show_launch(spec)
     paths = backend.to_dict()["paths"]
     return {

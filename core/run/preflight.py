@@ -103,6 +103,7 @@ class PreflightReport:
     manifests: Mapping[str, Manifest] = field(default_factory=dict)  # node → what it needs
     facts: Mapping[str, NodeFacts] = field(default_factory=dict)
     damaged: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node → files to redo
+    sources: Mapping[str, str] = field(default_factory=dict)  # node → "hub" | "this-mac"
 
     @property
     def ok(self) -> bool:
@@ -121,6 +122,7 @@ class PreflightReport:
             "copies_needed": list(self.copies_needed),
             "manifests": {node: m.id for node, m in self.manifests.items()},
             "damaged": {node: list(names) for node, names in self.damaged.items()},
+            "sources": dict(self.sources),
         }
 
 
@@ -180,12 +182,14 @@ def run_preflight(
     facts: Mapping[str, NodeFacts] | None = None,
     verify: bool = False,
     check_paths: bool = True,
+    model_source: str = "auto",
 ) -> PreflightReport:
     """Every check for running ``plan`` of the model in ``model_dir`` on ``targets``
     (``facts``: nodes just probed, by name, reused instead of probing them again;
     ``verify``: every model file on the nodes hashed there now, not only sized;
     ``check_paths``: each ring link's chosen path tried with a TCP connect between its
-    nodes, falling back to the next path that answers; off: the paths as probed)."""
+    nodes, falling back to the next path that answers; off: the paths as probed;
+    ``model_source``: where nodes lacking files get them, ``core.run.modelsource``)."""
     manifests: dict[str, Manifest] = {}
     problem = None
     try:
@@ -199,6 +203,10 @@ def run_preflight(
     report = evaluate(plan, gather(targets, manifests, facts, verify), manifests, backend)
     if check_paths and report.backend.links and len(report.backend.links) > 1:
         report = _checked_paths(report, targets, backend)
+    if report.copies_needed:
+        from core.run.modelsource import with_model_sources
+
+        report = with_model_sources(report, targets, model_dir, model_source)
     if problem is not None:
         return PreflightReport((problem, *report.checks), report.backend, (), {}, report.facts)
     return report

@@ -45,14 +45,19 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from psygnal import Signal
 
 from core.bundle import worker_python
 from core.cluster.probe.facts import NodeFacts
+from core.model.adapter import AdapterUse, check_adapter
 from core.model.info import ModelInfo
+from core.model.manifest import ManifestError
 from core.plan.planner import Plan
+from core.remote.adaptercopy import adapter_folder, put_adapter
+from core.remote.hubfetch import fetch_or_copy
 from core.remote.modelcopy import CopyResult, copy_model
 from core.remote.ssh import SSHError
 from core.remote.targets import Target
@@ -133,6 +138,8 @@ class Session:
         verify: bool = False,
         split: Sequence[int] | None = None,
         check_paths: bool = True,
+        adapter: Path | str | None = None,
+        model_source: str = "auto",
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -153,6 +160,7 @@ class Session:
         self.verify = verify  # preflight hashes every model file on the nodes
         self.split = None if split is None else tuple(split)  # a pipeline split by hand
         self.check_paths = check_paths  # preflight tries each ring link's path (issue 18)
+        self.model_source = model_source  # auto | hub | this-mac (core.run.modelsource)
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
@@ -170,6 +178,9 @@ class Session:
         self._job_factory = job_factory or Job
         self._lock = threading.RLock()
         self._cancel = threading.Event()
+        # base + adapter (``core.model.adapter``: AdapterError here when it does not fit)
+        self.adapter: AdapterUse | None = check_adapter(info, adapter) if adapter else None
+        self.adapter_folders: dict[str, str] = {}  # node → the adapter's folder there
 
     # -- state -----------------------------------------------------------------------
 
@@ -295,6 +306,7 @@ class Session:
                 facts=known,
                 verify=self.verify,
                 check_paths=self.check_paths,
+                model_source=self.model_source,
             )
             self.report = report
             self.checked.emit(report)
@@ -308,6 +320,7 @@ class Session:
         if self.demo:
             return []
         report = self._checked()
+        self._put_adapter()
         by_name = {t.name: t for t in self.targets}
         todo = [(by_name[name], report.manifests[name]) for name in report.copies_needed]
         if not todo:
@@ -316,9 +329,10 @@ class Session:
             pool = ThreadPoolExecutor(len(todo), thread_name_prefix="model-copy")
             try:
                 source, progress = self.info.path, self.copy_progress.emit
+                from_hub = partial(fetch_or_copy, fallback=self.model_source != "hub")
                 futures = [
                     pool.submit(
-                        copy_model,
+                        from_hub if report.sources.get(target.name) == "hub" else copy_model,
                         target,
                         part,
                         source,
@@ -433,12 +447,13 @@ class Session:
         order with each rank's model folder on its node (``checked``: only after checks
         that passed). Worked out once (a node may be asked where its cache is)."""
         plan = self._planned()
+        adapter = self._adapter_fields(plan)
         if self.demo:
-            spec = job_spec(self.info, plan)
+            spec = job_spec(self.info, plan, **adapter)
         else:
             report = self._checked() if checked else self._reported()
             folders = model_folders(report, plan, self.targets, self.info.path)
-            spec = job_spec(self.info, plan, self.targets, report.backend, folders)
+            spec = job_spec(self.info, plan, self.targets, report.backend, folders, **adapter)
         if checked:
             self.spec = spec
         return spec
@@ -446,9 +461,55 @@ class Session:
     def launch_command(self) -> dict[str, Any]:
         """The equivalent ``mlx.launch`` command and hostfile for this Start."""
         plan = self._planned()
+        adapter = self._adapter_fields(plan)
         if self.demo:
-            return demo_launch(job_spec(self.info, plan))
-        return planned_launch(self.info, plan, self.targets, list(self.facts.values()), self.report)
+            return demo_launch(job_spec(self.info, plan, **adapter))
+        facts = list(self.facts.values())
+        return planned_launch(self.info, plan, self.targets, facts, self.report, **adapter)
+
+    # -- the adapter ---------------------------------------------------------------------
+
+    @property
+    def adapter_name(self) -> str:
+        return self.adapter.name if self.adapter is not None else ""
+
+    def _put_adapter(self) -> None:
+        """The adapter on every node the plan uses (copied where missing), in parallel;
+        ClusterError naming each node where that failed."""
+        use = self.adapter
+        if use is None:
+            return
+        with self._step(Step.COPY, RunState.COPYING):
+            used = in_rank_order(self._planned(), self.targets)
+            with ThreadPoolExecutor(max(1, len(used)), thread_name_prefix="adapter-copy") as pool:
+                futures = {
+                    t.name: pool.submit(
+                        put_adapter, t, use.path, use.files, self.copy_progress.emit, self._cancel
+                    )
+                    for t in used
+                }
+            problems = []
+            for name, future in futures.items():
+                try:
+                    self.adapter_folders[name] = future.result()
+                except (ModelCopyError, ManifestError, SSHError, OSError) as exc:
+                    problems.append(f"The adapter could not be copied to {name}: {exc}")
+            if problems:
+                raise ClusterError("\n".join(problems))
+
+    def _adapter_fields(self, plan: Plan) -> dict[str, Any]:
+        """The JobSpec's adapter fields: each rank's folder on its node (where it was
+        copied, else where it would be)."""
+        use = self.adapter
+        if use is None:
+            return {}
+        if self.demo:
+            return {"adapter": use.path}
+        folders = [
+            self.adapter_folders.get(t.name) or adapter_folder(t, use.path, use.files)
+            for t in in_rank_order(plan, self.targets)
+        ]
+        return {"adapter": use.path, "rank_adapters": [Path(f) for f in folders]}
 
     # -- internals ------------------------------------------------------------------------
 

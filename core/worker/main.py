@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="auto",
         help="on the CPU: dequantize to float32, keep quantized, or auto (when memory has room)",
     )
+    parser.add_argument(
+        "--adapter", help="an mlx-lm adapter folder on this node, fused into the model"
+    )
     parser.add_argument("--prompt", help="run this one request, then exit")
     parser.add_argument("--max-tokens", type=int, default=p.DEFAULT_MAX_TOKENS)
     parser.add_argument("--no-chat", action="store_true", help="send --prompt as raw text")
@@ -159,6 +162,7 @@ def run(
         split,
         progress=reporter.enter,
         float_weights={"auto": None, "float": True, "quantized": False}[args.weights],
+        adapter=args.adapter,
     )
     on_cpu = mx.default_device() == mx.cpu
     reporter.stage = None  # loaded: heartbeats carry no stage from here on
@@ -172,6 +176,7 @@ def run(
         # A rank on the reference BLAS is ~30x slower: say what this one runs on.
         blas=blas_report() if on_cpu else None,
         weights=shard.weights,
+        **({"adapter": shard.adapter} if shard.adapter else {}),
     )
     synchronise(group)
     if group.rank() == 0:

@@ -47,6 +47,7 @@ class Shard:
     layers: tuple[int, int] | None  # [start, end) for pipeline; None otherwise
     # precision on this rank (describe_weights)
     weights: dict[str, Any] = field(default_factory=dict)
+    adapter: dict[str, Any] | None = None  # the adapter fused in (core.worker.adapter)
 
 
 def load_shard(
@@ -56,16 +57,19 @@ def load_shard(
     split: list[int] | None = None,
     progress: Callable[[LoadingStage], None] = lambda stage: None,
     float_weights: bool | None = None,
+    adapter: Path | None = None,
 ) -> Shard:
     """This rank's part of the model at ``path``, evaluated; ``progress`` hears each stage
     as it begins. ``single`` runs the whole model on one rank, so it refuses a larger
     group. On the CPU, quantized layers become float32 when ``float_weights`` (None: when
     this machine's memory has room, ``_cpu_weights``): MLX's CPU quantized matmul gains
-    nothing from a fast BLAS."""
+    nothing from a fast BLAS. ``adapter``: an mlx-lm adapter folder, fused into the whole
+    model before it is sharded (``core.worker.adapter``)."""
     strategy = _strategy(strategy, group.size())
     progress(LoadingStage.READING)
     model, config = load_model(Path(path), lazy=True, strict=False)
     tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id"))
+    fused = _apply_adapter(model, adapter, float_weights) if adapter else None
     layers = None
     if group.size() > 1 and strategy is Strategy.TENSOR:
         progress(LoadingStage.SLICING)
@@ -82,7 +86,19 @@ def load_shard(
         model.set_dtype(mx.float32)
     progress(LoadingStage.WEIGHTS)
     mx.eval(model.parameters())
-    return Shard(model, tokenizer, config, strategy, layers, weights)
+    return Shard(model, tokenizer, config, strategy, layers, weights, fused)
+
+
+def _apply_adapter(model: nn.Module, folder: Path, float_weights: bool | None) -> dict[str, Any]:
+    """Fuse the adapter into the whole model; its quantized layers stay float where this
+    rank dequantizes anyway (the CPU, unless told to keep them quantized)."""
+    from core.worker.adapter import AdapterError, apply_adapter
+
+    dequantize = mx.default_device() == mx.cpu and float_weights is not False
+    try:
+        return apply_adapter(model, Path(folder), dequantize=dequantize)
+    except AdapterError as exc:
+        raise ShardError(str(exc)) from None
 
 
 def describe_weights(config: dict[str, Any]) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from core.library.hub import (
     repo_id_of,
     search_models,
 )
-from core.library.local import list_library
+from core.library.local import complete_library, list_library
 from core.model.info import ModelError, ModelInfo
 from core.settings import load_settings, save_settings
 from core.units import bytes_per_s, duration, size
@@ -72,6 +72,7 @@ class LibraryView(QFrame):
         self._nodes: list[NodeFacts] = []
         self._local: list[LibraryEntry] = []
         self._hub: list[HubModel] = []
+        self._local_generation = 0
         self._hub_info: dict[str, ModelInfo | str] = {}  # facts from headers, or why not
         self._downloaded: dict[str, Path] = {}
         self._generation = 0
@@ -148,11 +149,11 @@ class LibraryView(QFrame):
         self.use_button.setEnabled(not locked and self._selected_folder() is not None)
 
     def refresh_local(self) -> None:
-        self._generation += 1
-        generation = self._generation
+        self._local_generation += 1
+        generation = self._local_generation
         folders = load_settings().library_folders
         self._bridge.run_in_background(
-            lambda: list_library(folders),
+            lambda: list_library(folders, checked=False),  # at once; headers next
             lambda entries: self._local_listed(generation, entries),
             lambda error: self._say(f"Cannot list the models on this Mac: {error}"),
         )
@@ -224,12 +225,23 @@ class LibraryView(QFrame):
     # -- results ------------------------------------------------------------------------------
 
     def _local_listed(self, generation: int, entries: list[LibraryEntry]) -> None:
+        if generation != self._local_generation:
+            return  # a newer listing is on its way
         self._local = entries
+        pending = not all(e.checked for e in entries)
+        if pending:
+            self._bridge.run_in_background(
+                lambda: complete_library(entries),
+                lambda done: self._local_listed(generation, done),
+                lambda error: self._say(f"Cannot check the models on this Mac: {error}"),
+            )
         if self.tabs.currentIndex() == LOCAL:
             self._render()
             usable = sum(e.usable for e in entries)
             self._say(
-                f"{usable} model{'s' * (usable != 1)} MLX can run, of {len(entries)} found."
+                f"{len(entries)} found; reading their headers…"
+                if pending
+                else f"{usable} model{'s' * (usable != 1)} MLX can run, of {len(entries)} found."
                 if entries
                 else "No models found on this Mac yet: search Hugging Face, or add a folder."
             )
@@ -340,6 +352,8 @@ class LibraryView(QFrame):
             if entry.info is not None:
                 badge, reason = self._badge(entry.info)
                 arch, tip = entry.info.architecture, f"{entry.summary()}\n{reason}"
+            elif not entry.checked and entry.usable:
+                badge, arch, tip = "…", entry.architecture or "…", "Reading its headers…"
             else:
                 badge = "not MLX" if entry.state is State.NOT_MLX else "broken"
                 arch, tip = "–", f"{entry.name}: {entry.reason}"

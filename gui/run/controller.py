@@ -123,10 +123,10 @@ class RunController(QObject):
         self._detach()
         from core.run.session import ClusterError, Host, Session  # numpy...: at the first Start
         from core.run.telemetry import Telemetry
+        from core.settings import load_settings
 
         chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
         self.info, self.plan, self.report = info, plan, None
-        with_adapter = {"adapter": self.adapter} if self.adapter is not None else {}
         try:
             session = Session(
                 info,
@@ -135,14 +135,15 @@ class RunController(QObject):
                 backend=self.backend,
                 job_factory=self._job_factory,
                 verify=verify,
-                **with_adapter,
+                model_source=load_settings().model_source,  # Hub or this Mac (issue 13)
+                adapter=self.adapter,
             )
         except ClusterError as error:
             self.session = None
             self._not_ready(str(error))
             return
         except ValueError as error:  # the adapter does not fit the model: one line
-            if not with_adapter:
+            if self.adapter is None:
                 raise
             self.session = None
             self._not_ready(str(error))

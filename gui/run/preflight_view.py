@@ -42,6 +42,7 @@ NAMES = {
     "plan": "Plan",
     "backend": "Backend",
     "network": "Network",  # a change offered for a faster ring path (issue 18)
+    "source": "Model source",  # the Hub or this Mac (issue 13)
 }
 BAR_STEPS = 1000
 MIN_HEIGHT = 120  # below this the rows scroll

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one JSON document on stdout (progress on stderr).
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
-copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,
+copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
 tune_plot picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
@@ -124,6 +124,12 @@ def _library(_model) -> dict:
     return bench_library()
 
 
+def _adapter(model) -> dict:
+    from tests.benchmarks.bench_adapter import bench_adapter
+
+    return bench_adapter(model)
+
+
 def _tune_plot(_model) -> dict:
     from tests.benchmarks.bench_tune_plot import bench_tune_plot
 
@@ -150,6 +156,7 @@ BENCHES = {
     "library": _library,
     "serve": _serve,
     "batching": _batching,
+    "adapter": _adapter,
     "tune_plot": _tune_plot,
 }
 

@@ -727,7 +727,14 @@ def take_library(outdir: Path) -> list[Path]:
 
     try:
         pane.set_nodes(demo_nodes(2))
-        wait_for(app, lambda: view.table.topLevelItemCount() == 5, 60, "the local library")
+        wait_for(
+            app,
+            lambda: (
+                view.table.topLevelItemCount() == 5 and all(entry.checked for entry in view._local)
+            ),
+            60,
+            "the local library, checked",
+        )
         shoot("library-local")
         view.search_hub("instruct")
         wait_for(

@@ -80,7 +80,10 @@ def test_the_models_on_this_mac_with_badges_and_use(
     pane = ModelPane(bridge)
     qtbot.addWidget(pane, before_close_func=lambda _w: bridge.close())
     view = pane.library
-    qtbot.waitUntil(lambda: len(rows(view)) == 3, timeout=20_000)
+    qtbot.waitUntil(
+        lambda: len(rows(view)) == 3 and "…" not in {r[FIT] for r in rows(view).values()},
+        timeout=20_000,
+    )  # listed at once, then checked
     listed = rows(view)
     assert listed["mlx-community/tiny-llama"][ARCH] == "llama"
     assert listed["mlx-community/tiny-llama"][FIT] == "–"  # no cluster yet

@@ -137,6 +137,7 @@ class FakeHub:
         self._lock = threading.Lock()
         self._servers: list[ThreadingHTTPServer] = []
         self._link_free_at = 0.0
+        self._active = 0  # requests being answered
 
     # -- content ---------------------------------------------------------------------------
 
@@ -203,6 +204,13 @@ class FakeHub:
                 total += s.body_bytes
         return total
 
+    def wait_idle(self, timeout: float = 10) -> None:
+        """Until no request is being answered (a client that stopped reading leaves the
+        server writing until its socket fails): then the log holds every byte sent."""
+        from tests.helpers.wait import wait_until
+
+        wait_until(lambda: self._active == 0, timeout, "the fake Hub to finish its answers")
+
     def clear_log(self) -> None:
         with self._lock:
             self.log.clear()
@@ -240,6 +248,11 @@ class FakeHub:
     def _record(self, served: Served) -> None:
         with self._lock:
             self.log.append(served)
+            self._active -= 1
+
+    def _begin(self) -> None:
+        with self._lock:
+            self._active += 1
 
     def _take_rate_limit(self, path: str) -> bool:
         with self._lock:
@@ -316,6 +329,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         self._query = parse_qs(url.query)
         path = unquote(url.path)
+        self.hub._begin()
         try:
             if self.hub._take_rate_limit(path):
                 self._json(

@@ -43,10 +43,10 @@ def _big(hub: FakeHub, repo_id: str = BIG, files: int = 16) -> None:
     hub.add_virtual_model(repo_id, config, llama_tensors(config), files=files, downloads=900)
 
 
-def _medium(hub: FakeHub, **options: object) -> None:
+def _medium(hub: FakeHub, files: int = 2, **options: object) -> None:
     """~55 MB in two files: big enough that a cut lands mid-file after whole chunks."""
     config = llama_config(layers=2, hidden=1024, heads=8, kv_heads=4, intermediate=2816, vocab=4096)
-    hub.add_virtual_model(MEDIUM, config, llama_tensors(config), files=2, **options)
+    hub.add_virtual_model(MEDIUM, config, llama_tensors(config), files=files, **options)
 
 
 @pytest.fixture
@@ -194,22 +194,57 @@ def test_a_rate_limit_is_named_and_retried(hub: FakeHub) -> None:
 def test_cancel_stops_and_a_rerun_fetches_only_the_rest(hub: FakeHub, tmp_path: Path) -> None:
     _medium(hub)
     total = hub.repos[MEDIUM].used_storage()
+    hub.bandwidth = 50e6  # progress every ~5 MB: the stop lands inside the second file
     cancel = threading.Event()
 
     def stop_halfway(progress: DownloadProgress) -> None:
-        if progress.bytes_done > 0.6 * progress.bytes_total:
+        if progress.bytes_done > 0.75 * progress.bytes_total:
             cancel.set()
 
     with pytest.raises(DownloadCancelled, match="run the download again"):
         download_model(MEDIUM, endpoint=hub.url, progress=stop_halfway, cancel=cancel, workers=1)
     blobs = tmp_path / "hf-home" / "hub" / "models--mlx-community--Medium-2L-bf16" / "blobs"
-    assert not list(blobs.glob("*.incomplete"))  # huggingface_hub removed its temporary file
-    first_round = sum(s.body_bytes for s in hub.served())
+    assert len(list(blobs.glob("*.incomplete"))) == 1  # the file in flight, kept to resume
+    hub.wait_idle()  # the stopped transfer logged
+    first_round = hub.weight_bytes_served()
     hub.clear_log()
     path = download_model(MEDIUM, endpoint=hub.url)
     assert read_model_info(path).layers == 2
+    assert not list(blobs.glob("*.incomplete"))
     second_round = hub.weight_bytes_served()
-    assert second_round < total and first_round + second_round < 1.7 * total
+    weights = sum(f.size for f in hub.repos[MEDIUM].files.values() if f.lfs)
+    assert second_round < 0.5 * total and first_round + second_round < 1.05 * weights
+
+
+def test_a_download_stopped_mid_file_resumes_with_a_range_request(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    _medium(hub, files=1)
+    name = "model-00001-of-00001.safetensors"
+    file = hub.repos[MEDIUM].files[name]
+    hub.bandwidth = 50e6  # progress every ~5 MB
+    cancel = threading.Event()
+
+    def stop_mid_file(progress: DownloadProgress) -> None:
+        if progress.bytes_done > progress.bytes_total // 2:
+            cancel.set()
+
+    with pytest.raises(DownloadCancelled):
+        download_model(MEDIUM, endpoint=hub.url, progress=stop_mid_file, cancel=cancel)
+    hub.bandwidth = None
+    blobs = tmp_path / "hf-home" / "hub" / "models--mlx-community--Medium-2L-bf16" / "blobs"
+    [partial] = blobs.glob("*.incomplete")
+    kept = partial.stat().st_size
+    assert 0.4 * file.size < kept < file.size
+    hub.wait_idle()  # the stopped transfer logged
+    hub.clear_log()
+    seen: list[DownloadProgress] = []
+    path = download_model(MEDIUM, endpoint=hub.url, progress=seen.append)
+    gets = [s for s in hub.served(file.sha256) if s.method == "GET"]
+    assert [(s.range, s.status) for s in gets] == [(f"bytes={kept}-", 206)]
+    assert gets[0].body_bytes == file.size - kept  # the second time: only what was missing
+    assert (path / name).stat().st_size == file.size and not partial.exists()
+    assert seen[-1].bytes_done == seen[-1].bytes_total
 
 
 def test_a_gated_repo_says_accept_the_licence_or_sign_in(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.library.entries import Source, State
-from core.library.local import find_entry, hub_cache_dir, list_library
+from core.library.local import complete_library, find_entry, hub_cache_dir, list_library
 from core.settings import Settings, save_settings
 from tests.helpers.hf_cache import put_in_hf_cache, repo_sha
 
@@ -201,3 +201,41 @@ def test_a_second_listing_reads_no_header_until_a_file_changes(
     assert validated == [config.parent]
     assert third["org/tiny-qwen3"].state is State.BROKEN
     assert "layer(s) 4" in (third["org/tiny-qwen3"].reason or "")
+
+
+def test_a_quick_listing_reads_no_header_and_completing_it_equals_a_checked_one(
+    env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import core.library.entries as entries_module
+
+    monkeypatch.setenv("MACMESH_CACHE_DIR", str(env / "macmesh-cache"))
+    validated: list[Path] = []
+    real = entries_module.read_model_info
+
+    def counting(folder: Path, **kwargs: object) -> object:
+        validated.append(Path(folder))
+        return real(folder, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(entries_module, "read_model_info", counting)
+    quick = _by_name(list_library(checked=False))
+    hf = Source.HUGGING_FACE
+    assert validated == []  # not one header read
+    llama = quick[(hf, "mlx-community/tiny-llama")]
+    assert (llama.state, llama.checked, llama.architecture) == (State.OK, False, "llama")
+    assert llama.info is None and "llama" in llama.summary()
+    assert quick[(hf, "org/half")].state is State.BROKEN  # said at once, as are the next
+    assert quick[(hf, "org/only-gguf")].state is State.NOT_MLX
+    assert quick[(Source.LM_STUDIO, "bartowski/tiny-GGUF")].state is State.NOT_MLX
+
+    done = complete_library(list(quick.values()))
+    assert all(entry.checked for entry in done)
+    checked = _by_name(list_library())  # from the memo complete_library filled
+    to_check = [e.path for e in quick.values() if not e.checked and e.state is not State.NOT_MLX]
+    assert sorted(validated) == sorted(to_check)  # each once: the listing after, none
+    assert {k: (e.state, e.reason, e.info) for k, e in _by_name(done).items()} == {
+        k: (e.state, e.reason, e.info) for k, e in checked.items()
+    }
+    gone = _by_name(done)[(hf, "org/gone")]
+    assert gone.state is State.BROKEN and "damaged" in (gone.reason or "")
+    again = _by_name(list_library(checked=False))  # known folders: full entries at once
+    assert all(e.checked for e in again.values() if e.state is State.OK)

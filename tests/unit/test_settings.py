@@ -112,3 +112,32 @@ def test_library_folders_round_trip_and_refuse_bad_values(
     loaded = s.load_settings(path)
     assert loaded.library_folders == () and loaded.max_tokens == 99
     assert "library_folders" in caplog.text
+
+
+def test_model_source_round_trips_and_refuses_other_values(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "settings.json"
+    assert s.Settings().model_source == "auto"
+    s.save_settings(s.Settings(model_source="this-mac"), path)
+    assert s.load_settings(path).model_source == "this-mac"
+    assert s.Settings().updated(model_source="hub").model_source == "hub"
+    with pytest.raises(ValueError, match="model_source must be one of auto, hub, this-mac"):
+        s.Settings().updated(model_source="cloud")
+    path.write_text('{"model_source": "cloud"}')
+    assert s.load_settings(path).model_source == "auto"
+    assert "model_source" in caplog.text
+
+
+def test_macmesh_run_takes_model_source_and_refuses_other_values() -> None:
+    import argparse
+
+    from core.cli.run import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["m", "--hosts", "a", "--model-source", "this-mac"])
+    assert args.model_source == "this-mac"
+    assert parser.parse_args(["m", "--hosts", "a"]).model_source is None  # the setting
+    with pytest.raises(SystemExit):
+        parser.parse_args(["m", "--hosts", "a", "--model-source", "cloud"])
