@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from core import units
 from core.run.states import RunState
+from core.tune.settings import SettingsError
 from gui.bridge import Bridge
 from gui.model.memory_bars import Bar, MemoryBars
 from gui.style import set_role
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from gui.run.cluster_source import ClusterSource
 
 REDRAW_HZ = 10
+PLANNED_TITLE = "Memory per Mac · planned for these settings, of usable memory"
+PEAK_TITLE = "Memory per Mac · peak while training, of usable memory"
 STOP_NOTE = "Stop keeps the last checkpoint: it becomes the adapter."
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
@@ -151,8 +154,12 @@ class FineTuneView(Card):
         self.progress = label("", "secondary")
         layout.addWidget(self.progress)
         layout.addWidget(self.plot, 1)
-        layout.addWidget(section("Memory per Mac · peak while training, of usable memory"))
+        self.memory_title = section(PLANNED_TITLE)
+        layout.addWidget(self.memory_title)
         layout.addWidget(self.bars)
+        self.fit_line = label("", "hint", wrap=True)
+        self.fit_line.hide()
+        layout.addWidget(self.fit_line)
         result = QHBoxLayout()  # the adapter, and Compare with base beside it
         result.setSpacing(10)
         result.addWidget(self.adapter_panel, 1)
@@ -221,6 +228,8 @@ class FineTuneView(Card):
         self.progress.setText("")
         self.eta.setText("")
         self.bars.show_bars([], "Each Mac's peak memory appears once training starts.")
+        self.memory_title.setText(PEAK_TITLE.upper())
+        self.fit_line.hide()
         return self.controller.start(info, hosts, data_path, settings, self.inputs.adapter_name)
 
     def stop(self) -> None:
@@ -443,7 +452,45 @@ class FineTuneView(Card):
             RunState.FAILED: "Failed.",
         }.get(state, "")
 
+    def show_fit(self) -> None:
+        """Before a Start: what these settings need on each Mac (``core.tune.fit``), and
+        the fit's verdict in one line (which Mac is the limit, by how much)."""
+        if self.controller.active or self.plot.train.size:
+            return  # the bars show what training really takes
+        info, facts = self.inputs.info, self.inputs.facts
+        try:
+            from core.tune.fit import training_fit
+        except ImportError:  # before core.tune.fit: the bars wait for training
+            return
+        try:
+            settings = self.form.settings()
+        except SettingsError:
+            return
+        if info is None or not facts:
+            self.bars.show_bars([], "Choose a model and Macs to see what each needs.")
+            self.fit_line.hide()
+            return
+        fit = training_fit(info, settings, facts)
+        self.memory_title.setText(PLANNED_TITLE.upper())
+        self.bars.show_bars(
+            [
+                Bar(
+                    n.name,
+                    n.need_bytes,
+                    n.usable_bytes,
+                    f"the model {units.size(n.weights_bytes)}, the adapter and its "
+                    f"optimizer {units.size(n.lora_bytes)}, activations "
+                    f"{units.size(n.activation_bytes)}",
+                )
+                for n in fit.nodes
+            ]
+        )
+        self.fit_line.setText(fit.message)
+        set_role(self.fit_line, "hint" if fit.ok else "error-text")
+        self.fit_line.setVisible(bool(fit.message))
+
     def _update_start(self) -> None:
+        self.show_fit()
         ready = (
             not self.controller.active and not self.actions.busy and self.inputs.missing() is None
         )
