@@ -109,17 +109,18 @@ class TuneController(QObject):
         )
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Synchronous stop, for closing the window: every rank ends."""
+        """Synchronous stop, for closing the window: every rank ends now (the last
+        checkpoint is kept), a start under way included."""
         tune = self.tune
-        if tune is not None and self.state.active:
-            tune.cancel()
-        self._bridge.wait(timeout_s)
-        if tune is not None and self.state.active:
-            try:
-                tune.stop()
-                tune.wait(timeout_s)
-            except Exception:
-                log.warning("the fine-tune did not stop cleanly", exc_info=True)
+        if tune is None or not self.state.active:
+            return
+        tune.cancel()
+        self._bridge.wait(timeout_s)  # a start under way returns...
+        tune.cancel()  # ...and whatever it launched meanwhile ends too
+        try:
+            tune.wait(timeout_s)
+        except Exception:
+            log.warning("the fine-tune did not end cleanly", exc_info=True)
         self.state = RunState.STOPPED
 
     # -- the fine-tune's news (any thread → GUI thread) --------------------------------
