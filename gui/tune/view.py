@@ -29,7 +29,6 @@ from core import units
 from core.run.states import RunState
 from core.tune.settings import SettingsError
 from gui.bridge import Bridge
-from gui.model.memory_bars import Bar, MemoryBars
 from gui.style import set_role
 from gui.tune.actions import AdapterActions
 from gui.tune.adapter_panel import AdapterPanel
@@ -37,15 +36,14 @@ from gui.tune.answers_view import AnswersView
 from gui.tune.controller import Factory, TuneController, one_line
 from gui.tune.inputs import LEFT_WIDTH, TuneInputs
 from gui.tune.loss_plot import LossPlot
-from gui.widgets import Badge, Card, label, section
+from gui.tune.memory_view import TuneMemory
+from gui.widgets import Badge, Card, label
 
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
     from gui.run.cluster_source import ClusterSource
 
 REDRAW_HZ = 10
-PLANNED_TITLE = "Memory per Mac · planned for these settings, of usable memory"
-PEAK_TITLE = "Memory per Mac · peak while training, of usable memory"
 STOP_NOTE = "Stop keeps the last checkpoint: it becomes the adapter."
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
@@ -87,8 +85,8 @@ class FineTuneView(Card):
         self.inputs = TuneInputs(bridge)
         self.form, self.data_box = self.inputs.form, self.inputs.data_box
         self.plot = LossPlot()
-        self.bars = MemoryBars()
-        self.bars.empty_text = "Each Mac's peak memory appears once training starts."
+        self.memory = TuneMemory()
+        self.bars, self.fit_line = self.memory.bars, self.memory.fit_line
         self.adapter_panel = AdapterPanel()
         self.adapter_panel.hide()
         self.actions = AdapterActions(bridge, self)
@@ -154,12 +152,7 @@ class FineTuneView(Card):
         self.progress = label("", "secondary")
         layout.addWidget(self.progress)
         layout.addWidget(self.plot, 1)
-        self.memory_title = section(PLANNED_TITLE)
-        layout.addWidget(self.memory_title)
-        layout.addWidget(self.bars)
-        self.fit_line = label("", "hint", wrap=True)
-        self.fit_line.hide()
-        layout.addWidget(self.fit_line)
+        layout.addWidget(self.memory)
         result = QHBoxLayout()  # the adapter, and Compare with base beside it
         result.setSpacing(10)
         result.addWidget(self.adapter_panel, 1)
@@ -227,9 +220,7 @@ class FineTuneView(Card):
         self.answers.hide()
         self.progress.setText("")
         self.eta.setText("")
-        self.bars.show_bars([], "Each Mac's peak memory appears once training starts.")
-        self.memory_title.setText(PEAK_TITLE.upper())
-        self.fit_line.hide()
+        self.memory.start_training()
         return self.controller.start(info, hosts, data_path, settings, self.inputs.adapter_name)
 
     def stop(self) -> None:
@@ -330,19 +321,10 @@ class FineTuneView(Card):
             f"{units.rate(tokens_per_s)} tokens/s"
         )
         self.eta.setText(eta_text(eta_s))
-        self._show_memory(peak_memory)
+        self.memory.show_peak(peak_memory, self.inputs.usable)
 
     def add_validation(self, iteration: int, val_loss: float) -> None:
         self.plot.add_validation(iteration, val_loss)
-
-    def _show_memory(self, peak: Mapping[str, int]) -> None:
-        usable = self.inputs.usable
-        bars = [
-            Bar(node, int(peak[node]), usable.get(node, 0), f"peak {units.size(peak[node])}")
-            for node in (list(usable) or list(peak))
-            if node in peak
-        ]
-        self.bars.show_bars(bars)
 
     def show_finished(self, adapter: Any) -> None:
         """The adapter (``core.tune.adapters.Adapter``), or None: nothing was trained."""
@@ -467,27 +449,9 @@ class FineTuneView(Card):
         except SettingsError:
             return
         if info is None or not facts:
-            self.bars.show_bars([], "Choose a model and Macs to see what each needs.")
-            self.fit_line.hide()
+            self.memory.show_nothing("Choose a model and Macs to see what each needs.")
             return
-        fit = training_fit(info, settings, facts)
-        self.memory_title.setText(PLANNED_TITLE.upper())
-        self.bars.show_bars(
-            [
-                Bar(
-                    n.name,
-                    n.need_bytes,
-                    n.usable_bytes,
-                    f"the model {units.size(n.weights_bytes)}, the adapter and its "
-                    f"optimizer {units.size(n.lora_bytes)}, activations "
-                    f"{units.size(n.activation_bytes)}",
-                )
-                for n in fit.nodes
-            ]
-        )
-        self.fit_line.setText(fit.message)
-        set_role(self.fit_line, "hint" if fit.ok else "error-text")
-        self.fit_line.setVisible(bool(fit.message))
+        self.memory.show_fit(training_fit(info, settings, facts))
 
     def _update_start(self) -> None:
         self.show_fit()
