@@ -17,6 +17,7 @@ from gui.bridge import Bridge
 from gui.tune.view import FineTuneView
 from tests.gui.helpers import drop_paths
 
+
 @pytest.fixture(scope="module")
 def demo_info(demo_model: Path) -> ModelInfo:
     return read_model_info(demo_model)
