@@ -12,6 +12,7 @@ subcommands run on machines without a display.
     macmesh serve --demo | MODEL --hosts ..  the cluster as an OpenAI-compatible API
     macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
     macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
+    macmesh finetune [MODEL] --data PATH --demo|--hosts ..  LoRA on the cluster: an adapter
     macmesh history [--json|--csv]  the runs kept, newest first
     macmesh models [...]         the models on this Mac; Hugging Face search and download
 """
@@ -46,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("compare", help="one Mac against the cluster, side by side", add_help=False)
     commands.add_parser("history", help="the runs kept, newest first", add_help=False)
+    commands.add_parser("finetune", help="LoRA on the cluster: an adapter", add_help=False)
     commands.add_parser(
         "models",
         help="the models on this Mac; search and download from Hugging Face",
@@ -99,6 +101,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.compare import compare_cli
 
         return compare_cli(argv[1:])
+    if argv[0] == "finetune":
+        from core.cli.finetune import finetune_cli
+
+        return finetune_cli(argv[1:])
     if argv[0] == "history":
         from core.cli.history import history_cli
 

@@ -57,6 +57,8 @@ def describe(run: RunRecord) -> str:
     elif run.kind == "linktest":
         links = figures.get("links", [])
         headline = f"{len(links)} link(s) tested"
+    elif run.kind == "finetune":
+        headline = run.headline()
     else:
         tps = figures.get("generation_tps")
         headline = f"{rate(float(tps))} tokens/s" if tps is not None else ""

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from core.run.session import Session
 
 FILE_NAME = "history.sqlite3"
-KINDS = ("chat", "compare", "linktest", "api")
+KINDS = ("chat", "compare", "linktest", "api", "finetune")
 CSV_COLUMNS = ("run", "started", "kind", "model", "nodes", "strategy", "series", "t", "value")
 
 _SCHEMA = """
@@ -85,6 +85,8 @@ class RunRecord:
             share = best.get("share")
             of = f" ({share:.0%} of {best.get('nominal')})".replace("%", " %") if share else ""
             return f"{units.bytes_per_s(best['bytes_per_s'])}{of}, {len(links)} link(s)"
+        if self.kind == "finetune":
+            return _finetune_headline(f)
         tps = f.get("avg_tps") or f.get("generation_tps")
         return f"{units.rate(float(tps))} tokens/s" if tps else ""
 
@@ -226,6 +228,17 @@ class History:
         for name, t, value in rows:
             series.setdefault(name, []).append((t, value))
         return series
+
+
+def _finetune_headline(f: Mapping[str, Any]) -> str:
+    """A fine-tune's one line: its last loss after its steps, or its failure."""
+    loss = f.get("train_loss")
+    steps = f.get("iterations") or 0
+    if loss is None:
+        return "failed, nothing trained" if f.get("error") else "nothing trained"
+    return f"loss {float(loss):.3f} after {steps} steps" + (
+        " (stopped)" if f.get("stopped") else ""
+    )
 
 
 def local_versions() -> dict[str, Any]:

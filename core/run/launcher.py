@@ -20,6 +20,7 @@ never on the caller's: a GUI must cross to its own thread (``gui/bridge.py``).
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 import sys
 import threading
@@ -50,7 +51,7 @@ from core.run.remote_ranks import (
     sweep_stale_jobs,
 )
 from core.worker import protocol as p
-from core.worker.vocab import Backend, JobState, LoadingStage, Strategy
+from core.worker.vocab import Backend, JobState, LoadingStage, Strategy, Task
 
 BIND_FAILURE = "Couldn't bind socket"
 LOG_TAIL = 200
@@ -91,6 +92,14 @@ class JobSpec:
     # ring: the address each rank listens on (rank order; core.cluster.ringpath's
     # choice); None: each target's rank_address.
     addresses: list[str] | None = None
+    # What the ranks do. FINETUNE: every rank the whole model (whatever the strategy),
+    # training on ``data`` (rank order ``rank_data`` when nodes hold it elsewhere) with
+    # ``tune_settings`` (TuneSettings.to_dict()); rank 0 writes the adapter to ``out``.
+    task: Task = Task.CHAT
+    data: Path | None = None
+    rank_data: list[Path] | None = None
+    tune_settings: dict[str, Any] | None = None
+    out: Path | None = None
     # On a CPU, per rank (rank order): "float" (dequantize), "quantized", "auto" (if room).
     weights: list[str] | None = None
     adapter: Path | None = None  # an mlx-lm adapter folder fused into the model on every rank
@@ -98,13 +107,16 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         self.strategy, self.backend = Strategy(self.strategy), Backend(self.backend)
+        self.task = Task(self.task)
         if self.targets is not None:
             if not self.targets:
                 raise ValueError("a job needs at least one node")
             self.nodes = len(self.targets)
         if self.strategy is Strategy.AUTO or self.backend is Backend.AUTO:
             raise ValueError("a job runs a chosen strategy and backend, not auto")
-        if self.strategy is Strategy.SINGLE and self.nodes > 1:
+        if self.task is Task.FINETUNE and (self.data is None or self.out is None):
+            raise ValueError("a fine-tune job needs its data folder and adapter folder")
+        if self.strategy is Strategy.SINGLE and self.nodes > 1 and self.task is Task.CHAT:
             raise ValueError(f"the single strategy runs on one node, not {self.nodes}")
 
     @property
@@ -125,6 +137,11 @@ class JobSpec:
         args += ["--backend", self.rank_backend]
         if self.split and self.nodes > 1:
             args += ["--split", ",".join(str(n) for n in self.split)]
+        if self.task is Task.FINETUNE:
+            data = self.rank_data[rank] if self.rank_data else self.data
+            settings = json.dumps(self.tune_settings or {}, sort_keys=True)
+            args += ["--task", self.task, "--data", str(data), "--settings", settings]
+            args += ["--out", str(self.out)]
         if not cpu.fast_path():
             args += ["--weights", "quantized"]  # the worker ignores it on Metal
         elif self.weights and self.weights[rank] != "auto":
@@ -150,6 +167,7 @@ class RankStatus:
     exit_code: int | None = None
     exited_at: float | None = None
     error: str | None = None
+    ended: bool = False  # it said ``stopped``: it is exiting cleanly
     log: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL))
 
     def tail(self, lines: int = 8) -> list[str]:
@@ -176,6 +194,7 @@ _DOING = {
 }
 # What a loaded rank is doing: answering a request, or waiting between them.
 GENERATING, TESTING_LINKS, SERVING = "generating", "testing the links", "serving requests"
+TRAINING = "training"
 
 
 class Job:
@@ -518,6 +537,10 @@ class Job:
                 status.error = event.get("message", "failed")
             elif kind == p.ERROR and event.get("request"):
                 self._answered(event)  # that request failed; the job lives on
+            elif kind == p.TRAIN:
+                status.activity = TRAINING
+            elif kind == p.STOPPED:
+                status.ended = True
             elif kind == p.READY:
                 self._ready.set()
                 if self.state == JobState.LOADING:
@@ -561,6 +584,11 @@ class Job:
                 if self.state in (JobState.STOPPING,) or self.state.finished:
                     continue
                 problem = self._find_problem()
+                ended = problem is None and self._ended_by_themselves()
+            if ended:
+                self._end_all()
+                self._finish(JobState.STOPPED, "finished")
+                continue
             if problem is None:
                 continue
             if self._bind_failed() and self._attempt <= self.spec.bind_retries:
@@ -576,12 +604,15 @@ class Job:
         for proc, status in zip(self._procs, self.ranks, strict=True):
             code = proc.poll()
             if code is not None:
+                if self._finished_task(status, code) or self._still_reading(status, code):
+                    continue
                 _record_exit(proc, status, code, now)
                 return _exit_message(status)
         silent = [
             status
             for status in self.ranks
-            if now - status.last_seen
+            if not status.ended
+            and now - status.last_seen
             > (self.spec.watchdog_s if status.loaded else self.spec.load_timeout_s)
         ]
         if not silent:
@@ -591,6 +622,34 @@ class Job:
             f"Rank {status.rank}{_where(status)} stopped responding: no sign of life for "
             f"{now - status.last_seen:.0f} s while {status.doing}{_tail(status)}"
         )
+
+    def _finished_task(self, status: RankStatus, code: int) -> bool:
+        """A job that ends by itself (a fine-tune, once trained or stopped): this rank
+        said ``stopped`` and exited cleanly; not a failure."""
+        return self.spec.task is Task.FINETUNE and code == 0 and status.ended
+
+    def _still_reading(self, status: RankStatus, code: int) -> bool:
+        """A clean exit whose last events (``stopped``) may not have been read yet."""
+        return self.spec.task is Task.FINETUNE and code == 0 and status.exited_at is None
+
+    def _ended_by_themselves(self) -> bool:
+        """Every rank of a job that ends by itself has (the caller holds the lock)."""
+        if self.spec.task is not Task.FINETUNE or len(self._procs) < self.spec.nodes:
+            return False
+        return all(
+            (code := proc.poll()) is not None and self._finished_task(status, code)
+            for proc, status in zip(self._procs, self.ranks, strict=True)
+        )
+
+    def send_stop(self) -> bool:
+        """Ask every rank to stop, leaving the ranks to end by themselves (a fine-tune's
+        ranks agree on an iteration, save, and exit: the job then finishes STOPPED).
+        False when the job is not running."""
+        with self._lock:
+            if self.state.finished or self.state in (JobState.STARTING, JobState.STOPPING):
+                return False
+            self._send_all(p.encode_command(p.OP_STOP))
+            return True
 
     def _diagnose(self) -> str | None:
         """The root cause among exited ranks: killed first, then silent crashes, then errors."""

@@ -75,7 +75,7 @@ from core.run.placement import (
 from core.run.planning import plan_on
 from core.run.preflight import PreflightReport, run_preflight
 from core.run.states import RunState, Step
-from core.worker.vocab import Backend, JobState, Strategy
+from core.worker.vocab import Backend, JobState, Strategy, Task
 
 __all__ = ["FRESH_S", "ClusterError", "CopyCancelled", "Host", "Session"]
 
@@ -137,6 +137,8 @@ class Session:
         fresh_s: float = FRESH_S,
         verify: bool = False,
         split: Sequence[int] | None = None,
+        task: Task | str = Task.CHAT,
+        job_fields: dict[str, Any] | None = None,
         check_paths: bool = True,
         adapter: Path | str | None = None,
         model_source: str = "auto",
@@ -160,6 +162,10 @@ class Session:
         self.verify = verify  # preflight hashes every model file on the nodes
         self.split = None if split is None else tuple(split)  # a pipeline split by hand
         self.check_paths = check_paths  # preflight tries each ring link's path (issue 18)
+        # What the ranks do; FINETUNE: every rank the whole model (data parallel), with
+        # the JobSpec's fine-tune fields (data, tune_settings, out) in ``job_fields``.
+        self.task = Task(task)
+        self.job_fields = dict(job_fields or {})
         self.model_source = model_source  # auto | hub | this-mac (core.run.modelsource)
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
@@ -286,6 +292,8 @@ class Session:
                 plan = plan_on(self.info, facts, self.strategy, self.split)
                 if not plan.fits:
                     raise ClusterError(plan.reason)
+                if self.task is Task.FINETUNE:  # the plan's ranks, each the whole model
+                    plan = replace(plan, strategy=Strategy.SINGLE, split=None)
                 self.plan = plan
             return self.plan
 
@@ -447,13 +455,14 @@ class Session:
         order with each rank's model folder on its node (``checked``: only after checks
         that passed). Worked out once (a node may be asked where its cache is)."""
         plan = self._planned()
-        adapter = self._adapter_fields(plan)
+        fields: dict[str, Any] = {"task": self.task, **self.job_fields}
+        fields.update(self._adapter_fields(plan))
         if self.demo:
-            spec = job_spec(self.info, plan, **adapter)
+            spec = job_spec(self.info, plan, **fields)
         else:
             report = self._checked() if checked else self._reported()
             folders = model_folders(report, plan, self.targets, self.info.path)
-            spec = job_spec(self.info, plan, self.targets, report.backend, folders, **adapter)
+            spec = job_spec(self.info, plan, self.targets, report.backend, folders, **fields)
         if checked:
             self.spec = spec
         return spec

@@ -24,7 +24,7 @@ from core.worker import protocol as p
 from core.worker.blas import blas_report
 from core.worker.reporter import Reporter
 from core.worker.version import print_version
-from core.worker.vocab import Backend, LoadingStage, Strategy
+from core.worker.vocab import Backend, LoadingStage, Strategy, Task
 
 if TYPE_CHECKING:  # mlx-lm takes seconds to import: the worker imports it once beating
     from core.worker.serve import Commands
@@ -56,11 +56,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompt", help="run this one request, then exit")
     parser.add_argument("--max-tokens", type=int, default=p.DEFAULT_MAX_TOKENS)
     parser.add_argument("--no-chat", action="store_true", help="send --prompt as raw text")
+    parser.add_argument("--task", choices=[t.value for t in Task], default="chat")
+    parser.add_argument("--data", help="finetune: the data folder (train.jsonl, valid.jsonl)")
+    parser.add_argument("--settings", help="finetune: the settings, JSON or a JSON file")
+    parser.add_argument("--out", help="finetune: the adapter folder to write (rank 0)")
     parser.add_argument(
         "--version", action="store_true", help="print one JSON line of versions, then exit"
     )
     args = parser.parse_args(argv)
     args.strategy, args.backend = Strategy(args.strategy), Backend(args.backend)
+    args.task = Task(args.task)
+    if args.task is Task.FINETUNE and not (args.data and args.settings and args.out):
+        parser.error("--task finetune needs --data, --settings and --out")
     return args
 
 
@@ -153,6 +160,11 @@ def run(
     from core.worker.serve import generate, serve
     from core.worker.sharding import load_shard, synchronise
 
+    if args.task is Task.FINETUNE:
+        from core.worker.finetune import finetune
+
+        finetune(args, group, events, reporter, commands)
+        return
     started = time.monotonic()
     split = [int(n) for n in args.split.split(",")] if args.split else None
     shard = load_shard(

@@ -101,6 +101,26 @@ def _apply_adapter(model: nn.Module, folder: Path, float_weights: bool | None) -
         raise ShardError(str(exc)) from None
 
 
+def load_whole(
+    path: Path,
+    progress: Callable[[LoadingStage], None] = lambda stage: None,
+    float_weights: bool | None = None,
+) -> Shard:
+    """The whole model at ``path`` on this rank, whatever the group (a fine-tune's rank:
+    data parallel), evaluated; on the CPU in float32 as ``load_shard`` has it."""
+    progress(LoadingStage.READING)
+    model, config = load_model(Path(path), lazy=True, strict=False)
+    tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id"))
+    _check_files(Path(path), None)
+    weights = describe_weights(config)
+    if mx.default_device() == mx.cpu:
+        weights = _cpu_weights(model, config, weights, float_weights)
+        model.set_dtype(mx.float32)
+    progress(LoadingStage.WEIGHTS)
+    mx.eval(model.parameters())
+    return Shard(model, tokenizer, config, Strategy.SINGLE, None, weights)
+
+
 def describe_weights(config: dict[str, Any]) -> dict[str, Any]:
     """The weights' precision as the model folder has them: ``{"precision",
     "dequantized": False}``, precision as "4-bit" or the config's dtype."""

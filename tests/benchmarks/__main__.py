@@ -2,7 +2,7 @@
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
-tune_plot picks some;
+finetune,tune_plot picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -130,6 +130,12 @@ def _adapter(model) -> dict:
     return bench_adapter(model)
 
 
+def _finetune(model) -> dict:
+    from tests.benchmarks.bench_finetune import bench_finetune
+
+    return bench_finetune(model)
+
+
 def _tune_plot(_model) -> dict:
     from tests.benchmarks.bench_tune_plot import bench_tune_plot
 
@@ -157,6 +163,7 @@ BENCHES = {
     "serve": _serve,
     "batching": _batching,
     "adapter": _adapter,
+    "finetune": _finetune,
     "tune_plot": _tune_plot,
 }
 

@@ -1,0 +1,529 @@
+"""One fine-tune, from the data to an adapter in the user data folder: the one object
+behind ``macmesh finetune`` and the window's Fine-tune view.
+
+Built on ``core.run.session.Session`` (the same steps as a Start: probe, plan, checks,
+copy, launch) with ``task=FINETUNE``: the plan's ranks each hold the whole model (data
+parallel) and run ``core.worker.finetune`` (mlx-lm's trainer). Before the steps the data
+is read and checked (``core.tune.data``) and written in mlx-lm's layout into a folder the
+ranks read; the settings are checked for the rank count (``TuneSettings.check``).
+
+Rank 0 writes the adapter (mlx-lm's ``adapters.safetensors`` + ``adapter_config.json``,
+checkpoints beside them) straight into the adapter's folder in the user data folder (on
+the demo cluster rank 0 runs here). When the job ends this controller writes its
+``macmesh.json``; when training did not reach its end (a rank failed, or ``cancel``) the
+last checkpoint becomes the adapter, marked stopped; with no checkpoint nothing is kept.
+
+Threads: ``start`` blocks (run it on a worker thread, as Session's steps); the signals
+fire on the job's threads (``report``, ``validated``, ``checkpoint``, ``event``) and on
+the finishing thread (``finished``, the last ``state_changed``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import io
+import re
+import secrets
+import shlex
+import shutil
+import tarfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from psygnal import Signal
+
+from core import paths
+from core.model.info import ModelInfo
+from core.model.manifest import build_manifest
+from core.remote.modelcopy import copy_model
+from core.remote.ssh import SSHError
+from core.remote.transport import CopyCancelled, ModelCopyError
+from core.run.placement import ClusterError, in_rank_order
+from core.run.session import Host, Session
+from core.run.states import RunState
+from core.tune.settings import SettingsError, TuneSettings
+from core.worker import protocol as p
+from core.worker.vocab import JobState, Strategy, Task
+
+STOP_WITHIN_S = 600.0  # after stop(): the ranks' agreed stop, save and exit
+CHECKPOINT = re.compile(r"^(\d+)_adapters\.safetensors$")
+ADAPTER_FILE = "adapters.safetensors"
+METADATA = "macmesh.json"
+
+
+class DataProblem(ValueError):
+    """The data cannot be trained on (until ``core.tune.data.DataError`` lands)."""
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    """One point of the run: rank 0's ``train`` event, with every node's peak memory so
+    far and the time left at the rate so far."""
+
+    iteration: int
+    iters: int
+    train_loss: float
+    learning_rate: float
+    tokens_per_s: float
+    trained_tokens: int
+    peak_memory_bytes: dict[str, int] = field(default_factory=dict)
+    eta_s: float | None = None
+
+
+class FineTune:
+    """One fine-tune of ``info`` on ``hosts`` with the ``data`` (a folder or a .jsonl
+    file) and ``settings``; the adapter is called ``name`` (default: the model's name and
+    the date)."""
+
+    state_changed = Signal(str, str)  # RunState, detail
+    report = Signal(object)  # TrainReport
+    validated = Signal(int, float)  # iteration, val_loss
+    checkpoint = Signal(int, str)  # iteration, path
+    finished = Signal(object)  # the Adapter kept, or None
+    event = Signal(dict)  # every raw worker event
+
+    def __init__(
+        self,
+        info: ModelInfo,
+        hosts: Sequence[Host],
+        data: Path,
+        settings: TuneSettings,
+        name: str | None = None,
+    ) -> None:
+        self.info, self.hosts, self.data, self.settings = info, list(hosts), Path(data), settings
+        self.name = name or f"{info.name} {time.strftime('%Y-%m-%d %H:%M')}"
+        self.reports: list[TrainReport] = []
+        self.validations: list[tuple[int, float]] = []
+        self.checkpoints: list[tuple[int, str]] = []
+        self.adapter: Any = None
+        self.out: Path | None = None  # the adapter's folder
+        self.data_folder: Path | None = None  # what the ranks read (mlx-lm's layout)
+        self.data_sha256 = ""
+        self.data_examples = 0
+        self.trained: dict[str, Any] | None = None  # rank 0's ``trained`` event
+        self.error = ""
+        self.session = Session(
+            info,
+            hosts,
+            strategy=Strategy.PIPELINE if len(hosts) > 1 else Strategy.SINGLE,
+            task=Task.FINETUNE,
+        )
+        self.session.state_changed.connect(self._on_state)
+        self.session.event.connect(self._on_event)
+        self._peaks: dict[int, int] = {}
+        self._first: tuple[float, int] | None = None  # rank 0's (t, iteration) at its first report
+        self._lock = threading.RLock()
+        self._done = threading.Event()
+        self._finishing = False
+        self._remote_out: str | None = None  # the adapter on rank 0's node, when remote
+
+    # -- what runs --------------------------------------------------------------------
+
+    @property
+    def state(self) -> RunState:
+        return self.session.state
+
+    @property
+    def nodes(self) -> list[str]:
+        """The node of each rank, rank order (once planned)."""
+        return self.session.rank_nodes() if self.session.plan else [h.name for h in self.hosts]
+
+    def start(self) -> bool:
+        """Check the settings and data, then the Start's steps; True once the ranks are
+        starting (False: a check failed or it was cancelled, as ``Session.start``)."""
+        self.settings.check(len(self.hosts))
+        folder = _new_folder(paths.cache_dir() / "finetune-data")
+        self.data_sha256, self.data_examples = prepare_data(
+            self.data, folder, self.settings.batch_size, self.settings.seed
+        )
+        self.data_folder = folder
+        self.out = new_adapter_folder(self.name)
+        self.session.job_fields = {
+            "data": folder,
+            "tune_settings": self.settings.to_dict(),
+            "out": self.out,
+        }
+        try:
+            if self.session.demo:
+                self.check_fit()
+            started = self.session.start() if self.session.demo else self._start_on_nodes()
+        except BaseException:
+            self._discard_unused()
+            raise
+        if not started:
+            self._discard_unused()
+            return False
+        job = self.session.job
+        job.state_changed.connect(self._on_job_state)
+        if job.state in (JobState.STOPPED, JobState.FAILED):
+            self._on_job_state(job.state.value, job.message)
+        return True
+
+    def _start_on_nodes(self) -> bool:
+        """Session.start's steps with the data copied to every node after the model
+        (the same copy: verified, resumable) and rank 0 writing the adapter beside it on
+        its node (fetched here when the job ends)."""
+        session, folder = self.session, self.data_folder
+        assert folder is not None
+        try:
+            session.probe()
+            session.make_plan()
+            self.check_fit()
+            report = session.preflight()
+            if session.cancelled or report is None or not report.ok:
+                return False
+            session.copy()
+            rank_data, self._remote_out = copy_data(session, folder)
+            session.job_fields.update(rank_data=rank_data)
+            if self._remote_out is not None:
+                session.job_fields.update(out=Path(self._remote_out))
+            if not session.cancelled:
+                session.launch()
+        except CopyCancelled:
+            pass
+        if session.cancelled:
+            session.stop()
+            return False
+        return True
+
+    def check_fit(self) -> None:
+        """ClusterError (one line: the node that is the limit) when the model, its LoRA and
+        optimizer state and the activations do not fit on every node (``core.tune.fit``,
+        once it has landed; until then nothing is checked here)."""
+        fit = _tune("fit")
+        if fit is None:
+            return
+        facts = [self.session.facts[h.name] for h in self.hosts if h.name in self.session.facts]
+        verdict = fit.training_fit(self.info, self.settings, facts)
+        if not verdict.ok:
+            raise ClusterError(str(verdict.message))
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the job has ended and the adapter is kept; the Adapter (None if
+        nothing was trained). TimeoutError when ``timeout`` passes first."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the fine-tune did not end within {timeout} s")
+        return self.adapter
+
+    def stop(self) -> None:
+        """The ranks agree to stop at their next report; rank 0 saves the adapter as it
+        stands (it is kept, marked stopped). Ranks that cannot be told are ended."""
+        job = self.session.job
+        if job is None or not job.send_stop():
+            self.cancel()
+
+    def cancel(self) -> None:
+        """End every rank now (and any step left); the last checkpoint is kept."""
+        self.session.stop()
+        if self.session.job is None:
+            self._discard_unused()
+            self._done.set()
+        else:
+            self._finish()
+
+    # -- events -----------------------------------------------------------------------
+
+    def _on_state(self, state: str, detail: str) -> None:
+        self.state_changed.emit(state, detail)
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind, rank = event["event"], event.get("rank", 0)
+        if kind == p.TRAIN:
+            with self._lock:
+                self._peaks[rank] = max(self._peaks.get(rank, 0), int(event["peak_memory_bytes"]))
+            if rank == 0:
+                report = self._report(event)
+                self.reports.append(report)
+                self.report.emit(report)
+        elif kind == p.VALIDATION:
+            self.validations.append((int(event["iteration"]), float(event["val_loss"])))
+            self.validated.emit(int(event["iteration"]), float(event["val_loss"]))
+        elif kind == p.CHECKPOINT:
+            self.checkpoints.append((int(event["iteration"]), str(event["path"])))
+            self.checkpoint.emit(int(event["iteration"]), str(event["path"]))
+        elif kind == p.TRAINED:
+            self.trained = event
+        self.event.emit(event)
+
+    def _report(self, event: dict[str, Any]) -> TrainReport:
+        iteration, iters = int(event["iteration"]), int(event["iters"])
+        t = float(event["t"])
+        eta = None
+        with self._lock:
+            if self._first is None:
+                self._first = (t, iteration)
+            first_t, first_it = self._first
+            nodes = self.nodes
+            peaks = {
+                nodes[r] if r < len(nodes) else str(r): v for r, v in sorted(self._peaks.items())
+            }
+        if iteration > first_it and t > first_t:
+            eta = (iters - iteration) * (t - first_t) / (iteration - first_it)
+        return TrainReport(
+            iteration=iteration,
+            iters=iters,
+            train_loss=float(event["train_loss"]),
+            learning_rate=float(event["learning_rate"]),
+            tokens_per_s=float(event["tokens_per_s"]),
+            trained_tokens=int(event["trained_tokens"]),
+            peak_memory_bytes=peaks,
+            eta_s=eta,
+        )
+
+    def _on_job_state(self, state: str, message: str) -> None:
+        """On a job thread: once the ranks ended, keep the adapter (on a thread of its
+        own: the job's lock is held here)."""
+        if JobState(state).finished:
+            if JobState(state) is JobState.FAILED:
+                self.error = name_node(message, self.nodes)
+            threading.Thread(target=self._finish, name="macmesh-finetune-end", daemon=True).start()
+
+    def _finish(self) -> None:
+        with self._lock:
+            if self._finishing:
+                return
+            self._finishing = True
+        try:
+            self.adapter = self._keep()
+        finally:
+            if self.data_folder is not None:  # the ranks read it at their start
+                shutil.rmtree(self.data_folder, ignore_errors=True)
+            failed = self.session.state == RunState.FAILED
+            if not failed:
+                self.session.stop()  # STOPPED once every rank ended (they have)
+            self._done.set()
+            self.finished.emit(self.adapter)
+
+    # -- the adapter -------------------------------------------------------------------
+
+    def _keep(self) -> Any:
+        """The adapter in its folder with its ``macmesh.json``: the trained one, else the
+        last checkpoint (stopped); None (the folder removed) when nothing was trained."""
+        out = self.out
+        if out is None:
+            return None
+        if self._remote_out is not None:
+            try:
+                fetch_folder(self.session, self._remote_out, out)
+            except (SSHError, OSError, tarfile.TarError) as exc:
+                self.error = self.error or f"the adapter could not be fetched from rank 0: {exc}"
+        trained = self.trained
+        if trained is not None and (out / ADAPTER_FILE).is_file():
+            iterations = int(trained["iterations"])
+            train_loss, val_loss = trained.get("train_loss"), trained.get("val_loss")
+            stopped = bool(trained.get("stopped"))
+        else:
+            last = last_checkpoint(out)
+            if last is None:
+                shutil.rmtree(out, ignore_errors=True)
+                return None
+            iterations, path = last
+            shutil.copyfile(path, out / ADAPTER_FILE)
+            train_loss = next(
+                (r.train_loss for r in reversed(self.reports) if r.iteration <= iterations), None
+            )
+            val_loss = next((v for it, v in reversed(self.validations) if it <= iterations), None)
+            stopped = True
+        return write_adapter_metadata(
+            out,
+            name=self.name,
+            base_model=self.info.path.name,
+            data_sha256=self.data_sha256,
+            data_examples=self.data_examples,
+            iterations=iterations,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            stopped=stopped,
+            settings=self.settings.to_dict(),
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+
+    def _discard_unused(self) -> None:
+        """Nothing ran: no adapter folder left behind."""
+        if self.data_folder is not None:
+            shutil.rmtree(self.data_folder, ignore_errors=True)
+        if self.out is not None and not any(self.out.glob("*.safetensors")):
+            shutil.rmtree(self.out, ignore_errors=True)
+
+
+def name_node(message: str, nodes: Sequence[str]) -> str:
+    """The launcher's "Rank 1 was killed ..." with the rank's node, when it has none (the
+    demo's ranks run here, on no target: their node is a simulated Mac)."""
+    match = re.match(r"Rank (\d+) (?!on )", message)
+    if match is None or int(match.group(1)) >= len(nodes):
+        return message
+    rank = int(match.group(1))
+    return f"Rank {rank} on {nodes[rank]} {message[match.end() :]}"
+
+
+def copy_data(session: Session, folder: Path) -> tuple[list[Path], str | None]:
+    """Copy the data folder to every remote node (``copy_model``: only what it lacks,
+    verified); each rank's data folder (rank order) and, when rank 0 is remote, the
+    adapter folder for it on its node (beside the data)."""
+    plan = session.plan
+    assert plan is not None
+    targets = in_rank_order(plan, session.targets)
+    manifest = build_manifest(folder)
+    remote = {t.name: t for t in targets if not t.local}
+    placed: dict[str, str] = {}
+    if remote:
+        with ThreadPoolExecutor(len(remote), thread_name_prefix="data-copy") as pool:
+            futures = {
+                name: pool.submit(
+                    copy_model,
+                    t,
+                    manifest,
+                    folder,
+                    session.copy_progress.emit,
+                    lambda: session.cancelled,
+                )
+                for name, t in remote.items()
+            }
+            problems = []
+            for name, future in futures.items():
+                try:
+                    placed[name] = future.result().folder
+                except CopyCancelled:
+                    raise
+                except (ModelCopyError, SSHError, OSError) as exc:
+                    problems.append(f"{name}: the data could not be copied: {exc}")
+            if problems:
+                raise ClusterError("\n".join(problems))
+    rank_data = [Path(placed.get(t.name, str(folder))) for t in targets]
+    first = targets[0]
+    out = None if first.local else f"{placed[first.name]}.adapter-{secrets.token_hex(4)}"
+    return rank_data, out
+
+
+def fetch_folder(session: Session, remote: str, into: Path) -> None:
+    """The files of ``remote`` on rank 0's node into ``into`` (a tar stream over the
+    job's SSH transport, base64 in the text channel)."""
+    plan = session.plan
+    assert plan is not None
+    target = in_rank_order(plan, session.targets)[0]
+    q = shlex.quote(remote)
+    with target.connection() as connection:
+        # Read to the end of the stream (``run`` may return at the exit status with the
+        # last bytes of a long output still in flight).
+        process = connection.start(f"cd {q} && tar -cf - . | base64")
+        text = "".join(process.stdout_lines())
+        errors = "".join(process.stderr_lines()).strip()
+        if process.wait(60) != 0:
+            raise OSError(f"could not read {remote} on {target.name}: {errors or 'tar failed'}")
+        try:
+            raw = base64.b64decode("".join(text.split()), validate=True)
+        except ValueError as exc:
+            raise OSError(f"{remote} on {target.name} came back damaged: {exc}") from exc
+        with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+            archive.extractall(into, filter="data")
+        connection.run(f"rm -rf {q}", timeout=60)
+
+
+def last_checkpoint(folder: Path) -> tuple[int, Path] | None:
+    """The latest ``NNNNNNN_adapters.safetensors`` in ``folder``: (iteration, path)."""
+    found = [
+        (int(m.group(1)), path)
+        for path in folder.glob("*_adapters.safetensors")
+        if (m := CHECKPOINT.match(path.name))
+    ]
+    return max(found) if found else None
+
+
+# -- what core.tune provides once it lands (tunedata's branch); until then, here ----------
+
+
+def _tune(module: str) -> Any:
+    try:
+        return importlib.import_module(f"core.tune.{module}")
+    except ImportError:
+        return None
+
+
+def default_settings(data: Path) -> TuneSettings:
+    """The settings a run starts from: the demo set's own (``core.tune.data.DEMO_SETTINGS``,
+    which teach it on the 2-Mac demo cluster) for the shipped demo data, else the
+    defaults."""
+    module = _tune("data")
+    demo = getattr(module, "DEMO_DATA", None) if module is not None else None
+    try:
+        if demo is not None and Path(data).resolve() == Path(demo).resolve():
+            return TuneSettings.from_dict(module.DEMO_SETTINGS.to_dict())
+    except (OSError, AttributeError):
+        pass
+    return TuneSettings()
+
+
+def refusals() -> tuple[type[Exception], ...]:
+    """What ``FineTune.start`` raises for input a person can fix (one line each): with
+    ``core.tune``'s data error once it has landed."""
+    found: list[type[Exception]] = [DataProblem, SettingsError, ClusterError]
+    data = _tune("data")
+    if data is not None and isinstance(getattr(data, "DataError", None), type):
+        found.append(data.DataError)
+    return tuple(found)
+
+
+def prepare_data(source: Path, folder: Path, batch_size: int = 1, seed: int = 0) -> tuple[str, int]:
+    """Check the data and write it in mlx-lm's layout into ``folder``: its sha256 and
+    its example count. ``core.tune.data`` (DataError) when present; else a folder in
+    mlx-lm's layout is taken as it is."""
+    data = _tune("data")
+    if data is not None:
+        training = data.read_data(source)
+        training.write_to(folder, batch_size=batch_size, seed=seed)
+        return str(training.sha256), int(training.train) + int(training.valid)
+    if not (source.is_dir() and (source / "train.jsonl").is_file()):
+        raise DataProblem(f"{source} is not a folder with train.jsonl (and valid.jsonl)")
+    digest = hashlib.sha256()
+    examples = 0
+    for name in ("train.jsonl", "valid.jsonl", "test.jsonl"):
+        path = source / name
+        if path.is_file():
+            raw = path.read_bytes()
+            digest.update(raw)
+            examples += sum(1 for line in raw.splitlines() if line.strip())
+            shutil.copyfile(path, folder / name)
+    return digest.hexdigest(), examples
+
+
+def new_adapter_folder(name: str) -> Path:
+    """A new folder for the adapter ``name`` (``core.tune.adapters`` when present)."""
+    adapters = _tune("adapters")
+    if adapters is not None:
+        return Path(adapters.new_adapter_folder(name))
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "adapter"
+    return _new_folder(paths.data_dir() / "adapters", slug)
+
+
+def write_adapter_metadata(folder: Path, **fields: Any) -> Any:
+    """``macmesh.json`` in the adapter folder; the Adapter read back
+    (``core.tune.adapters`` when present; else the fields as written)."""
+    adapters = _tune("adapters")
+    if adapters is not None:
+        adapters.write_metadata(folder, **fields)
+        return adapters.read_adapter(folder)
+    import json
+
+    (folder / METADATA).write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
+    return {"path": str(folder), **fields}
+
+
+def _new_folder(root: Path, stem: str | None = None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    base = stem or time.strftime("%Y%m%d-%H%M%S")
+    for n in range(10_000):
+        folder = root / (base if n == 0 else f"{base}-{n + 1}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise OSError(f"no free folder name under {root}")
