@@ -77,6 +77,8 @@ class FineTuneView(Card):
         self._running = False
         self.adapter: Any = None
         self._done_words = ""
+        self._failure = ""  # why the last fine-tune failed, in one line
+        self._kept: tuple[str, bool] = ("", False)  # the adapter's name, and if stopped
         self._question = ""
         self.compare_tokens = 48  # each answer of Compare with base, at most
         self.blocked_by: Callable[[], str | None] = lambda: None  # the window: a chat job
@@ -216,6 +218,7 @@ class FineTuneView(Card):
         self.plot.set_iterations(settings.iters)
         self.adapter = None
         self._done_words = ""
+        self._failure = ""  # why the last fine-tune failed, in one line
         self.adapter_panel.hide()
         self.answers.hide()
         self.progress.setText("")
@@ -354,12 +357,16 @@ class FineTuneView(Card):
     ) -> None:
         self.adapter_panel.show_adapter(name, base_model, train_loss, val_loss, path, stopped)
         self.eta.setText("")
-        self._done_words = (
-            f"Done: the adapter {name} is saved."
-            if not stopped
-            else f"Stopped: the last checkpoint is kept as the adapter {name}."
-        )
-        self.status.setText(self._done_words)
+        if self._failure:  # why it ended stays in front; the adapter follows it
+            words = (
+                f"{self._failure.rstrip('.')}. The last checkpoint is kept as the adapter {name}."
+            )
+        elif stopped:
+            words = f"Stopped: the last checkpoint is kept as the adapter {name}."
+        else:
+            words = f"Done: the adapter {name} is saved."
+        self._done_words = words
+        self.status.setText(words)
 
     def show_comparison(
         self, question: str, base_answer: str, adapter_answer: str, fact: str | None = None
@@ -399,7 +406,13 @@ class FineTuneView(Card):
         self.state_badge.set(text, kind)
         self.stop_button.setEnabled((state.active and state != RunState.STOPPING) or acting)
         if detail is not None:
-            if state == RunState.STOPPED and self._done_words:
+            if state == RunState.FAILED:
+                tune_error = getattr(self.controller.tune, "error", "") or ""
+                self._failure = (tune_error or detail or "Failed").splitlines()[0]
+                if self._done_words:  # the adapter came first: say why it ended too
+                    self._done_words = self._result_words()
+                detail = self._done_words or self._failure
+            elif state == RunState.STOPPED and self._done_words:
                 detail = self._done_words  # the adapter is the news, whatever came first
             self.status.setText(detail or self._state_words(state))
         if state.active:

@@ -177,3 +177,30 @@ def test_closing_the_window_mid_training_leaves_no_rank(
     window.close()
     assert not view.controller.active
     assert_no_ranks_left(job)
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_training_fails_with_its_node_and_keeps_the_checkpoint(
+    qtbot: QtBot, view: FineTuneView
+) -> None:
+    import os
+    import signal
+
+    view.use_demo_data()
+    qtbot.waitUntil(lambda: view.data is not None, timeout=20_000)
+    view.form.set_settings(TuneSettings(**{**TINY.to_dict(), "iters": 400, "steps_per_save": 2}))
+    checkpoints: list[int] = []
+    view.controller.checkpoint.connect(lambda it, _path: checkpoints.append(it))
+    view.start_button.click()
+    qtbot.waitUntil(lambda: bool(checkpoints), timeout=TRAIN_MS)
+    job = view.controller.tune.session.job
+    with qtbot.waitSignal(view.controller.finished, timeout=TRAIN_MS) as finished:
+        os.kill(job.ranks[1].pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: view.controller.state == RunState.FAILED, timeout=60_000)
+    assert view.state_badge.text() == "Failed"
+    assert "Studio B" in view.status.text() and "\n" not in view.status.text()
+    adapter = finished.args[0]
+    assert adapter is not None and adapter.stopped  # the last checkpoint is kept
+    assert view.adapter_panel.isVisible() and view.adapter_panel.stopped.isVisible()
+    assert view.start_button.isEnabled()
+    assert_no_ranks_left(job)
