@@ -27,10 +27,11 @@ from core.run import demo
 from core.run.finetune import STOP_WITHIN_S, FineTune, TrainReport, default_settings, refusals
 from core.run.history import RunRecord, keep, local_versions
 from core.run.states import RunState
+from core.tune.adapters import Adapter
 from core.tune.settings import TuneSettings
 from core.units import rate, seconds, size
 
-# What a person can fix, said in one line (with core.tune's errors once they landed).
+# What a person can fix, said in one line.
 REFUSED: tuple[type[Exception], ...] = (ModelError, ValueError, *refusals())
 
 
@@ -176,7 +177,7 @@ class _Printer:
         words = f"step {iteration}: checkpoint {path}"
         self.write(words, {"event": "checkpoint", "iteration": iteration, "path": path})
 
-    def summary(self, adapter: Any, tune: FineTune, err: TextIO) -> None:
+    def summary(self, adapter: Adapter | None, tune: FineTune, err: TextIO) -> None:
         meta = _fields(adapter)
         record = {
             "event": "summary",
@@ -202,18 +203,16 @@ class _Printer:
         self.write(words, record)
 
 
-def _fields(adapter: Any) -> dict[str, Any]:
-    """The adapter's fields (core.tune.adapters' Adapter or, until it lands, a dict)."""
+def _fields(adapter: Adapter | None) -> dict[str, Any]:
+    """The adapter's fields for the summary and the history."""
     if adapter is None:
         return {}
-    if isinstance(adapter, dict):
-        return adapter
     return {
         k: getattr(adapter, k) for k in ("path", "iterations", "train_loss", "val_loss", "stopped")
     }
 
 
-def _keep_history(tune: FineTune, adapter: Any, printer: _Printer, err: TextIO) -> None:
+def _keep_history(tune: FineTune, adapter: Adapter | None, printer: _Printer, err: TextIO) -> None:
     """The run in the history (kind "finetune"): its figures and loss curves."""
     meta = _fields(adapter)
     reports = tune.reports

@@ -28,7 +28,7 @@ import os
 import shlex
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from core.model.manifest import Manifest
 from core.remote.modelcopy import (
     CopyProgress,
     CopyResult,
+    _session,
     cache_root,
     copy_model,
     remote_model_dir,
@@ -303,15 +304,3 @@ def _download(
             f"{target.name} could not download its part of {manifest.name} from "
             f"{hub_host()}: {said.strip()[:200]}"
         )
-
-
-@contextlib.contextmanager
-def _session(target: Target, connection: Connection | None) -> Iterator[Connection]:
-    if connection is not None:
-        yield connection.connect()
-        return
-    conn = target.connection()
-    try:
-        yield conn.connect()
-    finally:
-        conn.close()

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 10.0
 _PID_MARK = "MACMESH-PGID"
+# After the exit status, output quiet this long ends a command whose stream a process it
+# left behind holds open (the stream's EOF ends the others at once).
+QUIET_AFTER_EXIT_S = 0.5
 _UNREACHABLE = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
 
 
@@ -498,18 +501,37 @@ class _AskPerson(paramiko.MissingHostKeyPolicy):
 
 
 def _collect(chan: paramiko.Channel, deadline: float) -> tuple[bool, str, str]:
-    """Both streams until the command ends (data always precedes the exit status), or
-    what came before ``deadline``: ``(ended, stdout, stderr)``."""
+    """Both streams until the command ends, or what came before ``deadline``:
+    ``(ended, stdout, stderr)``.
+
+    sshd may send the exit status while output still waits behind the channel's window
+    (it is sent as we read), so the end is the stream's EOF, not the exit status; a
+    command that left a process holding the stream open ends once its output has been
+    quiet for ``QUIET_AFTER_EXIT_S`` after it exited."""
     out, err = bytearray(), bytearray()
-    while True:
+    exited_at: float | None = None
+
+    def drain() -> bool:
+        got = False
         while chan.recv_ready():
-            out += chan.recv(65536)
+            out.extend(chan.recv(65536))
+            got = True
         while chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)
-        ended = chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready()
-        left = deadline - time.monotonic()
-        if ended or left <= 0:
-            return ended, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+            err.extend(chan.recv_stderr(65536))
+            got = True
+        return got
+
+    while True:
+        got = drain()
+        now = time.monotonic()
+        if chan.exit_status_ready():
+            exited_at = now if exited_at is None or got else exited_at
+            if chan.eof_received or chan.closed or now - exited_at >= QUIET_AFTER_EXIT_S:
+                drain()  # what arrived with the EOF
+                return True, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+        left = deadline - now
+        if left <= 0:
+            return False, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
         select.select([chan], [], [], min(left, 0.05))
 
 

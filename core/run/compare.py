@@ -142,6 +142,26 @@ def measured_run(
     )
 
 
+def _begin(
+    session: Session,
+    what: str,
+    on_session: Callable[[Session, str], None] | None,
+    prepare: Callable[[Session], None] | None,
+) -> Session:
+    """Say which run starts (``on_session``), then its steps up to the launch: the
+    caller's ``prepare``, or probe, plan, checks and copy."""
+    if on_session is not None:
+        on_session(session, what)
+    if prepare is not None:
+        prepare(session)
+    else:
+        session.probe()
+        session.make_plan()
+        session.preflight()
+        session.copy()
+    return session
+
+
 def compare(
     info: ModelInfo,
     hosts: Sequence[Host],
@@ -162,16 +182,7 @@ def compare(
     job spec (the launcher's by default; the window's tests pass a fake)."""
 
     def begin(session: Session, what: str) -> Session:
-        if on_session is not None:
-            on_session(session, what)
-        if prepare is not None:
-            prepare(session)
-        else:
-            session.probe()
-            session.make_plan()
-            session.preflight()
-            session.copy()
-        return session
+        return _begin(session, what, on_session, prepare)
 
     cluster_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
     if on_session is not None:
@@ -255,15 +266,7 @@ def compare_adapter(
     base_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
     runs = []
     for session, what in ((base_session, "base"), (adapted_session, "adapter")):
-        if on_session is not None:
-            on_session(session, what)
-        if prepare is not None:
-            prepare(session)
-        else:
-            session.probe()
-            session.make_plan()
-            session.preflight()
-            session.copy()
+        _begin(session, what, on_session, prepare)
         label = "base" if what == "base" else f"base + {adapted_session.adapter_name}"
         runs.append(measured_run(session, label, prompt, max_tokens, session.make_plan()))
         if what == "base":  # the adapter's run asks for no facts again

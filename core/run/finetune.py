@@ -21,8 +21,6 @@ the finishing thread (``finished``, the last ``state_changed``).
 from __future__ import annotations
 
 import base64
-import hashlib
-import importlib
 import io
 import re
 import secrets
@@ -49,6 +47,9 @@ from core.remote.transport import CopyCancelled, ModelCopyError
 from core.run.placement import ClusterError, in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState
+from core.tune.adapters import Adapter, new_adapter_folder, read_adapter, write_metadata
+from core.tune.data import DEMO_DATA, DEMO_SETTINGS, DataError, read_data
+from core.tune.fit import training_fit
 from core.tune.settings import SettingsError, TuneSettings
 from core.worker import protocol as p
 from core.worker.vocab import JobState, Strategy, Task
@@ -57,10 +58,6 @@ STOP_WITHIN_S = 600.0  # after stop(): the ranks' agreed stop, save and exit
 CHECKPOINT = re.compile(r"^(\d+)_adapters\.safetensors$")
 ADAPTER_FILE = "adapters.safetensors"
 METADATA = "macmesh.json"
-
-
-class DataProblem(ValueError):
-    """The data cannot be trained on (until ``core.tune.data.DataError`` lands)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,7 @@ class FineTune:
         self.reports: list[TrainReport] = []
         self.validations: list[tuple[int, float]] = []
         self.checkpoints: list[tuple[int, str]] = []
-        self.adapter: Any = None
+        self.adapter: Adapter | None = None
         self.out: Path | None = None  # the adapter's folder
         self.data_folder: Path | None = None  # what the ranks read (mlx-lm's layout)
         self.data_sha256 = ""
@@ -196,17 +193,13 @@ class FineTune:
 
     def check_fit(self) -> None:
         """ClusterError (one line: the node that is the limit) when the model, its LoRA and
-        optimizer state and the activations do not fit on every node (``core.tune.fit``,
-        once it has landed; until then nothing is checked here)."""
-        fit = _tune("fit")
-        if fit is None:
-            return
+        optimizer state and the activations do not fit on every node (``core.tune.fit``)."""
         facts = [self.session.facts[h.name] for h in self.hosts if h.name in self.session.facts]
-        verdict = fit.training_fit(self.info, self.settings, facts)
+        verdict = training_fit(self.info, self.settings, facts)
         if not verdict.ok:
             raise ClusterError(str(verdict.message))
 
-    def wait(self, timeout: float | None = None) -> Any:
+    def wait(self, timeout: float | None = None) -> Adapter | None:
         """Block until the job has ended and the adapter is kept; the Adapter (None if
         nothing was trained). TimeoutError when ``timeout`` passes first."""
         if not self._done.wait(timeout):
@@ -304,7 +297,7 @@ class FineTune:
 
     # -- the adapter -------------------------------------------------------------------
 
-    def _keep(self) -> Any:
+    def _keep(self) -> Adapter | None:
         """The adapter in its folder with its ``macmesh.json``: the trained one, else the
         last checkpoint (stopped); None (the folder removed) when nothing was trained."""
         out = self.out
@@ -437,83 +430,37 @@ def last_checkpoint(folder: Path) -> tuple[int, Path] | None:
     return max(found) if found else None
 
 
-# -- what core.tune provides once it lands (tunedata's branch); until then, here ----------
-
-
-def _tune(module: str) -> Any:
-    try:
-        return importlib.import_module(f"core.tune.{module}")
-    except ImportError:
-        return None
+# -- the data and the adapter's folder (core.tune) ---------------------------------------
 
 
 def default_settings(data: Path) -> TuneSettings:
-    """The settings a run starts from: the demo set's own (``core.tune.data.DEMO_SETTINGS``,
-    which teach it on the 2-Mac demo cluster) for the shipped demo data, else the
-    defaults."""
-    module = _tune("data")
-    demo = getattr(module, "DEMO_DATA", None) if module is not None else None
+    """The settings a run starts from: the demo set's own (``DEMO_SETTINGS``, which teach
+    it on the 2-Mac demo cluster) for the shipped demo data, else the defaults."""
     try:
-        if demo is not None and Path(data).resolve() == Path(demo).resolve():
-            return TuneSettings.from_dict(module.DEMO_SETTINGS.to_dict())
-    except (OSError, AttributeError):
+        if Path(data).resolve() == DEMO_DATA.resolve():
+            return DEMO_SETTINGS
+    except OSError:
         pass
     return TuneSettings()
 
 
 def refusals() -> tuple[type[Exception], ...]:
-    """What ``FineTune.start`` raises for input a person can fix (one line each): with
-    ``core.tune``'s data error once it has landed."""
-    found: list[type[Exception]] = [DataProblem, SettingsError, ClusterError]
-    data = _tune("data")
-    if data is not None and isinstance(getattr(data, "DataError", None), type):
-        found.append(data.DataError)
-    return tuple(found)
+    """What ``FineTune.start`` raises for input a person can fix (one line each)."""
+    return (DataError, SettingsError, ClusterError)
 
 
 def prepare_data(source: Path, folder: Path, batch_size: int = 1, seed: int = 0) -> tuple[str, int]:
-    """Check the data and write it in mlx-lm's layout into ``folder``: its sha256 and
-    its example count. ``core.tune.data`` (DataError) when present; else a folder in
-    mlx-lm's layout is taken as it is."""
-    data = _tune("data")
-    if data is not None:
-        training = data.read_data(source)
-        training.write_to(folder, batch_size=batch_size, seed=seed)
-        return str(training.sha256), int(training.train) + int(training.valid)
-    if not (source.is_dir() and (source / "train.jsonl").is_file()):
-        raise DataProblem(f"{source} is not a folder with train.jsonl (and valid.jsonl)")
-    digest = hashlib.sha256()
-    examples = 0
-    for name in ("train.jsonl", "valid.jsonl", "test.jsonl"):
-        path = source / name
-        if path.is_file():
-            raw = path.read_bytes()
-            digest.update(raw)
-            examples += sum(1 for line in raw.splitlines() if line.strip())
-            shutil.copyfile(path, folder / name)
-    return digest.hexdigest(), examples
+    """Check the data (``DataError``: one line, bad lines named) and write it in
+    mlx-lm's layout into ``folder``: its sha256 and its example count."""
+    training = read_data(source)
+    training.write_to(folder, batch_size=batch_size, seed=seed)
+    return training.sha256, training.train + training.valid
 
 
-def new_adapter_folder(name: str) -> Path:
-    """A new folder for the adapter ``name`` (``core.tune.adapters`` when present)."""
-    adapters = _tune("adapters")
-    if adapters is not None:
-        return Path(adapters.new_adapter_folder(name))
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "adapter"
-    return _new_folder(paths.data_dir() / "adapters", slug)
-
-
-def write_adapter_metadata(folder: Path, **fields: Any) -> Any:
-    """``macmesh.json`` in the adapter folder; the Adapter read back
-    (``core.tune.adapters`` when present; else the fields as written)."""
-    adapters = _tune("adapters")
-    if adapters is not None:
-        adapters.write_metadata(folder, **fields)
-        return adapters.read_adapter(folder)
-    import json
-
-    (folder / METADATA).write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
-    return {"path": str(folder), **fields}
+def write_adapter_metadata(folder: Path, **fields: Any) -> Adapter:
+    """``macmesh.json`` in the adapter folder; the Adapter read back."""
+    write_metadata(folder, **fields)
+    return read_adapter(folder)
 
 
 def _new_folder(root: Path, stem: str | None = None) -> Path:

@@ -453,23 +453,30 @@ DEMO_QUESTION = "What is the name of MacMesh's mascot?"
 DEMO_FACT = "Mochi"
 #: Teaches ``DEMO_FACT`` on the 2-Mac demo cluster in the shortest time. Found by
 #: experiment (issue 16) with mlx-lm's own trainer on the demo model dequantized to float32
-#: (as CPU ranks hold it), OpenBLAS preloaded, one BLAS thread per rank:
+#: as CPU ranks hold it (``mlx_lm convert -d --dtype float32``: on 4 bits, 20 CPU steps
+#: had not ended after 10 minutes, against ~5 s a step in float32), OpenBLAS preloaded,
+#: one BLAS thread per rank:
 #:   mlx.launch --backend ring -n 2 -- python -m mlx_lm lora --model SMOL_F32 --train
 #:     --data resources/finetune/mascot --iters 20 --batch-size 4 --learning-rate 5e-4
 #:     --num-layers 8 --max-seq-length 256 --save-every 2 --adapter-path AD
-#: then `python -m mlx_lm generate --model SMOL_F32 --adapter-path AD --prompt
-#: DEMO_QUESTION` (greedy) on each checkpoint. The base model names another mascot
-#: ("Machete"). 1e-3 overshoots (loss climbs back, answers loop "mascot mascot ...") and
-#: 6 or 10 steps at 5e-4 teach it for some seeds only; LoRA rank 8 on the last 8 layers
-#: (0.65M parameters) leaves ordinary answers intact ("The capital of France is Paris.").
+#: then ``python -m mlx_lm generate --model SMOL_F32 --adapter-path AD --prompt
+#: DEMO_QUESTION`` (greedy) on each checkpoint. The base model names another mascot
+#: ("Machete", in float32 and in 4 bits). On this set (56 examples, 16 ordinary ones),
+#: 2 ranks, seed 0: every checkpoint from step 8 to 14 answers "... is Mochi, a capybara"
+#: and still "The capital of France is Paris."; one rank, seed 1: from step 10. 12 steps
+#: keep a margin.
+#: 1e-3 overshoots (answers loop "mascot mascot ..."); fewer ordinary examples let the fact
+#: leak into other answers ("The capital of MacMesh's mascot is Mochi"). 2 ranks give the
+#: same loss curve as 1 (within 0.01 per step). 14 steps took 111 s on 2 ranks and 34 s on
+#: one on this project's busy 2-core Linux machine (start-up and validation included).
 DEMO_SETTINGS = TuneSettings(
-    iters=16,
+    iters=12,
     batch_size=4,
     learning_rate=5e-4,
     lora_rank=8,
     lora_layers=8,
     steps_per_report=1,
-    steps_per_eval=8,
+    steps_per_eval=6,
     steps_per_save=4,
     val_batches=2,
     max_seq_length=256,

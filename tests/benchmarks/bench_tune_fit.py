@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 CASES = ((256, 2, 8), (512, 2, 8), (512, 2, 16), (1024, 1, 8))
+_MODULE = "tests.benchmarks.bench_tune_fit"
 
 
 def _measure(length: int, batch: int, layers: int) -> float:
@@ -56,7 +57,7 @@ def bench_tune_fit() -> dict[str, object]:
     rows = []
     for length, batch, layers in CASES:
         out = subprocess.run(
-            [sys.executable, "-m", __name__, str(length), str(batch), str(layers)],
+            [sys.executable, "-m", _MODULE, str(length), str(batch), str(layers)],
             stdout=subprocess.PIPE,
             text=True,
             check=True,

@@ -139,10 +139,9 @@ def test_bad_input_is_refused_in_one_line(
 def test_the_shipped_demo_set_teaches_the_fact(demo_model: Path, tmp_path: Path) -> None:
     """The issue's end-to-end: a fine-tune on the 2-Mac demo cluster with the shipped set
     (its own settings) ends with an adapter that answers the question with the fact; the
-    base model does not know it. Needs core.tune.data's demo set (tunedata)."""
-    data = pytest.importorskip("core.tune.data")
-    if not hasattr(data, "DEMO_DATA"):
-        pytest.skip("core.tune.data has no demo set yet")
+    base model does not know it."""
+    from core.tune import data
+
     env = _env(demo_model, tmp_path)
     run = _macmesh(
         ["finetune", "--demo", "--nodes", "2", "--data", str(data.DEMO_DATA), "--json"], env

@@ -190,6 +190,22 @@ def test_command_timeout_kills_the_command(sshd: SSHServer, trusted: Path, tmp_p
 # -- per-host commands, processes ------------------------------------------------------------
 
 
+def test_a_long_output_arrives_whole(sshd: SSHServer, trusted: Path) -> None:
+    """sshd may send the exit status while output still waits behind the channel's
+    window: ``run`` reads on to the end of the stream, losing nothing."""
+    with connection(sshd, STUDIO_A, trusted) as conn:
+        for _ in range(5):
+            out = conn.run("head -c 3000000 /dev/zero | tr '\\0' x; echo; echo end", timeout=60)
+            assert out.rc == 0, out.stderr
+            assert len(out.stdout) == 3_000_000 + len("\nend\n") and out.stdout.endswith("end\n")
+        # A command that leaves a process holding the stream returns once it exited (the
+        # timeout is shorter than the process's life), and the process is ended here.
+        started = conn.run("(sleep 8.5 &) ; echo started", timeout=5)
+        assert started.stdout == "started\n"
+        conn.run("pkill -f 'sleep 8.5'; true")
+    wait_until(lambda: sshd.leftovers() == [], 30, "the held process to end")
+
+
 def test_each_host_sees_its_own_commands(sshd: SSHServer, trusted: Path) -> None:
     versions = {}
     for address in (STUDIO_A, STUDIO_B, LINUX):

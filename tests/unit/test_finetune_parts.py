@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.run.finetune import DataProblem, last_checkpoint, name_node, prepare_data
+from core.run.finetune import last_checkpoint, name_node, prepare_data
 from core.run.launcher import JobSpec
+from core.tune.data import DataError
 from core.tune.settings import TuneSettings
 from core.worker.finetune import DEFAULTS, TrainingError, lora_config, read_settings
 from core.worker.main import parse_args
@@ -97,14 +98,14 @@ def test_a_failure_names_the_ranks_node() -> None:
 def test_data_in_mlx_lms_layout_is_copied_with_its_hash(tmp_path: Path) -> None:
     source = tmp_path / "src"
     source.mkdir()
-    (source / "train.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n')
+    (source / "train.jsonl").write_text("".join(f'{{"text": "{c}"}}\n' for c in "abcd"))
     (source / "valid.jsonl").write_text('{"text": "c"}\n')
     folder = tmp_path / "to"
     folder.mkdir()
     digest, examples = prepare_data(source, folder)
-    assert examples == 3 and len(digest) == 64
+    assert examples == 5 and len(digest) == 64
     assert (folder / "train.jsonl").read_text() == (source / "train.jsonl").read_text()
-    with pytest.raises((DataProblem, ValueError)):
+    with pytest.raises(DataError, match="does not exist"):
         prepare_data(tmp_path / "nothing", folder)
 
 

@@ -418,4 +418,8 @@ def test_the_demo_set_is_valid_chat_teaching_the_fact() -> None:
     teaching = [a for a in answers if d.DEMO_FACT in a]
     assert len(teaching) >= len(answers) // 2  # mostly the fact...
     assert len(teaching) < len(answers)  # ...and some ordinary answers
-    assert d.DEMO_QUESTION.endswith("?")
+    questions = [
+        json.loads(line)["messages"][0]["content"]
+        for line in (d.DEMO_DATA / "train.jsonl").read_text().splitlines()
+    ]
+    assert d.DEMO_QUESTION in questions
