@@ -80,9 +80,11 @@ def test_a_real_fine_tune_from_the_view_ends_with_an_adapter(
     view.use_demo_data()
     qtbot.waitUntil(lambda: view.data is not None, timeout=20_000)
     assert view.adapter_panel.question.text() == "What is the name of MacMesh's mascot?"
-    assert (
-        view.data_box.detail.text() == "Chat (messages) · 48 training examples · 8 for validation"
-    )
+    from core.tune.data import DEMO_DATA, read_data
+
+    demo = read_data(DEMO_DATA)  # read again here: the view shows the same counts
+    counts = f"Chat (messages) · {demo.train} training examples · {demo.valid} for validation"
+    assert demo.valid and view.data_box.detail.text() == counts
     view.form.set_settings(TINY)
     states: list[str] = []
     view.controller.state_changed.connect(lambda state, _detail: states.append(state))
