@@ -51,6 +51,7 @@ class MainWindow(QMainWindow):
         self._closing = False
         self.history: Any = None
         self.presentation: Any = None
+        self.fine_tune: Any = None
         self.cluster = ClusterPane(self.bridge)
         self.model = ModelPane(self.bridge)
         self.run = RunPane(self.bridge, job_factory)
@@ -96,7 +97,47 @@ class MainWindow(QMainWindow):
         )
         self.presentation_action.triggered.connect(self.show_presentation)
         menu.addAction(self.presentation_action)
+        self.fine_tune_action = QAction("&Fine-tune…", self)
+        self.fine_tune_action.setShortcut(QKeySequence("Ctrl+Shift+T"))
+        self.fine_tune_action.setStatusTip(
+            "Teach the selected model from your data on the whole cluster (LoRA)"
+        )
+        self.fine_tune_action.triggered.connect(self.show_fine_tune)
+        menu.addAction(self.fine_tune_action)
         return menu
+
+    def show_fine_tune(self) -> QWidget:
+        """The Fine-tune window (one; raised if open): the Model pane's model, the
+        Cluster pane's Macs."""
+        from gui.tune.view import fine_tune_window
+
+        if self.fine_tune is None:
+            self.fine_tune = fine_tune_window(self.bridge, self)
+            view = self.fine_tune.view
+            view.set_cluster(PaneSource(self.cluster))
+            view.set_model(self.model.info)
+            view.set_nodes(self.cluster.nodes())
+            view.blocked_by = lambda: (
+                "Stop the Run pane's job first: training needs the Macs' memory."
+                if self.run.busy
+                else None
+            )
+            self.model.plan_changed.connect(lambda info, _plan: view.set_model(info))
+            view.adapter_panel.on_chat = self.chat_with_adapter
+            self.cluster.nodes_changed.connect(view.set_nodes)
+            view.running_changed.connect(self.cluster.set_locked)
+            view.running_changed.connect(self.model.set_locked)
+            # The Macs' memory is the fine-tune's while it trains: no chat job meanwhile.
+            view.running_changed.connect(
+                lambda running: (
+                    self.run.start_button.setEnabled(False)
+                    if running
+                    else self.run.set_plan(*self.run.shown_plan())
+                )
+            )
+        self.fine_tune.show()
+        self.fine_tune.raise_()
+        return self.fine_tune
 
     def show_presentation(self) -> QWidget:
         """Presentation mode, full screen (Esc leaves it)."""
@@ -119,6 +160,18 @@ class MainWindow(QMainWindow):
         self.history.raise_()
         return self.history
 
+    def chat_with_adapter(self, adapter: Path) -> bool:
+        """The Fine-tune view's "Chat with the adapter": the Run pane starts the model
+        with the adapter on the cluster (the Model pane's plan), in front."""
+        if self.run.busy:
+            self.run.status.setText("Stop the job first: then Chat with the adapter starts it.")
+            return False
+        self.run.controller.adapter = Path(adapter)
+        self.raise_()
+        self.activateWindow()
+        self.run.start()
+        return True
+
     def _wire(self) -> None:
         prefs = self.preferences
         self.cluster.nodes_changed.connect(self.model.set_nodes)
@@ -137,6 +190,10 @@ class MainWindow(QMainWindow):
         )
         self.run.running_changed.connect(lambda running: links.clear() if running else None)
         self.model.model_changed.connect(lambda path: prefs.update(last_model=path))
+        # Another model: the fine-tuned adapter of the last one no longer applies.
+        self.model.model_changed.connect(
+            lambda _path: setattr(self.run.controller, "adapter", None)
+        )
         self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
         self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))
         self.run.max_tokens.valueChanged.connect(lambda n: prefs.update(max_tokens=n))
@@ -168,6 +225,8 @@ class MainWindow(QMainWindow):
             self.run.stop()
             return
         save_window(self, self._splitters())
+        if self.fine_tune is not None:
+            self.fine_tune.view.shutdown()
         self.run.shutdown()
         self.bridge.close()
         super().closeEvent(event)

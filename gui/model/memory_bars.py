@@ -75,6 +75,16 @@ class MemoryBars(QWidget):
         self.updateGeometry()
         self.update()
 
+    def show_bars(self, bars: list[Bar], empty_text: str | None = None) -> None:
+        """Bars made elsewhere (the fine-tune's peak memory per node)."""
+        self.bars = list(bars)
+        if empty_text:
+            self.empty_text = empty_text
+        details = [f"{b.node}: {b.detail}" for b in self.bars if b.detail]
+        self.setToolTip("\n".join(details))
+        self.updateGeometry()
+        self.update()
+
     def sizeHint(self) -> QSize:
         return QSize(320, max(1, len(self.bars)) * ROW_H)
 

@@ -88,6 +88,7 @@ class RunController(QObject):
         self.plan: Plan | None = None
         self.report: PreflightReport | None = None
         self.backend = "auto"  # for real Macs: auto, jaccl, jaccl-ring or ring
+        self.adapter: Path | None = None  # a fine-tuned adapter applied to the model
         self.t0 = time.monotonic()
         self.averages: list[tuple[float, float, float]] = []  # (start, end, tokens/s)
         self._history: list[dict[str, str]] = []
@@ -135,8 +136,15 @@ class RunController(QObject):
                 job_factory=self._job_factory,
                 verify=verify,
                 model_source=load_settings().model_source,  # Hub or this Mac (issue 13)
+                adapter=self.adapter,
             )
         except ClusterError as error:
+            self.session = None
+            self._not_ready(str(error))
+            return
+        except ValueError as error:  # the adapter does not fit the model: one line
+            if self.adapter is None:
+                raise
             self.session = None
             self._not_ready(str(error))
             return
@@ -368,6 +376,8 @@ class RunController(QObject):
         count = len(self.plan.ranks) if self.plan else 0
         macs = f"{count} Macs" if count > 1 else "1 Mac"
         model = self.info.name if self.info else "the model"
+        if self.adapter is not None:
+            model += f" with the adapter {self.adapter.name}"
         self._set_state(RunState.LOADING, f"Loading {model} on {macs}…")
         for rank in range(count):
             self.rank_progress.emit(rank, "starting", 0)

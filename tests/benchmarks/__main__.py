@@ -2,7 +2,7 @@
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
-finetune,tune_fit picks some;
+finetune,tune_fit,tune_plot picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -136,6 +136,12 @@ def _finetune(model) -> dict:
     return bench_finetune(model)
 
 
+def _tune_plot(_model) -> dict:
+    from tests.benchmarks.bench_tune_plot import bench_tune_plot
+
+    return bench_tune_plot()
+
+
 def _tune_fit(_model) -> dict:
     from tests.benchmarks.bench_tune_fit import bench_tune_fit
 
@@ -164,6 +170,7 @@ BENCHES = {
     "batching": _batching,
     "adapter": _adapter,
     "finetune": _finetune,
+    "tune_plot": _tune_plot,
     "tune_fit": _tune_fit,
 }
 

@@ -49,6 +49,15 @@ and the live-demo kit on a real demo job of four simulated Macs (``take_demokit`
 - ``presentation``: presentation mode (full screen);
 - ``history``: the History window, the chat run's figures and plots.
 
+and the Fine-tune view on a real fine-tune of the demo model on the 2-node demo cluster
+with the shipped demo set (``take_tune``):
+
+- ``finetune-training``: mid-training: the loss falling, validation points, tokens/s,
+  each Mac's peak memory and the time left;
+- ``finetune-compare``: finished: the adapter, then Compare with base (the mascot
+  question to the base model and to the base plus adapter, side by side).
+
+``--tune`` renders only the Fine-tune view's.
 ``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
 only the Run pane's setup shots; ``--library`` only the library's; ``--api`` only the API
 section's; ``--demokit`` only the live-demo kit's. Settings, logs and
@@ -773,13 +782,76 @@ def take_library(outdir: Path) -> list[Path]:
     return saved
 
 
+TUNE_SIZE = (1360, 900)
+
+
+def take_tune(outdir: Path) -> list[Path]:
+    """The Fine-tune view on a real fine-tune of the demo model (2 simulated Macs, the
+    demo set), mid-training and then compared with its base; light and dark."""
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from core.model.demo_model import ensure_demo_model
+    from core.settings import Settings
+    from gui.app import configure
+    from gui.main_window import MainWindow
+    from gui.preferences import Preferences
+
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(
+        QSettings.Format.IniFormat, QSettings.Scope.UserScope, os.environ["MACMESH_CONFIG_DIR"]
+    )
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    configure(app, "light")
+    model = ensure_demo_model()
+    window = MainWindow(Preferences(Settings(max_tokens=48, demo_nodes=2)), demo=True)
+    window.resize(*SIZE)
+    window.show()
+    saved: list[Path] = []
+    tune_window = None
+    try:
+        window.model.load(model)
+        wait_for(app, lambda: window.model.info is not None, 60, "the demo model")
+        tune_window = window.show_fine_tune()
+        tune_window.resize(*TUNE_SIZE)
+        view = tune_window.view
+        view.data_box.demo_button.click()
+        wait_for(app, lambda: view.data is not None, 60, "the demo set")
+        view.inputs.name_input.setText("Mochi the mascot")
+        view.start()
+        plot = view.plot
+        wait_for(
+            app,
+            lambda: plot.valid.size >= 2 and plot.train.size >= 0.6 * plot.iterations,
+            1800,
+            "training past halfway, with a validation loss",
+        )
+        view.timer.stop()  # held still for the shot: every theme shows the same moment
+        saved.extend(
+            shoot_themes(app, tune_window, outdir, "finetune-training", 0.2, view.plot.refresh)
+        )
+        view.timer.start()
+        wait_for(app, lambda: not view.controller.active, 1800, "the fine-tune to finish")
+        wait_for(app, lambda: view.adapter is not None, 60, "the adapter")
+        view.adapter_panel.compare_button.click()
+        wait_for(app, lambda: view.answers.isVisible(), 900, "the comparison with base")
+        saved.extend(shoot_themes(app, tune_window, outdir, "finetune-compare", 0.2))
+    finally:
+        if tune_window is not None:
+            tune_window.view.shutdown()
+        window.close()
+        app.processEvents()
+    return saved
+
+
 def main(argv: list[str]) -> int:
     cluster_only = "--cluster" in argv
     run_setup_only = "--run-setup" in argv
     library_only = "--library" in argv
     api_only = "--api" in argv
     demokit_only = "--demokit" in argv
-    flags = ("--cluster", "--run-setup", "--library", "--api", "--demokit")
+    tune_only = "--tune" in argv
+    flags = ("--cluster", "--run-setup", "--library", "--api", "--demokit", "--tune")
     argv = [a for a in argv if a not in flags]
     outdir = Path(argv[0]) if argv else ROOT / "docs" / "screenshots"
     outdir.mkdir(parents=True, exist_ok=True)
@@ -790,7 +862,9 @@ def main(argv: list[str]) -> int:
         os.environ["QT_QPA_PLATFORM"] = "xcb"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         with virtual_display():
-            if demokit_only:
+            if tune_only:
+                shots = take_tune(outdir.resolve())
+            elif demokit_only:
                 shots = take_demokit(outdir.resolve())
             elif api_only:
                 shots = take_api(outdir.resolve())
@@ -801,9 +875,10 @@ def main(argv: list[str]) -> int:
             else:
                 shots = take_cluster(outdir.resolve()) + take_run_setup(outdir.resolve())
                 shots += take_library(outdir.resolve())
-            if not (cluster_only or run_setup_only or library_only or api_only or demokit_only):
+            only = (cluster_only, run_setup_only, library_only, api_only, demokit_only, tune_only)
+            if not any(only):
                 shots += take(outdir.resolve()) + take_api(outdir.resolve())
-                shots += take_demokit(outdir.resolve())
+                shots += take_demokit(outdir.resolve()) + take_tune(outdir.resolve())
             for path in shots:
                 print(path)
     return 0

@@ -1,0 +1,151 @@
+"""The fine-tune's result: the adapter (name, base model, final losses, where it is) and
+what to do with it: chat with it, compare it with the base model, fuse it.
+
+The three buttons call plain callable attributes (``on_chat``, ``on_compare``,
+``on_fuse``), each taking the adapter's folder; the window connects them to the core's
+pieces. A button whose callable is None stays visible, disabled, and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.style import set_role
+from gui.widgets import label, section
+
+AdapterAction = Callable[[Path], Any]
+
+
+def loss_text(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+class AdapterPanel(QFrame):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        set_role(self, "subcard")
+        self.path: Path | None = None
+        self._busy = False
+        self.on_chat: AdapterAction | None = None
+        self.on_compare: AdapterAction | None = None
+        self.on_fuse: AdapterAction | None = None
+        self.heading = section("Adapter")
+        self.name = label("", "model-name", wrap=True, selectable=True)
+        self.stopped = label("", "hint", wrap=True)
+        self.facts: dict[str, Any] = {}
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(14)
+        grid.setVerticalSpacing(2)
+        for row, key in enumerate(("Base model", "Train loss", "Validation loss", "Folder")):
+            grid.addWidget(label(key, "fact-name"), row, 0)
+            value = label("", "fact-value", wrap=key == "Folder", selectable=True)
+            grid.addWidget(value, row, 1)
+            self.facts[key] = value
+        grid.setColumnStretch(1, 1)
+        self.chat_button = QPushButton("Chat with the adapter")
+        set_role(self.chat_button, "primary")
+        self.chat_button.setToolTip("The base model plus this adapter, on the cluster")
+        self.chat_button.clicked.connect(lambda: self._call(self.on_chat))
+        self.compare_button = QPushButton("Compare with base")
+        self.compare_button.setToolTip(
+            "The same question to the base model and to the base plus adapter, side by side"
+        )
+        self.compare_button.clicked.connect(lambda: self._call(self.on_compare))
+        self.fuse_button = QPushButton("Fuse")
+        self.fuse_button.setToolTip(
+            "Write a model folder with the adapter built in; the model library lists it"
+        )
+        self.fuse_button.clicked.connect(lambda: self._call(self.on_fuse))
+        self.question = QLineEdit()
+        self.question.setPlaceholderText("A question your data teaches, for Compare with base")
+        self.question.setToolTip("Compare with base asks this of both models")
+        self.note = label("", "secondary", wrap=True)
+        self.note.hide()
+        row = QHBoxLayout()
+        row.setSpacing(8)
+        row.addWidget(self.chat_button)
+        row.addWidget(self.compare_button)
+        row.addWidget(self.fuse_button)
+        row.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 10, 12, 10)
+        layout.setSpacing(6)
+        layout.addWidget(self.heading)
+        layout.addWidget(self.name)
+        layout.addWidget(self.stopped)
+        layout.addLayout(grid)
+        layout.addWidget(self.question)
+        layout.addLayout(row)
+        layout.addWidget(self.note)
+
+    def show_adapter(
+        self,
+        name: str,
+        base_model: str,
+        train_loss: float | None,
+        val_loss: float | None,
+        path: Path,
+        stopped: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.name.setText(name)
+        self.stopped.setText(
+            "Stopped early: this is the last checkpoint saved before Stop." if stopped else ""
+        )
+        self.stopped.setVisible(stopped)
+        self.facts["Base model"].setText(base_model)
+        self.facts["Train loss"].setText(loss_text(train_loss))
+        self.facts["Validation loss"].setText(loss_text(val_loss))
+        self.facts["Folder"].setText(str(path))
+        self.note.hide()
+        self._show_buttons()
+        self.show()
+
+    def show_note(self, text: str) -> None:
+        """One line under the buttons: what a button did, or why it could not."""
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
+
+    def _show_buttons(self) -> None:
+        for button, action in (
+            (self.chat_button, self.on_chat),
+            (self.compare_button, self.on_compare),
+            (self.fuse_button, self.on_fuse),
+        ):
+            button.setEnabled(action is not None and not self._busy)
+            if action is None:
+                button.setToolTip("Not available in this build")
+
+    def set_actions(
+        self,
+        chat: AdapterAction | None = None,
+        compare: AdapterAction | None = None,
+        fuse: AdapterAction | None = None,
+    ) -> None:
+        self.on_chat, self.on_compare, self.on_fuse = chat, compare, fuse
+        self._show_buttons()
+
+    def set_busy(self, busy: bool) -> None:
+        """While a job holds the Macs, nothing else can start on them."""
+        self._busy = busy
+        self._show_buttons()
+
+    def _call(self, action: AdapterAction | None) -> None:
+        if action is None or self.path is None:
+            return
+        try:
+            action(self.path)
+        except Exception as error:  # one clear line, never a traceback dialog
+            self.show_note(str(error).splitlines()[0] if str(error) else type(error).__name__)
