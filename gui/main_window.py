@@ -36,6 +36,9 @@ LEFT_WIDTH = 440
 DEFAULT_SIZE = (1440, 900)
 
 
+_RUN_ENDED = (RunState.STOPPED, RunState.FAILED, RunState.NOT_READY)
+
+
 class MainWindow(QMainWindow):
     def __init__(
         self,
@@ -190,9 +193,14 @@ class MainWindow(QMainWindow):
         )
         self.run.running_changed.connect(lambda running: links.clear() if running else None)
         self.model.model_changed.connect(lambda path: prefs.update(last_model=path))
-        # Another model: the fine-tuned adapter of the last one no longer applies.
-        self.model.model_changed.connect(
-            lambda _path: setattr(self.run.controller, "adapter", None)
+        # Another model: the fine-tuned adapter of the last one no longer applies. And
+        # "Chat with the adapter" applies to the run it starts: once that run has ended,
+        # Start runs the plain model again.
+        self.model.model_changed.connect(lambda _path: setattr(controller, "adapter", None))
+        controller.state_changed.connect(
+            lambda state, _m: (
+                setattr(controller, "adapter", None) if RunState(state) in _RUN_ENDED else None
+            )
         )
         self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
         self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))

@@ -118,3 +118,7 @@ def test_chat_with_the_adapter_starts_the_run_pane_with_it(
     run.chat.prompt.returnPressed.emit()
     expected = mlx_lm_answer(tiny_models["llama"], tiny_adapter, QUESTION, max_tokens=8)[1]
     qtbot.waitUntil(lambda: expected in run.chat.text(), timeout=WAIT_MS)
+    # The adapter applies to the run it started: once stopped, Start runs the plain model.
+    run.stop()
+    qtbot.waitUntil(lambda: not run.busy, timeout=60_000)
+    assert run.controller.adapter is None
