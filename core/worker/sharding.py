@@ -4,9 +4,10 @@ Pipeline sharding works for every architecture mlx-lm loads. Where mlx-lm has
 its own ``model.model.pipeline(group, split)`` we use it; elsewhere (llama,
 qwen3, ...) ``PipelineStage`` wraps the rank's first and last local layers
 with the same protocol mlx-lm uses: receive the hidden state from rank+1
-before the first local layer, send it to rank-1 after the last, then an
-``all_gather`` so every rank ends with rank 0's output (rank 0 holds the last
-layers) and samples the same token.
+before the first local layer, send it to rank-1 after the last. Unlike mlx-lm's
+(an ``all_gather`` of rank 0's output, then the head on every rank), only rank 0
+(the last layers) computes logits and samples; ``core.worker.serve`` sums its token
+to the others, which skip the head (``_skip_head``).
 
 Weights are loaded lazily and only the local layers' tensors are evaluated,
 so a rank reads from disk only the weights of its layers (and the shared
@@ -48,6 +49,9 @@ class Shard:
     # precision on this rank (describe_weights)
     weights: dict[str, Any] = field(default_factory=dict)
     adapter: dict[str, Any] | None = None  # the adapter fused in (core.worker.adapter)
+    # Only rank 0 computes logits (PipelineStage): the sampled token goes to the others
+    # (core.worker.serve's sampler), not the hidden state.
+    token_from_rank0: bool = False
 
 
 def load_shard(
@@ -71,12 +75,13 @@ def load_shard(
     tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id"))
     fused = _apply_adapter(model, adapter, float_weights) if adapter else None
     layers = None
+    own_head = False
     if group.size() > 1 and strategy is Strategy.TENSOR:
         progress(LoadingStage.SLICING)
         _shard_tensor(model, group, config)
     elif group.size() > 1 and strategy is Strategy.PIPELINE:
         progress(LoadingStage.PLACING)
-        layers = _shard_pipeline(model, group, split)
+        layers, own_head = _shard_pipeline(model, group, split)
     _check_files(Path(path), layers)
     weights = describe_weights(config)
     if mx.default_device() == mx.cpu:
@@ -86,7 +91,7 @@ def load_shard(
         model.set_dtype(mx.float32)
     progress(LoadingStage.WEIGHTS)
     mx.eval(model.parameters())
-    return Shard(model, tokenizer, config, strategy, layers, weights, fused)
+    return Shard(model, tokenizer, config, strategy, layers, weights, fused, own_head)
 
 
 def _apply_adapter(model: nn.Module, folder: Path, float_weights: bool | None) -> dict[str, Any]:
@@ -256,7 +261,9 @@ def _shard_tensor(model: nn.Module, group: mx.distributed.Group, config: dict[st
 
 def _shard_pipeline(
     model: nn.Module, group: mx.distributed.Group, split: list[int] | None
-) -> tuple[int, int]:
+) -> tuple[tuple[int, int], bool]:
+    """This rank's layers, and whether only rank 0 computes logits (our PipelineStage;
+    mlx-lm's own ``pipeline`` gathers the hidden state to every rank instead)."""
     inner: Any = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if not isinstance(layers, list):
@@ -270,9 +277,41 @@ def _shard_pipeline(
     start, end = layer_ranges(split)[rank]
     if hasattr(inner, "pipeline"):
         inner.pipeline(group, split=split)
-    else:
-        _wrap_pipeline(inner, group, start, end)
-    return start, end
+        return (start, end), False
+    _wrap_pipeline(inner, group, start, end)
+    if rank != 0:
+        _skip_head(model, inner)
+    return (start, end), True
+
+
+def _skip_head(model: nn.Module, inner: nn.Module) -> None:
+    """A rank other than 0 computes no logits: its head gives zeros once the hidden state
+    is sent (they keep the send in the graph that generation evaluates). Rank 0 samples
+    and the token reaches the others (``core.worker.serve``). The head is the costliest
+    step of a token on a CPU (a vocabulary-sized matrix read from memory), and every rank
+    computing it at once made them compete for the memory bandwidth."""
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, nn.Module):
+        vocab = int(head.weight.shape[0])
+        model.lm_head = _NoLogits(vocab)
+    embed = getattr(inner, "embed_tokens", None)
+    if embed is not None and hasattr(embed, "as_linear"):
+        skipped = _NoLogits(int(embed.weight.shape[0]))
+        # Tied models call embed_tokens.as_linear for their logits.
+        object.__setattr__(embed, "as_linear", skipped)
+
+
+class _NoLogits(nn.Module):
+    """Zero logits after ``x`` is computed, in place of a head this rank does not run."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.vocab = vocab
+
+    def __call__(self, x: mx.array) -> mx.array:
+        zeros = mx.zeros((*x.shape[:-1], self.vocab), dtype=mx.float32)
+        logits: mx.array = mx.depends(zeros, x)
+        return logits
 
 
 def _wrap_pipeline(inner: nn.Module, group: mx.distributed.Group, start: int, end: int) -> None:
@@ -294,7 +333,10 @@ def _wrap_pipeline(inner: nn.Module, group: mx.distributed.Group, start: int, en
 
 
 class PipelineStage(nn.Module):
-    """A decoder layer with the pipeline's receive before it and/or send after it."""
+    """A decoder layer with the pipeline's receive before it and/or send after it.
+
+    Rank 0 holds the last layers and ends with the model's output; the others end with
+    their send (their logits are skipped: ``_skip_head``)."""
 
     def __init__(
         self, layer: nn.Module, group: mx.distributed.Group, *, receive: bool, send: bool
@@ -329,7 +371,7 @@ class PipelineStage(nn.Module):
             cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
             if cache is not None and getattr(cache, "keys", None) is not None:
                 cache.keys = mx.depends(cache.keys, h)
-        return mx.distributed.all_gather(h, group=group)[: h.shape[0]]
+        return h
 
 
 def _check_files(path: Path, layers: tuple[int, int] | None) -> None:
