@@ -86,6 +86,20 @@ class _Agreement:
         return agreed
 
 
+def _from_rank0(sampler: Any, group: mx.distributed.Group) -> Any:
+    """Rank 0's sampled token on every rank: only rank 0 has logits (a pipeline whose
+    other ranks skip the head); the others add a zero that waits on their own step."""
+    rank0 = group.rank() == 0
+
+    def sample(logprobs: mx.array) -> mx.array:
+        token: mx.array = sampler(logprobs)
+        if not rank0:
+            token = token * 0
+        return mx.distributed.all_sum(token, group=group)
+
+    return sample
+
+
 def prompt_tokens(tokenizer: Any, command: dict[str, Any]) -> list[int]:
     """Token ids for a command: chat messages, a chat prompt, or raw text."""
     messages = command.get("messages")
@@ -134,6 +148,8 @@ def generate(
     if "seed" in command:  # every rank the same seed: they sample the same tokens
         mx.random.seed(int(command["seed"]) % (1 << 32))
     sampler = make_sampler(float(command.get("temperature", 0.0)), float(command.get("top_p", 1.0)))
+    if shard.token_from_rank0 and group is not None and group.size() > 1:
+        sampler = _from_rank0(sampler, group)
     stops = StopScanner(command.get("stop", ()))
     agreement = _Agreement(group)
     cancelled = False

@@ -4,9 +4,10 @@ Pipeline sharding works for every architecture mlx-lm loads. Where mlx-lm has
 its own ``model.model.pipeline(group, split)`` we use it; elsewhere (llama,
 qwen3, ...) ``PipelineStage`` wraps the rank's first and last local layers
 with the same protocol mlx-lm uses: receive the hidden state from rank+1
-before the first local layer, send it to rank-1 after the last, then an
-``all_gather`` so every rank ends with rank 0's output (rank 0 holds the last
-layers) and samples the same token.
+before the first local layer, send it to rank-1 after the last. Unlike mlx-lm's
+(an ``all_gather`` of rank 0's output, then the head on every rank), only rank 0
+(the last layers) computes logits and samples; ``core.worker.serve`` sums its token
+to the others, which skip the head (``_skip_head``).
 
 Weights are loaded lazily and only the local layers' tensors are evaluated,
 so a rank reads from disk only the weights of its layers (and the shared
@@ -48,6 +49,9 @@ class Shard:
     # precision on this rank (describe_weights)
     weights: dict[str, Any] = field(default_factory=dict)
     adapter: dict[str, Any] | None = None  # the adapter fused in (core.worker.adapter)
+    # Only rank 0 computes logits (PipelineStage): the sampled token goes to the others
+    # (core.worker.serve's sampler), not the hidden state.
+    token_from_rank0: bool = False
 
 
 def load_shard(
@@ -71,22 +75,23 @@ def load_shard(
     tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id"))
     fused = _apply_adapter(model, adapter, float_weights) if adapter else None
     layers = None
+    own_head = False
     if group.size() > 1 and strategy is Strategy.TENSOR:
         progress(LoadingStage.SLICING)
         _shard_tensor(model, group, config)
     elif group.size() > 1 and strategy is Strategy.PIPELINE:
         progress(LoadingStage.PLACING)
-        layers = _shard_pipeline(model, group, split)
+        layers, own_head = _shard_pipeline(model, group, split)
     _check_files(Path(path), layers)
     weights = describe_weights(config)
     if mx.default_device() == mx.cpu:
-        weights = _cpu_weights(model, config, weights, float_weights)
+        weights = _cpu_weights(model, config, weights, float_weights, keep_vocab=True)
         # CPUs have no fast half-precision arithmetic: a float16 model runs ~30x
         # slower than in float32 there (MLX on Linux, or a Mac without Metal).
         model.set_dtype(mx.float32)
     progress(LoadingStage.WEIGHTS)
     mx.eval(model.parameters())
-    return Shard(model, tokenizer, config, strategy, layers, weights, fused)
+    return Shard(model, tokenizer, config, strategy, layers, weights, fused, own_head)
 
 
 def _apply_adapter(model: nn.Module, folder: Path, float_weights: bool | None) -> dict[str, Any]:
@@ -131,10 +136,17 @@ def describe_weights(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cpu_weights(
-    model: nn.Module, config: dict[str, Any], weights: dict[str, Any], wanted: bool | None
+    model: nn.Module,
+    config: dict[str, Any],
+    weights: dict[str, Any],
+    wanted: bool | None,
+    keep_vocab: bool = False,
 ) -> dict[str, Any]:
     """Dequantize the quantized layers to float32 when wanted (or, with ``wanted`` None,
-    when the extra memory is under a quarter of what this machine has available)."""
+    when the extra memory is under a quarter of what this machine has available);
+    ``keep_vocab`` (generation, one token at a time) keeps the embedding and output head
+    quantized (``_vocab_modules``). Training keeps none: its head multiplies whole
+    batches, where the BLAS wins."""
     quantized = [
         m
         for _, m in model.named_modules()
@@ -143,12 +155,45 @@ def _cpu_weights(
     if not quantized or wanted is False:
         reason = "kept as planned" if quantized else "not quantized"
         return {**weights, "reason": reason} if quantized else weights
-    extra = sum(_float_bytes(m) - _quantized_bytes(m) for m in quantized)
+    vocab = _vocab_modules(model) if keep_vocab else []
+    kept = {id(module) for _, _, module in vocab}
+    extra = sum(_float_bytes(m) - _quantized_bytes(m) for m in quantized if id(m) not in kept)
     available = _available_bytes()
     if wanted is None and available is not None and extra > available // 4:
         return {**weights, "reason": f"kept: float32 needs {extra >> 20} MB more"}
-    dequantize_model(model)
-    return {"precision": "float32", "dequantized": True, "from": weights["precision"]}
+    for parent, key, _ in vocab:
+        setattr(parent, key, None)
+    try:
+        dequantize_model(model)
+    finally:
+        for parent, key, module in vocab:
+            setattr(parent, key, module)
+    described = {"precision": "float32", "dequantized": True, "from": weights["precision"]}
+    if vocab:
+        kept_names = ", ".join(sorted(f"{key} {m.bits}-bit" for _, key, m in vocab))
+        described["reason"] = f"{kept_names} kept quantized: read faster per token"
+    return described
+
+
+def _vocab_modules(model: nn.Module) -> list[tuple[Any, str, nn.Module]]:
+    """The quantized embedding and output head, as (parent, attribute, module): kept
+    quantized on the CPU. Their one-token product reads a vocabulary-sized matrix
+    (SmolLM2's tied 49152x576 head: 113 MB in float32) from memory each token, and the
+    quantized kernel reading a quarter or an eighth of the bytes is faster: 20 against
+    56 ms a token on this project's 2-core machine."""
+    found = []
+    for name, module in model.named_modules():
+        vocab = isinstance(module, nn.QuantizedEmbedding) or (
+            isinstance(module, nn.QuantizedLinear) and name.split(".")[-1] == "lm_head"
+        )
+        if not vocab or not name:
+            continue
+        *path, key = name.split(".")
+        parent: Any = model
+        for part in path:
+            parent = parent[int(part)] if isinstance(parent, list) else getattr(parent, part)
+        found.append((parent, key, module))
+    return found
 
 
 def _float_bytes(module: nn.Module) -> int:
@@ -216,7 +261,9 @@ def _shard_tensor(model: nn.Module, group: mx.distributed.Group, config: dict[st
 
 def _shard_pipeline(
     model: nn.Module, group: mx.distributed.Group, split: list[int] | None
-) -> tuple[int, int]:
+) -> tuple[tuple[int, int], bool]:
+    """This rank's layers, and whether only rank 0 computes logits (our PipelineStage;
+    mlx-lm's own ``pipeline`` gathers the hidden state to every rank instead)."""
     inner: Any = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if not isinstance(layers, list):
@@ -230,9 +277,41 @@ def _shard_pipeline(
     start, end = layer_ranges(split)[rank]
     if hasattr(inner, "pipeline"):
         inner.pipeline(group, split=split)
-    else:
-        _wrap_pipeline(inner, group, start, end)
-    return start, end
+        return (start, end), False
+    _wrap_pipeline(inner, group, start, end)
+    if rank != 0:
+        _skip_head(model, inner)
+    return (start, end), True
+
+
+def _skip_head(model: nn.Module, inner: nn.Module) -> None:
+    """A rank other than 0 computes no logits: its head gives zeros once the hidden state
+    is sent (they keep the send in the graph that generation evaluates). Rank 0 samples
+    and the token reaches the others (``core.worker.serve``). The head is the costliest
+    step of a token on a CPU (a vocabulary-sized matrix read from memory), and every rank
+    computing it at once made them compete for the memory bandwidth."""
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, nn.Module):
+        vocab = int(head.weight.shape[0])
+        model.lm_head = _NoLogits(vocab)
+    embed = getattr(inner, "embed_tokens", None)
+    if embed is not None and hasattr(embed, "as_linear"):
+        skipped = _NoLogits(int(embed.weight.shape[0]))
+        # Tied models call embed_tokens.as_linear for their logits.
+        object.__setattr__(embed, "as_linear", skipped)
+
+
+class _NoLogits(nn.Module):
+    """Zero logits after ``x`` is computed, in place of a head this rank does not run."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.vocab = vocab
+
+    def __call__(self, x: mx.array) -> mx.array:
+        zeros = mx.zeros((*x.shape[:-1], self.vocab), dtype=mx.float32)
+        logits: mx.array = mx.depends(zeros, x)
+        return logits
 
 
 def _wrap_pipeline(inner: nn.Module, group: mx.distributed.Group, start: int, end: int) -> None:
@@ -254,7 +333,10 @@ def _wrap_pipeline(inner: nn.Module, group: mx.distributed.Group, start: int, en
 
 
 class PipelineStage(nn.Module):
-    """A decoder layer with the pipeline's receive before it and/or send after it."""
+    """A decoder layer with the pipeline's receive before it and/or send after it.
+
+    Rank 0 holds the last layers and ends with the model's output; the others end with
+    their send (their logits are skipped: ``_skip_head``)."""
 
     def __init__(
         self, layer: nn.Module, group: mx.distributed.Group, *, receive: bool, send: bool
@@ -289,7 +371,7 @@ class PipelineStage(nn.Module):
             cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
             if cache is not None and getattr(cache, "keys", None) is not None:
                 cache.keys = mx.depends(cache.keys, h)
-        return mx.distributed.all_gather(h, group=group)[: h.shape[0]]
+        return h
 
 
 def _check_files(path: Path, layers: tuple[int, int] | None) -> None:

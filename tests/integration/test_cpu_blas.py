@@ -87,3 +87,5 @@ def test_demo_ranks_report_the_fast_blas_and_answer_with_float_weights(
         assert rank["blas_fast"] and rank["blas_path"] == fast_blas["path"], rank
         assert rank["blas_gflops"] > 3 * REFERENCE_GFLOPS, rank
         assert rank["weights"] == "float32" and rank["dequantized"], rank
+        # The tied embedding/head, read whole each token, stays 8-bit: faster than float32.
+        assert rank["weights_note"].startswith("embed_tokens 8-bit kept quantized"), rank
