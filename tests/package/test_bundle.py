@@ -72,6 +72,7 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
     env.pop("MACMESH_CACHE_DIR", None)
     env.pop("MACMESH_CONFIG_DIR", None)
     env.pop("MACMESH_LOG_DIR", None)
+    env.pop("MACMESH_DATA_DIR", None)
     env.update(
         HOME=str(home),
         XDG_CACHE_HOME=str(home / ".cache"),
@@ -153,6 +154,28 @@ def test_the_demo_runs_headless_from_the_bundle(bundle: Path, home: Path) -> Non
     models = home / ".cache" / "MacMesh" / "models"
     assert any((folder / "config.json").is_file() for folder in models.iterdir())
     assert list((home / ".local/state/MacMesh/log/runs").iterdir()), "no run logs written"
+
+
+@pytest.mark.timeout(2 * DEMO_TIMEOUT_S + 60)
+def test_a_fine_tune_from_the_bundle_and_a_chat_with_its_adapter(bundle: Path, home: Path) -> None:
+    """mlx-lm's trainer and adapter code travel in the bundle: a two-step fine-tune on the
+    demo cluster ends with an adapter, and the demo chats with it (fused at load)."""
+    data = Path(__file__).resolve().parents[2] / "resources" / "finetune" / "mascot"
+    tuned = _run(
+        bundle, home, "finetune", "--demo", "--nodes", "2", "--data", str(data),
+        "--iters", "2", "--batch-size", "4", "--name", "bundle check", "--json",
+        timeout=DEMO_TIMEOUT_S,
+    )  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    summary = json.loads(tuned.stdout.strip().splitlines()[-1])
+    adapter = Path(summary["adapter"])
+    assert summary["iterations"] == 2 and (adapter / "adapters.safetensors").is_file()
+    chat = _run(
+        bundle, home, "demo", "--headless", "--json", "--max-tokens", "8",
+        "--adapter", "bundle check", timeout=DEMO_TIMEOUT_S,
+    )  # fmt: skip
+    assert chat.returncode == 0, chat.stderr[-3000:]
+    assert json.loads(chat.stdout.strip().splitlines()[-1])["generation_tokens"] > 0
 
 
 def test_the_bundle_holds_what_it_needs_and_not_the_tests(bundle: Path) -> None:
