@@ -11,11 +11,10 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from core.model.info import ModelInfo, read_model_info
-from core.run.demo import demo_nodes
 from core.tune.settings import TuneSettings
-from gui.bridge import Bridge
 from gui.tune.view import FineTuneView
 from tests.gui.helpers import drop_paths
+from tests.gui.tune_helpers import good_lines, open_tune_view
 
 
 @pytest.fixture(scope="module")
@@ -24,38 +23,8 @@ def demo_info(demo_model: Path) -> ModelInfo:
 
 
 @pytest.fixture
-def view(
-    qtbot: QtBot, demo_info: ModelInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> FineTuneView:
-    monkeypatch.setenv("MACMESH_DATA_DIR", str(tmp_path / "data"))
-    bridge = Bridge()
-    widget = FineTuneView(bridge)
-
-    def before_close(_widget: FineTuneView) -> None:
-        widget.shutdown()
-        bridge.close()
-
-    qtbot.addWidget(widget, before_close_func=before_close)
-    widget.resize(1200, 820)
-    widget.show()
-    widget.set_model(demo_info)
-    widget.set_nodes(demo_nodes(2))
-    return widget
-
-
-def _chat(question: str, answer: str) -> str:
-    return json.dumps(
-        {
-            "messages": [
-                {"role": "user", "content": question},
-                {"role": "assistant", "content": answer},
-            ]
-        }
-    )
-
-
-def _good_lines(count: int) -> list[str]:
-    return [_chat(f"What is {i} plus {i}?", f"{i} plus {i} is {2 * i}.") for i in range(count)]
+def view(qtbot: QtBot, demo_info: ModelInfo) -> FineTuneView:
+    return open_tune_view(qtbot, demo_info)
 
 
 def test_a_dropped_folder_shows_its_bad_lines_by_number(
@@ -63,7 +32,7 @@ def test_a_dropped_folder_shows_its_bad_lines_by_number(
 ) -> None:
     folder = tmp_path / "set"
     folder.mkdir()
-    lines = _good_lines(12)
+    lines = good_lines(12)
     lines[2] = "{not json"
     lines[6] = json.dumps({"messages": [{"role": "robot", "content": "beep"}]})
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
@@ -78,7 +47,7 @@ def test_a_dropped_jsonl_shows_format_counts_and_the_split(
     qtbot: QtBot, view: FineTuneView, tmp_path: Path
 ) -> None:
     data = tmp_path / "sums.jsonl"
-    data.write_text("\n".join(_good_lines(40)) + "\n")
+    data.write_text("\n".join(good_lines(40)) + "\n")
     assert drop_paths(view.data_box, data)
     qtbot.waitUntil(lambda: view.data is not None, timeout=20_000)
     box = view.data_box

@@ -5,19 +5,17 @@ the window mid-training leaving no rank."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from pytestqt.qtbot import QtBot
 
 from core.model.info import ModelInfo, read_model_info
-from core.run.demo import demo_nodes
 from core.run.states import RunState
 from core.tune.settings import TuneSettings
-from gui.bridge import Bridge
 from gui.tune.view import FineTuneView
 from tests.gui.helpers import drop_paths
+from tests.gui.tune_helpers import chat_line, good_lines, open_tune_view
 from tests.helpers.jobs import assert_no_ranks_left
 
 TRAIN_MS = 600_000  # two ranks training on two shared cores
@@ -39,38 +37,8 @@ def demo_info(demo_model: Path) -> ModelInfo:
 
 
 @pytest.fixture
-def view(
-    qtbot: QtBot, demo_info: ModelInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> FineTuneView:
-    monkeypatch.setenv("MACMESH_DATA_DIR", str(tmp_path / "data"))  # adapters go here
-    bridge = Bridge()
-    widget = FineTuneView(bridge)
-
-    def before_close(_widget: FineTuneView) -> None:
-        widget.shutdown()
-        bridge.close()
-
-    qtbot.addWidget(widget, before_close_func=before_close)
-    widget.resize(1200, 820)
-    widget.show()
-    widget.set_model(demo_info)
-    widget.set_nodes(demo_nodes(2))
-    return widget
-
-
-def _chat(question: str, answer: str) -> str:
-    return json.dumps(
-        {
-            "messages": [
-                {"role": "user", "content": question},
-                {"role": "assistant", "content": answer},
-            ]
-        }
-    )
-
-
-def _good_lines(count: int) -> list[str]:
-    return [_chat(f"What is {i} plus {i}?", f"{i} plus {i} is {2 * i}.") for i in range(count)]
+def view(qtbot: QtBot, demo_info: ModelInfo) -> FineTuneView:
+    return open_tune_view(qtbot, demo_info)
 
 
 @pytest.mark.slow
@@ -143,10 +111,10 @@ def test_stop_keeps_the_last_checkpoint_as_the_adapter(qtbot: QtBot, view: FineT
 
 def test_a_refusal_from_start_is_one_line(qtbot: QtBot, view: FineTuneView, tmp_path: Path) -> None:
     data = tmp_path / "sums.jsonl"
-    data.write_text("\n".join(_good_lines(40)) + "\n")
+    data.write_text("\n".join(good_lines(40)) + "\n")
     view.load_data(data)
     qtbot.waitUntil(lambda: view.data is not None, timeout=20_000)
-    data.write_text(_chat("a", "b") + "\n{broken\n")  # changed after it was read
+    data.write_text(chat_line("a", "b") + "\n{broken\n")  # changed after it was read
     view.form.set_settings(TINY)
     with qtbot.waitSignal(view.controller.start_failed, timeout=60_000) as failed:
         assert view.start()

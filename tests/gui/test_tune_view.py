@@ -13,11 +13,10 @@ from PySide6.QtWidgets import QSpinBox
 from pytestqt.qtbot import QtBot
 
 from core.model.info import ModelInfo, read_model_info
-from core.run.demo import demo_nodes
 from core.tune.settings import SettingsError, TuneSettings
-from gui.bridge import Bridge
 from gui.tune.data_box import data_path_from, split_words
 from gui.tune.view import STOP_NOTE, FineTuneView
+from tests.gui.tune_helpers import open_tune_view
 
 
 @pytest.fixture(scope="module")
@@ -27,19 +26,7 @@ def demo_info(demo_model: Path) -> ModelInfo:
 
 @pytest.fixture
 def view(qtbot: QtBot, demo_info: ModelInfo) -> FineTuneView:
-    bridge = Bridge()
-    widget = FineTuneView(bridge)
-
-    def before_close(_widget: FineTuneView) -> None:
-        widget.shutdown()
-        bridge.close()
-
-    qtbot.addWidget(widget, before_close_func=before_close)
-    widget.resize(1200, 820)
-    widget.show()
-    widget.set_model(demo_info)
-    widget.set_nodes(demo_nodes(2))
-    return widget
+    return open_tune_view(qtbot, demo_info)
 
 
 def test_the_form_shows_every_setting_with_its_default_and_explanation(
