@@ -8,7 +8,6 @@ tokens/s, prompt tokens/s, time to first token and memory per node for each run.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVB
 from core import units
 from gui import style
 from gui.bridge import Bridge
+from gui.session_stopper import SessionStopper
 from gui.style import set_role
 from gui.widgets import label, section
 
@@ -71,9 +71,7 @@ class CompareRunner(QObject):
         self._queue = bridge.serial_queue()
         self._job_factory = job_factory
         self.busy = False
-        self._cancel = threading.Event()
-        self._session: Session | None = None
-        self._lock = threading.Lock()
+        self._stopper = SessionStopper(bridge, CompareCancelled)
 
     def start(
         self,
@@ -91,15 +89,12 @@ class CompareRunner(QObject):
 
         chosen = list(hosts) if hosts is not None else [Host(n) for n in plan.nodes_used]
         split = plan.split if plan.strategy == "pipeline" else None
-        self._cancel.clear()
+        self._stopper.reset()
         self._set_busy(True)
         self.progress.emit(WHAT_WORDS["probing"])
 
         def on_session(session: Session, what: str) -> None:
-            if self._cancel.is_set():
-                raise CompareCancelled
-            with self._lock:
-                self._session = session
+            self._stopper.hold(session)
             nodes = ", ".join(h.name for h in session.hosts)
             words = WHAT_WORDS.get(what, what).format(nodes=nodes)
             self._bridge.run_on_main(lambda: self.progress.emit(words))
@@ -115,7 +110,7 @@ class CompareRunner(QObject):
                 split=split,
                 job_factory=self._job_factory,
             )
-            if self._cancel.is_set():
+            if self._stopper.stopped:
                 raise CompareCancelled
             record = RunRecord(
                 kind="compare",
@@ -135,13 +130,8 @@ class CompareRunner(QObject):
         """Cancel: the session running stops (off the GUI thread), the rest is skipped."""
         if not self.busy:
             return
-        self._cancel.set()
         self.progress.emit("Stopping the comparison…")
-        with self._lock:
-            session = self._session
-        if session is not None:
-            session.cancel()
-            self._bridge.run_in_background(session.stop)
+        self._stopper.stop()
 
     def _done(self, outcome: tuple[Comparison, str | None]) -> None:
         result, problem = outcome
@@ -152,7 +142,7 @@ class CompareRunner(QObject):
 
     def _failed(self, error: BaseException) -> None:
         self._set_busy(False)
-        if isinstance(error, CompareCancelled) or self._cancel.is_set():
+        if isinstance(error, CompareCancelled) or self._stopper.stopped:
             self.failed.emit("Compare stopped.")
         else:
             self.failed.emit(f"Compare failed: {error}".splitlines()[0])
@@ -160,8 +150,7 @@ class CompareRunner(QObject):
     def _set_busy(self, busy: bool) -> None:
         self.busy = busy
         if not busy:
-            with self._lock:
-                self._session = None
+            self._stopper.release()
         self.busy_changed.emit(busy)
 
 

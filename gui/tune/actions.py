@@ -11,7 +11,6 @@ or the fuse's subprocess. A failure is one line (``failed``), never a traceback.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, Signal
 
 from gui.bridge import Bridge
+from gui.session_stopper import SessionStopper
 from gui.tune.controller import one_line
 
 if TYPE_CHECKING:
@@ -47,9 +47,7 @@ class AdapterActions(QObject):
         self._bridge = bridge
         self._queue = bridge.serial_queue()
         self.busy = False
-        self._cancel = threading.Event()
-        self._session: Session | None = None
-        self._lock = threading.Lock()
+        self._stopper = SessionStopper(bridge, ActionStopped)
 
     def compare(
         self,
@@ -68,10 +66,7 @@ class AdapterActions(QObject):
         self._begin("Compare: starting the base model…")
 
         def on_session(session: Session, what: str) -> None:
-            if self._cancel.is_set():
-                raise ActionStopped
-            with self._lock:
-                self._session = session
+            self._stopper.hold(session)
             words = COMPARE_WORDS.get(what, what)
             self._bridge.run_on_main(lambda: self.progress.emit(words))
 
@@ -86,7 +81,7 @@ class AdapterActions(QObject):
                 on_session=on_session,
                 job_factory=job_factory,
             )
-            if self._cancel.is_set():
+            if self._stopper.stopped:
                 raise ActionStopped
             return result
 
@@ -101,7 +96,7 @@ class AdapterActions(QObject):
         from core.tune.fuse import fuse_adapter
 
         self._begin("Fusing the adapter into a copy of the model…")
-        cancel = self._cancel
+        cancel = self._stopper.cancel
         self._bridge.run_in_background(
             lambda: fuse_adapter(model, adapter, cancel=cancel),
             lambda fused: self._done(self.fused, fused),
@@ -113,13 +108,8 @@ class AdapterActions(QObject):
     def stop(self) -> None:
         if not self.busy:
             return
-        self._cancel.set()
         self.progress.emit("Stopping…")
-        with self._lock:
-            session = self._session
-        if session is not None:
-            session.cancel()
-            self._bridge.run_in_background(session.stop)
+        self._stopper.stop()
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         self.stop()
@@ -128,7 +118,7 @@ class AdapterActions(QObject):
     # -- internals ----------------------------------------------------------------------
 
     def _begin(self, words: str) -> None:
-        self._cancel = threading.Event()
+        self._stopper.reset()
         self._set_busy(True)
         self.progress.emit(words)
 
@@ -138,7 +128,7 @@ class AdapterActions(QObject):
 
     def _failed(self, error: BaseException) -> None:
         self._set_busy(False)
-        if isinstance(error, ActionStopped) or self._cancel.is_set():
+        if isinstance(error, ActionStopped) or self._stopper.stopped:
             self.failed.emit("Stopped.")
         else:
             self.failed.emit(one_line(error))
@@ -146,6 +136,5 @@ class AdapterActions(QObject):
     def _set_busy(self, busy: bool) -> None:
         self.busy = busy
         if not busy:
-            with self._lock:
-                self._session = None
+            self._stopper.release()
         self.busy_changed.emit(busy)

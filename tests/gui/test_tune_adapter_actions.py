@@ -4,39 +4,27 @@ lists), and Chat with the adapter (the Run pane starts the model with it)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from pytestqt.qtbot import QtBot
 
 from core.model.info import read_model_info
-from core.run.demo import demo_nodes
 from core.run.states import RunState
-from gui.bridge import Bridge
 from gui.main_window import MainWindow
 from gui.tune.view import FineTuneView
+from tests.gui.tune_helpers import open_tune_view
 from tests.helpers.adapters import QUESTION, mlx_lm_answer
+from tests.helpers.ctrlc import _ranks, gone
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 300_000
 
 
 @pytest.fixture
-def view(qtbot: QtBot, tiny_models, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("MACMESH_DATA_DIR", str(tmp_path / "data"))  # fused models go here
-    bridge = Bridge()
-    widget = FineTuneView(bridge)
-
-    def before_close(_widget: FineTuneView) -> None:
-        widget.shutdown()
-        bridge.close()
-
-    qtbot.addWidget(widget, before_close_func=before_close)
-    widget.resize(1200, 820)
-    widget.show()
-    widget.set_model(read_model_info(tiny_models["llama"]))
-    widget.set_nodes(demo_nodes(2))
-    return widget
+def view(qtbot: QtBot, tiny_models) -> FineTuneView:
+    return open_tune_view(qtbot, read_model_info(tiny_models["llama"]))
 
 
 def test_compare_with_base_shows_both_real_answers(
@@ -84,6 +72,23 @@ def test_a_bad_adapter_folder_is_one_line(
     qtbot.waitUntil(lambda: not view.actions.busy, timeout=WAIT_MS)
     note = view.adapter_panel.note.text()
     assert "not an adapter folder" in note and "\n" not in note
+
+
+def test_stop_during_compare_with_base_says_so_and_ends_its_ranks(
+    qtbot: QtBot, view: FineTuneView, tiny_models, tiny_adapter: Path
+) -> None:
+    view.show_adapter("Mochi", tiny_models["llama"].name, 0.1, None, tiny_adapter)
+    panel = view.adapter_panel
+    panel.question.setText(QUESTION)
+    view.compare_tokens = 1500  # long answers: Stop lands while the first still runs
+    panel.compare_button.click()
+    here = os.getpid()
+    qtbot.waitUntil(lambda: bool(_ranks(here)), timeout=WAIT_MS)  # a session's ranks run
+    ranks = _ranks(here)
+    view.stop_button.click()
+    qtbot.waitUntil(lambda: view.status.text() == "Stopped.", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: gone(ranks), timeout=60_000)
+    assert not view.answers.isVisible()
 
 
 def test_chat_with_the_adapter_starts_the_run_pane_with_it(
