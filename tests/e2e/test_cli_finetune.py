@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from tests.helpers.ctrlc import gone
+from tests.helpers.procs import command_line
 from tests.helpers.tune_data import write_chat_data
 from tests.helpers.wait import wait_until
 
@@ -98,7 +99,7 @@ def test_ctrl_c_stops_at_the_next_step_and_keeps_the_adapter(
         ranks = [
             child
             for child in psutil.Process(proc.pid).children(recursive=True)
-            if "core.worker" in " ".join(child.cmdline())
+            if "core.worker" in command_line(child)
         ]
         assert ranks
         os.kill(proc.pid, signal.SIGINT)

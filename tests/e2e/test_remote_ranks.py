@@ -22,6 +22,7 @@ from core.remote.targets import Target
 from core.run import launcher, mlxenv
 from core.run.launcher import Job, JobError, JobSpec, JobState
 from tests.helpers.jobs import assert_no_ranks_left, generating, run_job, wait_finished
+from tests.helpers.procs import name_of
 from tests.helpers.remote import loopback_targets, wait_nothing_left, workers
 from tests.helpers.sshd import SSHServer, running_sshd
 from tests.helpers.wait import wait_until
@@ -132,7 +133,7 @@ def test_a_frozen_ssh_link_fails_within_the_watchdog_plus_the_end_bound(
     try:
         generating(job)
         [worker] = workers(sshd.port, rank=1)
-        link = next(p for p in worker.parents() if p.name().startswith("sshd"))
+        link = next(p for p in worker.parents() if name_of(p).startswith("sshd"))
         link.suspend()  # SIGSTOP
         frozen_at = time.monotonic()
         wait_finished(job, 60.0)  # a hang guard: the bound is asserted below
@@ -238,7 +239,7 @@ def test_losing_sshd_mid_run_fails_the_job_and_the_workers_exit(
             # The listener and every per-connection sshd die: the sessions drop.
             sshds = [server.process.pid] + [
                 p.pid for p in psutil.Process(server.process.pid).children(recursive=True)
-                if p.name() == "sshd"
+                if name_of(p) == "sshd"
             ]  # fmt: skip
             for pid in sshds:
                 os.kill(pid, signal.SIGKILL)

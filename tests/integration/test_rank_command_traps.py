@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from core.run.remote_ranks import PGID, RankLaunch, rank_command
+from tests.helpers.procs import name_of
 from tests.helpers.wait import wait_until
 
 SHELLS = [sh for sh in ("sh", "bash", "dash", "zsh") if shutil.which(sh)]
@@ -32,7 +33,7 @@ def test_a_signalled_rank_removes_its_folder_and_reports_the_signal(
         # worker's exec is caught by the child's copy of the traps and lost: the
         # launcher's KILL after SIGNAL_WITHIN_S covers that instant).
         shell = psutil.Process(proc.pid)
-        wait_until(lambda: any(c.name() == "sleep" for c in shell.children()), 20, "the worker")
+        wait_until(lambda: any(name_of(c) == "sleep" for c in shell.children()), 20, "the worker")
         assert (job_dir / "hostfile.json").read_text() == "[]"
         assert (job_dir / PGID).read_text().strip() == str(proc.pid)
         os.killpg(proc.pid, sig)  # as kill_group does: the shell and the worker

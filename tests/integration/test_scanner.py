@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
 import pytest
 
 from core.cluster import discovery as d
@@ -28,6 +27,7 @@ from core.cluster.registry import Node, ProbeState, Registry
 from core.cluster.scanner import NodeNotReady, Scanner
 from core.remote import ssh
 from tests.fixtures.macos.make_bin import make_bin
+from tests.helpers.procs import command_line
 from tests.helpers.sshd import SSHServer, password_server, running_sshd, session_processes
 from tests.helpers.testbench import mac_records, published, service
 
@@ -116,13 +116,6 @@ def trusting(server: SSHServer, path: Path, names: list[str]) -> Path:
     lines = [f"[{name.lower()}]:{server.port} {kind} {key}\n" for name in names]
     path.write_text(server.known_hosts_lines() + "".join(lines))
     return path
-
-
-def command_line(process: psutil.Process) -> str:
-    try:
-        return " ".join(process.cmdline())
-    except psutil.Error:  # it ended meanwhile
-        return ""
 
 
 def no_leftovers(server: SSHServer) -> None:
