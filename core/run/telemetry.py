@@ -425,7 +425,8 @@ class Telemetry:
 def rank_facts(loaded: Mapping[str, Any]) -> dict[str, Any]:
     """A rank's ``loaded`` event → what it runs on, flat, for a summary: device, BLAS
     (name, path, threads, measured GFLOP/s, whether it is a fast one; None on a GPU)
-    and the weights' precision (and whether they were dequantized at load)."""
+    and the weights' precision (whether they were dequantized at load, and the weight
+    shapes stored transposed for one-row products: ``core.worker.layout``)."""
     blas, weights = loaded.get("blas"), loaded.get("weights")
     blas = blas if isinstance(blas, Mapping) else {}
     weights = weights if isinstance(weights, Mapping) else {}
@@ -441,6 +442,11 @@ def rank_facts(loaded: Mapping[str, Any]) -> dict[str, Any]:
     )
     if weights.get("reason"):
         facts["weights_note"] = weights["reason"]
+    layout = weights.get("layout")
+    if isinstance(layout, Mapping):
+        facts["weights_transposed"] = sorted(
+            str(shape) for shape, how in layout.items() if str(how).startswith("transposed")
+        )
     return facts
 
 

@@ -25,6 +25,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import dequantize_model, load_model, load_tokenizer
 
+from core.worker.layout import arrange_for_one_row
 from core.worker.shardfiles import (
     even_split,
     files_for_layers,
@@ -91,6 +92,10 @@ def load_shard(
         model.set_dtype(mx.float32)
     progress(LoadingStage.WEIGHTS)
     mx.eval(model.parameters())
+    if mx.default_device() == mx.cpu:
+        layout = arrange_for_one_row(model)
+        if layout:
+            weights = {**weights, "layout": layout}
     return Shard(model, tokenizer, config, strategy, layers, weights, fused, own_head)
 
 

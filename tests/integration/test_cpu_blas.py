@@ -89,3 +89,6 @@ def test_demo_ranks_report_the_fast_blas_and_answer_with_float_weights(
         assert rank["weights"] == "float32" and rank["dequantized"], rank
         # The tied embedding/head, read whole each token, stays 8-bit: faster than float32.
         assert rank["weights_note"].startswith("embed_tokens 8-bit kept quantized"), rank
+        # Each float weight shape was timed both ways; the summary names those stored
+        # transposed (which ones depends on this machine's BLAS: core.worker.layout).
+        assert set(rank["weights_transposed"]) <= {"1536x576", "576x1536", "576x576", "192x576"}
