@@ -1,4 +1,5 @@
-"""Ranks on MLX's CPU backend (Linux): which BLAS they preload and how many threads.
+"""Ranks on MLX's CPU backend (Linux): which BLAS they preload, how many threads, and
+the ring-wait library that makes their ring waits sleep (``core.worker.ringwait``).
 
 mlx[cpu] links the reference BLAS; ``core.run.mlxenv.cpu_rank_env`` turns a node's fast
 BLAS, its cores and the ranks sharing it into a rank's environment. This module finds
@@ -17,6 +18,7 @@ from typing import Any
 
 from core.envvars import ENV_CPU_FAST
 from core.run import mlxenv
+from core.worker import ringwait
 from core.worker.blas import find_openblas
 
 
@@ -30,6 +32,13 @@ def fast_path(environ: Mapping[str, str] | None = None) -> bool:
 def local_blas() -> dict[str, str] | None:
     """This machine's fast BLAS (``{"path", "source"}``), looked up once."""
     return find_openblas()
+
+
+@cache
+def local_ring_wait() -> dict[str, str]:
+    """This machine's ring-wait library (``{"path"}`` or ``{"missing": why}``), built
+    once (``core.worker.ringwait``)."""
+    return ringwait.library()
 
 
 def local_cores() -> int:
@@ -59,15 +68,23 @@ def local_cpu_env(local_ranks: int, base: Mapping[str, str] | None = None) -> di
     share of the cores that are spare now."""
     if not sys.platform.startswith("linux"):
         return {}
-    blas = local_blas() if fast_path() else None
+    fast = fast_path()
+    blas = local_blas() if fast else None
+    ring_wait = local_ring_wait().get("path") if fast else None
     preload = (os.environ if base is None else base).get("LD_PRELOAD")
-    return mlxenv.cpu_rank_env(blas["path"] if blas else None, spare_cores(), local_ranks, preload)
+    return mlxenv.cpu_rank_env(
+        blas["path"] if blas else None, spare_cores(), local_ranks, preload, ring_wait
+    )
 
 
 def node_cpu_env(versions: Mapping[str, Any], local_ranks: int) -> dict[str, str]:
     """The CPU environment of a rank on a remote node, from its worker's ``--version``."""
     if versions.get("system") != "Linux":
         return {}
-    blas = (versions.get("blas") or {}) if fast_path() else {}
+    fast = fast_path()
+    blas = (versions.get("blas") or {}) if fast else {}
+    ring_wait = (versions.get("ring_wait") or {}) if fast else {}
     cores = versions.get("cores") or 1
-    return mlxenv.cpu_rank_env(blas.get("path"), int(cores), local_ranks)
+    return mlxenv.cpu_rank_env(
+        blas.get("path"), int(cores), local_ranks, ring_wait=ring_wait.get("path")
+    )

@@ -73,20 +73,27 @@ def rank_env(
 
 
 def cpu_rank_env(
-    blas_path: str | None, cores: int, local_ranks: int, preload: str | None = None
+    blas_path: str | None,
+    cores: int,
+    local_ranks: int,
+    preload: str | None = None,
+    ring_wait: str | None = None,
 ) -> dict[str, str]:
     """What a rank on MLX's CPU backend (Linux) adds to its environment.
 
     ``LD_PRELOAD`` of a fast BLAS (``blas_path``; before any ``preload`` already set)
-    replaces the reference BLAS that mlx[cpu] links; BLAS threads are the node's
-    ``cores`` shared among its ``local_ranks``, at least one each, so ranks sharing a
-    machine do not oversubscribe it. On a Mac (Metal) the launcher adds none of this.
+    replaces the reference BLAS that mlx[cpu] links, and the ring-wait library
+    (``ring_wait``: ``core.worker.ringwait``) makes the ring's waits sleep; BLAS threads
+    are the node's ``cores`` shared among its ``local_ranks``, at least one each, so
+    ranks sharing a machine do not oversubscribe it. On a Mac (Metal) the launcher adds
+    none of this.
     """
     threads = str(max(1, cores // max(1, local_ranks)))
     env = {"OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
-    if blas_path:
-        others = [path for path in (preload or "").split(":") if path and path != blas_path]
-        env["LD_PRELOAD"] = ":".join([blas_path, *others])
+    ours = [path for path in (blas_path, ring_wait) if path]
+    if ours:
+        others = [path for path in (preload or "").split(":") if path and path not in ours]
+        env["LD_PRELOAD"] = ":".join([*ours, *others])
     return env
 
 

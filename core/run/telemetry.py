@@ -439,6 +439,7 @@ def rank_facts(loaded: Mapping[str, Any]) -> dict[str, Any]:
         blas_fast=blas.get("fast"),
         weights=weights.get("precision"),
         dequantized=weights.get("dequantized"),
+        ring_wait_sleeps=loaded.get("ring_wait"),
     )
     if weights.get("reason"):
         facts["weights_note"] = weights["reason"]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import mlx.core as mx
 
 from core.worker import protocol as p
+from core.worker import ringwait
 from core.worker.blas import blas_report
 from core.worker.reporter import Reporter
 from core.worker.version import print_version
@@ -187,6 +188,8 @@ def run(
         device="cpu" if on_cpu else "gpu",
         # A rank on the reference BLAS is ~30x slower: say what this one runs on.
         blas=blas_report() if on_cpu else None,
+        # Whether its ring waits sleep (core.worker.ringwait) or spin, holding a core.
+        ring_wait=ringwait.active() if on_cpu else None,
         weights=shard.weights,
         **({"adapter": shard.adapter} if shard.adapter else {}),
     )

@@ -27,8 +27,10 @@ hello       size, backend, strategy (``vocab`` values), pid, host
 loading     stage (a ``vocab.LoadingStage`` value: "joining", "reading", "weights", ...)
 loaded      load_s, memory_bytes, layers ([start, end) or null for tensor), strategy,
             device ("cpu" or "gpu"), blas (on the CPU: {name, path, threads, gflops, fast};
-            else null), weights ({precision, dequantized[, from][, reason][, layout
-            ({"OUTxIN": "transposed: 228 vs 418 µs" or "as is: ..."})]})[, adapter
+            else null), ring_wait (on the CPU: whether its ring waits sleep, from
+            ``core.worker.ringwait``; else null), weights ({precision, dequantized[,
+            from][, reason][, layout ({"OUTxIN": "transposed: 228 vs 418 µs" or "as is:
+            ..."})]})[, adapter
             ({name, type, fused, precision}: the adapter fused in, with --adapter)]
 ready       (rank 0, once every rank has loaded and synchronised)
 token       request, index (0-based), token (id), text (the new piece of text)

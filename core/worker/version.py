@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.worker import ringwait
 from core.worker.blas import find_openblas
 
 # The files a worker is made of, relative to the folder holding the ``core`` package.
@@ -74,6 +75,8 @@ def version_info() -> dict[str, Any]:
         "system": platform.system(),
         "cores": os.cpu_count(),
         "blas": find_openblas(),
+        # Built here once, when a C compiler is: ring waits that sleep (Linux).
+        "ring_wait": ringwait.library(),
     }
 
 

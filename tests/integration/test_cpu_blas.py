@@ -92,3 +92,5 @@ def test_demo_ranks_report_the_fast_blas_and_answer_with_float_weights(
         # Each float weight shape was timed both ways; the summary names those stored
         # transposed (which ones depends on this machine's BLAS: core.worker.layout).
         assert set(rank["weights_transposed"]) <= {"1536x576", "576x1536", "576x576", "192x576"}
+        # Its ring waits sleep where the ring-wait library could be built (CI: gcc).
+        assert rank["ring_wait_sleeps"] is ("path" in cpu.local_ring_wait()), rank

@@ -1,4 +1,5 @@
-"""MACMESH_CPU_FAST=0: CPU ranks keep the reference BLAS and their quantized weights."""
+"""MACMESH_CPU_FAST=0: CPU ranks keep the reference BLAS, their quantized weights and
+spinning ring waits (today's path, the blas bench's old arm)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from core.run import cpu
 from core.run.launcher import JobSpec
 
 BLAS = {"path": "/opt/openblas/libopenblas.so.0", "source": "system"}
-LINUX_NODE = {"system": "Linux", "cores": 8, "blas": BLAS}
+RING_WAIT = "/cache/macmesh/native/ringwait.so"
+LINUX_NODE = {"system": "Linux", "cores": 8, "blas": BLAS, "ring_wait": {"path": RING_WAIT}}
 
 
 @pytest.fixture
@@ -20,6 +22,7 @@ def linux_with_blas(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu, "local_blas", lambda: BLAS)
     monkeypatch.setattr(cpu, "local_cores", lambda: 4)
     monkeypatch.setattr(cpu, "spare_cores", lambda: 4)
+    monkeypatch.setattr(cpu, "local_ring_wait", lambda: {"path": RING_WAIT})
 
 
 @pytest.mark.parametrize(
@@ -35,8 +38,8 @@ def test_by_default_a_cpu_rank_preloads_the_fast_blas(
     linux_with_blas: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(ENV_CPU_FAST, raising=False)
-    assert cpu.local_cpu_env(2, {})["LD_PRELOAD"] == BLAS["path"]
-    assert cpu.node_cpu_env(LINUX_NODE, 2)["LD_PRELOAD"] == BLAS["path"]
+    assert cpu.local_cpu_env(2, {})["LD_PRELOAD"] == f"{BLAS['path']}:{RING_WAIT}"
+    assert cpu.node_cpu_env(LINUX_NODE, 2)["LD_PRELOAD"] == f"{BLAS['path']}:{RING_WAIT}"
     spec = JobSpec(model=Path("/m"), nodes=2, split=[1, 1], weights=["float", "auto"])
     assert spec.worker_args(0)[-2:] == ["--weights", "float"]
     assert "--weights" not in spec.worker_args(1)

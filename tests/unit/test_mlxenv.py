@@ -129,6 +129,12 @@ def test_cpu_rank_env_preloads_the_fast_blas_first_once() -> None:
     assert env["OPENBLAS_NUM_THREADS"] == "4"
 
 
+def test_cpu_rank_env_preloads_the_ring_wait_library_after_the_blas() -> None:
+    env = mlxenv.cpu_rank_env("/a/blas.so", 2, 2, preload="/r/w.so:/b/x.so", ring_wait="/r/w.so")
+    assert env["LD_PRELOAD"] == "/a/blas.so:/r/w.so:/b/x.so"
+    assert mlxenv.cpu_rank_env(None, 2, 2, ring_wait="/r/w.so")["LD_PRELOAD"] == "/r/w.so"
+
+
 def test_cpu_rank_env_without_a_fast_blas_only_sets_threads() -> None:
     assert mlxenv.cpu_rank_env(None, 2, 2) == {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
@@ -140,6 +146,11 @@ def test_remote_cpu_env_comes_from_the_nodes_version_line() -> None:
         "OMP_NUM_THREADS": "8",
         "LD_PRELOAD": "/x/libopenblas.so.0",
     }
+    # A node that built the ring-wait library at --version preloads it after the BLAS.
+    built = {**linux, "ring_wait": {"path": "/c/ringwait.so"}}
+    assert cpu.node_cpu_env(built, 2)["LD_PRELOAD"] == "/x/libopenblas.so.0:/c/ringwait.so"
+    unbuilt = {**linux, "ring_wait": {"missing": "no C compiler (cc) to build it"}}
+    assert cpu.node_cpu_env(unbuilt, 2)["LD_PRELOAD"] == "/x/libopenblas.so.0"
     assert cpu.node_cpu_env({"system": "Darwin", "cores": 16}, 1) == {}  # Metal: untouched
     assert "LD_PRELOAD" not in cpu.node_cpu_env({"system": "Linux", "blas": None}, 1)
 
@@ -148,8 +159,11 @@ def test_remote_cpu_env_comes_from_the_nodes_version_line() -> None:
 def test_local_cpu_env_uses_this_machines_blas_and_cores(monkeypatch) -> None:
     monkeypatch.setattr(cpu, "local_blas", lambda: {"path": "/y/libopenblas.so.0", "source": "x"})
     monkeypatch.setattr(cpu, "local_cores", lambda: 2)
+    monkeypatch.setattr(cpu, "local_ring_wait", lambda: {"path": "/r/ringwait.so"})
     env = cpu.local_cpu_env(2, {"LD_PRELOAD": "/z.so"})
-    assert env["LD_PRELOAD"] == "/y/libopenblas.so.0:/z.so"
+    assert env["LD_PRELOAD"] == "/y/libopenblas.so.0:/r/ringwait.so:/z.so"
+    monkeypatch.setattr(cpu, "local_ring_wait", lambda: {"missing": "no C compiler"})
+    assert cpu.local_cpu_env(2, {})["LD_PRELOAD"] == "/y/libopenblas.so.0"
     assert env["OPENBLAS_NUM_THREADS"] == "1"
 
 
