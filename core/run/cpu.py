@@ -71,9 +71,15 @@ def local_cpu_env(local_ranks: int, base: Mapping[str, str] | None = None) -> di
     fast = fast_path()
     blas = local_blas() if fast else None
     ring_wait = local_ring_wait().get("path") if fast else None
-    preload = (os.environ if base is None else base).get("LD_PRELOAD")
+    environ = os.environ if base is None else base
     return mlxenv.cpu_rank_env(
-        blas["path"] if blas else None, spare_cores(), local_ranks, preload, ring_wait
+        blas["path"] if blas else None,
+        spare_cores(),
+        local_ranks,
+        environ.get("LD_PRELOAD"),
+        ring_wait,
+        huge_pages=fast,
+        tunables=environ.get("GLIBC_TUNABLES"),
     )
 
 
@@ -86,5 +92,5 @@ def node_cpu_env(versions: Mapping[str, Any], local_ranks: int) -> dict[str, str
     ring_wait = (versions.get("ring_wait") or {}) if fast else {}
     cores = versions.get("cores") or 1
     return mlxenv.cpu_rank_env(
-        blas.get("path"), int(cores), local_ranks, ring_wait=ring_wait.get("path")
+        blas.get("path"), int(cores), local_ranks, ring_wait=ring_wait.get("path"), huge_pages=fast
     )

@@ -20,6 +20,7 @@ from typing import Any
 import mlx.core as mx
 
 from core.worker import protocol as p
+from core.worker import ringwait
 
 # 4 KiB to 64 MiB, by fours: latency at the small end, bandwidth at the large end.
 DEFAULT_SIZES = tuple(4096 * 4**k for k in range(8))
@@ -124,6 +125,7 @@ def link_test(group: mx.distributed.Group, command: dict[str, Any], events: p.Ev
     sizes = command.get("sizes") or DEFAULT_SIZES
     raw_pairs = command.get("pairs")
     pairs = [(int(a), int(b)) for a, b in raw_pairs] if raw_pairs else None
-    table = measure(group, sizes, pairs, float(command.get("scale", 1.0)))
+    with ringwait.polling():
+        table = measure(group, sizes, pairs, float(command.get("scale", 1.0)))
     if group.rank() == 0:
         events.emit(p.LINK_TEST, request=command.get("id", ""), size=group.size(), **table)

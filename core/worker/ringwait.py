@@ -13,6 +13,10 @@ for, at most ``WAIT_MS``. Data wakes it at once, as it would wake a blocking cal
 rank answers as fast; it just stops burning a core. Code that polls before it reads (an
 event loop) never meets a second refusal and runs as before.
 
+The link test turns the sleeping off while it measures (``polling()``): a bulk
+transfer's gaps are its own, and sleeping through them cost a link a fifth of its
+bytes/s on a busy machine here.
+
 ``library()`` builds it once per source and machine with the C compiler there (``cc``),
 into a cache folder; without a compiler the ranks spin as before and say so
 (``active()`` in the rank's ``loaded`` event). Standard library only: the worker ships
@@ -21,6 +25,7 @@ this file to nodes, and ``--version`` builds it there.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -29,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 WAIT_MS = 2
@@ -48,6 +54,9 @@ _TEMPLATE = r"""
 
 /* MacMesh's ring-wait library: see core/worker/ringwait.py. */
 int @MARKER@ = 1;
+static volatile int sleeping = 1; /* 0: wait as MLX does, polling (set_sleeping) */
+
+void macmesh_ringwait_sleep(int on) { sleeping = on; }
 
 static ssize_t (*real_recv)(int, void *, size_t, int);
 static ssize_t (*real_send)(int, const void *, size_t, int);
@@ -75,6 +84,7 @@ static long since_first_us(void) {
 /* Refused: keep polling as MLX does for SPIN_US (a transfer's short gaps), then sleep
    until the socket can move data (a wait for another rank's turn). */
 static void pause_on(int fd) {
+    if (!sleeping) return;
     if (fd != spin_fd) {
         spin_fd = fd;
         refusals = 0;
@@ -176,3 +186,20 @@ def active() -> bool:
     except (OSError, ValueError):
         return False
     return True
+
+
+@contextlib.contextmanager
+def polling() -> Iterator[None]:
+    """Waits as MLX has them (polling) for the block: the link test measures what a
+    link carries, and a bulk transfer's gaps are its own; sleeping through them costs
+    throughput on a busy machine. Nothing changes where the library is not loaded."""
+    try:
+        switch = ctypes.CDLL(None).macmesh_ringwait_sleep
+    except (OSError, AttributeError):
+        yield
+        return
+    switch(0)
+    try:
+        yield
+    finally:
+        switch(1)

@@ -40,6 +40,7 @@ def test_by_default_a_cpu_rank_preloads_the_fast_blas(
     monkeypatch.delenv(ENV_CPU_FAST, raising=False)
     assert cpu.local_cpu_env(2, {})["LD_PRELOAD"] == f"{BLAS['path']}:{RING_WAIT}"
     assert cpu.node_cpu_env(LINUX_NODE, 2)["LD_PRELOAD"] == f"{BLAS['path']}:{RING_WAIT}"
+    assert cpu.local_cpu_env(2, {})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
     spec = JobSpec(model=Path("/m"), nodes=2, split=[1, 1], weights=["float", "auto"])
     assert spec.worker_args(0)[-2:] == ["--weights", "float"]
     assert "--weights" not in spec.worker_args(1)
@@ -52,6 +53,7 @@ def test_switched_off_no_preload_and_quantized_weights_threads_still_shared(
     local = cpu.local_cpu_env(2, {})
     remote = cpu.node_cpu_env(LINUX_NODE, 2)
     assert "LD_PRELOAD" not in local and "LD_PRELOAD" not in remote
+    assert "GLIBC_TUNABLES" not in local and "GLIBC_TUNABLES" not in remote
     assert local["OPENBLAS_NUM_THREADS"] == "2" and remote["OPENBLAS_NUM_THREADS"] == "4"
     spec = JobSpec(model=Path("/m"), nodes=2, split=[1, 1], weights=["float", "auto"])
     for rank in (0, 1):

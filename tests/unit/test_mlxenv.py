@@ -135,6 +135,12 @@ def test_cpu_rank_env_preloads_the_ring_wait_library_after_the_blas() -> None:
     assert mlxenv.cpu_rank_env(None, 2, 2, ring_wait="/r/w.so")["LD_PRELOAD"] == "/r/w.so"
 
 
+def test_huge_pages_join_the_tunables_already_set_once() -> None:
+    env = mlxenv.cpu_rank_env(None, 2, 1, huge_pages=True, tunables="glibc.malloc.hugetlb=0:x.y=2")
+    assert env["GLIBC_TUNABLES"] == "x.y=2:glibc.malloc.hugetlb=1"
+    assert "GLIBC_TUNABLES" not in mlxenv.cpu_rank_env(None, 2, 1, tunables="x.y=2")
+
+
 def test_cpu_rank_env_without_a_fast_blas_only_sets_threads() -> None:
     assert mlxenv.cpu_rank_env(None, 2, 2) == {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
@@ -145,6 +151,7 @@ def test_remote_cpu_env_comes_from_the_nodes_version_line() -> None:
         "OPENBLAS_NUM_THREADS": "8",
         "OMP_NUM_THREADS": "8",
         "LD_PRELOAD": "/x/libopenblas.so.0",
+        "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
     }
     # A node that built the ring-wait library at --version preloads it after the BLAS.
     built = {**linux, "ring_wait": {"path": "/c/ringwait.so"}}

@@ -31,13 +31,15 @@ def later():
     sent_at.append(time.perf_counter())
     b.sendall(b"x" * 100)
 threading.Thread(target=later).start()
+import contextlib
 cpu0 = time.process_time()
 got = b""
-while not got:
-    try:
-        got = a.recv(100)
-    except BlockingIOError:
-        pass
+with ringwait.polling() if os.environ.get("POLLING") else contextlib.nullcontext():
+    while not got:
+        try:
+            got = a.recv(100)
+        except BlockingIOError:
+            pass
 seen = time.perf_counter()
 waited_cpu = time.process_time() - cpu0
 # A send larger than the socket holds: refused until the peer reads.
@@ -79,9 +81,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> str:
     return _build(tmp_path_factory.mktemp("native"))
 
 
-def _loop(preload: str | None) -> dict:
+def _loop(preload: str | None, polling: bool = False) -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     env.pop("LD_PRELOAD", None)
+    env.pop("POLLING", None)
+    if polling:
+        env["POLLING"] = "1"
     if preload:
         env["LD_PRELOAD"] = preload
     done = subprocess.run(
@@ -129,3 +134,13 @@ def test_a_polling_loop_sleeps_while_it_waits_and_wakes_when_data_comes(built: s
     assert sleeping["late_s"] < 0.1, sleeping
     # A send into a full socket, drained slowly, still delivers every byte.
     assert sleeping["intact"] and spinning["intact"]
+
+
+def test_a_link_test_waits_as_mlx_does(built: str) -> None:
+    # ringwait.polling() (the link test): the preloaded loop polls through its wait again.
+    polled, slept = _loop(built, polling=True), _loop(built)
+    assert polled["active"]
+    assert polled["waited_cpu"] > 3 * slept["waited_cpu"], (polled, slept)
+    assert polled["intact"]
+    # Without the library, polling() changes nothing and raises nothing.
+    assert not _loop(None, polling=True)["active"]
