@@ -195,4 +195,8 @@ def bench_blas(model: Path) -> dict:
         "runnable_threads_p95": cores + 1,
     }
     result["os_cpu_count"] = os.cpu_count()
+    # Where a token's time goes on the new path (one process, a rank's environment).
+    from tests.benchmarks.token_profile import token_profile
+
+    result["token_profile"] = token_profile(model)
     return result
