@@ -1,5 +1,6 @@
 """The fine-tune's result: the adapter (name, base model, final losses, where it is) and
-what to do with it: chat with it, compare it with the base model, fuse it.
+what to do with it: chat with it, compare it with the base model, fuse it. The adapters
+trained before are a list above it: choosing one shows it, and the buttons act on it.
 
 The three buttons call plain callable attributes (``on_chat``, ``on_compare``,
 ``on_fuse``), each taking the adapter's folder; the window connects them to the core's
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtWidgets import (
+    QComboBox,
     QFrame,
     QGridLayout,
     QHBoxLayout,
@@ -22,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.tune.adapters import Adapter
 from gui.style import set_role
 from gui.widgets import label, section
 
@@ -42,6 +45,10 @@ class AdapterPanel(QFrame):
         self.on_compare: AdapterAction | None = None
         self.on_fuse: AdapterAction | None = None
         self.heading = section("Adapter")
+        self.adapters: list[Adapter] = []
+        self.earlier = QComboBox()
+        self.earlier.setToolTip("The adapters trained before, newest first")
+        self.earlier.activated.connect(self._chosen)
         self.name = label("", "model-name", wrap=True, selectable=True)
         self.stopped = label("", "hint", wrap=True)
         self.facts: dict[str, Any] = {}
@@ -82,7 +89,12 @@ class AdapterPanel(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 10, 12, 10)
         layout.setSpacing(6)
-        layout.addWidget(self.heading)
+        heading = QHBoxLayout()
+        heading.addWidget(self.heading)
+        heading.addStretch(1)
+        heading.addWidget(label("Your adapters", "fact-name"))
+        heading.addWidget(self.earlier)
+        layout.addLayout(heading)
         layout.addWidget(self.name)
         layout.addWidget(self.stopped)
         layout.addLayout(grid)
@@ -112,6 +124,38 @@ class AdapterPanel(QFrame):
         self.note.hide()
         self._show_buttons()
         self.show()
+
+    def set_adapters(self, adapters: list[Adapter], shown: Path | None = None) -> None:
+        """The adapters to choose from (``core.tune.adapters.list_adapters``), with
+        ``shown`` (default: the one on view) selected."""
+        self.adapters = list(adapters)
+        self.earlier.clear()
+        for adapter in self.adapters:
+            made = adapter.created[:10] if adapter.created else "?"
+            base = Path(adapter.base_model).name if adapter.base_model else "unknown base"
+            self.earlier.addItem(f"{adapter.name}  ·  {base}  ·  {made}")
+        self.earlier.setVisible(bool(self.adapters))
+        wanted = Path(shown) if shown is not None else self.path
+        paths = [a.path for a in self.adapters]
+        if wanted in paths:
+            self.earlier.setCurrentIndex(paths.index(wanted))
+
+    def show_listed(self, index: int) -> None:
+        """Show the ``index``-th adapter of the list."""
+        adapter = self.adapters[index]
+        self.earlier.setCurrentIndex(index)
+        self.show_adapter(
+            adapter.name,
+            adapter.base_model or "unknown",
+            adapter.train_loss,
+            adapter.val_loss,
+            adapter.path,
+            adapter.stopped,
+        )
+
+    def _chosen(self, index: int) -> None:
+        if 0 <= index < len(self.adapters):
+            self.show_listed(index)
 
     def show_note(self, text: str) -> None:
         """One line under the buttons: what a button did, or why it could not."""

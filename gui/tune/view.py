@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from core import units
 from core.run.states import RunState
+from core.tune.adapters import list_adapters
 from core.tune.settings import SettingsError
 from gui.bridge import Bridge
 from gui.style import set_role
@@ -122,6 +123,7 @@ class FineTuneView(Card):
         a.fused.connect(self._fused)
         a.failed.connect(self._action_failed)
         self._show_state(RunState.IDLE, "")
+        self.list_adapters()
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -329,6 +331,18 @@ class FineTuneView(Card):
     def add_validation(self, iteration: int, val_loss: float) -> None:
         self.plot.add_validation(iteration, val_loss)
 
+    def list_adapters(self) -> None:
+        """The adapters trained before, in the panel's list; the newest on view when
+        nothing else is (a fine-tune running or just failed keeps the panel hidden)."""
+        try:
+            adapters = list_adapters()
+        except OSError:  # an unreadable data folder: no list, no crash
+            adapters = []
+        panel = self.adapter_panel
+        panel.set_adapters(adapters)
+        if adapters and panel.path is None and not self._running:
+            panel.show_listed(0)
+
     def show_finished(self, adapter: Any) -> None:
         """The adapter (``core.tune.adapters.Adapter``), or None: nothing was trained."""
         self.adapter = adapter
@@ -337,6 +351,7 @@ class FineTuneView(Card):
             self.adapter_panel.hide()
             self.status.setText("Stopped before the first checkpoint: no adapter was kept.")
             return
+        self.adapter_panel.set_adapters(list_adapters(), shown=adapter.path)
         self.show_adapter(
             adapter.name,
             adapter.base_model,

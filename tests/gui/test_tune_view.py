@@ -4,6 +4,7 @@ finished adapter with its buttons."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from pathlib import Path
 
@@ -223,3 +224,43 @@ def test_compare_with_base_shows_both_answers_side_by_side(
     assert "<b" not in answers.answers["base"].text()
     answers.close_button.click()
     assert not answers.isVisible()
+
+
+def test_adapters_trained_before_are_listed_and_each_can_be_shown(
+    qtbot: QtBot, demo_info: ModelInfo
+) -> None:
+    from core.tune import adapters as a
+
+    made = {}
+    for name, created, loss in (("old", "2026-01-02", 0.9), ("new", "2026-06-01", 0.4)):
+        folder = a.new_adapter_folder(name)
+        (folder / a.WEIGHTS_FILE).write_bytes(b"weights")
+        config = {"fine_tune_type": "lora", "num_layers": 8, "lora_parameters": {"rank": 8}}
+        (folder / a.CONFIG_FILE).write_text(json.dumps(config))
+        a.write_metadata(
+            folder, name=name, base_model="/m/SmolLM2", train_loss=loss,
+            created=f"{created}T00:00:00+00:00",
+        )  # fmt: skip
+        made[name] = folder
+    a.new_adapter_folder("unfinished")  # no weights: not listed
+    view = open_tune_view(qtbot, demo_info)
+    panel = view.adapter_panel
+    # The newest is on view at once; the list names both, newest first.
+    assert panel.isVisible() and panel.name.text() == "new"
+    assert panel.facts["Train loss"].text() == "0.400"
+    assert [panel.earlier.itemText(i).split()[0] for i in range(panel.earlier.count())] == [
+        "new",
+        "old",
+    ]
+    assert "2026-01-02" in panel.earlier.itemText(1)
+    chats: list[Path] = []
+    panel.set_actions(chat=chats.append)
+    panel.earlier.activated.emit(1)  # as a person's choice in the list
+    assert panel.name.text() == "old" and panel.facts["Folder"].text() == str(made["old"])
+    panel.chat_button.click()
+    assert chats == [made["old"]]
+
+
+def test_with_no_adapters_the_panel_waits_for_the_first(view: FineTuneView) -> None:
+    assert not view.adapter_panel.isVisible()
+    assert view.adapter_panel.earlier.count() == 0
