@@ -426,7 +426,7 @@ def rank_facts(loaded: Mapping[str, Any]) -> dict[str, Any]:
     """A rank's ``loaded`` event → what it runs on, flat, for a summary: device, BLAS
     (name, path, threads, measured GFLOP/s, whether it is a fast one; None on a GPU)
     and the weights' precision (whether they were dequantized at load, and the weight
-    shapes stored transposed for one-row products: ``core.worker.layout``)."""
+    shapes stored in another layout for one-row products: ``core.worker.layout``)."""
     blas, weights = loaded.get("blas"), loaded.get("weights")
     blas = blas if isinstance(blas, Mapping) else {}
     weights = weights if isinstance(weights, Mapping) else {}
@@ -445,8 +445,10 @@ def rank_facts(loaded: Mapping[str, Any]) -> dict[str, Any]:
         facts["weights_note"] = weights["reason"]
     layout = weights.get("layout")
     if isinstance(layout, Mapping):
-        facts["weights_transposed"] = sorted(
-            str(shape) for shape, how in layout.items() if str(how).startswith("transposed")
+        facts["weights_layout"] = sorted(
+            f"{shape} {str(how).split(':')[0]}"
+            for shape, how in layout.items()
+            if not str(how).startswith("as is")
         )
     return facts
 

@@ -29,8 +29,8 @@ loaded      load_s, memory_bytes, layers ([start, end) or null for tensor), stra
             device ("cpu" or "gpu"), blas (on the CPU: {name, path, threads, gflops, fast};
             else null), ring_wait (on the CPU: whether its ring waits sleep, from
             ``core.worker.ringwait``; else null), weights ({precision, dequantized[,
-            from][, reason][, layout ({"OUTxIN": "transposed: 228 vs 418 µs" or "as is:
-            ..."})]})[, adapter
+            from][, reason][, layout ({"OUTxIN" or "head OUTxIN": "rows of 512: 150 vs
+            404 µs", "transposed: ..." or "as is: ..."})]})[, adapter
             ({name, type, fused, precision}: the adapter fused in, with --adapter)]
 ready       (rank 0, once every rank has loaded and synchronised)
 token       request, index (0-based), token (id), text (the new piece of text)

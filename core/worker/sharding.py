@@ -93,7 +93,8 @@ def load_shard(
     progress(LoadingStage.WEIGHTS)
     mx.eval(model.parameters())
     if mx.default_device() == mx.cpu:
-        layout = arrange_for_one_row(model)
+        available = _available_bytes()
+        layout = arrange_for_one_row(model, available // 4 if available else None)
         if layout:
             weights = {**weights, "layout": layout}
     return Shard(model, tokenizer, config, strategy, layers, weights, fused, own_head)

@@ -19,7 +19,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ def _profile(model_path: Path) -> dict[str, Any]:
     import numpy as np
     from mlx_lm.models.cache import make_prompt_cache
 
-    from core.worker.layout import TransposedLinear
+    from core.worker.layout import BlockedLinear, TransposedLinear
     from core.worker.sharding import load_shard
 
     class _One:
@@ -85,27 +84,38 @@ def _profile(model_path: Path) -> dict[str, Any]:
     head_module = getattr(model, "lm_head", None) or inner.embed_tokens.as_linear
     head = _median_s(lambda: head_module(hidden), 30)
 
-    shapes: Counter[tuple[str, tuple[int, ...]]] = Counter()
+    # The layers' weight products, each module once with one row, as a token streams
+    # them (every weight read from memory, not one matrix kept in cache), by layout.
+    groups: dict[str, list[Any]] = {}
     weight_bytes = 0
-    for _, module in model.named_modules():
-        if isinstance(module, TransposedLinear):
-            shapes[("transposed", tuple(module.weight_t.shape))] += 1
-            weight_bytes += module.weight_t.nbytes
-        elif type(module) is nn.Linear:
-            shapes[("as is", tuple(module.weight.shape))] += 1
-            weight_bytes += module.weight.nbytes
+    for layer in inner.layers:
+        for _, module in layer.named_modules():
+            if isinstance(module, BlockedLinear):
+                first = module.blocks[0]
+                rows = sum(int(b.shape[0]) for b in module.blocks)
+                key, width = f"{rows}x{first.shape[1]} rows of {first.shape[0]}", first.shape[1]
+                weight_bytes += sum(b.nbytes for b in module.blocks)
+            elif isinstance(module, TransposedLinear):
+                into, out = module.weight_t.shape
+                key, width = f"{out}x{into} transposed", into
+                weight_bytes += module.weight_t.nbytes
+            elif type(module) is nn.Linear:
+                out, into = module.weight.shape
+                key, width = f"{out}x{into} as is", into
+                weight_bytes += module.weight.nbytes
+            else:
+                continue
+            groups.setdefault(key, []).append((module, int(width)))
     products = {}
     products_s = 0.0
-    for (how, shape), count in shapes.items():
-        stored = mx.random.normal(shape)
-        row = mx.random.normal((1, shape[0] if how == "transposed" else shape[1]))
-        mx.eval(stored, row)
-        operand = stored if how == "transposed" else stored.T
-        each = _median_s(lambda row=row, operand=operand: row @ operand, 50)
-        out, into = (shape[1], shape[0]) if how == "transposed" else shape  # as nn.Linear's
-        products[f"{out}x{into} {how}"] = {"us": round(each * 1e6, 1), "count": count}
-        products_s += each * count
-    head_bytes = sum(p.nbytes for _, p in _flat(inner.embed_tokens.parameters()))
+    for key, members in groups.items():
+        rows = {w: mx.random.normal((1, w)) for _, w in members}
+        mx.eval(list(rows.values()))
+        each = _median_s(lambda members=members, rows=rows: [m(rows[w]) for m, w in members], 15)
+        products[key] = {"ms_all": round(each * 1e3, 2), "count": len(members)}
+        products_s += each
+    head_owner = vars(inner.embed_tokens).get("as_linear", inner.embed_tokens)  # float blocks
+    head_bytes = sum(p.nbytes for _, p in _flat(head_owner.parameters()))
     block = np.ones(64 << 20, dtype=np.float32)  # 256 MiB
     block.sum()
     began = time.perf_counter()

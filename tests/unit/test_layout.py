@@ -8,7 +8,7 @@ import mlx.nn as nn
 import pytest
 
 from core.worker import layout
-from core.worker.layout import TransposedLinear, arrange_for_one_row
+from core.worker.layout import BlockedLinear, TransposedLinear, arrange_for_one_row
 
 
 class _Block(nn.Module):
@@ -26,61 +26,139 @@ class _Block(nn.Module):
         return h + self.quantized(mx.zeros((*x.shape[:-1], 64)))
 
 
+class _Tied(nn.Module):
+    """A tied model's shape: ``model.embed_tokens`` is also the head."""
+
+    def __init__(self, quantized: bool) -> None:
+        super().__init__()
+        self.model = nn.Module()
+        embed = nn.Embedding(600, 64)
+        self.model.embed_tokens = (
+            nn.QuantizedEmbedding.from_embedding(embed) if quantized else embed
+        )
+
+    def __call__(self, ids: mx.array) -> mx.array:
+        embed = self.model.embed_tokens
+        logits: mx.array = embed.as_linear(embed(ids))
+        return logits
+
+
+def _bytes(model: nn.Module) -> int:
+    return sum(v.nbytes for _, v in nn.utils.tree_flatten(model.parameters()))
+
+
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_transposed_linear_computes_what_the_linear_did(bias: bool) -> None:
+@pytest.mark.parametrize("make", [TransposedLinear, lambda w, b: BlockedLinear(w, 40, b)])
+def test_each_layout_computes_what_the_linear_did(bias: bool, make) -> None:
     linear = nn.Linear(48, 96, bias=bias)
     x = mx.random.normal((3, 5, 48))
-    moved = TransposedLinear(linear)
-    assert moved.weight_t.shape == (48, 96)
+    moved = make(linear.weight, linear.bias if bias else None)
     assert ("bias" in moved) is bias
     assert mx.allclose(moved(x), linear(x), atol=1e-5).item()
+
+
+def test_blocks_cover_every_row_once() -> None:
+    blocked = BlockedLinear(mx.random.normal((1100, 8)), 512)
+    assert [b.shape for b in blocked.blocks] == [(512, 8), (512, 8), (76, 8)]
 
 
 def test_each_shape_is_timed_once_and_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     timed: list[tuple[int, ...]] = []
 
-    def decide(weight: mx.array) -> tuple[bool, float, float]:
+    def decide(weight: mx.array, current=None) -> tuple[str, dict[str, float]]:
         timed.append(tuple(weight.shape))
-        return weight.shape == (64, 24), 500.0, 200.0
+        best = {(64, 24): "transposed", (24, 64): "rows of 256"}.get(tuple(weight.shape), "as is")
+        return best, {"as is": 500.0, "transposed": 200.0, "rows of 256": 100.0}
 
-    monkeypatch.setattr(layout, "faster_transposed", decide)
+    monkeypatch.setattr(layout, "fastest_layout", decide)
     model = _Block()
     report = arrange_for_one_row(model)
     assert sorted(timed) == [(24, 24), (24, 64), (64, 24)]  # not the quantized one
     assert report == {
         "64x24": "transposed: 200 vs 500 µs",
-        "24x64": "as is: 200 vs 500 µs",
-        "24x24": "as is: 200 vs 500 µs",
+        "24x64": "rows of 256: 100 vs 500 µs",
+        "24x24": "as is: 500 vs 500 µs",
     }
 
 
 def test_the_arranged_model_gives_the_same_output(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(layout, "faster_transposed", lambda w: (True, 2.0, 1.0))
+    choice = {(64, 24): "rows of 256", (24, 64): "transposed", (24, 24): "transposed"}
+    monkeypatch.setattr(
+        layout,
+        "fastest_layout",
+        lambda w, current=None: (
+            choice[tuple(w.shape)],
+            {"as is": 1.0, "transposed": 0.5, "rows of 256": 0.5},
+        ),
+    )
     model = _Block()
     mx.eval(model.parameters())
     x = mx.random.normal((2, 24))
     before = model(x)
     arrange_for_one_row(model)
-    assert isinstance(model.up, TransposedLinear)
+    assert isinstance(model.up, BlockedLinear) and isinstance(model.down, TransposedLinear)
     assert all(isinstance(layer, TransposedLinear) for layer in model.layers)
     assert isinstance(model.quantized, nn.QuantizedLinear)  # its own kernel: left alone
     assert mx.allclose(model(x), before, atol=1e-5).item()
     # The same memory: each weight is held once, in its new layout.
-    weights = [v for k, v in nn.utils.tree_flatten(model.parameters()) if k.endswith("weight")]
-    assert not any(w.shape == (64, 24) for w in weights)
+    assert _bytes(model) == _bytes(_Block())
 
 
-def test_a_near_tie_keeps_the_layout_it_has() -> None:
-    # The real timing, on a weight this small: whatever it says, the decision and the
-    # two times are consistent with the margin.
-    wins, as_is, transposed = layout.faster_transposed(mx.random.normal((256, 128)))
-    assert as_is > 0 and transposed > 0
-    assert wins == (transposed < layout.MARGIN * as_is)
+def test_the_real_timing_is_consistent_with_the_margin() -> None:
+    best, times = layout.fastest_layout(mx.random.normal((600, 128)))
+    assert set(times) == {"as is", "transposed", "rows of 256", "rows of 512"}
+    assert all(t > 0 for t in times.values())
+    if best != "as is":
+        assert times[best] < layout.MARGIN * times["as is"]
+        assert times[best] == min(times.values())
 
 
 def test_float16_and_quantized_layers_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(layout, "faster_transposed", lambda w: (True, 2.0, 1.0))
+    monkeypatch.setattr(layout, "fastest_layout", lambda w, current=None: ("transposed", {}))
     model = _Block()
     model.set_dtype(mx.float16)
     assert arrange_for_one_row(model) == {}
     assert isinstance(model.up, nn.Linear)
+
+
+def test_a_tied_quantized_head_gets_float_blocks_and_keeps_its_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[object] = []
+
+    def decide(weight: mx.array, current=None) -> tuple[str, dict[str, float]]:
+        seen.append(current)
+        return "rows of 256", {"as is": 900.0, "rows of 256": 300.0}
+
+    monkeypatch.setattr(layout, "fastest_layout", decide)
+    model = _Tied(quantized=True)
+    mx.eval(model.parameters())
+    ids = mx.array([[3, 599, 42]])
+    before = model(ids)
+    assert arrange_for_one_row(model) == {"head 600x64": "rows of 256: 300 vs 900 µs"}
+    assert seen[0] is not None  # the head was timed against the quantized kernel it had
+    embed = model.model.embed_tokens
+    assert isinstance(embed, nn.QuantizedEmbedding)  # the lookup stays quantized
+    assert isinstance(embed.as_linear, BlockedLinear)
+    # The float head is the quantized one's weights, dequantized: the same logits.
+    assert mx.allclose(model(ids), before, atol=1e-4).item()
+
+
+def test_a_head_that_would_not_fit_or_was_skipped_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(layout, "fastest_layout", lambda w, current=None: ("rows of 256", {}))
+    model = _Tied(quantized=True)
+    assert arrange_for_one_row(model, head_room=600 * 64 * 4 - 1) == {}
+    skipped = _Tied(quantized=True)
+    object.__setattr__(skipped.model.embed_tokens, "as_linear", lambda x: x)  # _skip_head
+    assert arrange_for_one_row(skipped) == {}
+    # A float embedding holds its bytes once: transposing it would hold them twice.
+    monkeypatch.setattr(
+        layout,
+        "fastest_layout",
+        lambda w, current=None: ("transposed", {"as is": 2.0, "transposed": 1.0}),
+    )
+    plain = _Tied(quantized=False)
+    assert arrange_for_one_row(plain) == {"head 600x64": "as is: 2 vs 2 µs"}
+    assert "as_linear" not in vars(plain.model.embed_tokens)
