@@ -177,16 +177,16 @@ def _cpu_weights(
     described = {"precision": "float32", "dequantized": True, "from": weights["precision"]}
     if vocab:
         kept_names = ", ".join(sorted(f"{key} {m.bits}-bit" for _, key, m in vocab))
-        described["reason"] = f"{kept_names} kept quantized: read faster per token"
+        described["reason"] = f"{kept_names} kept quantized: the lookup reads a row"
     return described
 
 
 def _vocab_modules(model: nn.Module) -> list[tuple[Any, str, nn.Module]]:
     """The quantized embedding and output head, as (parent, attribute, module): kept
-    quantized on the CPU. Their one-token product reads a vocabulary-sized matrix
-    (SmolLM2's tied 49152x576 head: 113 MB in float32) from memory each token, and the
-    quantized kernel reading a quarter or an eighth of the bytes is faster: 20 against
-    56 ms a token on this project's 2-core machine."""
+    quantized on the CPU. A token's lookup reads one row, and a whole float32 copy would
+    hold a vocabulary-sized matrix (SmolLM2's 49152x576: 113 MB) for it. A tied model's
+    head may still get float32 blocks of its own (``core.worker.layout``: 8 against 22
+    ms a token for the 8-bit kernel on this project's 2-core machine)."""
     found = []
     for name, module in model.named_modules():
         vocab = isinstance(module, nn.QuantizedEmbedding) or (
