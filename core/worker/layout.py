@@ -32,11 +32,14 @@ from mlx.utils import tree_unflatten
 
 # A layout replaces the one a weight has only when this much faster: a near tie is noise.
 MARGIN = 0.85
-REPEATS = 9
+REPEATS = 5
 BLOCK_ROWS = (256, 512)
 # Timing reads this many bytes of a weight's copies, more than a CPU's caches hold.
-COLD_BYTES = 64 << 20
-MAX_COPIES = 64
+COLD_BYTES = 32 << 20
+MAX_COPIES = 32
+# Past this size a weight is timed in blocks only: transposed it falls off the same
+# cliff (SmolLM2's head: 25 ms transposed, 8 ms in blocks of 512 rows).
+BLOCKS_ONLY_BYTES = 16 << 20
 
 
 class TransposedLinear(nn.Module):
@@ -75,8 +78,7 @@ class BlockedLinear(nn.Module):
 
 def _seconds(product: Callable[[], Any]) -> float:
     """The median time of ``product`` once warm."""
-    for _ in range(2):
-        mx.eval(product())
+    mx.eval(product())  # warm
     times = []
     for _ in range(REPEATS):
         began = time.perf_counter()
@@ -88,7 +90,8 @@ def _seconds(product: Callable[[], Any]) -> float:
 def _layouts(weight: mx.array) -> list[str]:
     """The layouts worth timing for a float (out, in) weight besides the one it has."""
     rows = int(weight.shape[0])
-    return ["transposed", *(f"rows of {n}" for n in BLOCK_ROWS if rows > n)]
+    blocks = [f"rows of {n}" for n in BLOCK_ROWS if rows > n]
+    return blocks if weight.nbytes > BLOCKS_ONLY_BYTES and blocks else ["transposed", *blocks]
 
 
 def _products(modules: list[nn.Module], row: mx.array) -> list[mx.array]:
