@@ -372,6 +372,9 @@ class FineTuneView(Card):
     ) -> None:
         self.adapter_panel.show_adapter(name, base_model, train_loss, val_loss, path, stopped)
         self.eta.setText("")
+        tune_error = getattr(self.controller.tune, "error", "") or ""
+        if self._failure and tune_error:  # the fine-tune's words (with the rank's Mac) may
+            self._failure = tune_error.splitlines()[0]  # come after the job's own
         if self._failure:  # why it ended stays in front; the adapter follows it
             words = (
                 f"{self._failure.rstrip('.')}. The last checkpoint is kept as the adapter {name}."
