@@ -76,11 +76,11 @@ class BlockedLinear(nn.Module):
         return out
 
 
-def _seconds(product: Callable[[], Any]) -> float:
-    """The median time of ``product`` once warm."""
+def median_seconds(product: Callable[[], Any], repeats: int = REPEATS) -> float:
+    """The median time of evaluating ``product()`` once warm."""
     mx.eval(product())  # warm
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         began = time.perf_counter()
         mx.eval(product())
         times.append(time.perf_counter() - began)
@@ -113,13 +113,13 @@ def fastest_layout(
     weights = [weight] + [mx.array(weight * 1) for _ in range(copies - 1)]
     mx.eval(row, weights)
     if current:
-        times = {"as is": _seconds(lambda: current(row))}
+        times = {"as is": median_seconds(lambda: current(row))}
     else:
-        times = {"as is": _seconds(lambda: [row @ w.T for w in weights]) / copies}
+        times = {"as is": median_seconds(lambda: [row @ w.T for w in weights]) / copies}
     for name in _layouts(weight):
         modules = [_build(name, w, None) for w in weights]
         mx.eval([m.parameters() for m in modules])
-        times[name] = _seconds(functools.partial(_products, modules, row)) / copies
+        times[name] = median_seconds(functools.partial(_products, modules, row)) / copies
         del modules
     best = min(times, key=lambda name: times[name])
     if times[best] >= MARGIN * times["as is"]:

@@ -100,31 +100,23 @@ static void pause_on(int fd) {
     errno = saved;
 }
 
+/* After a call on fd: note whether this direction still waits, and pause if refused. */
+static ssize_t settle(int fd, ssize_t r, int *waiting) {
+    *waiting = refused(r);
+    if (*waiting) pause_on(fd);
+    else moved(fd);
+    return r;
+}
+
 ssize_t recv(int fd, void *buf, size_t len, int flags) {
     if (!real_recv) real_recv = (ssize_t (*)(int, void *, size_t, int))dlsym(RTLD_NEXT, "recv");
-    ssize_t r = real_recv(fd, buf, len, flags);
-    if (!refused(r)) {
-        want_in = 0;
-        moved(fd);
-        return r;
-    }
-    want_in = 1;
-    pause_on(fd);
-    return r;
+    return settle(fd, real_recv(fd, buf, len, flags), &want_in);
 }
 
 ssize_t send(int fd, const void *buf, size_t len, int flags) {
     if (!real_send)
         real_send = (ssize_t (*)(int, const void *, size_t, int))dlsym(RTLD_NEXT, "send");
-    ssize_t r = real_send(fd, buf, len, flags);
-    if (!refused(r)) {
-        want_out = 0;
-        moved(fd);
-        return r;
-    }
-    want_out = 1;
-    pause_on(fd);
-    return r;
+    return settle(fd, real_send(fd, buf, len, flags), &want_out);
 }
 """
 SOURCE = (

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -26,16 +25,9 @@ CHILD = "MACMESH_TOKEN_PROFILE_CHILD"
 
 
 def _median_s(step: Any, repeats: int) -> float:
-    import mlx.core as mx
+    from core.worker.layout import median_seconds
 
-    for _ in range(3):
-        mx.eval(step())
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        mx.eval(step())
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
+    return median_seconds(step, repeats)
 
 
 def _profile(model_path: Path) -> dict[str, Any]:
