@@ -11,13 +11,11 @@ missing. Then every file, a few at a time, through huggingface_hub, which:
 
 A weight file that stops half way (a cancel, or a cut that outlasts the library's own
 retries) is kept as ``blobs/<etag>.incomplete`` and resumed by the next download with a
-range request. ``hf_hub_download`` (2.4) cannot do that across calls: it writes to a
-temporary name unique to the call and deletes it on any failure. So a weight file is
-fetched with the library's own pieces (``get_hf_file_metadata`` for the etag and the
-CDN location, ``http_get`` with ``resume_size``, the cache's ``WeakFileLock``) into
-the blob it would have written, and ``hf_hub_download`` then only links the snapshot
-and records the ref. Xet-stored files (with ``hf_xet`` installed) go straight to
-``hf_hub_download``: Xet keeps its own chunk cache.
+range request. ``hf_hub_download`` (2.4) cannot do that across calls, so a weight file
+is first fetched by ``core.worker.hubblob.fetch_blob`` (huggingface_hub's own pieces,
+shared with a node's own download in ``core.remote.hubfetch``) into the blob
+``hf_hub_download`` would have written; ``hf_hub_download`` then only links the
+snapshot and records the ref.
 
 MacMesh's part: progress (bytes, rate, ETA) from the library's own ``tqdm_class`` hook,
 a cancel that stops every transfer at its next chunk, the retries and resumes named
@@ -28,7 +26,6 @@ gives up on the network or the rate limit, and every failure as one ``HubError``
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -42,6 +39,7 @@ from core.library.entries import not_mlx_reason
 from core.library.hub import HubError, _api, call, check_online, endpoint_url, hub_errors
 from core.library.local import hub_cache_dir
 from core.units import size
+from core.worker.hubblob import RESUMABLE_BYTES, fetch_blob
 
 # Kept free beyond the model's bytes: a full disk breaks more than the download.
 DISK_MARGIN = 1 << 30
@@ -53,8 +51,6 @@ _REPORT_EVERY_S = 0.1
 # no regathering (the fastest size on loopback, by ~15 %), a cancel acts within 64 kB,
 # and a cut connection resumes from the last 64 kB.
 CHUNK_BYTES = 64 << 10
-# Files above this are fetched resumably (kept as ``.incomplete`` when stopped).
-RESUMABLE_BYTES = 1 << 20
 
 
 class DownloadCancelled(Exception):
@@ -204,8 +200,13 @@ def _fetch_with_retries(
         try:
             with hub_errors(repo_id, endpoint):
                 if file.size > RESUMABLE_BYTES:
-                    _fetch_blob_resumable(
-                        repo_id, file, revision, endpoint, cache, tracker.bar_class(file)
+                    fetch_blob(
+                        repo_id,
+                        file.name,
+                        revision,
+                        cache,
+                        endpoint=endpoint_url(endpoint),
+                        tqdm_class=tracker.bar_class(file),
                     )
                 hf_hub_download(
                     repo_id,
@@ -231,52 +232,6 @@ def _fetch_with_retries(
             if counted:
                 tracker.finished(file)
             return
-
-
-def _fetch_blob_resumable(
-    repo_id: str, file: RepoFile, revision: str, endpoint: str | None, cache: Path, bar: type
-) -> None:
-    """Fill ``blobs/<etag>`` from ``blobs/<etag>.incomplete``, resuming what an earlier
-    download left there with a range request. Nothing when the blob is there already
-    or the file is Xet-stored with ``hf_xet`` installed (``hf_hub_download`` does that)."""
-    from urllib.parse import urlparse
-
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.file_download import http_get, repo_folder_name
-    from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]
-    from huggingface_hub.utils._runtime import is_xet_available
-
-    url = hf_hub_url(repo_id, file.name, revision=revision, endpoint=endpoint_url(endpoint))
-    meta = get_hf_file_metadata(url)
-    if meta.etag is None or (meta.xet_file_data is not None and is_xet_available()):
-        return
-    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
-    blob = cache / folder / "blobs" / meta.etag
-    if blob.exists():
-        return
-    partial = blob.with_name(blob.name + ".incomplete")
-    lock = cache / ".locks" / folder / f"{meta.etag}.lock"
-    blob.parent.mkdir(parents=True, exist_ok=True)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    headers = build_hf_headers()
-    if urlparse(meta.location).netloc != urlparse(url).netloc:
-        headers.pop("authorization", None)  # a signed CDN address: no token to a third party
-    with WeakFileLock(str(lock)):
-        if blob.exists():
-            return
-        if meta.size is not None and partial.exists() and partial.stat().st_size > meta.size:
-            partial.unlink()  # not a prefix of this file: start again
-        with partial.open("ab") as out:
-            http_get(
-                meta.location,
-                out,
-                resume_size=out.tell(),
-                headers=headers,
-                expected_size=meta.size,
-                displayed_filename=file.name,
-                tqdm_class=bar,
-            )
-        os.replace(partial, blob)
 
 
 class _Tracker:
