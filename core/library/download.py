@@ -257,7 +257,6 @@ class _Tracker:
         self._samples: list[tuple[float, int]] = []
         self._last_report = 0.0
         self._note: str | None = None
-        self.received = 0  # bytes that crossed the network in this call
 
     def check(self) -> None:
         if self.cancel.is_set():
@@ -283,7 +282,7 @@ class _Tracker:
             def update(self, n: float | None = 1) -> None:
                 tracker.check()
                 self.n += int(n or 0)
-                tracker._set(file.name, self.n, received=int(n or 0))
+                tracker._set(file.name, self.n)
 
             def __enter__(self) -> Bar:
                 return self
@@ -307,10 +306,10 @@ class _Tracker:
 
         return Bar
 
-    def _set(self, name: str, n: int, received: int = 0) -> None:
-        with self._lock:
-            self._current[name] = n
-            self.received += max(0, received)
+    def _set(self, name: str, n: int) -> None:
+        # Per chunk (64 kB), so kept cheap: one dict store, atomic under the GIL (report
+        # sums under the lock), and no lock at all between two reports.
+        self._current[name] = n
         self.report()
 
     def forget(self, file: RepoFile) -> None:
@@ -331,6 +330,8 @@ class _Tracker:
         if self.callback is None:
             return
         now = time.monotonic()
+        if not force and now - self._last_report < _REPORT_EVERY_S:
+            return  # read without the lock: at worst a report a chunk early or late
         with self._lock:
             if not force and now - self._last_report < _REPORT_EVERY_S:
                 return
