@@ -46,11 +46,13 @@ DISK_MARGIN = 1 << 30
 RETRIES = 3  # rounds after huggingface_hub's own retries give up
 BACKOFF_S = 2.0
 _REPORT_EVERY_S = 0.1
-# huggingface_hub hands out 10 MB chunks, gathered from the 64 kB its HTTP client reads
-# at a time (httpcore's READ_NUM_BYTES). At 64 kB every read is handed on as it is, with
-# no regathering (the fastest size on loopback, by ~15 %), a cancel acts within 64 kB,
-# and a cut connection resumes from the last 64 kB.
-CHUNK_BYTES = 64 << 10
+# huggingface_hub hands out 10 MB chunks (``constants.DOWNLOAD_CHUNK_SIZE``, passed to
+# httpx's ``iter_bytes``), gathered from the 64 kB its HTTP client reads at a time: a
+# copy of every byte into a buffer, and a cancel acting only every 10 MB. None, httpx's
+# "as they arrive", hands on each read as it is: no regathering (~12 % less CPU per
+# byte than 64 kB chunks, measured on loopback), a cancel within 64 kB, and a cut
+# connection resumes from the last read.
+CHUNK_BYTES: int | None = None
 
 
 class DownloadCancelled(Exception):
@@ -152,7 +154,7 @@ def download_model(
     check_online()
     from huggingface_hub import constants
 
-    constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, CHUNK_BYTES)
+    constants.DOWNLOAD_CHUNK_SIZE = CHUNK_BYTES  # type: ignore[assignment]
     cache = cache or hub_cache_dir()
     cancel = cancel or threading.Event()
     sha, files, missing = plan_download(repo_id, revision, endpoint=endpoint, cache=cache)
