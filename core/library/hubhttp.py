@@ -106,7 +106,7 @@ class StdlibTransport(httpx2.BaseTransport):
             except TimeoutError as error:
                 conn.close()
                 raise httpx2.WriteTimeout(str(error) or "timed out") from error
-            except OSError as error:
+            except (OSError, http.client.HTTPException) as error:
                 conn.close()
                 if reused and request.method in _IDEMPOTENT:
                     continue  # a kept-alive connection the server had closed: a fresh one
