@@ -37,18 +37,27 @@ def fetch_blob(
 ) -> None:
     """Fill ``blobs/<etag>`` of ``repo_id`` in ``cache_dir`` from ``blobs/<etag>.incomplete``,
     resuming what an earlier run left there. Nothing when the blob is there already or
-    the file is Xet-stored with ``hf_xet`` installed. huggingface_hub's exceptions pass
-    through; what arrived stays in the ``.incomplete`` file."""
+    the file is Xet-stored with ``hf_xet`` installed, or a node's huggingface_hub is too
+    old for these pieces (``hf_hub_download`` then fetches it, resuming only within its
+    call). huggingface_hub's exceptions pass through; what arrived stays in the
+    ``.incomplete`` file."""
+    import inspect
     from urllib.parse import urlparse
 
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.file_download import http_get, repo_folder_name
-    from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]
-    from huggingface_hub.utils._runtime import is_xet_available
+    try:
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+        from huggingface_hub.file_download import http_get, repo_folder_name
+        from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]
+        from huggingface_hub.utils._runtime import is_xet_available
+    except ImportError:
+        return
+    if "tqdm_class" not in inspect.signature(http_get).parameters:
+        return
 
     url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
     meta = get_hf_file_metadata(url)
-    if meta.etag is None or (meta.xet_file_data is not None and is_xet_available()):
+    xet = getattr(meta, "xet_file_data", None) is not None and is_xet_available()
+    if meta.etag is None or xet:
         return
     folder = repo_folder_name(repo_id=repo_id, repo_type="model")
     blob = Path(cache_dir) / folder / "blobs" / meta.etag
