@@ -205,12 +205,15 @@ class MainWindow(QMainWindow):
         self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
         self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))
         self.run.max_tokens.valueChanged.connect(lambda n: prefs.update(max_tokens=n))
+        # Read by the next Start (gui.run.controller), as by ``macmesh run``.
+        self.model.source.source_changed.connect(lambda s: prefs.update(model_source=s))
         self.bridge.failed.connect(lambda message: self.statusBar().showMessage(message, 10_000))
 
     def _restore(self, demo: bool) -> None:
         settings = self.preferences.settings
         self.model.select_strategy(settings.last_strategy)
         self.run.max_tokens.setValue(settings.max_tokens)
+        self.model.source.select(settings.model_source)
         if demo:
             self.cluster.start_demo(settings.demo_nodes)
         if settings.last_model and Path(settings.last_model).is_dir():

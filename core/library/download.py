@@ -11,13 +11,13 @@ missing. Then every file, a few at a time, through huggingface_hub, which:
 
 A weight file that stops half way (a cancel, or a cut that outlasts the library's own
 retries) is kept as ``blobs/<etag>.incomplete`` and resumed by the next download with a
-range request. ``hf_hub_download`` (2.4) cannot do that across calls: it writes to a
-temporary name unique to the call and deletes it on any failure. So a weight file is
-fetched with the library's own pieces (``get_hf_file_metadata`` for the etag and the
-CDN location, ``http_get`` with ``resume_size``, the cache's ``WeakFileLock``) into
-the blob it would have written, and ``hf_hub_download`` then only links the snapshot
-and records the ref. Xet-stored files (with ``hf_xet`` installed) go straight to
-``hf_hub_download``: Xet keeps its own chunk cache.
+range request. ``hf_hub_download`` (2.4) cannot do that across calls, so a weight file
+is first fetched by ``core.worker.hubblob.fetch_blob`` (huggingface_hub's own pieces,
+shared with a node's own download in ``core.remote.hubfetch``) into the blob
+``hf_hub_download`` would have written; ``hf_hub_download`` then only links the
+snapshot and records the ref. The library's HTTP client runs over
+``core.library.hubhttp``'s transport (set up by ``plan_download``'s first request), which
+reads bodies with a third of the CPU of its default.
 
 MacMesh's part: progress (bytes, rate, ETA) from the library's own ``tqdm_class`` hook,
 a cancel that stops every transfer at its next chunk, the retries and resumes named
@@ -28,7 +28,6 @@ gives up on the network or the rate limit, and every failure as one ``HubError``
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -42,19 +41,20 @@ from core.library.entries import not_mlx_reason
 from core.library.hub import HubError, _api, call, check_online, endpoint_url, hub_errors
 from core.library.local import hub_cache_dir
 from core.units import size
+from core.worker.hubblob import RESUMABLE_BYTES, fetch_blob
 
 # Kept free beyond the model's bytes: a full disk breaks more than the download.
 DISK_MARGIN = 1 << 30
 RETRIES = 3  # rounds after huggingface_hub's own retries give up
 BACKOFF_S = 2.0
 _REPORT_EVERY_S = 0.1
-# huggingface_hub hands out 10 MB chunks, gathered from the 64 kB its HTTP client reads
-# at a time (httpcore's READ_NUM_BYTES). At 64 kB every read is handed on as it is, with
-# no regathering (the fastest size on loopback, by ~15 %), a cancel acts within 64 kB,
-# and a cut connection resumes from the last 64 kB.
-CHUNK_BYTES = 64 << 10
-# Files above this are fetched resumably (kept as ``.incomplete`` when stopped).
-RESUMABLE_BYTES = 1 << 20
+# huggingface_hub hands out 10 MB chunks (``constants.DOWNLOAD_CHUNK_SIZE``, passed to
+# httpx's ``iter_bytes``), gathered from what its HTTP client reads at a time (up to 1 MB
+# with ``core.library.hubhttp``'s transport): a copy of every byte into a buffer, and a
+# cancel acting only every 10 MB. None, httpx's "as they arrive", hands on each read as
+# it is: no regathering, a cancel within one read, and a cut connection resumes from the
+# last read.
+CHUNK_BYTES: int | None = None
 
 
 class DownloadCancelled(Exception):
@@ -156,7 +156,7 @@ def download_model(
     check_online()
     from huggingface_hub import constants
 
-    constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, CHUNK_BYTES)
+    constants.DOWNLOAD_CHUNK_SIZE = CHUNK_BYTES  # type: ignore[assignment]
     cache = cache or hub_cache_dir()
     cancel = cancel or threading.Event()
     sha, files, missing = plan_download(repo_id, revision, endpoint=endpoint, cache=cache)
@@ -204,8 +204,13 @@ def _fetch_with_retries(
         try:
             with hub_errors(repo_id, endpoint):
                 if file.size > RESUMABLE_BYTES:
-                    _fetch_blob_resumable(
-                        repo_id, file, revision, endpoint, cache, tracker.bar_class(file)
+                    fetch_blob(
+                        repo_id,
+                        file.name,
+                        revision,
+                        cache,
+                        endpoint=endpoint_url(endpoint),
+                        tqdm_class=tracker.bar_class(file),
                     )
                 hf_hub_download(
                     repo_id,
@@ -233,52 +238,6 @@ def _fetch_with_retries(
             return
 
 
-def _fetch_blob_resumable(
-    repo_id: str, file: RepoFile, revision: str, endpoint: str | None, cache: Path, bar: type
-) -> None:
-    """Fill ``blobs/<etag>`` from ``blobs/<etag>.incomplete``, resuming what an earlier
-    download left there with a range request. Nothing when the blob is there already
-    or the file is Xet-stored with ``hf_xet`` installed (``hf_hub_download`` does that)."""
-    from urllib.parse import urlparse
-
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.file_download import http_get, repo_folder_name
-    from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]
-    from huggingface_hub.utils._runtime import is_xet_available
-
-    url = hf_hub_url(repo_id, file.name, revision=revision, endpoint=endpoint_url(endpoint))
-    meta = get_hf_file_metadata(url)
-    if meta.etag is None or (meta.xet_file_data is not None and is_xet_available()):
-        return
-    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
-    blob = cache / folder / "blobs" / meta.etag
-    if blob.exists():
-        return
-    partial = blob.with_name(blob.name + ".incomplete")
-    lock = cache / ".locks" / folder / f"{meta.etag}.lock"
-    blob.parent.mkdir(parents=True, exist_ok=True)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    headers = build_hf_headers()
-    if urlparse(meta.location).netloc != urlparse(url).netloc:
-        headers.pop("authorization", None)  # a signed CDN address: no token to a third party
-    with WeakFileLock(str(lock)):
-        if blob.exists():
-            return
-        if meta.size is not None and partial.exists() and partial.stat().st_size > meta.size:
-            partial.unlink()  # not a prefix of this file: start again
-        with partial.open("ab") as out:
-            http_get(
-                meta.location,
-                out,
-                resume_size=out.tell(),
-                headers=headers,
-                expected_size=meta.size,
-                displayed_filename=file.name,
-                tqdm_class=bar,
-            )
-        os.replace(partial, blob)
-
-
 class _Tracker:
     """Bytes from every file's bar, the rate over the last seconds, ETA; the cancel check."""
 
@@ -302,7 +261,6 @@ class _Tracker:
         self._samples: list[tuple[float, int]] = []
         self._last_report = 0.0
         self._note: str | None = None
-        self.received = 0  # bytes that crossed the network in this call
 
     def check(self) -> None:
         if self.cancel.is_set():
@@ -328,7 +286,7 @@ class _Tracker:
             def update(self, n: float | None = 1) -> None:
                 tracker.check()
                 self.n += int(n or 0)
-                tracker._set(file.name, self.n, received=int(n or 0))
+                tracker._set(file.name, self.n)
 
             def __enter__(self) -> Bar:
                 return self
@@ -352,10 +310,10 @@ class _Tracker:
 
         return Bar
 
-    def _set(self, name: str, n: int, received: int = 0) -> None:
-        with self._lock:
-            self._current[name] = n
-            self.received += max(0, received)
+    def _set(self, name: str, n: int) -> None:
+        # Per chunk (64 kB), so kept cheap: one dict store, atomic under the GIL (report
+        # sums under the lock), and no lock at all between two reports.
+        self._current[name] = n
         self.report()
 
     def forget(self, file: RepoFile) -> None:
@@ -376,6 +334,8 @@ class _Tracker:
         if self.callback is None:
             return
         now = time.monotonic()
+        if not force and now - self._last_report < _REPORT_EVERY_S:
+            return  # read without the lock: at worst a report a chunk early or late
         with self._lock:
             if not force and now - self._last_report < _REPORT_EVERY_S:
                 return

@@ -6,7 +6,10 @@ download the files of its shard itself, every node at once, each at the Hub's sp
 instead of all of them through this Mac's one link. It runs ``huggingface_hub`` with the
 worker's Python there (mlx-lm depends on it), with ``HF_ENDPOINT`` set to this Mac's
 (the node's own environment may override it), into ``<cache root>/hub`` on the node (a
-Hugging Face cache of its own), then hard-links each file into the copy's
+Hugging Face cache of its own), each weight file through ``core.worker.hubblob`` (its
+source is sent with the program), so a download stopped half way, by a cancel or a lost
+connection, continues from ``blobs/<etag>.incomplete`` on the next run as this Mac's own
+downloads do; then it hard-links each file into the copy's
 ``<folder>.partial`` staging folder. ``copy_model`` then does what it does for a resumed
 copy: it hashes those complete files on the node against this Mac's manifest, sends
 only a file whose hash differs, and commits the folder with its marker. So a model that
@@ -99,7 +102,8 @@ except Exception as error:
     print(f"{type(error).__name__}: {getattr(error, 'reason', None) or error}")
 """
 
-# Run by the node's Python: download the files named in the spec with huggingface_hub,
+# Run by the node's Python after core/worker/hubblob.py's source (``fetch_blob``,
+# ``RESUMABLE_BYTES``): download the files named in the spec with huggingface_hub,
 # hard-link them into the staging folder, print "@@bytes N" and "@@file NAME" lines.
 _FETCH = r"""
 import json, os, shutil, sys, threading, time
@@ -137,6 +141,8 @@ for name, size in spec["files"]:
         with lock: state["done"] += size
         continue
     before = state["done"]
+    if size > RESUMABLE_BYTES:
+        fetch_blob(spec["repo"], name, spec["revision"], spec["cache"], tqdm_class=Bar)
     path = hf_hub_download(spec["repo"], name, revision=spec["revision"],
                            cache_dir=spec["cache"], tqdm_class=Bar)
     with lock: state["done"] = before + size
@@ -148,6 +154,20 @@ for name, size in spec["files"]:
     say(f"@@bytes {state['done']}"); say(f"@@file {name}")
 say("@@done")
 """
+
+
+def _fetch_program() -> str:
+    """The node's download program: ``core/worker/hubblob.py``'s source, then ``_FETCH``.
+    ModelCopyError when that source is not readable (an app that ships bytecode only)."""
+    from core.worker import hubblob
+
+    try:
+        shared = Path(hubblob.__file__).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ModelCopyError(
+            f"This MacMesh cannot send its download program to a node ({error})."
+        ) from error
+    return shared + _FETCH
 
 
 def _env_argv(endpoint: str, python: str, *args: str) -> list[str]:
@@ -212,7 +232,7 @@ def fetch_from_hub(
             "staging": folder + ".partial",
             "files": [[entry.name, entry.size] for entry in manifest.files],
         }
-        argv = _env_argv(endpoint, target.interpreter, "-c", _FETCH, json.dumps(spec))
+        argv = _env_argv(endpoint, target.interpreter, "-c", _fetch_program(), json.dumps(spec))
         _download(conn, target, argv, manifest, progress, cancel)
         result = copy_model(target, manifest, model_dir, progress, cancel, connection=conn)
     return CopyResult(

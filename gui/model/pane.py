@@ -27,6 +27,7 @@ from gui.model.drop_zone import DropZone
 from gui.model.library_view import LibraryView
 from gui.model.memory_bars import MemoryBars
 from gui.model.planning import plan_all
+from gui.model.source_choice import ModelSourceChooser
 from gui.model.split_editor import SplitEditor
 from gui.model.strategy import StrategyChooser
 from gui.widgets import Card, label, section
@@ -64,6 +65,8 @@ class ModelPane(Card):
         self.library.model_chosen.connect(lambda folder, name: self.load(folder, name=name))
         self.drop_zone.hub_link_dropped.connect(self.library.show_repo)
         self.body.addWidget(self.library, 1)
+        self.source = ModelSourceChooser()
+        self.body.addWidget(self.source)
         self.body.addSpacing(4)
         self.body.addWidget(section("Strategy"))
         self.chooser = StrategyChooser()
@@ -130,6 +133,7 @@ class ModelPane(Card):
         self.drop_zone.set_locked(locked)
         self.chooser.set_locked(locked)
         self.library.set_locked(locked)
+        self.source.set_locked(locked)
         self.split_editor.set_locked(locked)
 
     def try_split(self, split: Sequence[int]) -> bool:

@@ -33,7 +33,8 @@ Hub on 127.0.0.1, models with real headers over sparse or virtual data):
 - ``library-local``: the models on this Mac (Hugging Face cache, LM Studio, a GGUF, a
   half download) with the fit badges on the demo cluster;
 - ``library-search``, ``library-download``, ``library-gated``: Hugging Face search
-  results planned from their headers, a download under way, a gated repo's message.
+  results planned from their headers, a download under way, a gated repo's message;
+  each under the library: where the nodes get the model from (``model_source``).
 
 and the Run pane's API section with a real demo job (``take_api``):
 

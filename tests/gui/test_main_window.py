@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtCore import QByteArray, QSettings, Qt
 from pytestqt.qtbot import QtBot
 
 from core.run.states import RunState
-from core.settings import Settings, load_settings
+from core.settings import MODEL_SOURCES, Settings, load_settings
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
 from gui.preferences import Preferences
@@ -110,3 +110,33 @@ def test_closing_stops_the_job_first(qtbot: QtBot, demo_model: Path, when: str) 
     assert window.isVisible()  # not yet: the ranks stop first
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=10_000)
     assert factory.jobs[0].state.finished
+
+
+def test_the_model_source_chosen_is_what_the_next_run_uses(qtbot: QtBot, demo_model: Path) -> None:
+    window = _window(qtbot)
+    source = window.model.source
+    assert source.selected() == "auto" and source.isVisible()
+    assert [source.combo.itemData(i) for i in range(source.combo.count())] == list(MODEL_SOURCES)
+    source.combo.setFocus()
+    qtbot.keyClick(source.combo, Qt.Key.Key_End)  # the last choice, as a person picks it
+    assert source.selected() == "this-mac"
+    assert load_settings().model_source == "this-mac"
+    assert "never asked" in source.combo.toolTip()
+    window.model.load(demo_model)
+    qtbot.waitUntil(lambda: _loaded(window), timeout=20_000)
+    window.run.start()
+    qtbot.waitUntil(lambda: window.run.controller.state == RunState.READY, timeout=10_000)
+    session = window.run.controller.session
+    assert session is not None and session.model_source == "this-mac"
+    assert not source.combo.isEnabled()  # not while it runs
+    window.run.stop()
+    qtbot.waitUntil(lambda: not window.run.busy, timeout=10_000)
+    assert source.combo.isEnabled()
+    qtbot.keyClick(source.combo, Qt.Key.Key_Home)
+    window.run.start()
+    qtbot.waitUntil(lambda: window.run.controller.session is not session, timeout=10_000)
+    assert window.run.controller.session.model_source == "auto"
+    window.close()
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=10_000)
+    again = _window(qtbot, settings=Settings(model_source="hub"))
+    assert again.model.source.selected() == "hub"

@@ -310,6 +310,10 @@ class _Handler(BaseHTTPRequestHandler):
     hub: FakeHub
     role: str
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY, as the Hub's servers and CDN set it. Without it a small file's body,
+    # written after its headers, waits for the client's delayed ACK (~40 ms) on a
+    # kept-alive connection: huggingface_hub's client reuses connections, urllib does not.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass

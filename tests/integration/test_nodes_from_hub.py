@@ -194,3 +194,56 @@ def test_a_failed_download_falls_back_unless_forced_and_a_cancel_stops_it(
         fetch_from_hub(other, part, snapshot, origin, stop_once_started, cancel)
     assert seen and seen[-1].bytes_done < part.total_bytes
     assert wait_nothing_left(sshd) == []  # the node's download ended with the cancel
+
+
+def test_a_nodes_download_stopped_mid_file_resumes_on_the_next_run(
+    hub: FakeHub, targets: list[Target], tmp_path: Path, sshd: SSHServer
+) -> None:
+    """The node keeps ``blobs/<etag>.incomplete`` when its download stops (as this Mac's
+    does) and the next run asks the Hub only for the rest, with a range request."""
+    model = make_tiny_model(
+        tmp_path / "bigger", layers=2, hidden=512, heads=8, kv_heads=4, intermediate=2048,
+        vocab=4096, shards=2,
+    )  # fmt: skip
+    repo = hub.add_folder("mlx-community/tiny-bigger", model)
+    snapshot = put_in_hf_cache(
+        tmp_path / "hf-home" / "hub", "mlx-community/tiny-bigger", model, sha=repo.sha
+    )
+    origin = hub_origin(snapshot)
+    assert origin is not None
+    report = run_preflight(targets, plan_for(snapshot), snapshot)
+    node = report.copies_needed[0]
+    target = next(t for t in targets if t.name == node)
+    part = report.manifests[node]
+    weights = {n: repo.files[n] for n in part.names if n.endswith(".safetensors")}
+    assert max(f.size for f in weights.values()) > 4 << 20  # resumable, and worth it
+    hub.bandwidth = part.total_bytes / 8  # ~8 s: stopped a quarter in, well before the end
+    cancel = threading.Event()
+
+    def stop_a_quarter_in(progress: CopyProgress) -> None:
+        if progress.bytes_done > part.total_bytes // 4:
+            cancel.set()
+
+    with pytest.raises(CopyCancelled, match="stopped"):
+        fetch_from_hub(target, part, snapshot, origin, stop_a_quarter_in, cancel)
+    assert wait_nothing_left(sshd) == []
+    blobs = Path(str(target.cache_root)) / "hub" / "models--mlx-community--tiny-bigger" / "blobs"
+    partial = {
+        p.name.removesuffix(".incomplete"): p.stat().st_size for p in blobs.glob("*.incomplete")
+    }
+    stopped = [(n, f) for n, f in weights.items() if f.sha256 in partial]
+    assert len(stopped) == 1, f"kept {partial}"
+    name, file = stopped[0]
+    kept = partial[file.sha256]
+    assert 0 < kept < file.size
+
+    hub.bandwidth = None
+    hub.wait_idle()
+    hub.clear_log()
+    result = fetch_from_hub(target, part, snapshot, origin)
+    assert result.sent_bytes == 0  # all from the Hub, verified on the node
+    gets = [s for s in hub.served(file.sha256) if s.method == "GET"]
+    assert [s.range for s in gets] == [f"bytes={kept}-"]
+    refetched = sum(s.body_bytes for s in gets) - (file.size - kept)
+    assert refetched <= 0.05 * file.size, f"{name}: {refetched} of {file.size} bytes again"
+    assert not list(blobs.glob("*.incomplete"))

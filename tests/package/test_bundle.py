@@ -127,6 +127,20 @@ def test_the_app_binary_answers_the_probes_python_question(bundle: Path, home: P
     assert versions.mlx and versions.mlx_lm
 
 
+def test_the_app_can_send_a_node_its_hub_download_program(bundle: Path, home: Path) -> None:
+    """core.remote.hubfetch sends core/worker/hubblob.py's source to a node: the app
+    keeps that file beside its bytecode (module_collection_mode in the spec)."""
+    code = (
+        "from core.remote.hubfetch import _fetch_program\n"
+        "program = _fetch_program()\n"
+        "compile(program, '<node>', 'exec')\n"
+        "print('def fetch_blob(' in program and 'hf_hub_download(' in program)\n"
+    )
+    result = _run(bundle, home, "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
+
+
 def test_no_other_module_runs(bundle: Path, home: Path) -> None:
     result = _run(bundle, home, "-m", "json.tool")
     assert result.returncode == 2
