@@ -15,9 +15,7 @@ range request. ``hf_hub_download`` (2.4) cannot do that across calls, so a weigh
 is first fetched by ``core.worker.hubblob.fetch_blob`` (huggingface_hub's own pieces,
 shared with a node's own download in ``core.remote.hubfetch``) into the blob
 ``hf_hub_download`` would have written; ``hf_hub_download`` then only links the
-snapshot and records the ref. The library's HTTP client runs over
-``core.library.hubhttp``'s transport (set up by ``plan_download``'s first request), which
-reads bodies with a third of the CPU of its default.
+snapshot and records the ref.
 
 MacMesh's part: progress (bytes, rate, ETA) from the library's own ``tqdm_class`` hook,
 a cancel that stops every transfer at its next chunk, the retries and resumes named
@@ -49,8 +47,8 @@ RETRIES = 3  # rounds after huggingface_hub's own retries give up
 BACKOFF_S = 2.0
 _REPORT_EVERY_S = 0.1
 # huggingface_hub hands out 10 MB chunks (``constants.DOWNLOAD_CHUNK_SIZE``, passed to
-# httpx's ``iter_bytes``), gathered from what its HTTP client reads at a time (up to 1 MB
-# with ``core.library.hubhttp``'s transport): a copy of every byte into a buffer, and a
+# httpx's ``iter_bytes``), gathered from what its HTTP client reads at a time (64 kB
+# with its default transport): a copy of every byte into a buffer, and a
 # cancel acting only every 10 MB. None, httpx's "as they arrive", hands on each read as
 # it is: no regathering, a cancel within one read, and a cut connection resumes from the
 # last read.

@@ -200,10 +200,7 @@ def _api(endpoint: str | None) -> Any:
     from huggingface_hub import HfApi
     from huggingface_hub.utils.tqdm import disable_progress_bars
 
-    from core.library.hubhttp import use_stdlib_transport
-
     disable_progress_bars()  # MacMesh shows its own progress; no tqdm bars on stderr
-    use_stdlib_transport()  # the same client, reading bodies with a third of the CPU
 
     return HfApi(endpoint=endpoint_url(endpoint))
 
