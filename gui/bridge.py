@@ -46,16 +46,20 @@ class Bridge(QObject):
         self._pool.setMaxThreadCount(max_threads)
         self._queues: list[QThreadPool] = [self._pool]
         self._closed = False
+        # Held while a thread posts a call and while closing: once close() returns, no
+        # thread is in the middle of posting to a bridge about to be deleted.
+        self._posting = threading.Lock()
 
     # -- crossing onto the GUI thread ------------------------------------------
 
     def run_on_main(self, closure: Closure) -> None:
         """Call ``closure`` on the GUI thread soon. Safe from any thread; a no-op once
         the bridge is closed (the window is gone, there is nothing left to update)."""
-        if self._closed:
-            return
-        with contextlib.suppress(RuntimeError):  # the C++ object is gone: shutting down
-            self._invoke.emit(closure)
+        with self._posting:
+            if self._closed:
+                return
+            with contextlib.suppress(RuntimeError):  # the C++ object is gone: shutting down
+                self._invoke.emit(closure)
 
     def _run_closure(self, closure: Closure) -> None:
         if self._closed:
@@ -121,7 +125,8 @@ class Bridge(QObject):
     def close(self, timeout_s: float = 10.0) -> None:
         """Finish queued work, then drop anything that would still reach the GUI."""
         self.wait(timeout_s)
-        self._closed = True
+        with self._posting:
+            self._closed = True
         for queue in self._queues:
             queue.clear()
             queue.waitForDone(int(timeout_s * 1000))

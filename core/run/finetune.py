@@ -292,8 +292,10 @@ class FineTune:
             failed = self.session.state == RunState.FAILED
             if not failed:
                 self.session.stop()  # STOPPED once every rank ended (they have)
-            self._done.set()
-            self.finished.emit(self.adapter)
+            try:  # before wait() returns: who waited (a window closing) hears no more
+                self.finished.emit(self.adapter)  # from this thread afterwards
+            finally:
+                self._done.set()
 
     # -- the adapter -------------------------------------------------------------------
 

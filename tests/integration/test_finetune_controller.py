@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -52,9 +53,13 @@ def test_a_fine_tune_on_the_demo_cluster_keeps_an_adapter(
     finished: list[object] = []
     tune.report.connect(reports.append)
     tune.state_changed.connect(lambda state, _detail: states.append(state))
-    tune.finished.connect(finished.append)
+    returned = threading.Event()
+    # Heard before wait() returns: a window that waited hears nothing from a job thread
+    # afterwards (one did, while its Qt objects were being deleted, and crashed).
+    tune.finished.connect(lambda adapter: finished.append((adapter, returned.is_set())))
     assert tune.start()
     adapter = tune.wait(300)
+    returned.set()
     assert_no_ranks_left(tune.session.job)
     assert tune.state == RunState.STOPPED
     assert [r.iteration for r in reports] == [1, 2, 3, 4, 5, 6]
@@ -64,7 +69,7 @@ def test_a_fine_tune_on_the_demo_cluster_keeps_an_adapter(
     assert reports[2].eta_s is not None and reports[2].eta_s > 0
     assert [it for it, _ in tune.validations] == [0, 2, 5]
     assert [it for it, _ in tune.checkpoints] == [2, 4, 6]
-    assert finished == [adapter]
+    assert finished == [(adapter, False)]
     folder = tune.out
     assert folder is not None and folder.parent == data_home / "adapters"
     meta = json.loads((folder / "macmesh.json").read_text())
