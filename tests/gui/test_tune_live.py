@@ -85,8 +85,9 @@ def test_a_real_fine_tune_from_the_view_ends_with_an_adapter(
     assert_no_ranks_left(view.controller.tune.session.job)
 
 
-@pytest.mark.slow
-def test_stop_keeps_the_last_checkpoint_as_the_adapter(qtbot: QtBot, view: FineTuneView) -> None:
+def _train_until_a_checkpoint(qtbot: QtBot, view: FineTuneView) -> None:
+    """A long fine-tune of the demo set, started from the view, past its first
+    checkpoint (saved every 2 steps)."""
     view.use_demo_data()
     qtbot.waitUntil(lambda: view.data is not None, timeout=20_000)
     view.form.set_settings(TuneSettings(**{**TINY.to_dict(), "iters": 400, "steps_per_save": 2}))
@@ -94,6 +95,11 @@ def test_stop_keeps_the_last_checkpoint_as_the_adapter(qtbot: QtBot, view: FineT
     view.controller.checkpoint.connect(lambda it, _path: checkpoints.append(it))
     view.start_button.click()
     qtbot.waitUntil(lambda: bool(checkpoints), timeout=TRAIN_MS)
+
+
+@pytest.mark.slow
+def test_stop_keeps_the_last_checkpoint_as_the_adapter(qtbot: QtBot, view: FineTuneView) -> None:
+    _train_until_a_checkpoint(qtbot, view)
     with qtbot.waitSignal(view.controller.finished, timeout=TRAIN_MS) as finished:
         view.stop_button.click()
         assert view.state_badge.text() == "Stopping"
@@ -156,13 +162,7 @@ def test_a_rank_killed_mid_training_fails_with_its_node_and_keeps_the_checkpoint
     import os
     import signal
 
-    view.use_demo_data()
-    qtbot.waitUntil(lambda: view.data is not None, timeout=20_000)
-    view.form.set_settings(TuneSettings(**{**TINY.to_dict(), "iters": 400, "steps_per_save": 2}))
-    checkpoints: list[int] = []
-    view.controller.checkpoint.connect(lambda it, _path: checkpoints.append(it))
-    view.start_button.click()
-    qtbot.waitUntil(lambda: bool(checkpoints), timeout=TRAIN_MS)
+    _train_until_a_checkpoint(qtbot, view)
     job = view.controller.tune.session.job
     with qtbot.waitSignal(view.controller.finished, timeout=TRAIN_MS) as finished:
         os.kill(job.ranks[1].pid, signal.SIGKILL)
