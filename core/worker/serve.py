@@ -127,12 +127,22 @@ def generate(
     cancels: Cancels | None = None,
 ) -> dict[str, Any] | None:
     """Run one request on this rank; rank 0 reports tokens and the summary. A prompt
-    that does not fit the context is refused (an error event; None) on every rank alike."""
+    that is empty or does not fit the context is refused (an error event; None) on every
+    rank alike."""
     request = command.get("id", "")
     started = time.monotonic()
     ids = prompt_tokens(shard.tokenizer, command)
     max_tokens = int(command.get("max_tokens", DEFAULT_MAX_TOKENS))
     context = context_length(shard)
+    if not ids:  # mlx-lm cannot start from nothing: refused, the rank lives on
+        if rank == 0:
+            events.emit(
+                p.ERROR,
+                message="The prompt is empty: give the model some text to answer.",
+                fatal=False,
+                request=request,
+            )
+        return None
     if context is not None and len(ids) >= context:
         if rank == 0:
             events.emit(

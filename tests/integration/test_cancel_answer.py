@@ -103,3 +103,12 @@ def test_a_prompt_longer_than_the_context_is_refused_and_the_job_lives_on(
         session.wait_done(request, timeout=120)
     answer = session.wait_done(session.ask(PROMPT, max_tokens=16), timeout=120)
     assert "Paris" in answer["text"]
+
+
+def test_an_empty_prompt_is_refused_and_the_job_lives_on(session: Session) -> None:
+    # Found by the API's fuzz test: an empty prompt made mlx-lm raise and the rank die.
+    request = session.ask("", max_tokens=4, chat=False)
+    with pytest.raises(JobError, match="The prompt is empty"):
+        session.wait_done(request, timeout=120)
+    answer = session.wait_done(session.ask(PROMPT, max_tokens=16), timeout=120)
+    assert "Paris" in answer["text"]
