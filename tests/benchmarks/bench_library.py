@@ -3,7 +3,8 @@
 - listing a Hugging Face cache of 200 models (< 300 ms);
 - planning a 100-file repo from the Hub's headers (< 2 s, < 5 MB read);
 - downloading a model through huggingface_hub vs a plain HTTP download of the same bytes
-  from the same server (>= 0.9), alternating rounds;
+  from the same server over a 100 MB/s and a 1 GB/s link (>= 0.9), alternating rounds,
+  and unthrottled on loopback (both clients CPU-bound: their CPU per GB);
 - a download cut mid-file and resumed: bytes fetched again (< 5 %), and a download
   stopped halfway then run again.
 
@@ -156,18 +157,39 @@ def _download_repo(hub: FakeHub, bandwidth: float | None = None, mb_per_file: in
 
 
 def bench_download(home: Path, rounds: int = 5) -> dict:
-    """huggingface_hub through MacMesh vs plain HTTP, same bytes, same server, alternating:
-    over a link of 100 MB/s (800 Mb/s, a fast connection to the Hub) shared by every
-    transfer, and unthrottled on loopback (then both clients are CPU-bound). The fake Hub
-    serves from a process of its own, as a real one would: in the client's process its
-    threads would share the client's interpreter lock, slowing it by the client's work."""
+    """huggingface_hub through MacMesh vs plain HTTP, same bytes, same server, alternating,
+    over links shared by every transfer: 100 MB/s (800 Mb/s, a fast connection to the
+    Hub) and 1 GB/s (10 GbE, the fastest port a Mac has). The ratio the issue sets is the
+    lowest of those. Unthrottled on loopback both clients are CPU-bound on this machine's
+    cores, which the fake Hub shares: that row measures the clients' CPU per GB
+    (huggingface_hub's httpx stack against urllib), not the download. The fake Hub serves
+    from a process of its own, as a real one would: in the client's process its threads
+    would share the client's interpreter lock, slowing it by the client's work."""
     figures: dict[str, object] = {"rounds": rounds, "target_ratio": 0.9}
-    for name, bandwidth in (("link_100_mb_s", 100 * 1e6), ("loopback_unthrottled", None)):
+    scratch = _memory_folder(home)
+    figures["written_to"] = "tmpfs" if scratch != home else "disk"
+    links = (("link_100_mb_s", 100 * 1e6), ("link_1_gb_s", 1e9))
+    for name, bandwidth in (*links, ("loopback_unthrottled", None)):
         with hub_process(functools.partial(_download_repo, bandwidth=bandwidth)) as hub:
             size = hub.repos["bench/download"].used_storage()
             figures["bytes"] = size
-            figures[name] = _download_rounds(home, hub, "bench/download", size, rounds)
+            figures[name] = _download_rounds(scratch, hub, "bench/download", size, rounds)
+    if scratch != home:
+        shutil.rmtree(scratch, ignore_errors=True)
+    ratios = [figures[name]["ratio"] for name, _ in links]  # type: ignore[index]
+    figures["ratio_over_links"] = min(ratios)
+    figures["met"] = min(ratios) >= 0.9
     return figures
+
+
+def _memory_folder(home: Path, needed: int = 2 << 30) -> Path:
+    """Where both arms write: a tmpfs when there is one with room, else ``home``. On a
+    disk, the page cache's write-back lands on whichever arm writes when it starts, and
+    made either arm's CPU per GB swing between 0.4 and 2.4 s on this machine."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and shutil.disk_usage(shm).free > needed:
+        return Path(tempfile.mkdtemp(prefix="macmesh-bench-dl-", dir=shm))
+    return home
 
 
 def _download_rounds(home: Path, hub: FakeHub, repo_id: str, size: int, rounds: int) -> dict:
