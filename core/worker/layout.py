@@ -15,7 +15,8 @@ concatenated). The same product, the same memory. Measured, not assumed: the win
 depends on the BLAS, its threads and the machine. Only plain ``nn.Linear`` layers
 change (quantized, sharded and LoRA layers keep their own kernels), plus the output
 head of a tied model: its quantized embedding stays for the lookup, and the head gets a
-float32 copy in blocks when that is faster and memory has room. Not on Metal.
+float32 copy in blocks when that is faster and memory has room; an untied model's
+quantized head is replaced by such blocks on the same terms. Not on Metal.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def arrange_for_one_row(model: nn.Module, head_room: int | None = None) -> dict[
     if changed:
         model.update_modules(tree_unflatten(changed))
         mx.eval(model.parameters())
-    head = _tied_head(model, head_room)
+    head = _tied_head(model, head_room) or _own_head(model, head_room)
     if head:
         report.update(head)
     return report
@@ -186,14 +187,7 @@ def _tied_head(model: nn.Module, room: int | None) -> dict[str, str]:
     if "as_linear" in vars(embed) or not hasattr(embed, "as_linear"):
         return {}
     if isinstance(embed, nn.QuantizedEmbedding):
-        weight = mx.dequantize(
-            embed.weight,
-            embed.scales,
-            embed.get("biases"),
-            group_size=embed.group_size,
-            bits=embed.bits,
-            mode=getattr(embed, "mode", "affine"),
-        ).astype(mx.float32)
+        weight = _dequantized(embed)
     elif isinstance(embed, nn.Embedding) and embed.weight.dtype == mx.float32:
         weight = embed.weight
     else:
@@ -211,3 +205,40 @@ def _tied_head(model: nn.Module, room: int | None) -> dict[str, str]:
     mx.eval(head.parameters())
     object.__setattr__(embed, "as_linear", head)
     return {label: _describe(layout, times)}
+
+
+def _own_head(model: nn.Module, room: int | None) -> dict[str, str]:
+    """An untied model's quantized ``lm_head`` (kept quantized at load with the
+    embedding, ``sharding._vocab_modules``) replaced by float32 blocks when they beat its
+    kernel and fit ``room``: no lookup reads it, so the quantized copy goes. A skipped or
+    tensor-sharded head (another type) and a float one (timed with the other linears)
+    are left alone."""
+    head = getattr(model, "lm_head", None)
+    if type(head) is not nn.QuantizedLinear:
+        return {}
+    weight = _dequantized(head)
+    rows, columns = (int(n) for n in weight.shape)
+    if room is not None and rows * columns * 4 > room:
+        return {}
+    mx.eval(weight)
+    layout, times = fastest_layout(weight, current=head)
+    label = f"head {rows}x{columns}"
+    if layout == "as is":
+        return {label: _describe(layout, times)}
+    bias = head.bias.astype(mx.float32) if "bias" in head else None
+    blocks = _build(layout, weight, bias)
+    mx.eval(blocks.parameters())
+    model.lm_head = blocks
+    return {label: _describe(layout, times)}
+
+
+def _dequantized(module: nn.Module) -> mx.array:
+    """A quantized embedding's or linear's weight in float32."""
+    return mx.dequantize(
+        module.weight,
+        module.scales,
+        module.get("biases"),
+        group_size=module.group_size,
+        bits=module.bits,
+        mode=getattr(module, "mode", "affine"),
+    ).astype(mx.float32)

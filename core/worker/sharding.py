@@ -176,9 +176,25 @@ def _cpu_weights(
             setattr(parent, key, module)
     described = {"precision": "float32", "dequantized": True, "from": weights["precision"]}
     if vocab:
-        kept_names = ", ".join(sorted(f"{key} {m.bits}-bit" for _, key, m in vocab))
-        described["reason"] = f"{kept_names} kept quantized: the lookup reads a row"
+        described["reason"] = _kept_vocab_reason([(key, m) for _, key, m in vocab])
     return described
+
+
+def _kept_vocab_reason(kept: list[tuple[str, nn.Module]]) -> str:
+    """Why the vocabulary modules stayed quantized: an embedding's lookup reads a row; an
+    untied head's kernel is timed against float32 blocks later (``core.worker.layout``)."""
+    lookups = sorted(
+        f"{key} {m.bits}-bit" for key, m in kept if isinstance(m, nn.QuantizedEmbedding)
+    )
+    heads = sorted(
+        f"{key} {m.bits}-bit" for key, m in kept if not isinstance(m, nn.QuantizedEmbedding)
+    )
+    parts = []
+    if lookups:
+        parts.append(f"{', '.join(lookups)} kept quantized: the lookup reads a row")
+    if heads:
+        parts.append(f"{', '.join(heads)} kept quantized until timed against float32 blocks")
+    return "; ".join(parts)
 
 
 def _vocab_modules(model: nn.Module) -> list[tuple[Any, str, nn.Module]]:

@@ -43,6 +43,20 @@ class _Tied(nn.Module):
         return logits
 
 
+class _Untied(nn.Module):
+    """An untied model's shape: its own ``lm_head``, kept quantized at load."""
+
+    def __init__(self, bias: bool = False) -> None:
+        super().__init__()
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.QuantizedEmbedding.from_embedding(nn.Embedding(600, 64))
+        self.lm_head = nn.QuantizedLinear.from_linear(nn.Linear(64, 600, bias=bias))
+
+    def __call__(self, ids: mx.array) -> mx.array:
+        logits: mx.array = self.lm_head(self.model.embed_tokens(ids))
+        return logits
+
+
 def _bytes(model: nn.Module) -> int:
     return sum(v.nbytes for _, v in nn.utils.tree_flatten(model.parameters()))
 
@@ -162,3 +176,78 @@ def test_a_head_that_would_not_fit_or_was_skipped_is_left_alone(
     plain = _Tied(quantized=False)
     assert arrange_for_one_row(plain) == {"head 600x64": "as is: 2 vs 2 µs"}
     assert "as_linear" not in vars(plain.model.embed_tokens)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_an_untied_quantized_head_becomes_float_blocks_with_the_same_logits(
+    monkeypatch: pytest.MonkeyPatch, bias: bool
+) -> None:
+    seen: list[object] = []
+
+    def decide(weight: mx.array, current=None) -> tuple[str, dict[str, float]]:
+        seen.append(current)
+        return "rows of 256", {"as is": 900.0, "rows of 256": 300.0}
+
+    monkeypatch.setattr(layout, "fastest_layout", decide)
+    model = _Untied(bias)
+    mx.eval(model.parameters())
+    quantized = model.lm_head
+    ids = mx.array([[3, 599, 42]])
+    before = model(ids)
+    assert arrange_for_one_row(model) == {"head 600x64": "rows of 256: 300 vs 900 µs"}
+    assert seen == [quantized]  # timed against the kernel it had
+    assert isinstance(model.lm_head, BlockedLinear)
+    assert isinstance(model.model.embed_tokens, nn.QuantizedEmbedding)  # the lookup
+    assert mx.allclose(model(ids), before, atol=1e-4).item()
+
+
+def test_an_untied_head_stays_quantized_when_its_kernel_wins_or_it_would_not_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(layout, "fastest_layout", lambda w, current=None: ("as is", {"as is": 5.0}))
+    model = _Untied()
+    assert arrange_for_one_row(model) == {"head 600x64": "as is: 5 vs 5 µs"}
+    assert type(model.lm_head) is nn.QuantizedLinear
+    monkeypatch.setattr(layout, "fastest_layout", lambda w, current=None: ("rows of 256", {}))
+    assert arrange_for_one_row(model, head_room=600 * 64 * 4 - 1) == {}
+    assert type(model.lm_head) is nn.QuantizedLinear
+
+
+def test_the_real_timing_of_an_untied_head_keeps_its_logits() -> None:
+    """No decision forced: whichever layout the machine picks, the logits stay."""
+    model = _Untied(bias=True)
+    mx.eval(model.parameters())
+    ids = mx.array([[1, 2, 3]])
+    before = model(ids)
+    report = arrange_for_one_row(model)
+    assert list(report) == ["head 600x64"]
+    assert mx.allclose(model(ids), before, atol=1e-4).item()
+
+
+def test_a_cpu_shard_of_an_untied_quantized_model_times_its_head(tmp_path) -> None:
+    """Loaded as a CPU rank loads it: the embedding and head stay quantized through the
+    dequantization, the head is then timed against float32 blocks, and the logits are
+    the quantized model's."""
+    from mlx_lm.utils import load_model
+
+    from core.worker.sharding import load_shard
+    from tests.helpers.tiny_models import make_tiny_model
+
+    class _One:
+        def size(self) -> int:
+            return 1
+
+        def rank(self) -> int:
+            return 0
+
+    path = make_tiny_model(tmp_path / "qwen3", "qwen3", quantize=True, tie_embeddings=False)
+    shard = load_shard(path, _One(), "single")  # type: ignore[arg-type]
+    assert shard.weights["precision"] == "float32"
+    assert shard.weights["reason"] == (
+        "embed_tokens 4-bit kept quantized: the lookup reads a row; "
+        "lm_head 4-bit kept quantized until timed against float32 blocks"
+    )
+    assert "head 512x64" in shard.weights["layout"]
+    reference, _ = load_model(path)
+    ids = mx.array([[5, 17, 200, 3]])
+    assert mx.allclose(shard.model(ids), reference(ids).astype(mx.float32), atol=2e-3).item()
