@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -783,12 +784,29 @@ def _exit_message(status: RankStatus) -> str:
     elif code == -1:  # a remote rank ended by a signal ssh does not name
         what = f"{rank} was killed while {status.doing}"
     elif code is not None and code < 0:
-        what = f"{rank} was killed (signal {-code}) while {status.doing}"
+        what = f"{rank} was killed (signal {-code}) while {status.doing}" + _signal_hint(-code)
     else:
         what = f"{rank} exited with code {code} while {status.doing}"
     if not what.lower().startswith("rank"):
         what = f"Rank {status.rank}: {what}"
     return what + _tail(status)
+
+
+# The signals a rank that ran out of memory dies of: the kernel's OOM killer sends
+# SIGKILL; MLX's CPU backend crashes with SIGSEGV when an allocation fails.
+_MEMORY_SIGNALS = {
+    signal.SIGKILL: "if nobody stopped it, its system may have ended it for want of memory",
+    signal.SIGSEGV: "MLX crashes this way when memory runs out",
+}
+
+
+def _signal_hint(number: int) -> str:
+    """After "was killed (signal 9) while ...": what that signal usually means, and what
+    to try; nothing for other signals (a hang-up, a Stop from elsewhere)."""
+    hint = next((text for sig, text in _MEMORY_SIGNALS.items() if sig == number), None)
+    if hint is None:
+        return ""
+    return f". {hint[0].upper()}{hint[1:]}: try a smaller model, a shorter context or more nodes"
 
 
 def _stage(value: object, current: LoadingStage) -> LoadingStage:

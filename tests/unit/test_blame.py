@@ -28,3 +28,23 @@ def test_an_echo_in_the_log_counts_too() -> None:
     echo.log.append("RuntimeError: [ring] connection to a peer was lost")
     silent = _exited(0, 2.0, 1)
     assert min([echo, silent], key=blame_order) is silent
+
+
+def test_a_rank_killed_as_memory_runs_out_gets_a_hint_others_do_not() -> None:
+    from core.run.launcher import _exit_message
+
+    for code, hint in (
+        (-9, "its system may have ended it for want of memory"),
+        (-11, "MLX crashes this way when memory runs out"),
+    ):
+        status = RankStatus(1, node="Studio B", exit_code=code, loaded=True, activity="generating")
+        message = _exit_message(status)
+        assert message.startswith(
+            f"Rank 1 on Studio B was killed (signal {-code}) while generating. "
+        )
+        assert hint in message
+        assert message.endswith("try a smaller model, a shorter context or more nodes")
+    unnamed = RankStatus(1, exit_code=-1, loaded=True, activity="generating")  # over ssh
+    assert _exit_message(unnamed) == "Rank 1 was killed while generating"
+    terminated = RankStatus(1, exit_code=-15, loaded=True, activity="generating")
+    assert _exit_message(terminated) == "Rank 1 was killed (signal 15) while generating"
