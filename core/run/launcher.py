@@ -22,15 +22,14 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
-import signal
 import sys
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,17 @@ from core.remote.ship import NodeSetup, prepare_node, version_skew
 from core.remote.ssh import Connection, SSHError
 from core.remote.targets import Target
 from core.run import cpu, mlxenv
+from core.run.rank_status import (
+    GENERATING,
+    SERVING,
+    TESTING_LINKS,
+    TRAINING,
+    RankStatus,
+    blame_order,
+    exit_message,
+    loading_stage,
+    silence_message,
+)
 from core.run.ranks import LocalRank, RankProcess
 from core.run.remote_ranks import (
     SIGNAL_TIMEOUT_S,
@@ -55,7 +65,6 @@ from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, LoadingStage, Strategy, Task
 
 BIND_FAILURE = "Couldn't bind socket"
-LOG_TAIL = 200
 # Ending the ranks, however they hang, takes at most END_WITHIN_S: SIGTERM and a grace
 # to exit (TERM_GRACE_S from the start), SIGKILL to what remains (each signal over SSH
 # bounded by SIGNAL_WITHIN_S, every rank in parallel), REAP_S for its exit status, and
@@ -154,48 +163,6 @@ class JobSpec:
 
     def worker_argv(self, rank: int, python: str | None = None) -> list[str]:
         return [python or self.python, "-m", "core.worker", *self.worker_args(rank)]
-
-
-@dataclass
-class RankStatus:
-    rank: int
-    node: str | None = None  # the target's name, for a job placed on targets
-    pid: int | None = None  # a remote rank's: its process group on its node
-    stage: LoadingStage = LoadingStage.STARTING
-    loaded: bool = False
-    activity: str | None = None  # once loaded: what the job had asked of it ("generating", ...)
-    last_seen: float = field(default_factory=time.monotonic)
-    exit_code: int | None = None
-    exited_at: float | None = None
-    error: str | None = None
-    ended: bool = False  # it said ``stopped``: it is exiting cleanly
-    log: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL))
-
-    def tail(self, lines: int = 8) -> list[str]:
-        return list(self.log)[-lines:]
-
-    @property
-    def doing(self) -> str:
-        """What the rank was doing, for the failure messages this module writes."""
-        if self.loaded:
-            return self.activity or "loaded"
-        return _DOING.get(self.stage, self.stage.value)
-
-
-# The launcher's own failure messages ("... while reading the model") are for people;
-# the progress words a front end shows are its own (gui/run/progress.py).
-_DOING = {
-    LoadingStage.STARTING: "starting",
-    LoadingStage.JOINING: "joining the cluster",
-    LoadingStage.READING: "reading the model",
-    LoadingStage.SLICING: "slicing every layer",
-    LoadingStage.PLACING: "placing layers",
-    LoadingStage.WEIGHTS: "loading weights",
-    LoadingStage.SYNCHRONISING: "waiting for the other ranks",
-}
-# What a loaded rank is doing: answering a request, or waiting between them.
-GENERATING, TESTING_LINKS, SERVING = "generating", "testing the links", "serving requests"
-TRAINING = "training"
 
 
 class Job:
@@ -529,7 +496,7 @@ class Job:
             status.last_seen = time.monotonic()
             if kind in (p.LOADING, p.HEARTBEAT) and not status.loaded:
                 # The later of the two: a heartbeat may carry the stage it read just before.
-                stage = _stage(event.get("stage"), status.stage)
+                stage = loading_stage(event.get("stage"), status.stage)
                 status.stage = max(stage, status.stage, key=lambda s: s.step)
                 self._join_when_all_are_up()
             elif kind == p.LOADED:
@@ -608,7 +575,7 @@ class Job:
                 if self._finished_task(status, code) or self._still_reading(status, code):
                     continue
                 _record_exit(proc, status, code, now)
-                return _exit_message(status)
+                return exit_message(status)
         silent = [
             status
             for status in self.ranks
@@ -619,10 +586,7 @@ class Job:
         if not silent:
             return None
         status = min(silent, key=lambda s: (s.last_seen, s.rank))
-        return (
-            f"Rank {status.rank}{_where(status)} stopped responding: no sign of life for "
-            f"{now - status.last_seen:.0f} s while {status.doing}{_tail(status)}"
-        )
+        return silence_message(status, now - status.last_seen)
 
     def _finished_task(self, status: RankStatus, code: int) -> bool:
         """A job that ends by itself (a fine-tune, once trained or stopped): this rank
@@ -661,7 +625,7 @@ class Job:
         exited = [s for s in self.ranks if s.exit_code is not None]
         if not exited:
             return None
-        return _exit_message(min(exited, key=blame_order))
+        return exit_message(min(exited, key=blame_order))
 
     def _bind_failed(self) -> bool:
         return any(
@@ -749,76 +713,7 @@ def _record_exit(proc: RankProcess, status: RankStatus, code: int, now: float) -
     status.exit_code = code
     status.exited_at = status.exited_at or now
     if proc.exit_reason and not status.error:
-        status.error = f"Rank {status.rank}{_where(status)} {proc.exit_reason} while {status.doing}"
-
-
-# What a rank says when a peer it talks to went away: never the cause, only its echo.
-KNOCK_ON = ("connection to a peer was lost", "Connection reset by peer", "Broken pipe")
-
-
-def knocked_on(status: RankStatus) -> bool:
-    """The rank failed because a peer did (its error or last log lines say the peer went
-    away), not for a reason of its own."""
-    text = " ".join([status.error or "", *status.tail()])
-    return any(sign in text for sign in KNOCK_ON)
-
-
-def blame_order(status: RankStatus) -> tuple[bool, bool, bool, float, int]:
-    """Which exited rank caused a failure comes first: one killed by a signal, then one
-    failing for a reason of its own (a peer's loss is an echo, whichever exited first),
-    then a silent crash before a reported error, then the earliest, then the lowest."""
-    return (
-        status.exit_code is not None and status.exit_code >= 0,
-        knocked_on(status),
-        status.error is not None,
-        status.exited_at if status.exited_at is not None else float("inf"),
-        status.rank,
-    )
-
-
-def _exit_message(status: RankStatus) -> str:
-    code = status.exit_code
-    rank = f"Rank {status.rank}{_where(status)}"
-    if status.error:
-        what = status.error
-    elif code == -1:  # a remote rank ended by a signal ssh does not name
-        what = f"{rank} was killed while {status.doing}"
-    elif code is not None and code < 0:
-        what = f"{rank} was killed (signal {-code}) while {status.doing}" + _signal_hint(-code)
-    else:
-        what = f"{rank} exited with code {code} while {status.doing}"
-    if not what.lower().startswith("rank"):
-        what = f"Rank {status.rank}: {what}"
-    return what + _tail(status)
-
-
-# The signals a rank that ran out of memory dies of: the kernel's OOM killer sends
-# SIGKILL; MLX's CPU backend crashes with SIGSEGV when an allocation fails.
-_MEMORY_SIGNALS = {
-    signal.SIGKILL: "if nobody stopped it, its system may have ended it for want of memory",
-    signal.SIGSEGV: "MLX crashes this way when memory runs out",
-}
-
-
-def _signal_hint(number: int) -> str:
-    """After "was killed (signal 9) while ...": what that signal usually means, and what
-    to try; nothing for other signals (a hang-up, a Stop from elsewhere)."""
-    hint = next((text for sig, text in _MEMORY_SIGNALS.items() if sig == number), None)
-    if hint is None:
-        return ""
-    return f". {hint[0].upper()}{hint[1:]}: try a smaller model, a shorter context or more nodes"
-
-
-def _stage(value: object, current: LoadingStage) -> LoadingStage:
-    """A ``loading`` event's stage; one this version does not know keeps the last."""
-    try:
-        return LoadingStage(str(value))
-    except ValueError:
-        return current
-
-
-def _where(status: RankStatus) -> str:
-    return f" on {status.node}" if status.node else ""
+        status.error = f"{status.named()} {proc.exit_reason} while {status.doing}"
 
 
 def _node_key(target: Target) -> NodeKey:
@@ -835,11 +730,6 @@ def _each(procs: list[RankProcess], method: str, within: float) -> None:
     until = time.monotonic() + within
     for thread in threads:
         thread.join(timeout=max(0.0, until - time.monotonic()))
-
-
-def _tail(status: RankStatus) -> str:
-    lines = [line for line in status.tail() if line.strip()]
-    return ("\nLast log lines:\n  " + "\n  ".join(lines)) if lines else ""
 
 
 def _new_run_dir() -> Path:

@@ -1,8 +1,9 @@
-"""Which rank a failed job blames: the cause, never the echo of a peer's loss."""
+"""Which rank a failed job blames (the cause, never the echo of a peer's loss), and
+what its message says."""
 
 from __future__ import annotations
 
-from core.run.launcher import RankStatus, blame_order
+from core.run.rank_status import RankStatus, blame_order, exit_message
 
 
 def _exited(rank: int, at: float, code: int, error: str | None = None) -> RankStatus:
@@ -31,20 +32,18 @@ def test_an_echo_in_the_log_counts_too() -> None:
 
 
 def test_a_rank_killed_as_memory_runs_out_gets_a_hint_others_do_not() -> None:
-    from core.run.launcher import _exit_message
-
     for code, hint in (
         (-9, "its system may have ended it for want of memory"),
         (-11, "MLX crashes this way when memory runs out"),
     ):
         status = RankStatus(1, node="Studio B", exit_code=code, loaded=True, activity="generating")
-        message = _exit_message(status)
+        message = exit_message(status)
         assert message.startswith(
             f"Rank 1 on Studio B was killed (signal {-code}) while generating. "
         )
         assert hint in message
         assert message.endswith("try a smaller model, a shorter context or more nodes")
     unnamed = RankStatus(1, exit_code=-1, loaded=True, activity="generating")  # over ssh
-    assert _exit_message(unnamed) == "Rank 1 was killed while generating"
+    assert exit_message(unnamed) == "Rank 1 was killed while generating"
     terminated = RankStatus(1, exit_code=-15, loaded=True, activity="generating")
-    assert _exit_message(terminated) == "Rank 1 was killed (signal 15) while generating"
+    assert exit_message(terminated) == "Rank 1 was killed (signal 15) while generating"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core.run.launcher import JobSpec, RankStatus, _stage
+from core.run.launcher import JobSpec
+from core.run.rank_status import RankStatus, loading_stage
 from core.worker.vocab import Backend, JobState, LoadingStage, Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,10 +112,10 @@ def test_a_job_spec_takes_strings_and_refuses_what_cannot_run() -> None:
 def test_the_launcher_follows_a_rank_by_stage_and_says_it_in_words() -> None:
     status = RankStatus(0)
     assert status.stage is LoadingStage.STARTING and status.doing == "starting"
-    status.stage = _stage("weights", status.stage)
+    status.stage = loading_stage("weights", status.stage)
     assert status.stage is LoadingStage.WEIGHTS and status.doing == "loading weights"
-    assert _stage("a stage of a newer worker", status.stage) is LoadingStage.WEIGHTS
-    assert _stage(None, status.stage) is LoadingStage.WEIGHTS
+    assert loading_stage("a stage of a newer worker", status.stage) is LoadingStage.WEIGHTS
+    assert loading_stage(None, status.stage) is LoadingStage.WEIGHTS
     status.loaded = True
     assert status.doing == "loaded"
     for stage in LoadingStage:  # every stage has words of its own, not its wire value
