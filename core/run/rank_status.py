@@ -116,12 +116,12 @@ _MEMORY_SIGNALS = {
 
 
 def _signal_hint(number: int) -> str:
-    """After "was killed (signal 9) while ...": what that signal usually means, and what
-    to try; nothing for other signals (a hang-up, a Stop from elsewhere)."""
+    """A line after "was killed (signal 9) while ...": what that signal usually means,
+    and what to try; nothing for other signals (a hang-up, a Stop from elsewhere)."""
     hint = next((text for sig, text in _MEMORY_SIGNALS.items() if sig == number), None)
     if hint is None:
         return ""
-    return f". {hint[0].upper()}{hint[1:]}: try a smaller model, a shorter context or more nodes"
+    return f"\n{hint[0].upper()}{hint[1:]}: try a smaller model, a shorter context or more nodes."
 
 
 def loading_stage(value: object, current: LoadingStage) -> LoadingStage:

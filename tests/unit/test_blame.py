@@ -38,11 +38,10 @@ def test_a_rank_killed_as_memory_runs_out_gets_a_hint_others_do_not() -> None:
     ):
         status = RankStatus(1, node="Studio B", exit_code=code, loaded=True, activity="generating")
         message = exit_message(status)
-        assert message.startswith(
-            f"Rank 1 on Studio B was killed (signal {-code}) while generating. "
-        )
-        assert hint in message
-        assert message.endswith("try a smaller model, a shorter context or more nodes")
+        first, second = message.split("\n")  # the title, then what to try
+        assert first == f"Rank 1 on Studio B was killed (signal {-code}) while generating"
+        assert hint in second
+        assert second.endswith("try a smaller model, a shorter context or more nodes.")
     unnamed = RankStatus(1, exit_code=-1, loaded=True, activity="generating")  # over ssh
     assert exit_message(unnamed) == "Rank 1 was killed while generating"
     terminated = RankStatus(1, exit_code=-15, loaded=True, activity="generating")
