@@ -98,6 +98,8 @@ class JobSpec:
     bind_retries: int = 3
     rank_models: list[Path] | None = None  # per-rank model folder, when nodes hold different files
     targets: list[Target] | None = None  # where each rank runs, rank order (None: this machine)
+    # Local ranks' names in messages, rank order: the demo's simulated Macs (targets name theirs).
+    rank_names: list[str] | None = None
     devices: list[list[str | list[str] | None]] | None = None  # jaccl: the device matrix
     # ring: the address each rank listens on (rank order; core.cluster.ringpath's
     # choice); None: each target's rank_address.
@@ -269,7 +271,11 @@ class Job:
         spec = self.spec
         self._attempt += 1
         self._joined = False
-        names = [t.name for t in spec.targets] if spec.targets else [None] * spec.nodes
+        names: list[str | None] = [None] * spec.nodes
+        if spec.targets:
+            names = [t.name for t in spec.targets]
+        elif spec.rank_names and len(spec.rank_names) == spec.nodes:
+            names = list(spec.rank_names)
         self.ranks = [RankStatus(rank, node=names[rank]) for rank in range(spec.nodes)]
         self._procs = []
         if spec.targets:

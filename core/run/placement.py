@@ -88,9 +88,10 @@ def job_spec(
     **fields: Any,
 ) -> JobSpec:
     """What runs is what was planned: the plan's strategy, rank count and split, on the
-    demo's local ranks (``targets`` None: ring over loopback) or on ``targets`` in the
+    demo's local ranks (``targets`` None: ring over loopback, each rank named after its
+    simulated Mac in messages) or on ``targets`` in the
     plan's rank order with ``backend`` (preflight's choice)."""
-    placed: dict[str, Any] = {"nodes": len(plan.ranks)}
+    placed: dict[str, Any] = {"nodes": len(plan.ranks), "rank_names": list(plan.nodes_used)}
     if targets is not None:
         placed = {
             "targets": in_rank_order(plan, targets),

@@ -97,7 +97,9 @@ def test_a_killed_rank_shows_the_launcher_message_and_logs(qtbot: QtBot, demo_mo
     os.kill(job.ranks[1].pid, signal.SIGKILL)
     qtbot.waitUntil(lambda: _state(window) == RunState.FAILED, timeout=60_000)
     assert run.banner.isVisible()
-    assert run.banner.title.text().startswith("Rank 1 was killed (signal 9)")
+    # The demo's rank is named after its simulated Mac, and what to try follows.
+    assert run.banner.title.text().startswith("Rank 1 on Studio B was killed (signal 9)")
+    assert "try a smaller model" in run.banner.detail.text()
     assert len(run.banner.log_buttons) == 2
     run.banner.log_buttons[0].click()
     dialog = next(

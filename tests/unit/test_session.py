@@ -186,6 +186,7 @@ def test_the_demo_spec_and_the_cluster_spec_come_from_one_function(
     plan = plan_on(info, demo_facts(2), Strategy.PIPELINE)
     local = job_spec(info, plan)
     assert local.targets is None and local.nodes == 2 and local.split == list(plan.split or ())
+    assert local.rank_names == list(plan.nodes_used)  # the demo's ranks, named in messages
     targets = [Target(name, "127.0.0.9") for name in reversed(plan.nodes_used)]
     placed = job_spec(info, plan, targets)
     assert [t.name for t in placed.targets or []] == list(plan.nodes_used)  # rank order
