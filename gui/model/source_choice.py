@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QWidget
 from gui.widgets import label
 
 CHOICES = {
-    "auto": "Hugging Face when they reach it, else this Mac",
+    "auto": "Hugging Face, else this Mac",
     "hub": "Hugging Face",
     "this-mac": "This Mac",
 }
@@ -38,6 +38,12 @@ class ModelSourceChooser(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.combo = QComboBox()
+        # Sized to the column, not to its longest choice: the window's left column must
+        # never scroll sideways (it would hide the Cluster pane's RDMA column).
+        self.combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.combo.setMinimumContentsLength(12)
         for value, text in CHOICES.items():
             self.combo.addItem(text, value)
             self.combo.setItemData(self.combo.count() - 1, TIPS[value], Qt.ItemDataRole.ToolTipRole)

@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QPushButton, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from core.plan.planner import Plan
 from gui.style import set_role
@@ -109,7 +117,10 @@ class SplitEditor(QWidget):
         self.boxes, self.names = [], names
         for rank, name in enumerate(names):
             box = QSpinBox()
-            box.setRange(0, 100_000)
+            box.setRange(0, 9_999)
+            # Shrinks to its minimum in the window's fixed-width column, rather than
+            # holding it at its full width (QSpinBox's own policy).
+            box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
             box.setSuffix(" layers")
             box.setKeyboardTracking(False)  # typing "12" is one edit, not "1" then "12"
             box.setToolTip(f"Layers {name} holds (rank {rank})")

@@ -140,3 +140,22 @@ def test_the_model_source_chosen_is_what_the_next_run_uses(qtbot: QtBot, demo_mo
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=10_000)
     again = _window(qtbot, settings=Settings(model_source="hub"))
     assert again.model.source.selected() == "hub"
+
+
+def test_the_left_column_fits_its_width_without_scrolling_sideways(
+    qtbot: QtBot, demo_model: Path
+) -> None:
+    """Cluster and Model share a fixed-width column: a widget wider than it (the model
+    source's longest choice once did) made it scroll sideways and hid the Cluster
+    pane's RDMA column and Cables toggle."""
+    from PySide6.QtWidgets import QScrollArea
+
+    window = _window(qtbot)
+    window.resize(1440, 900)
+    drop_paths(window.model.drop_zone, demo_model)
+    qtbot.waitUntil(lambda: _loaded(window), timeout=20_000)
+    scroll = window.findChild(QScrollArea)
+    assert scroll is not None
+    qtbot.waitUntil(lambda: scroll.widget().width() <= scroll.viewport().width(), timeout=5_000)
+    assert scroll.widget().minimumSizeHint().width() <= scroll.viewport().width()
+    assert not scroll.horizontalScrollBar().isVisible()
