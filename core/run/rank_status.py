@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from core.worker.vocab import LoadingStage
 
 LOG_TAIL = 200
+# Where a failure message turns from what happened to the rank's own last log lines.
+LOG_LINES = "Last log lines:"
 
 
 @dataclass
@@ -142,4 +144,4 @@ def silence_message(status: RankStatus, silent_s: float) -> str:
 
 def _tail(status: RankStatus) -> str:
     lines = [line for line in status.tail() if line.strip()]
-    return ("\nLast log lines:\n  " + "\n  ".join(lines)) if lines else ""
+    return (f"\n{LOG_LINES}\n  " + "\n  ".join(lines)) if lines else ""

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.run.rank_status import LOG_LINES
 from gui import style
 from gui.style import set_role
 from gui.widgets import label
@@ -31,6 +32,9 @@ class FailureBanner(QFrame):
         super().__init__(parent)
         set_role(self, "banner-error")
         self.title = label("", "banner-title", wrap=True, selectable=True)
+        # What to try (the launcher's line after the title, e.g. when memory ran out), in
+        # the text's own font; the log lines below it in the log's.
+        self.advice = label("", "", wrap=True, selectable=True)
         self.detail = label("", "banner-detail", wrap=True, selectable=True)
         self.detail.setTextFormat(Qt.TextFormat.PlainText)
         self.hint = label(
@@ -52,6 +56,7 @@ class FailureBanner(QFrame):
         layout.setContentsMargins(14, 10, 14, 12)
         layout.setSpacing(6)
         layout.addLayout(top)
+        layout.addWidget(self.advice)
         layout.addWidget(self.detail)
         layout.addWidget(self.hint)
         layout.addLayout(self.buttons)
@@ -61,8 +66,11 @@ class FailureBanner(QFrame):
     def show_failure(self, message: str, logs: list[tuple[int, Path]]) -> None:
         first, _, rest = message.strip().partition("\n")
         self.title.setText(first or "The cluster failed.")
-        self.detail.setText(rest.strip())
-        self.detail.setVisible(bool(rest.strip()))
+        advice, logs_at, log_lines = rest.partition(LOG_LINES)
+        self.advice.setText(advice.strip())
+        self.advice.setVisible(bool(advice.strip()))
+        self.detail.setText((logs_at + log_lines).strip())
+        self.detail.setVisible(bool(log_lines.strip()))
         for button in self.log_buttons:
             self.buttons.removeWidget(button)
             button.deleteLater()

@@ -221,3 +221,19 @@ def test_stop_this_answer_ends_it_and_the_cluster_answers_the_next(
     qtbot.keyClick(pane.chat.prompt, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: "France is Paris." in pane.chat.text(), timeout=10_000)
     qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+
+
+def test_the_banner_shows_what_to_try_in_text_and_the_log_lines_apart(qtbot: QtBot) -> None:
+    from core.run.rank_status import RankStatus, exit_message
+    from gui.run.failure import FailureBanner
+
+    status = RankStatus(1, node="Studio B", exit_code=-11, loaded=True, activity="generating")
+    status.log.extend(["loading weights", "Segmentation fault"])
+    banner = FailureBanner()
+    qtbot.addWidget(banner)
+    banner.show_failure(exit_message(status), [])
+    assert banner.title.text() == "Rank 1 on Studio B was killed (signal 11) while generating"
+    assert banner.advice.text().startswith("MLX crashes this way when memory runs out: try")
+    assert banner.detail.text() == "Last log lines:\n  loading weights\n  Segmentation fault"
+    banner.show_failure("Rank 0 exited with code 1 while loading weights", [])
+    assert banner.advice.isHidden() and banner.detail.isHidden()
