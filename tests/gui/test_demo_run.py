@@ -99,7 +99,7 @@ def test_a_killed_rank_shows_the_launcher_message_and_logs(qtbot: QtBot, demo_mo
     assert run.banner.isVisible()
     # The demo's rank is named after its simulated Mac, and what to try follows.
     assert run.banner.title.text().startswith("Rank 1 on Studio B was killed (signal 9)")
-    assert "try a smaller model" in run.banner.detail.text()
+    assert "try a smaller model" in run.banner.advice.text()
     assert len(run.banner.log_buttons) == 2
     run.banner.log_buttons[0].click()
     dialog = next(

@@ -167,6 +167,9 @@ def test_cancel_and_a_gated_repo_are_said_in_the_window(
     view = pane.library
     _search(qtbot, view, "", 2)
     select(view, "mlx-community/Medium")
+    # A link of 10 MB/s: unthrottled, loopback brings its ~70 MB in a tenth of a second
+    # on a fast machine, before the cancel is clicked.
+    hub.bandwidth = 10e6
     view.download_button.click()
     qtbot.waitUntil(lambda: view.progress.value() > 0, timeout=30_000)
     view.cancel_button.click()
