@@ -72,6 +72,6 @@ def _alive(pid: int) -> bool:
     # A zombie has exited; only its parent's wait is missing.
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:  # reaped since
+    except (FileNotFoundError, ProcessLookupError):  # reaped since (ESRCH: mid-read)
         return False
     return not stat.split(") ")[-1].startswith("Z")
