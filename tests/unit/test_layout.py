@@ -57,6 +57,18 @@ class _Untied(nn.Module):
         return logits
 
 
+def _blocks_win(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every timing says blocks of 256 rows win; the list hears each ``current`` product."""
+    seen: list[object] = []
+
+    def decide(weight: mx.array, current=None) -> tuple[str, dict[str, float]]:
+        seen.append(current)
+        return "rows of 256", {"as is": 900.0, "rows of 256": 300.0}
+
+    monkeypatch.setattr(layout, "fastest_layout", decide)
+    return seen
+
+
 def _bytes(model: nn.Module) -> int:
     return sum(v.nbytes for _, v in nn.utils.tree_flatten(model.parameters()))
 
@@ -138,13 +150,7 @@ def test_float16_and_quantized_layers_are_left_alone(monkeypatch: pytest.MonkeyP
 def test_a_tied_quantized_head_gets_float_blocks_and_keeps_its_lookup(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    seen: list[object] = []
-
-    def decide(weight: mx.array, current=None) -> tuple[str, dict[str, float]]:
-        seen.append(current)
-        return "rows of 256", {"as is": 900.0, "rows of 256": 300.0}
-
-    monkeypatch.setattr(layout, "fastest_layout", decide)
+    seen = _blocks_win(monkeypatch)
     model = _Tied(quantized=True)
     mx.eval(model.parameters())
     ids = mx.array([[3, 599, 42]])
@@ -182,13 +188,7 @@ def test_a_head_that_would_not_fit_or_was_skipped_is_left_alone(
 def test_an_untied_quantized_head_becomes_float_blocks_with_the_same_logits(
     monkeypatch: pytest.MonkeyPatch, bias: bool
 ) -> None:
-    seen: list[object] = []
-
-    def decide(weight: mx.array, current=None) -> tuple[str, dict[str, float]]:
-        seen.append(current)
-        return "rows of 256", {"as is": 900.0, "rows of 256": 300.0}
-
-    monkeypatch.setattr(layout, "fastest_layout", decide)
+    seen = _blocks_win(monkeypatch)
     model = _Untied(bias)
     mx.eval(model.parameters())
     quantized = model.lm_head
