@@ -77,6 +77,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tests.helpers.procs import die_with_parent
+
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = (1440, 900)
 FIRST = "What is the capital of France?"
@@ -94,6 +96,7 @@ def virtual_display() -> Iterator[None]:
         ["Xvfb", f":{number}", "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,  # no Xvfb left behind by a killed run
     )
     try:
         socket = Path(f"/tmp/.X11-unix/X{number}")

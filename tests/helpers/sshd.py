@@ -20,11 +20,9 @@ and every process it started killed, whatever the tests did.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import getpass
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -37,6 +35,8 @@ from pathlib import Path
 import paramiko
 import psutil
 import pytest
+
+from tests.helpers.procs import die_with_parent
 
 SSHD = Path(os.environ.get("MACMESH_TEST_SSHD", "/usr/sbin/sshd"))  # moved only to test this
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -190,7 +190,7 @@ def running_sshd(
                     stdout=log,
                     stderr=log,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             if _wait_listening(process, addresses, port):
                 break
@@ -332,26 +332,6 @@ def _alive(process: psutil.Process) -> bool:
         return process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _prctl() -> object | None:
-    """Resolved before any fork: loading a library in a forked child can deadlock."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _prctl()
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Linux: sshd gets SIGTERM if the test process dies without tearing down."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)  # type: ignore[operator]
 
 
 # -- a password-only server: paramiko's, for "set up access with the peer's password" ---------
