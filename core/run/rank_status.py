@@ -120,7 +120,7 @@ _MEMORY_SIGNALS = {
 def _signal_hint(number: int) -> str:
     """A line after "was killed (signal 9) while ...": what that signal usually means,
     and what to try; nothing for other signals (a hang-up, a Stop from elsewhere)."""
-    hint = next((text for sig, text in _MEMORY_SIGNALS.items() if sig == number), None)
+    hint = _MEMORY_SIGNALS.get(number)  # type: ignore[call-overload]
     if hint is None:
         return ""
     return f"\n{hint[0].upper()}{hint[1:]}: try a smaller model, a shorter context or more nodes."
