@@ -10,7 +10,7 @@ from core import units
 from gui.nodes.topology_scene import Measured
 
 if TYPE_CHECKING:
-    from core.run.linktest import LinkResult, LinkTest
+    from core.run.tasks.linktest import LinkResult, LinkTest
 
 
 def share_words(result: LinkResult) -> str:
