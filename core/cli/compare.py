@@ -23,7 +23,7 @@ from core.cli.options import add_adapter_argument, add_split_argument, split_of
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
-from core.run.launcher import JobError
+from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Host, Session
 from core.run.tasks.compare import (

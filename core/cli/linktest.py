@@ -21,7 +21,7 @@ from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.steps import follow
 from core.cli.where import add_where_arguments, where_hosts
 from core.model.info import ModelError, read_model_info
-from core.run.launcher import JobError
+from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Session
 from core.run.states import Step

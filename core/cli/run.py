@@ -33,8 +33,8 @@ from core.envvars import ENV_REMOTE_CACHE
 from core.library.resolve import resolve_model
 from core.model.info import ModelError
 from core.remote.targets import Target
+from core.run.checks.preflight import BACKENDS
 from core.run.placement import ClusterError, show_launch
-from core.run.preflight import BACKENDS
 from core.run.session import Session, real_hosts
 from core.run.states import Step
 from core.settings import MODEL_SOURCES, load_settings

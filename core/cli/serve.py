@@ -28,7 +28,7 @@ from core.cli.run import add_cluster_arguments, open_session
 from core.cli.steps import follow
 from core.model.info import ModelError, read_model_info
 from core.run import demo
-from core.run.launcher import JobError
+from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Session, simulated_hosts
 from core.run.states import Step

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
-from core.run.preflight import PreflightReport, format_report
+from core.run.checks.report import PreflightReport, format_report
 from core.run.states import Step
 from core.units import bytes_per_s, duration, size
 

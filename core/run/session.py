@@ -65,7 +65,9 @@ from core.remote.ssh import SSHError
 from core.remote.targets import Target
 from core.remote.transport import CopyCancelled, ModelCopyError
 from core.run import placement
-from core.run.launcher import Job, JobError, JobSpec
+from core.run.checks.preflight import run_preflight
+from core.run.checks.report import PreflightReport
+from core.run.job.launcher import Job, JobError, JobSpec
 from core.run.placement import (
     ClusterError,
     demo_launch,
@@ -75,7 +77,6 @@ from core.run.placement import (
     planned_launch,
 )
 from core.run.planning import plan_on
-from core.run.preflight import PreflightReport, run_preflight
 from core.run.states import RunState, Step
 from core.worker.vocab import Backend, JobState, Strategy, Task
 
@@ -169,7 +170,7 @@ class Session:
         # the JobSpec's fine-tune fields (data, tune_settings, out) in ``job_fields``.
         self.task = Task(task)
         self.job_fields = dict(job_fields or {})
-        self.model_source = model_source  # auto | hub | this-mac (core.run.modelsource)
+        self.model_source = model_source  # auto | hub | this-mac (core.run.checks.modelsource)
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]

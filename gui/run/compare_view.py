@@ -24,7 +24,7 @@ from gui.widgets import label, section
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
     from core.plan.planner import Plan
-    from core.run.launcher import JobSpec
+    from core.run.job.launcher import JobSpec
     from core.run.session import Host, Session
     from core.run.tasks.compare import Comparison, RunFigures
 

@@ -35,10 +35,10 @@ from gui.run.progress import STAGE_WORDS, STEPS
 
 if TYPE_CHECKING:
     from core.remote.modelcopy import CopyProgress
-    from core.run.launcher import JobSpec
-    from core.run.preflight import PreflightReport
+    from core.run.checks.report import PreflightReport
+    from core.run.job.launcher import JobSpec
+    from core.run.measure.telemetry import Telemetry
     from core.run.session import Host, Session
-    from core.run.telemetry import Telemetry
 
 __all__ = ["STEPS", "RunController", "RunState"]
 
@@ -62,7 +62,7 @@ class RunController(QObject):
     token = Signal(str, str)  # request id, text piece
     answer_done = Signal(str, object)  # request id, the done event
     failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
-    preflight_done = Signal(object)  # core.run.preflight.PreflightReport
+    preflight_done = Signal(object)  # core.run.checks.report.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
     setup_failed = Signal(str)  # the checks or the copy could not run: why, and what to do
     recorded = Signal(object)  # a run was kept in the history: its RunRecord
@@ -102,7 +102,7 @@ class RunController(QObject):
 
     @property
     def job(self) -> Any:
-        """The session's job once launched (``core.run.launcher.Job``), else None."""
+        """The session's job once launched (``core.run.job.launcher.Job``), else None."""
         return self.session.job if self.session is not None else None
 
     # -- commands -------------------------------------------------------------------------
@@ -121,8 +121,8 @@ class RunController(QObject):
         if self.state.active:
             return
         self._detach()
+        from core.run.measure.telemetry import Telemetry
         from core.run.session import ClusterError, Host, Session  # numpy...: at the first Start
-        from core.run.telemetry import Telemetry
         from core.settings import load_settings
 
         chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
@@ -474,7 +474,7 @@ class RunController(QObject):
         """The answer joins the run history as the chat task keeps one ("api": asked
         through the API); the write happens off the GUI thread, a failure is one line in
         the status."""
-        from core.run.history import RunKind
+        from core.run.measure.history import RunKind
         from core.run.tasks.chat import keep_answer
 
         session, telemetry, began = self.session, self.telemetry, self.t0

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from core.run.history import History
+from core.run.measure.history import History
+from core.run.measure.links import SIZES
 from core.run.states import RunState
-from core.run.tasks.linktest import SIZES
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
 from gui.nodes.pane import CABLES

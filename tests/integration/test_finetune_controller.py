@@ -15,7 +15,7 @@ import pytest
 
 from core.model.info import read_model_info
 from core.run.demo import demo_facts
-from core.run.history import History, RunKind
+from core.run.measure.history import History, RunKind
 from core.run.session import simulated_hosts
 from core.run.states import RunState
 from core.run.tasks.finetune import FineTune, TrainReport

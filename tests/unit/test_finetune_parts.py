@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.run.launcher import JobSpec
+from core.run.job.launcher import JobSpec
 from core.run.tasks.finetune import last_checkpoint, name_node, prepare_data
 from core.tune.data import DataError
 from core.tune.settings import TuneSettings
@@ -176,7 +176,7 @@ def test_a_report_reads_as_one_line_in_words_or_json() -> None:
 
 
 def test_a_fine_tunes_history_headline() -> None:
-    from core.run.history import RunRecord
+    from core.run.measure.history import RunRecord
 
     def record(**figures: object) -> RunRecord:
         return RunRecord("finetune", "m", ["a"], "data parallel", "ring", dict(figures))

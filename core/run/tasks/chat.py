@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from core.run.history import RunKind, RunRecord, keep, local_versions, telemetry_series
+from core.run.measure.history import RunKind, RunRecord, keep, local_versions, telemetry_series
+from core.run.measure.telemetry import RequestSummary, Telemetry
 from core.run.placement import ClusterError
-from core.run.telemetry import RequestSummary, Telemetry
 from core.worker import protocol as p
 
 if TYPE_CHECKING:

@@ -19,14 +19,14 @@ from typing import Any
 from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
-from core.run.history import RunKind, RunRecord, keep, local_versions
-from core.run.launcher import Job, JobSpec
+from core.run.job.launcher import Job, JobSpec
+from core.run.measure.history import RunKind, RunRecord, keep, local_versions
+from core.run.measure.telemetry import Telemetry
 from core.run.placement import ClusterError
 from core.run.planning import plan_on
 from core.run.session import Host, Session
 from core.run.states import Step
 from core.run.tasks.chat import answer_once
-from core.run.telemetry import Telemetry
 from core.units import size
 from core.worker.vocab import Strategy
 

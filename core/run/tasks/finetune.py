@@ -37,7 +37,7 @@ from core import paths
 from core.model.info import ModelInfo
 from core.remote.folders import fetch_folder
 from core.remote.ssh import SSHError
-from core.run.history import RunKind, RunRecord, keep, local_versions
+from core.run.measure.history import RunKind, RunRecord, keep, local_versions
 from core.run.placement import ClusterError, in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState, Step

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from core import units
 from core.paths import FolderError, data_dir
-from core.run.telemetry import Telemetry
+from core.run.measure.telemetry import Telemetry
 
 FILE_NAME = "history.sqlite3"
 
