@@ -80,7 +80,12 @@ def launch_and_ask(
         return interrupted(stage, err)
     finally:
         session.stop()
-    summary = {**about, **answer.figures, "ranks": answer.ranks}
+    summary = {
+        **about,
+        **answer.figures,
+        "link_bytes_per_s": answer.link_bytes_per_s,
+        "ranks": answer.ranks,
+    }
     if answer.not_kept:
         err.write(f"macmesh: {answer.not_kept}\n")
     out.write("\n")

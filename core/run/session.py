@@ -1,11 +1,13 @@
-"""One Start, from the nodes to a running job and back: the one object behind
-``macmesh run``, ``macmesh demo --headless`` and the window's Start.
+"""One Start, from the nodes to a running job and back: the one object that knows the
+order of the steps. Every kind of job is a task over a session (``core.run.tasks``:
+chat, compare, link test, fine-tune; ``core.serve.task``: serve); the command line and
+the window drive the same tasks.
 
 A session is one model on some hosts: real Macs (``Host`` with a ``Target``) or the
 demo's simulated Macs (no target: their ranks run on this machine, and what needs SSH,
 the probe, the checks and the copy, is skipped). Each step blocks; the caller runs them
-in order on one worker thread (the window on its bridge's serial queue, the command line
-on its main thread); ``start()`` runs the first five:
+on one worker thread (the window on its bridge's serial queue, the command line on its
+main thread) with ``start(until=...)``, which runs them in order, each once:
 
 - ``probe(force=False)``: every host's facts. Facts a scanner probed within ``fresh_s``
   (60 s) are reused; the others are probed over SSH, in parallel (``force``: all).
@@ -13,12 +15,15 @@ on its main thread); ``start()`` runs the first five:
   the probed facts for ``strategy``.
 - ``preflight()``: every check with its fix, and the backend (reusing the probed facts;
   ``verify``: every model file on the nodes hashed there, not only sized).
-- ``copy()``: each node's missing part of the model (and files found damaged), every node
-  at once.
+- ``copy()``: each node's missing part of the model (and files found damaged), the
+  adapter and a fine-tune's data, every node at once.
 - ``launch()``: the job's ranks start (it returns once they are starting).
-- ``ask(...)``: a request; its tokens arrive as ``event``s. ``cancel_answer(request)``: that
-  answer ends at its next token, the job serves on. ``test_links()``: the link test on the
-  running job. ``stop()``: every rank ends.
+
+A task stops at a step (``start(Step.PLAN)``), does its own part (a fine-tune checks its
+fit, ``macmesh run --change-network`` changes the network then ``check_again()``), and
+calls ``start()`` again to go on. On the running job: ``ask(...)`` (its tokens arrive
+as ``event``s), ``cancel_answer(request)`` (that answer ends at its next token, the job
+serves on), ``test_links()``, ``stop()`` (every rank ends).
 
 ``cancel()`` (any thread) ends the running step at its next boundary (a copy between
 chunks; what arrived is kept and the next copy resumes); ``start()`` then runs no
@@ -35,6 +40,8 @@ Signals, and the thread each fires on:
 - ``checked(report)``: the ``PreflightReport``, on the preflight step's thread.
 - ``copy_progress(progress)``: ``CopyProgress``, on the copying threads (one per node).
 - ``event(event)``: every worker event, on the job's reader threads.
+- ``step_started(step)``: a ``Step`` begins, on the thread running it (the command line
+  says each step on it: ``core.cli.steps``).
 """
 
 from __future__ import annotations

@@ -261,7 +261,8 @@ class RunController(QObject):
 
     def api_request(self, request: str, started: float, client: str) -> None:
         """A request the API sent to this session (GUI thread): it streams into the chat
-        under who asked, and into the plots like a chat answer; not into the history."""
+        under who asked, and into the plots like a chat answer (the API keeps it in the
+        history: ``core.serve.records``)."""
         if self.telemetry is not None:
             self.telemetry.request_started(request, started)
         self._api[request] = client
@@ -468,18 +469,18 @@ class RunController(QObject):
             self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
             del self.averages[:-MAX_AVERAGES]
         self.answer_done.emit(request, event)
-        self._keep_answer(event, "api" if from_api else "chat")
+        if not from_api:  # the API keeps its own answers (core.serve.records)
+            self._keep_answer(event)
 
-    def _keep_answer(self, event: dict, kind: str = "chat") -> None:
-        """The answer joins the run history as the chat task keeps one ("api": asked
-        through the API); the write happens off the GUI thread, a failure is one line in
-        the status."""
-        from core.run.measure.history import RunKind
+    def _keep_answer(self, event: dict) -> None:
+        """The answer joins the run history as the chat task keeps one; the write
+        happens off the GUI thread, a failure is one line in the status."""
         from core.run.tasks.chat import keep_answer
 
         session, telemetry, began = self.session, self.telemetry, self.t0
         if session is None or telemetry is None:
             return
+        done_at = time.monotonic()
 
         def kept(outcome: tuple[Any, str | None]) -> None:
             record, problem = outcome
@@ -489,7 +490,7 @@ class RunController(QObject):
                 self.recorded.emit(record)
 
         self._bridge.run_in_background(
-            lambda: keep_answer(session, event, telemetry, began, RunKind(kind)), kept
+            lambda: keep_answer(session, event, telemetry, began, done_at=done_at), kept
         )
 
     def _fail(self, message: str) -> None:

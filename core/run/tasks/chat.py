@@ -22,13 +22,17 @@ from core.worker import protocol as p
 if TYPE_CHECKING:
     from core.run.session import Session
 
+SETTLE_S = p.TRAFFIC_S + 0.2  # a rank reports its traffic every TRAFFIC_S
+
 
 @dataclass(frozen=True)
 class Answer:
-    """One answer: its figures (tokens/s, time to first token, bytes per link, the text),
-    what each rank ran on, and the run as kept (``not_kept``: why it could not be)."""
+    """One answer: its figures (tokens/s, time to first token, the text), the bytes each
+    link moved per second while it was asked, what each rank ran on, and the run as kept
+    (``not_kept``: why it could not be; the record holds the figures, as the window's)."""
 
     figures: dict[str, Any]
+    link_bytes_per_s: dict[str, float]
     ranks: list[dict[str, Any]]
     record: RunRecord
     not_kept: str | None
@@ -44,8 +48,9 @@ def chat(
     telemetry = telemetry or Telemetry()
     began = time.monotonic()
     figures = answer_once(session, prompt, max_tokens, telemetry)
+    links = figures.pop("link_bytes_per_s")
     record = answer_record(session, figures, telemetry, began)
-    return Answer(figures, telemetry.rank_facts(), record, keep(record))
+    return Answer(figures, links, telemetry.rank_facts(), record, keep(record))
 
 
 def answer_once(
@@ -74,7 +79,7 @@ def ask_once(
     telemetry.request_started(request, started)
     done = session.wait_done(request)
     elapsed = max(time.monotonic() - started, 1e-9)
-    time.sleep(p.TRAFFIC_S + 0.2)  # the ranks' last traffic reports of this request
+    settle(time.monotonic())
     after = telemetry.link_totals()
     summary = next((r for r in telemetry.requests() if r.id == request), None)
     figures = answer_figures(done, summary)
@@ -82,6 +87,12 @@ def ask_once(
         link: round((after.get(link, 0) - before.get(link, 0)) / elapsed, 1) for link in after
     }
     return figures
+
+
+def settle(done_at: float) -> None:
+    """Wait until the ranks' last traffic reports of an answer that ended at ``done_at``
+    (monotonic) are in: its figures and series then hold every byte it moved."""
+    time.sleep(max(0.0, done_at + SETTLE_S - time.monotonic()))
 
 
 def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> dict[str, Any]:
@@ -133,11 +144,16 @@ def keep_answer(
     telemetry: Telemetry,
     began: float,
     kind: RunKind = RunKind.CHAT,
+    about: Mapping[str, Any] | None = None,
+    done_at: float | None = None,
 ) -> tuple[RunRecord, str | None]:
     """An answer of a running session (the window's chat, or the API's) kept as ``chat``
-    keeps one: the record, and why it could not be kept (None: it was). Blocking (a
-    write): off the GUI thread."""
+    keeps one, with ``about`` among its figures (the API's client), once its traffic is
+    in (``done_at``: when its ``done`` arrived, monotonic): the record, and why it could
+    not be kept (None: it was). Blocking (a wait, a write): off the GUI thread."""
+    settle(time.monotonic() if done_at is None else done_at)
     request = str(done.get("request"))
     summary = next((r for r in telemetry.requests() if r.id == request), None)
-    record = answer_record(session, answer_figures(done, summary), telemetry, began, kind)
+    figures = {**answer_figures(done, summary), **(about or {})}
+    record = answer_record(session, figures, telemetry, began, kind)
     return record, keep(record)
