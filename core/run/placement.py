@@ -24,7 +24,7 @@ from core.cluster.probe.facts import NodeFacts
 from core.cluster.probe.remote import probe_over_ssh
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
-from core.remote.modelcopy import remote_model_dir
+from core.remote.modelcheck import remote_model_dir
 from core.remote.ship import worker_bundle
 from core.remote.ssh import SSHError, UnknownHostKey
 from core.remote.targets import Target

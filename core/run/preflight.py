@@ -2,7 +2,7 @@
 
 One gather step per node, in parallel over SSH (``gather``): the probe's facts (with the
 Python that node will run, ``Target.interpreter``) and the model check by manifest
-(``core.remote.modelcopy.check``). Then pure functions over what was gathered
+(``core.remote.modelcheck.check``). Then pure functions over what was gathered
 (``evaluate``): every node reachable; its Python and its mlx / mlx-lm; the same versions
 everywhere (and the same macOS build for jaccl); the model present where it is needed
 ("missing" → a copy is offered, when the node has the free space for it; "different" →
@@ -32,7 +32,7 @@ from core.cluster.ringpath import RingLink
 from core.model.manifest import HashCache, Manifest, ManifestError, build_manifest, node_manifest
 from core.plan.memory import Node, node_budget
 from core.plan.planner import Plan
-from core.remote.modelcopy import CheckResult, ModelCopyError, check
+from core.remote.modelcheck import CheckResult, check
 from core.remote.ssh import (
     AuthFailed,
     HostKeyChanged,
@@ -43,6 +43,7 @@ from core.remote.ssh import (
     UnknownHostKey,
 )
 from core.remote.targets import Target
+from core.remote.transport import ModelCopyError
 from core.run.backend_choice import BackendChoice, choose_backend, with_links
 from core.run.ringcheck import check_links
 from core.units import size
