@@ -35,7 +35,7 @@ from core.run.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Host, Session
 from core.units import rate, seconds, size
-from core.worker.vocab import Strategy
+from core.worker.vocab import Backend, Strategy
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +123,7 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         model=info.name,
         nodes=result.cluster.nodes,
         strategy=result.strategy,
-        backend="ring",
+        backend=Backend.RING,
         split=list(split) if split else None,
         versions=local_versions(),
         figures=result.to_dict(),

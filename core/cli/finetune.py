@@ -30,6 +30,7 @@ from core.run.states import RunState
 from core.tune.adapters import Adapter
 from core.tune.settings import TuneSettings
 from core.units import rate, seconds, size
+from core.worker.vocab import Backend
 
 # What a person can fix, said in one line.
 REFUSED: tuple[type[Exception], ...] = (ModelError, ValueError, *refusals())
@@ -222,7 +223,7 @@ def _keep_history(tune: FineTune, adapter: Adapter | None, printer: _Printer, er
         model=tune.info.name,
         nodes=tune.nodes,
         strategy="data parallel",
-        backend=str(spec.rank_backend) if spec else "ring",
+        backend=str(spec.rank_backend) if spec else Backend.RING,
         versions=local_versions(),
         figures={
             "adapter": str(meta["path"]) if meta else None,

@@ -26,7 +26,7 @@ from core.run.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Session
 from core.units import bytes_per_s
-from core.worker.vocab import Strategy
+from core.worker.vocab import Backend, Strategy
 
 # Bytes moved at each size, as a share of the default (--quick: a quarter).
 QUICK_SCALE = 0.25
@@ -114,8 +114,8 @@ def run_linktest(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
         kind="linktest",
         model=info.name,
         nodes=nodes,
-        strategy=str(spec.rank_strategy) if spec else "pipeline",
-        backend=str(spec.rank_backend) if spec else "ring",
+        strategy=str(spec.rank_strategy) if spec else Strategy.PIPELINE,
+        backend=str(spec.rank_backend) if spec else Backend.RING,
         versions=local_versions(),
         figures=document,
     )

@@ -130,7 +130,7 @@ def demo_launch(spec: JobSpec) -> dict[str, Any]:
     """``mlx.launch`` for the demo's local ranks: ``-n N --backend ring`` on this
     machine (mlx.launch writes the loopback hostfile itself, so there is none to show)."""
     command = [
-        "mlx.launch", "-n", str(spec.nodes), "--backend", "ring", "--python", spec.python,
+        "mlx.launch", "-n", str(spec.nodes), "--backend", Backend.RING, "--python", spec.python,
         "--", "-m", "core.worker", *spec.worker_args(0),
     ]  # fmt: skip
     return {"command": command, "hostfile": None, "local": True}

@@ -47,7 +47,7 @@ from core.remote.transport import ModelCopyError
 from core.run.backend_choice import BackendChoice, choose_backend, with_links
 from core.run.ringcheck import check_links
 from core.units import size
-from core.worker.vocab import Backend
+from core.worker.vocab import Backend, ModelSource
 
 Status = Literal["ok", "warn", "fail"]
 BACKENDS = (Backend.AUTO, Backend.JACCL, Backend.JACCL_RING, Backend.RING)  # a person may ask
@@ -104,7 +104,7 @@ class PreflightReport:
     manifests: Mapping[str, Manifest] = field(default_factory=dict)  # node → what it needs
     facts: Mapping[str, NodeFacts] = field(default_factory=dict)
     damaged: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node → files to redo
-    sources: Mapping[str, str] = field(default_factory=dict)  # node → "hub" | "this-mac"
+    sources: Mapping[str, ModelSource] = field(default_factory=dict)  # node → HUB | THIS_MAC
 
     @property
     def ok(self) -> bool:
@@ -183,7 +183,7 @@ def run_preflight(
     facts: Mapping[str, NodeFacts] | None = None,
     verify: bool = False,
     check_paths: bool = True,
-    model_source: str = "auto",
+    model_source: ModelSource | str = ModelSource.AUTO,
 ) -> PreflightReport:
     """Every check for running ``plan`` of the model in ``model_dir`` on ``targets``
     (``facts``: nodes just probed, by name, reused instead of probing them again;

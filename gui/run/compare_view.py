@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from core import units
+from core.worker.vocab import Backend, Strategy
 from gui import style
 from gui.bridge import Bridge
 from gui.session_stopper import SessionStopper
@@ -88,7 +89,7 @@ class CompareRunner(QObject):
         from core.run.session import Host
 
         chosen = list(hosts) if hosts is not None else [Host(n) for n in plan.nodes_used]
-        split = plan.split if plan.strategy == "pipeline" else None
+        split = plan.split if plan.strategy == Strategy.PIPELINE else None
         self._stopper.reset()
         self._set_busy(True)
         self.progress.emit(WHAT_WORDS["probing"])
@@ -117,7 +118,7 @@ class CompareRunner(QObject):
                 model=info.name,
                 nodes=result.cluster.nodes,
                 strategy=result.strategy,
-                backend="ring" if chosen[0].simulated else "auto",
+                backend=Backend.RING if chosen[0].simulated else Backend.AUTO,
                 split=list(split) if split else None,
                 versions=local_versions(),
                 figures=result.to_dict(),
