@@ -51,7 +51,7 @@ class Backend(StrEnum):
 
 class ModelSource(StrEnum):
     """Where nodes lacking part of a model get it (the ``model_source`` setting,
-    ``macmesh run --model-source``; preflight decides per node, ``core.run.modelsource``).
+    ``macmesh run --model-source``; preflight decides per node, ``core.run.checks.modelsource``).
     ``AUTO`` is only ever a request: each node ends with ``HUB`` or ``THIS_MAC``."""
 
     AUTO = "auto"  # the Hub when the node reaches it and the model came from there

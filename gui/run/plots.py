@@ -20,7 +20,7 @@ from PySide6.QtGui import QColor, QResizeEvent
 from PySide6.QtWidgets import QPushButton, QVBoxLayout, QWidget
 
 from core.plan.planner import Plan
-from core.run.telemetry import Telemetry
+from core.run.measure.telemetry import Telemetry
 from gui import style
 from gui.plot_style import (
     LABEL_PX,
