@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from core import units
+from core.worker.vocab import Strategy
 from gui import style
 from gui.bridge import Bridge
 from gui.session_stopper import SessionStopper
@@ -87,7 +88,7 @@ class CompareRunner(QObject):
         from core.run.tasks.compare import compare
 
         chosen = list(hosts) if hosts is not None else [Host(n) for n in plan.nodes_used]
-        split = plan.split if plan.strategy == "pipeline" else None
+        split = plan.split if plan.strategy == Strategy.PIPELINE else None
         self._stopper.reset()
         self._set_busy(True)
         self.progress.emit(WHAT_WORDS["probing"])
