@@ -376,7 +376,11 @@ class Session:
                 from_hub = partial(fetch_or_copy, fallback=self.model_source != ModelSource.HUB)
                 futures = [
                     pool.submit(
-                        from_hub if report.sources.get(target.name) == "hub" else copy_model,
+                        (
+                            from_hub
+                            if report.sources.get(target.name) == ModelSource.HUB
+                            else copy_model
+                        ),
                         target,
                         part,
                         source,
