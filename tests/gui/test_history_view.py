@@ -203,7 +203,7 @@ def test_the_windows_answer_is_kept_as_a_chat_run(qtbot: QtBot, demo_model: Path
         "pipeline",
     )
     assert record.split == [18, 12]
-    assert record.figures["generation_tokens"] == 6
+    assert record.figures["generation_tokens"] == 7  # six words and the end-of-sequence token
     assert record.figures["text"] == "The capital of France is Paris."
     assert History().get(record.id).series["tokens_per_s"]  # the plotted series, kept
     assert _cell(view, 0, 1) == "Chat"
