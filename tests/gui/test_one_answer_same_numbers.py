@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pytestqt.qtbot import QtBot
 
@@ -26,14 +27,16 @@ from core.cli.answer import launch_and_ask
 from core.model.info import ModelInfo, read_model_info
 from core.plan.planner import Plan
 from core.run.demo import demo_facts
-from core.run.measure.history import History
+from core.run.measure.history import History, RunKind
 from core.run.session import Session, simulated_hosts
 from core.run.states import RunState
 from core.serve import shaping
+from core.serve.service import ApiSettings
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
 from gui.run.pane import RunPane
 from tests.gui.fakes import FakeBehaviour, fake_factory
+from tests.helpers.serving import free_port
 
 QUESTION = "What is the capital of France?"
 ANSWER = "The capital of France is Paris."
@@ -73,9 +76,7 @@ def chat_line(text: str) -> dict[str, str]:
     return {"total": found[1], "tps": f"{found[2]} tokens/s", "ttft": found[3]}
 
 
-def test_every_surface_of_the_window_shows_the_same_numbers(
-    qtbot: QtBot, demo_plans, fresh_data: Path
-) -> None:
+def _pane(qtbot: QtBot, demo_plans) -> tuple[RunPane, list[Any]]:
     bridge = Bridge()
     factory = fake_factory(behaviour())
     pane = RunPane(bridge, factory)
@@ -93,34 +94,73 @@ def test_every_surface_of_the_window_shows_the_same_numbers(
     info, plans = demo_plans
     pane.set_plan(info, plans["pipeline"])
     pane.max_tokens.setValue(MAX_TOKENS)
+    return pane, factory.jobs
+
+
+def _window_shows(pane: RunPane, count: int, tps: float, ttft_s: float) -> None:
+    """The card and the chat line under the answer show these figures."""
+    shown = {
+        "total": str(count),
+        "tps": f"{units.rate(tps)} tokens/s",
+        "ttft": units.seconds(ttft_s),
+    }
+    pane.redraw(force=True)
+    card = pane.numbers.texts()
+    assert {"total": card["total"], "tps": card["tps"], "ttft": card["ttft"]} == shown
+    assert chat_line(pane.chat.text()) == shown
+
+
+def test_every_surface_of_the_window_shows_the_same_numbers(
+    qtbot: QtBot, demo_plans, fresh_data: Path
+) -> None:
+    pane, jobs = _pane(qtbot, demo_plans)
     pane.start()
     qtbot.waitUntil(lambda: pane.controller.state == RunState.READY, timeout=10_000)
     events: list[dict[str, Any]] = []
-    factory.jobs[0].event.connect(events.append)
+    jobs[0].event.connect(events.append)
     with qtbot.waitSignal(pane.controller.recorded, timeout=10_000) as kept:
         pane.ask(QUESTION)
     done = next(e for e in events if e["event"] == "done")
     count, tps = expected(events)
     assert count == TOKENS
 
-    record = kept.args[0]
-    figures = record.figures
+    figures = kept.args[0].figures
     assert figures["generation_tokens"] == count
     assert figures["generation_tps"] == pytest.approx(tps, rel=1e-9)
     assert History().runs()[0].figures["generation_tps"] == figures["generation_tps"]
-    assert shaping.usage(done)["completion_tokens"] == count  # the API's usage
-
-    shown = {
-        "total": str(count),
-        "tps": f"{units.rate(tps)} tokens/s",
-        "ttft": units.seconds(figures["ttft_s"]),
-    }
-    pane.redraw(force=True)
-    card = pane.numbers.texts()
-    assert {"total": card["total"], "tps": card["tps"], "ttft": card["ttft"]} == shown
-    assert chat_line(pane.chat.text()) == shown
+    assert shaping.usage(done)["completion_tokens"] == count  # the API's usage of it
+    _window_shows(pane, count, tps, figures["ttft_s"])
     # What the worker's raw fields would have shown: not what any surface shows.
     assert units.rate(done["generation_tps"]) != units.rate(tps)
+
+
+def test_a_question_through_the_api_shows_the_same_numbers_everywhere(
+    qtbot: QtBot, demo_plans, fresh_data: Path
+) -> None:
+    """One question from an OpenAI client: its ``usage``, the window's card and chat line,
+    and the record the API keeps."""
+    pane, jobs = _pane(qtbot, demo_plans)
+    pane.api.apply(ApiSettings(enabled=True, require_key=False, port=free_port()))
+    pane.start()
+    qtbot.waitUntil(lambda: pane.api.running, timeout=10_000)
+    events: list[dict[str, Any]] = []
+    jobs[0].event.connect(events.append)
+    body = {
+        "model": demo_plans[0].name,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "max_tokens": MAX_TOKENS,
+    }
+    reply = httpx.post(f"{pane.api.address}/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    usage = reply.json()["usage"]
+    count, tps = expected(events)
+    assert usage["completion_tokens"] == count == TOKENS
+    qtbot.waitUntil(lambda: any(r.kind == RunKind.API for r in History().runs()), timeout=10_000)
+    figures = next(r for r in History().runs() if r.kind == RunKind.API).figures
+    assert figures["generation_tokens"] == count
+    assert figures["generation_tps"] == pytest.approx(tps, rel=1e-9)
+    qtbot.waitUntil(lambda: "tokens/s" in pane.chat.text().splitlines()[-1], timeout=10_000)
+    _window_shows(pane, count, tps, figures["ttft_s"])
 
 
 def test_the_cli_summary_and_its_record_show_the_same_numbers(demo_plans, fresh_data: Path) -> None:

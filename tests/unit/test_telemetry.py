@@ -517,3 +517,16 @@ def test_tokens_the_worker_counted_but_did_not_send_still_count() -> None:
         telemetry.feed(token(t, i))
     telemetry.feed(done(1.3, generation_tokens=4))
     assert telemetry.current().total_tokens == 4 == telemetry.requests()[0].generation_tokens
+
+
+def test_a_send_time_learnt_after_the_first_token_still_gives_our_ttft() -> None:
+    """The request's id is known once it is sent: its first token can come first."""
+    telemetry = local_telemetry()
+    telemetry.feed(token(10.4, 0))
+    telemetry.request_started("r1", 10.0)
+    assert telemetry.current().ttft_s == pytest.approx(0.4)
+    telemetry.feed(token(10.5, 1))
+    telemetry.feed(done(10.6))  # the worker says 0.25
+    assert telemetry.requests()[0].ttft_s == pytest.approx(0.4)
+    telemetry.request_started("r1", 10.1)  # too late: kept as it was, nothing tracked anew
+    assert [r.ttft_s for r in telemetry.requests()] == [pytest.approx(0.4)]

@@ -144,6 +144,7 @@ class _Request:
     rates: RateEstimator
     text: _TextTail
     started_at: float | None = None  # this process's clock
+    first_at: float | None = None  # when its first token arrived, this process's clock
     ttft_s: float | None = None
 
 
@@ -228,9 +229,21 @@ class Telemetry:
         log.log(level, "ignoring malformed worker event (%s): %.200r", problem, event)
 
     def request_started(self, request_id: str, t: float) -> None:
-        """Records when the controller sent a request (``clock``'s time), for TTFT."""
+        """Records when the controller sent a request (``clock``'s time), for TTFT.
+
+        Its id is known only once it is sent, so its first token may be in already (a
+        fast answer, a busy thread): the TTFT is then taken from that token's arrival. A
+        request already finished keeps its figures (and is not tracked anew)."""
+        request_id = _request_id(request_id)
         with self._lock:
-            self._request(_request_id(request_id)).started_at = float(t)
+            request = self._active.get(request_id)
+            if request is None and any(done.id == request_id for done in self._finished):
+                return
+            request = request or self._request(request_id)
+            request.started_at = float(t)
+            if request.first_at is not None:
+                ttft = request.first_at - request.started_at
+                request.ttft_s = ttft if ttft >= 0 else None
 
     # -- snapshots (any thread) ------------------------------------------------
 
@@ -336,9 +349,11 @@ class Telemetry:
         if not isinstance(piece, str):
             raise TypeError("token text is not a string")
         request = self._request(request_id)
-        if request.rates.count == 0 and request.started_at is not None:
-            ttft = at - request.started_at
-            request.ttft_s = ttft if ttft >= 0 else None
+        if request.rates.count == 0:
+            request.first_at = at
+            if request.started_at is not None:
+                ttft = at - request.started_at
+                request.ttft_s = ttft if ttft >= 0 else None
         instant = request.rates.add(t)
         request.text.add(piece)
         self._total_tokens += 1
