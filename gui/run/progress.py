@@ -9,7 +9,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QGridLayout, QProgressBar, QWidget
 
 from core.worker.vocab import LoadingStage
-from gui.widgets import label
+from gui.widgets import clear_layout, label
 
 # A bar's value is the stage a rank has begun (LoadingStage.step); full when it is ready.
 STEPS = len(LoadingStage)
@@ -36,10 +36,7 @@ class RankProgress(QWidget):
 
     def reset(self, names: dict[int, str]) -> None:
         """One row per rank: the node's name, a bar, the stage in words."""
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            if item.widget():
-                item.widget().deleteLater()
+        clear_layout(self.grid)
         self.rows = {}
         for row, (rank, name) in enumerate(sorted(names.items())):
             name_label = label(f"{name}  ·  rank {rank}", "fact-value")
