@@ -31,7 +31,7 @@ from gui.run.cluster_source import PaneSource
 from gui.run.pane import RunPane
 
 if TYPE_CHECKING:
-    from core.run.launcher import JobSpec
+    from core.run.job.launcher import JobSpec
     from gui.history.view import HistoryWindow
     from gui.run.presentation import PresentationView
     from gui.tune.view import FineTuneWindow
