@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import time
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -228,15 +227,15 @@ class HistoryView(Card):
         return written
 
 
-def history_window(bridge: Bridge, parent: QWidget, path: Path | None = None) -> Any:
+class HistoryWindow(QWidget):
     """The History view in a window of its own (a child of ``parent``: it closes with
     the main window)."""
-    window = QWidget(parent, Qt.WindowType.Window)
-    window.setWindowTitle("MacMesh · History")
-    layout = QHBoxLayout(window)
-    layout.setContentsMargins(14, 14, 14, 14)
-    view = HistoryView(bridge, path)
-    layout.addWidget(view)
-    window.view = view  # type: ignore[attr-defined]
-    window.resize(1000, 760)
-    return window
+
+    def __init__(self, bridge: Bridge, parent: QWidget, path: Path | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.setWindowTitle("MacMesh · History")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(14, 14, 14, 14)
+        self.view = HistoryView(bridge, path)
+        layout.addWidget(self.view)
+        self.resize(1000, 760)
