@@ -20,7 +20,7 @@ from gui import style
 from gui.bridge import Bridge
 from gui.session_stopper import SessionStopper
 from gui.style import set_role
-from gui.widgets import label, section
+from gui.widgets import clear_layout, label, section
 
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
@@ -181,10 +181,7 @@ class CompareView(QFrame):
     def show_result(self, result: Comparison) -> None:
         self.result = result
         self.headline.setText(result.headline())
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        clear_layout(self.grid)
         self.cells = {}
         shown = rows(result)
         for r, (name, cells) in enumerate(shown[:-1] if self.compact else shown):
