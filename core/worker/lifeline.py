@@ -7,7 +7,7 @@ at its first line, by two means that need no thread of the rank:
 
 - Linux: ``PR_SET_PDEATHSIG`` with SIGKILL: the kernel kills the rank when the thread
   that started it ends (the launcher starts local ranks from one thread that lives as
-  long as its process: ``core.run.ranks``).
+  long as its process: ``core.run.job.ranks``).
 - Everywhere, and the only means on macOS: a watchdog, a process forked before anything
   else is imported, that waits for the controller's exit (a pidfd on Linux, kqueue's
   ``NOTE_EXIT`` on macOS; a poll where neither exists) and then kills the rank's process

@@ -30,6 +30,7 @@ from core.plan.planner import Plan
 from core.run.states import RunState
 from core.serve.service import ApiService
 from core.settings import MAX_TOKENS_LIMIT
+from core.worker.vocab import Strategy
 from gui.bridge import Bridge
 from gui.model.planning import LABELS
 from gui.run.api_panel import ApiPanel
@@ -46,7 +47,7 @@ from gui.style import set_role
 from gui.widgets import Badge, Card, label
 
 if TYPE_CHECKING:
-    from core.run.launcher import JobSpec
+    from core.run.job.launcher import JobSpec
     from core.run.session import Host
     from gui.run.network_dialog import NetworkChangeDialog
     from gui.run.plots import LivePlots
@@ -69,9 +70,9 @@ STATE_BADGES = {
 
 def describe_plan(plan: Plan) -> str:
     """ "Pipeline on Studio A (18 layers) and Studio B (12 layers)"."""
-    if plan.strategy == "single" or len(plan.ranks) == 1:
+    if plan.strategy == Strategy.SINGLE or len(plan.ranks) == 1:
         return f"Single Mac: {plan.ranks[0].node}, all {plan.ranks[0].layers} layers"
-    if plan.strategy == "tensor":
+    if plan.strategy == Strategy.TENSOR:
         return f"Tensor on {', '.join(r.node for r in plan.ranks)}: every layer split"
     parts = [f"{r.node} ({r.layers} layers)" for r in plan.ranks]
     return f"{LABELS[plan.strategy]} on " + ", ".join(parts[:-1]) + f" and {parts[-1]}"
@@ -251,7 +252,7 @@ class RunPane(Card):
     def change_network(self, node: str) -> NetworkChangeDialog | None:
         """The checks' Change…: the changes offered for ``node``, made with its admin
         password once; then the checks run again with every Mac asked anew."""
-        from core.run.netapply import apply_changes  # SSH: loaded when first needed
+        from core.run.checks.netapply import apply_changes  # SSH: loaded when first needed
         from gui.run.network_dialog import NetworkChangeDialog
 
         session = self.controller.session

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from core.run import launcher, mlxenv
-from core.run.launcher import Job, JobError, JobSpec, JobState
+from core.run.job import launcher, mlxenv
+from core.run.job.launcher import Job, JobError, JobSpec, JobState
 from core.worker import protocol as p
 from tests.helpers.held_rank import HOLDING, held_python
 from tests.helpers.jobs import _alive, assert_no_ranks_left, generating, run_job, wait_finished
@@ -183,7 +183,7 @@ def test_ranks_end_when_the_controller_is_killed(
         f"""
         import sys, threading, time
         from pathlib import Path
-        from core.run.launcher import Job, JobSpec
+        from core.run.job.launcher import Job, JobSpec
         held = set()
         all_held = threading.Event()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core.run.ranks import LocalRank
+from core.run.job.ranks import LocalRank
 from core.worker import lifeline
 from core.worker.protocol import ENV_CONTROLLER
 from tests.helpers.jobs import _alive
@@ -34,7 +34,6 @@ ARM = {
 
 RANK = """
 import ctypes, os, subprocess, sys
-from core.run.ranks import LocalRank
 from core.worker import lifeline
 from core.worker.protocol import ENV_CONTROLLER
 {arm}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.cli.history import history_cli
-from core.run.history import CSV_COLUMNS, History, RunRecord, keep
+from core.run.measure.history import CSV_COLUMNS, History, RunRecord, keep
 
 
 def chat(started: float, tps: float = 5.0, **extra) -> RunRecord:
@@ -201,7 +201,7 @@ def test_a_read_only_data_folder_is_read_and_only_writing_is_refused(tmp_path: P
     assert listed.returncode == 0, listed.stderr
     assert "pipeline on Studio A, Studio B" in listed.stdout and not listed.stderr
     write = (
-        "from core.run.history import RunRecord, keep; "
+        "from core.run.measure.history import RunRecord, keep; "
         "print(keep(RunRecord('chat', 'm', ['a'], 'single', 'single', {})))"
     )
     kept = _in_read_only(folder, [sys.executable, "-c", write])
