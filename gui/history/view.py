@@ -103,6 +103,7 @@ class HistoryView(Card):
         self.records: list[RunRecord] = []
         self.current: RunRecord | None = None
         self._wanted: int | None = None
+        self._reading: History | None = None  # the history the list was last read from
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.clicked.connect(self.refresh)
         self.export_button = QPushButton("Export…")
@@ -145,7 +146,8 @@ class HistoryView(Card):
     def refresh(self) -> None:
         """Read the list of runs off the GUI thread."""
         self.status.setText("Reading the history…")
-        self._bridge.run_in_background(lambda: self.history().runs(), self._show_list, self._error)
+        history = self._reading = self.history()
+        self._bridge.run_in_background(history.runs, self._show_list, self._error)
 
     def _show_list(self, records: list[RunRecord]) -> None:
         self.records = records
@@ -162,11 +164,14 @@ class HistoryView(Card):
             for column, text in enumerate(cells):
                 self.table.setItem(row, column, QTableWidgetItem(text))
         count = len(records)
-        self.status.setText(
+        said = (
             f"{count} run{'s' * (count != 1)} kept in {self.history().path}"
             if count
             else "No runs yet: an answer, a compare or a link test is kept here."
         )
+        # A damaged file set aside is said, not passed off as an empty history.
+        notice = self._reading.notice if self._reading is not None else None
+        self.status.setText(f"{notice}\n{said}" if notice else said)
         self.loaded.emit(count)
         if records and not self.table.selectedItems():
             self.table.selectRow(0)
