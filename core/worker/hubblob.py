@@ -213,7 +213,24 @@ def install_client() -> bool:
 
     set_client_factory(factory)
     set_client_factory._macmesh = True  # type: ignore[attr-defined]  # once per process
+    import logging
+
+    for name in ("huggingface_hub", "huggingface_hub.utils._http", "huggingface_hub.file_download"):
+        logging.getLogger(name).addFilter(_Redacting())  # where the record is made
+    for handler in logging.getLogger("huggingface_hub").handlers:
+        handler.addFilter(_Redacting())  # and the library's own stderr handler
     return True
+
+
+class _Redacting:
+    """A logging filter: huggingface_hub's warnings name the URL they retry, password
+    included; the record keeps its text without it."""
+
+    def filter(self, record: Any) -> bool:
+        message = record.getMessage()
+        if "@" in message:
+            record.msg, record.args = redact(message), ()
+        return True
 
 
 def _transport_class(httpx: Any) -> Any:
@@ -245,7 +262,9 @@ def _transport_class(httpx: Any) -> Any:
                         f"{self.url} before the deadline; {ENV_DEADLINE} sets it)"
                     )
                 if self.limit is not None and received > self.limit:
-                    raise HubAnswerError(f"Hugging Face's answer from {self.url} never ends")
+                    raise HubAnswerError(
+                        f"Hugging Face sent more than the {self.limit:,} bytes asked of {self.url}"
+                    )
                 yield chunk
 
         def close(self) -> None:
@@ -262,9 +281,15 @@ def _transport_class(httpx: Any) -> Any:
             connect, read, whole, rate = limits()
             now = time.monotonic()
             at = getattr(_local, "at", None)
-            url = redact(f"{request.url.scheme}://{request.url.host}{request.url.path}")
+            port = f":{request.url.port}" if request.url.port else ""
+            url = redact(f"{request.url.scheme}://{request.url.host}{port}{request.url.path}")
             if at is not None and at <= now:
-                raise HubTimeout(f"Hugging Face did not answer in time ({url})")
+                last = getattr(_local, "last_error", None)
+                said = f"; it last answered {last}" if last else ""
+                raise HubTimeout(
+                    f"Hugging Face did not answer in time ({url}{said}; {ENV_DEADLINE} sets "
+                    "the deadline)"
+                )
             left = (at - now) if at is not None else whole
             asked = dict(request.extensions.get("timeout") or {})
 
@@ -287,6 +312,9 @@ def _transport_class(httpx: Any) -> Any:
                         f"{ENV_DEADLINE} sets the deadline)"
                     ) from None
                 raise
+            _local.last_error = (
+                f"HTTP {response.status_code}" if response.status_code >= 400 else None
+            )
             try:
                 check_answer(response.headers)
             except HubAnswerError:
@@ -295,14 +323,25 @@ def _transport_class(httpx: Any) -> Any:
             length = response.headers.get("Content-Length", "")
             size = int(length) if length.strip().isdecimal() else None
             end = at if at is not None else now + whole + (size or 0) / rate
-            api = "/api/" in request.url.path and size is None
-            response.stream = Bounded(response.stream, end, MAX_API_BYTES if api else None, url)
+            limit = _range_length(request.headers.get("Range"))
+            if limit is None and size is None and "/api/" in request.url.path:
+                limit = MAX_API_BYTES
+            response.stream = Bounded(response.stream, end, limit, url)
             return response
 
         def close(self) -> None:
             self.inner.close()
 
     return Transport
+
+
+_RANGE = re.compile(r"bytes=(\d+)-(\d+)")
+
+
+def _range_length(header: str | None) -> int | None:
+    """How many bytes a ``Range: bytes=A-B`` request asks for: an answer never holds more."""
+    match = _RANGE.fullmatch(header.strip()) if header else None
+    return int(match.group(2)) - int(match.group(1)) + 1 if match else None
 
 
 # -- a file's body, bounded -------------------------------------------------------------------
