@@ -64,7 +64,7 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 _ETAG = re.compile(r'(?:W/)?"?([0-9a-f]{40}|[0-9a-f]{64})"?')
 # A branch or tag as git allows it (slashes inside), or a commit; never "..", "//", a
 # leading "/" or "-", a component starting with ".", a backslash or a control character.
-_REVISION = re.compile(r"(?!-)(?!.*\.\.)(?!.*//)(?!.*/\.)(?!\.)[\w.\-/+@]{1,255}(?<![/.])")
+_REVISION = re.compile(r"(?![-/])(?!.*\.\.)(?!.*//)(?!.*/\.)(?!\.)[\w.\-/+@]{1,255}(?<![/.])")
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 
 
