@@ -38,6 +38,7 @@ from core.worker.hubblob import (
     check_revision,
     deadline,
     install_client,
+    last_request,
     redact,
 )
 
@@ -217,8 +218,10 @@ def _malformed(repo_id: str | None, where: str, error: BaseException) -> str:
     text = _short(error)
     if isinstance(error, HubAnswerError):
         return f"{text} ({what} at {where}): check HF_ENDPOINT, or try again later."
+    asked = last_request()
+    at = f" at {asked}" if asked else f" at {where}"
     return (
-        f"Hugging Face at {where} sent a malformed answer {what} ({type(error).__name__}: "
+        f"Hugging Face sent a malformed answer {what}{at} ({type(error).__name__}: "
         f"{text}): check HF_ENDPOINT, or try again later."
     )
 

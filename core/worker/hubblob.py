@@ -177,12 +177,21 @@ def deadline(seconds: float | None = None) -> Iterator[None]:
     deadline setting), retries included: a question to the Hub has a total deadline."""
     seconds = limits()[2] if seconds is None else seconds
     before = getattr(_local, "at", None)
+    if before is None:
+        _local.last_url = _local.last_error = None  # a new question: nothing asked yet
     at = time.monotonic() + seconds
     _local.at = at if before is None else min(before, at)
     try:
         yield
     finally:
         _local.at = before
+
+
+def last_request() -> str | None:
+    """The address (without a password or query) this thread last asked the Hub: what a
+    message about a malformed answer names."""
+    url: str | None = getattr(_local, "last_url", None)
+    return url
 
 
 def install_client() -> bool:
@@ -203,8 +212,10 @@ def install_client() -> bool:
         hooks = base.event_hooks
         base.close()
         connect, read, _, _ = limits()
+        inner = httpx.HTTPTransport()
+        _bound_every_read(inner)
         return httpx.Client(
-            transport=transport_class(httpx.HTTPTransport()),
+            transport=transport_class(inner),
             event_hooks=hooks,
             follow_redirects=True,
             max_redirects=10,
@@ -233,6 +244,63 @@ class _Redacting:
         return True
 
 
+def _bound_every_read(transport: Any) -> None:
+    """Every socket read and write of ``transport`` within the thread's deadline, so an
+    answer whose headers come a byte a second ends too (a read timeout alone waits per
+    byte). Through the connection pool's network backend, which httpx's transport does
+    not let one pass: when this httpx keeps it elsewhere, the deadline of a whole
+    question (``core.library.hub.call``) still holds."""
+    pool: Any = getattr(transport, "_pool", None)
+    backend: Any = getattr(pool, "_network_backend", None)
+    try:
+        import httpcore2 as httpcore
+    except ImportError:
+        return
+    if pool is None or backend is None or not hasattr(backend, "connect_tcp"):
+        return
+
+    def within(timeout: float | None) -> float | None:
+        at: float | None = getattr(_local, "at", None)
+        if at is None:
+            return timeout
+        left = at - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("the deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+    class Stream:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            data: bytes = self.inner.read(max_bytes, within(timeout))
+            return data
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self.inner.write(buffer, within(timeout))
+
+        def close(self) -> None:
+            self.inner.close()
+
+        def start_tls(self, *args: Any, **kwargs: Any) -> Stream:
+            return Stream(self.inner.start_tls(*args, **kwargs))
+
+        def get_extra_info(self, info: str) -> Any:
+            return self.inner.get_extra_info(info)
+
+    class Backend:
+        def connect_tcp(self, *args: Any, **kwargs: Any) -> Stream:
+            return Stream(backend.connect_tcp(*args, **kwargs))
+
+        def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Stream:
+            return Stream(backend.connect_unix_socket(*args, **kwargs))
+
+        def sleep(self, seconds: float) -> None:
+            backend.sleep(seconds)
+
+    pool._network_backend = Backend()
+
+
 def _transport_class(httpx: Any) -> Any:
     class Bounded(httpx.SyncByteStream):  # type: ignore[misc]
         """A response body that ends by its deadline and, for the API, its size."""
@@ -251,8 +319,9 @@ def _transport_class(httpx: Any) -> Any:
                 except httpx.TimeoutException:
                     if time.monotonic() >= self.at - _SLACK_S:
                         raise HubTimeout(
-                            f"Hugging Face stopped sending ({received:,} bytes from {self.url} "
-                            f"before the deadline; {ENV_DEADLINE} sets it)"
+                            f"Hugging Face sent too slowly ({received:,} bytes from "
+                            f"{self.url}, then nothing before the deadline; {ENV_DEADLINE} "
+                            "sets it)"
                         ) from None
                     raise
                 received += len(chunk)
@@ -283,6 +352,7 @@ def _transport_class(httpx: Any) -> Any:
             at = getattr(_local, "at", None)
             port = f":{request.url.port}" if request.url.port else ""
             url = redact(f"{request.url.scheme}://{request.url.host}{port}{request.url.path}")
+            _local.last_url = url
             if at is not None and at <= now:
                 last = getattr(_local, "last_error", None)
                 said = f"; it last answered {last}" if last else ""
@@ -548,4 +618,7 @@ def fetch_blob(
             if not isinstance(error, HubTimeout):
                 partial.unlink(missing_ok=True)  # a body longer than promised: nothing kept
             raise
+        finally:
+            if partial.exists() and partial.stat().st_size == 0:
+                partial.unlink()  # nothing arrived: no unfinished download to show
         os.replace(partial, blob)

@@ -28,6 +28,7 @@ pattern (``hub.hostile[pattern] = mode``), written from the issue's descriptions
 - ``path_etag``: every ``ETag`` and ``X-Linked-Etag`` is ``hub.hostile_value``;
 - ``endless``: a file's body never ends (no length, zeros until the client leaves);
 - ``slow``: a file's (or JSON) body at one byte a second;
+- ``slow_headers``: the status line, then a header at one byte a second, never ending;
 - ``silent``: the request is read and never answered;
 - ``garbage``: 200 with bytes that are neither UTF-8 nor JSON;
 - ``wrong_types``: JSON of the right shape with fields of the wrong types;
@@ -396,6 +397,14 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self._mode == "silent":
                 self.hub._stopping.wait()
+                self.close_connection = True
+            elif self._mode == "slow_headers":
+                self._status = 200
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                while not self.hub._stopping.wait(1.0):
+                    self.wfile.write(b"a" if self._sent else b"X-Pad: ")
+                    self.wfile.flush()
+                    self._sent += 1
                 self.close_connection = True
             elif self._mode == "redirect_loop":
                 self._headers(302, {"Location": self.path, "Content-Length": "0"})

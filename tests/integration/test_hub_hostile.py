@@ -204,6 +204,16 @@ def test_a_body_at_one_byte_a_second_ends_by_its_deadline(hostile: FakeHub, tmp_
     _refused(lambda: download_model(REPO), "too slowly|did not answer in time", within_s=15)
 
 
+def test_headers_at_one_byte_a_second_end_by_the_deadline(hostile: FakeHub, tmp_path: Path) -> None:
+    """A read timeout alone waits per byte: every read is held to the deadline."""
+    hostile.hostile["/api/models"] = "slow_headers"
+    _refused(lambda: search_models("Hostile"), "did not answer in time", within_s=12)
+    hostile.hostile.clear()
+    hostile.hostile[f"file={WEIGHT}"] = "slow_headers"
+    _refused(lambda: download_model(REPO), "did not answer in time", within_s=15)
+    _no_partial_files(tmp_path)
+
+
 @pytest.mark.parametrize(
     ("args", "route"),
     [
