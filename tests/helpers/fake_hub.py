@@ -36,7 +36,7 @@ pattern (``hub.hostile[pattern] = mode``), written from the issue's descriptions
 - ``huge``: the listing and the headers claim 10^15 bytes, a GET ignores ``Range`` and
   sends zeros under that length;
 - ``bad_header_length``: a safetensors file whose first 8 bytes claim a 2^40-byte header;
-- ``error500``: HTTP 500 with an empty body.
+- ``error500``: HTTP 500 (``hub.error_status``) with an empty body.
 
 Weight files may be *virtual*: a real safetensors header followed by zeros made on demand,
 so a 400 GB model can be listed and planned without existing anywhere.
@@ -152,6 +152,7 @@ class FakeHub:
     bandwidth: float | None = None  # bytes/s shared by every transfer: a link, not loopback
     hostile: dict[str, str] = field(default_factory=dict)  # pattern in path+query -> mode
     hostile_value: str = "../../../../tmp/x/victim.txt"
+    error_status: int = 500  # the ``error500`` mode's status (501: not retried by the client)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -409,7 +410,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif self._mode == "redirect_loop":
                 self._headers(302, {"Location": self.path, "Content-Length": "0"})
             elif self._mode == "error500":
-                self._headers(500, {"Content-Length": "0"})
+                self._headers(self.hub.error_status, {"Content-Length": "0"})
             elif self._mode == "garbage":
                 raw = b"\xff\xfe{not json at all\x00\x81"
                 self._headers(

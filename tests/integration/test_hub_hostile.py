@@ -292,6 +292,10 @@ def test_an_http_error_names_the_address_and_never_a_password(
     message = _refused(lambda: search_models("Hostile", endpoint=secret), "HTTP 500")
     assert "None" not in message and "/api/models" in message
     assert "hunter2" not in message and "someone" not in message
+    hostile.error_status = 501  # not retried: the error itself, named by its address
+    message = _refused(lambda: search_models("Hostile", endpoint=secret), "answered HTTP 501 for")
+    assert f"{hostile.url}/api/models" in message and "hunter2" not in message
+    hostile.error_status = 500
     closed = secret.rsplit(":", 1)[0] + ":9"  # nothing listens: the address is printed
     message = _refused(lambda: hub_model_info(REPO, endpoint=closed), "Cannot reach")
     assert "127.0.0.1:9" in message and "hunter2" not in message
