@@ -344,17 +344,35 @@ def search_models(
 
 
 def _hub_model(model: Any) -> HubModel:
+    """One search result, each field checked: the name is what a terminal prints and a
+    folder is named after, so it must be ORG/NAME; counts must be counts."""
     safetensors = getattr(model, "safetensors", None)
     tags = model.tags or []
+    if not isinstance(tags, list):
+        raise HubAnswerError(f"Hugging Face sent a model's tags as {type(tags).__name__}")
+    repo_id = model.id
+    if not (isinstance(repo_id, str) and _REPO_ID.fullmatch(repo_id)):
+        raise HubAnswerError(
+            f"Hugging Face named a model {repr(repo_id)[:80]}: not a model name (ORG/NAME)"
+        )
     return HubModel(
-        repo_id=model.id,
-        downloads=int(model.downloads or 0),
-        likes=int(model.likes or 0),
-        parameters=int(safetensors.total) if safetensors else None,
-        size_bytes=getattr(model, "used_storage", None),
+        repo_id=repo_id,
+        downloads=_count(model.downloads, "downloads"),
+        likes=_count(model.likes, "likes"),
+        parameters=_count(safetensors.total, "parameters") if safetensors else None,
+        size_bytes=_count(getattr(model, "used_storage", None), "size") or None,
         gated=bool(model.gated),
         mlx="mlx" in tags or getattr(model, "library_name", None) == "mlx",
     )
+
+
+def _count(value: object, what: str) -> int:
+    """A count from the Hub (None is 0); HubAnswerError naming ``what`` otherwise."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HubAnswerError(f"Hugging Face sent a model's {what} as {repr(value)[:40]}")
+    return value
 
 
 # -- a model's facts from its headers -------------------------------------------------------------

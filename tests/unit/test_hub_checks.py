@@ -92,3 +92,21 @@ def test_a_range_bounds_its_answer() -> None:
 def test_a_password_in_a_url_is_never_shown() -> None:
     text = "GET http://someone:hunter2@127.0.0.1:8080/api/models failed; see https://a@b.c/x"
     assert redact(text) == "GET http://127.0.0.1:8080/api/models failed; see https://b.c/x"
+
+
+def test_a_search_result_of_the_wrong_types_is_named() -> None:
+    from types import SimpleNamespace
+
+    from core.library.hub import _hub_model
+
+    good = {"id": "org/name", "downloads": 3, "likes": None, "tags": ["mlx"], "gated": False}
+    assert _hub_model(SimpleNamespace(**good)).repo_id == "org/name"
+    for field, value, said in (
+        ("id", "org/\x1b[31mred", "not a model name"),
+        ("id", 42, "not a model name"),
+        ("downloads", "many", "downloads as 'many'"),
+        ("likes", -1, "likes as -1"),
+        ("tags", 7, "tags as int"),
+    ):
+        with pytest.raises(HubAnswerError, match=said):
+            _hub_model(SimpleNamespace(**{**good, field: value}))
