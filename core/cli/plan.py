@@ -17,6 +17,7 @@ import subprocess
 import sys
 from typing import TextIO
 
+from core.cli.interrupt import INTERRUPTED
 from core.cli.options import add_split_argument
 from core.library.resolve import resolve_model
 from core.model.info import ModelError
@@ -163,6 +164,9 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
     except ModelError as error:
         print(f"macmesh plan: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while the Hub is asked (hf:ORG/NAME): one line
+        print("macmesh: interrupted; nothing was planned", file=sys.stderr)
+        return INTERRUPTED
     links = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
     options = PlanOptions(
         strategy=args.strategy,
