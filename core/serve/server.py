@@ -36,6 +36,7 @@ from core.serve.routes import create_app
 
 START_WITHIN_S = 20.0
 STOP_WITHIN_S = 5.0
+LISTEN_QUEUE = 1024  # connections the kernel holds until they are accepted
 FLUSH_WITHIN_S = 1.0  # for open streams to send their final event, at stop
 
 
@@ -108,7 +109,7 @@ class APIServer:
             timeout_graceful_shutdown=2,
             server_header=False,
             limit_concurrency=None,  # the guard bounds connections; slow heads cannot starve
-            backlog=self.guard.limits.total,
+            backlog=max(8, self.guard.limits.total // 4),  # accepts at once (files too)
         )
         server = _Server(config, self.served)
         self._server = server
@@ -152,6 +153,10 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         asyncio.get_running_loop().set_exception_handler(quiet_accept_errors(self.served.log))
         await super().startup(sockets)
+        for sock in sockets or []:
+            # uvicorn's backlog is both the kernel's queue and how many asyncio accepts in
+            # one go (kept small: each takes a file); the kernel's queue can be long.
+            sock.listen(LISTEN_QUEUE)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for listening in getattr(self, "servers", []):

@@ -403,3 +403,68 @@ def test_at_stop_an_open_stream_gets_its_final_event_and_no_traceback(
     assert waiting_lines[0] == "503", waiting_lines
     _assert_shape(json.loads(waiting_lines[1]), waiting_shape, "The server is stopping.")
     _no_traceback(capfd.readouterr().err)
+
+
+# -- item 4: no accept() traceback flood when files run short ------------------------------
+
+FEW_FILES = 128
+SERVE_WITH_FEW_FILES = f"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, ({FEW_FILES}, {FEW_FILES}))
+from psygnal import Signal
+from core.serve.keys import Gate
+from core.serve.server import APIServer, ServerOptions
+
+class NoSession:  # GET /v1/models needs no cluster
+    event = Signal(dict)
+    state_changed = Signal(str, str)
+
+server = APIServer(NoSession(), "demo", 8192, Gate(key={KEY!r}), ServerOptions("127.0.0.1", 0))
+server.start()
+print(server.port, flush=True)
+sys.stdin.readline()
+server.stop()
+print("stopped", flush=True)
+"""
+
+
+def test_more_connections_than_files_leave_keyed_requests_served_and_stderr_quiet() -> None:
+    """A server allowed 128 open files, 400 connections that send nothing: it keeps its
+    connections under its files, so accept() never fails and a keyed request is served
+    at once; stderr holds no traceback (it had hundreds of MB of them)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE_WITH_FEW_FILES],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    held: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        port = int(proc.stdout.readline())
+        for _ in range(400):
+            with contextlib.suppress(OSError):
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        for _ in range(3):
+            started = time.monotonic()
+            answer = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers=_keyed(), timeout=10)
+            assert answer.status_code == 200 and answer.json()["data"][0]["id"] == MODEL
+            assert time.monotonic() - started < 5
+        for sock in held:
+            sock.close()
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        for sock in held:
+            sock.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "stopped" in out, err
+    _no_traceback(err)
+    assert len(err) < 2000, err

@@ -102,3 +102,20 @@ def test_openai_shapes_carry_usage_and_the_finish() -> None:
     last = shaping.chat_chunk("c", MODEL, 1, None, None, shaping.usage(DONE), True)
     assert last["choices"] == [] and last["usage"]["total_tokens"] == 10
     assert shaping.sse({"a": 1}) == b'data: {"a": 1}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/v1/chat/completions", {"error": {"message": "no", "type": "invalid_request_error",
+                                            "param": None, "code": None}}),
+        ("/v1/nothing", {"error": {"message": "no", "type": "invalid_request_error",
+                                   "param": None, "code": None}}),
+        ("/v1/messages", {"type": "error",
+                          "error": {"type": "invalid_request_error", "message": "no"}}),
+        ("/api/chat", {"error": "no"}),
+        ("/api/tags", {"error": "no"}),
+    ],
+)  # fmt: skip
+def test_an_error_takes_the_shape_of_its_routes_dialect(path: str, expected: dict) -> None:
+    assert d.error_body(path, APIError(400, "no")) == expected
