@@ -16,7 +16,8 @@ Here:
   its head (the client's own, or anyone's), and is refused only when there is none, so
   a flood of slow heads cannot starve a client that sends its request at once;
 - ``total`` stays below the process's open-file limit, and an accept() that still runs
-  out of files is one line, at most once a minute, not a traceback per attempt.
+  out of files is one line, at most once a minute, not a traceback per attempt; so are
+  uvicorn's warnings about a client's malformed request.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 
 WANTED_FILES = 8192  # the open-file limit asked for (macOS shells start at 256)
 ACCEPT_SAID_EVERY_S = 60.0
+# uvicorn's warnings about what a client sent: one line each per ACCEPT_SAID_EVERY_S
+CLIENT_WARNINGS = ("Invalid HTTP request received.", "Unsupported upgrade request.")
+# its advice to install a WebSocket library: the API has no WebSocket route (ws="none")
+NEVER_SAID = ("No supported WebSocket library",)
 
 
 @dataclass(frozen=True)
@@ -236,3 +241,33 @@ def quiet_accept_errors(
         loop.default_exception_handler(context)
 
     return handle
+
+
+class ClientWarningsFilter(logging.Filter):
+    """uvicorn warns once per malformed request; a hostile client sends millions. Each
+    such warning passes at most once every ``every_s``; every other record passes."""
+
+    def __init__(self, every_s: float = ACCEPT_SAID_EVERY_S) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._said: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if message.startswith(NEVER_SAID):
+            return False
+        kind = next((start for start in CLIENT_WARNINGS if message.startswith(start)), None)
+        if kind is None:
+            return True
+        now = time.monotonic()
+        if now - self._said.get(kind, -self.every_s) < self.every_s:
+            return False
+        self._said[kind] = now
+        return True
+
+
+def quiet_client_warnings(logger: logging.Logger | None = None) -> None:
+    """Put one ``ClientWarningsFilter`` on uvicorn's error logger (idempotent)."""
+    logger = logger or logging.getLogger("uvicorn.error")
+    if not any(isinstance(known, ClientWarningsFilter) for known in logger.filters):
+        logger.addFilter(ClientWarningsFilter())

@@ -30,6 +30,7 @@ from core.serve.connections import (
     ConnectionLimits,
     guarded_protocol,
     quiet_accept_errors,
+    quiet_client_warnings,
 )
 from core.serve.keys import Gate
 from core.serve.routes import create_app
@@ -103,6 +104,8 @@ class APIServer:
         config = uvicorn.Config(
             create_app(self.served),
             http=guarded_protocol(self.guard),
+            ws="none",  # the API has no WebSocket route
+            log_config=None,  # uvicorn's records go where MacMesh's go; logging untouched
             log_level="warning",
             access_log=False,
             lifespan="on",
@@ -111,6 +114,7 @@ class APIServer:
             limit_concurrency=None,  # the guard bounds connections; slow heads cannot starve
             backlog=max(8, self.guard.limits.total // 4),  # accepts at once (files too)
         )
+        quiet_client_warnings()
         server = _Server(config, self.served)
         self._server = server
         sockets = [self._socket]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -34,11 +35,29 @@ HI = [{"role": "user", "content": "Hi"}]
 LIMITS = ConnectionLimits(head_s=1.5, body_s=1.5, per_client=8, total=16)
 
 
+class Printed(logging.Handler):
+    """What uvicorn and asyncio log (tracebacks included), as it would be printed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
 @dataclass
 class Serving:
     server: APIServer
     session: Session
+    capfd: pytest.CaptureFixture[str]
     log: list[str] = field(default_factory=list)
+    printed: Printed = field(default_factory=Printed)
+
+    def stderr(self) -> str:
+        """Everything the server printed, or logged to be printed, since last asked."""
+        said, self.printed.lines = self.printed.lines, []
+        return "\n".join([*said, self.capfd.readouterr().err])
 
     @property
     def port(self) -> int:
@@ -49,7 +68,9 @@ class Serving:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _serve(demo_model: Path, behaviour: FakeBehaviour) -> Iterator[Serving]:
+def _serve(
+    demo_model: Path, behaviour: FakeBehaviour, capfd: pytest.CaptureFixture[str]
+) -> Iterator[Serving]:
     session = Session(
         read_model_info(demo_model),
         simulated_hosts(demo_facts(2)),
@@ -68,22 +89,28 @@ def _serve(demo_model: Path, behaviour: FakeBehaviour) -> Iterator[Serving]:
         log=log.append,
     )
     server.start()
+    serving = Serving(server, session, capfd, log)
+    watched = [logging.getLogger(name) for name in ("uvicorn", "asyncio")]
+    for logger in watched:  # after start: uvicorn's Config resets its loggers' handlers
+        logger.addHandler(serving.printed)
     try:
-        yield Serving(server, session, log)
+        yield serving
     finally:
         server.stop()
         session.stop()
+        for logger in watched:
+            logger.removeHandler(serving.printed)
 
 
 @pytest.fixture
-def serving(demo_model: Path) -> Iterator[Serving]:
-    yield from _serve(demo_model, FakeBehaviour(token_s=0.01))
+def serving(demo_model: Path, capfd: pytest.CaptureFixture[str]) -> Iterator[Serving]:
+    yield from _serve(demo_model, FakeBehaviour(token_s=0.01), capfd)
 
 
 @pytest.fixture
-def slow_serving(demo_model: Path) -> Iterator[Serving]:
+def slow_serving(demo_model: Path, capfd: pytest.CaptureFixture[str]) -> Iterator[Serving]:
     """Answers of six tokens, 0.4 s apart: a stream stays open for seconds."""
-    yield from _serve(demo_model, FakeBehaviour(token_s=0.4))
+    yield from _serve(demo_model, FakeBehaviour(token_s=0.4), capfd)
 
 
 def _keyed() -> dict[str, str]:
@@ -129,9 +156,7 @@ def _ask(serving: Serving, path: str = "/v1/chat/completions", **extra: object) 
 # -- item 4: slowloris ---------------------------------------------------------------------
 
 
-def test_slow_heads_with_no_key_do_not_make_keyed_requests_wait(
-    serving: Serving, capfd: pytest.CaptureFixture[str]
-) -> None:
+def test_slow_heads_with_no_key_do_not_make_keyed_requests_wait(serving: Serving) -> None:
     """Hundreds of connections that send half a head and wait: the client's own slow
     heads are replaced (per client), nobody holds more than the total, and a keyed
     request made meanwhile is answered at once."""
@@ -161,7 +186,7 @@ def test_slow_heads_with_no_key_do_not_make_keyed_requests_wait(
             attacker.join(30)
         for sock in slow:
             sock.close()
-    _no_traceback(capfd.readouterr().err)
+    _no_traceback(serving.stderr())
 
 
 def test_a_half_sent_head_or_body_is_closed_after_its_deadline(serving: Serving) -> None:
@@ -182,6 +207,51 @@ def test_a_half_sent_head_or_body_is_closed_after_its_deadline(serving: Serving)
         head.close()
         body.close()
     assert _ask(serving).status_code == 200
+
+
+def test_a_head_sent_a_byte_at_a_time_is_closed_at_its_deadline_not_kept_alive(
+    serving: Serving,
+) -> None:
+    """The head's deadline runs from its start: trickling bytes does not extend it."""
+    head = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100
+    sock = _connect(serving.port)
+    started, closed = time.monotonic(), False
+    try:
+        for byte in head:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.1)
+        if not closed:
+            _got, closed = _read_until_closed(sock, 1)
+    finally:
+        sock.close()
+    assert closed and time.monotonic() - started < LIMITS.head_s + 5
+
+
+def test_malformed_requests_by_the_hundred_are_a_line_each_kind_not_a_flood(
+    serving: Serving,
+) -> None:
+    for n in range(60):
+        bad = (
+            b"NOT HTTP AT ALL\r\n\r\n"
+            if n % 2
+            else (
+                b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                b"Upgrade: websocket\r\n\r\n"
+            )
+        )
+        sock = _connect(serving.port, bad)
+        try:
+            assert sock.recv(65536).startswith((b"HTTP/1.1 400", b"HTTP/1.1 401"))
+        finally:
+            sock.close()
+    err = serving.stderr()
+    _no_traceback(err)
+    assert err.count("Invalid HTTP request") <= 1 and err.count("upgrade request") <= 1, err
+    assert "WebSocket" not in err and len(err.splitlines()) <= 3, err
 
 
 # -- item 5: log forging -------------------------------------------------------------------
@@ -266,7 +336,6 @@ ROUTES = [
 )
 def test_deep_nesting_and_lone_surrogates_are_400_in_the_routes_dialect(
     serving: Serving,
-    capfd: pytest.CaptureFixture[str],
     path: str,
     shape: str,
     raw: bytes,
@@ -275,7 +344,7 @@ def test_deep_nesting_and_lone_surrogates_are_400_in_the_routes_dialect(
     answer = httpx.post(f"{serving.url}{path}", content=raw, headers=_keyed(), timeout=20)
     assert answer.status_code == 400, answer.text
     _assert_shape(answer.json(), shape, words)
-    _no_traceback(capfd.readouterr().err)
+    _no_traceback(serving.stderr())
 
 
 @pytest.mark.parametrize(
@@ -319,9 +388,7 @@ def test_too_large_and_unauthorized_are_in_the_routes_dialect(
 
 
 @pytest.mark.parametrize("path", [path for path, _shape in ROUTES])
-def test_a_truncated_body_is_no_500_and_no_traceback(
-    serving: Serving, capfd: pytest.CaptureFixture[str], path: str
-) -> None:
+def test_a_truncated_body_is_no_500_and_no_traceback(serving: Serving, path: str) -> None:
     sock = _connect(
         serving.port,
         f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
@@ -332,7 +399,7 @@ def test_a_truncated_body_is_no_500_and_no_traceback(
     wait_until(lambda: any(path in line for line in serving.log), 10, "the request's log line")
     [line] = [line for line in serving.log if path in line]
     assert " 499 " in line and " 500 " not in line, line
-    _no_traceback(capfd.readouterr().err)
+    _no_traceback(serving.stderr())
     assert _ask(serving).status_code == 200
 
 
@@ -377,7 +444,7 @@ def _assert_final_event(lines: list[str], shape: str) -> None:
 
 @pytest.mark.parametrize(("path", "shape"), ROUTES)
 def test_at_stop_an_open_stream_gets_its_final_event_and_no_traceback(
-    slow_serving: Serving, capfd: pytest.CaptureFixture[str], path: str, shape: str
+    slow_serving: Serving, path: str, shape: str
 ) -> None:
     """A stream with the ranks and one waiting in line when the server stops: the open
     stream ends with its dialect's error event (not cut), the waiting one is a 503 in its
@@ -402,7 +469,7 @@ def test_at_stop_an_open_stream_gets_its_final_event_and_no_traceback(
     _assert_final_event(open_lines, shape)
     assert waiting_lines[0] == "503", waiting_lines
     _assert_shape(json.loads(waiting_lines[1]), waiting_shape, "The server is stopping.")
-    _no_traceback(capfd.readouterr().err)
+    _no_traceback(slow_serving.stderr())
 
 
 # -- item 4: no accept() traceback flood when files run short ------------------------------
