@@ -1,7 +1,7 @@
 """The History view: past runs (newest first), the selected run's figures and plots, and
 Export (CSV of the series, JSON of everything, PNG of the plots as shown).
 
-The runs live in ``core.run.history.History`` (SQLite in the user data folder); this
+The runs live in ``core.run.measure.history.History`` (SQLite in the user data folder); this
 view reads it off the GUI thread and shows what it read. Nothing here computes a figure.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import time
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -27,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import units
-from core.run.history import History, RunRecord
+from core.run.measure.history import History, RunRecord
 from gui.bridge import Bridge
 from gui.history.run_plots import RunPlots
 from gui.widgets import Card, label
@@ -228,15 +227,15 @@ class HistoryView(Card):
         return written
 
 
-def history_window(bridge: Bridge, parent: QWidget, path: Path | None = None) -> Any:
+class HistoryWindow(QWidget):
     """The History view in a window of its own (a child of ``parent``: it closes with
     the main window)."""
-    window = QWidget(parent, Qt.WindowType.Window)
-    window.setWindowTitle("MacMesh · History")
-    layout = QHBoxLayout(window)
-    layout.setContentsMargins(14, 14, 14, 14)
-    view = HistoryView(bridge, path)
-    layout.addWidget(view)
-    window.view = view  # type: ignore[attr-defined]
-    window.resize(1000, 760)
-    return window
+
+    def __init__(self, bridge: Bridge, parent: QWidget, path: Path | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.setWindowTitle("MacMesh · History")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(14, 14, 14, 14)
+        self.view = HistoryView(bridge, path)
+        layout.addWidget(self.view)
+        self.resize(1000, 760)

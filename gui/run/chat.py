@@ -7,6 +7,8 @@ and the cost stays flat however fast a cluster generates.
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
@@ -114,7 +116,7 @@ class ChatView(QWidget):
         if not self._flush.isActive():
             self._flush.start()
 
-    def finish_answer(self, request: str, done: dict) -> None:
+    def finish_answer(self, request: str, done: dict[str, Any]) -> None:
         self.flush()
         if request != self._open:  # no token events (telemetry off): show the whole text
             self._heading("MacMesh cluster")

@@ -1,6 +1,6 @@
 """Compare in the window: one Mac, then the cluster, side by side, the headline large.
 
-``CompareRunner`` runs ``core.run.compare.compare`` on a bridge thread (two whole
+``CompareRunner`` runs ``core.run.tasks.compare.compare`` on a bridge thread (two whole
 sessions, one after the other) and keeps the result as a "compare" run; Stop cancels the
 session running and skips the rest. ``CompareView`` shows a ``Comparison``: generation
 tokens/s, prompt tokens/s, time to first token and memory per node for each run.
@@ -15,18 +15,19 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from core import units
+from core.worker.vocab import Strategy
 from gui import style
 from gui.bridge import Bridge
 from gui.session_stopper import SessionStopper
 from gui.style import set_role
-from gui.widgets import label, section
+from gui.widgets import clear_layout, label, section
 
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
     from core.plan.planner import Plan
-    from core.run.compare import Comparison, RunFigures
-    from core.run.launcher import JobSpec
+    from core.run.job.launcher import JobSpec
     from core.run.session import Host, Session
+    from core.run.tasks.compare import Comparison, RunFigures
 
 WHAT_WORDS = {
     "probing": "Compare: looking at the Macs…",
@@ -56,7 +57,7 @@ def rows(result: Comparison) -> list[tuple[str, list[str]]]:
 
 class CompareRunner(QObject):
     progress = Signal(str)
-    finished = Signal(object)  # core.run.compare.Comparison
+    finished = Signal(object)  # core.run.tasks.compare.Comparison
     failed = Signal(str)
     busy_changed = Signal(bool)
 
@@ -83,12 +84,11 @@ class CompareRunner(QObject):
     ) -> None:
         if self.busy:
             return
-        from core.run.compare import compare
-        from core.run.history import RunRecord, keep, local_versions
         from core.run.session import Host
+        from core.run.tasks.compare import compare
 
         chosen = list(hosts) if hosts is not None else [Host(n) for n in plan.nodes_used]
-        split = plan.split if plan.strategy == "pipeline" else None
+        split = plan.split if plan.strategy == Strategy.PIPELINE else None
         self._stopper.reset()
         self._set_busy(True)
         self.progress.emit(WHAT_WORDS["probing"])
@@ -99,7 +99,7 @@ class CompareRunner(QObject):
             words = WHAT_WORDS.get(what, what).format(nodes=nodes)
             self._bridge.run_on_main(lambda: self.progress.emit(words))
 
-        def work() -> tuple[Comparison, str | None]:
+        def work() -> Comparison:
             result = compare(
                 info,
                 chosen,
@@ -112,17 +112,7 @@ class CompareRunner(QObject):
             )
             if self._stopper.stopped:
                 raise CompareCancelled
-            record = RunRecord(
-                kind="compare",
-                model=info.name,
-                nodes=result.cluster.nodes,
-                strategy=result.strategy,
-                backend="ring" if chosen[0].simulated else "auto",
-                split=list(split) if split else None,
-                versions=local_versions(),
-                figures=result.to_dict(),
-            )
-            return result, keep(record)
+            return result
 
         self._bridge.run_in_background(work, self._done, self._failed, queue=self._queue)
 
@@ -133,11 +123,10 @@ class CompareRunner(QObject):
         self.progress.emit("Stopping the comparison…")
         self._stopper.stop()
 
-    def _done(self, outcome: tuple[Comparison, str | None]) -> None:
-        result, problem = outcome
+    def _done(self, result: Comparison) -> None:
         self._set_busy(False)
-        if problem:
-            self._bridge.failed.emit(problem)
+        if result.not_kept:
+            self._bridge.failed.emit(result.not_kept)
         self.finished.emit(result)
 
     def _failed(self, error: BaseException) -> None:
@@ -192,10 +181,7 @@ class CompareView(QFrame):
     def show_result(self, result: Comparison) -> None:
         self.result = result
         self.headline.setText(result.headline())
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        clear_layout(self.grid)
         self.cells = {}
         shown = rows(result)
         for r, (name, cells) in enumerate(shown[:-1] if self.compact else shown):
