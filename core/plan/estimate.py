@@ -21,12 +21,12 @@ estimated rather than guessed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.model.info import ModelInfo
 from core.plan.chips import ChipSpec, chip_spec
 from core.plan.memory import Link, Node
-from core.plan.planner import Plan
+from core.plan.planner import Plan, make_plan
 from core.worker.vocab import Strategy
 
 __all__ = [
@@ -146,6 +146,9 @@ class Estimate:
     link: LinkProfile | None
     context_tokens: int
     reason: str = ""
+    # A multi-Mac plan's answer to "would one Mac be as fast?": the fastest Mac of the
+    # plan alone (its name, its chip, its estimate) when the model fits it; None otherwise.
+    alone: tuple[str, str, float] | None = None
 
     @property
     def seconds_per_token(self) -> float:
@@ -160,7 +163,11 @@ class Estimate:
         how = self.strategy.value
         if self.link is not None:
             how += f" over {self.link.name}"
-        return f"Estimate for real Macs: {self.tokens_per_s:.1f} tokens/s ({chips}, {how})"
+        line = f"Estimate for real Macs: {self.tokens_per_s:.1f} tokens/s ({chips}, {how})"
+        if self.alone is not None:
+            node, chip, rate = self.alone
+            line += f"; {node} ({chip}) alone: {rate:.1f} tokens/s"
+        return line
 
     def basis(self) -> str:
         """Where the number comes from, in a few lines: for a tooltip and the CLI."""
@@ -222,6 +229,13 @@ class Estimate:
             "efficiency": EFFICIENCY,
             "layer_overhead_us": LAYER_OVERHEAD_S * 1e6,
             "reason": self.reason,
+            "alone": None
+            if self.alone is None
+            else {
+                "node": self.alone[0],
+                "chip": self.alone[1],
+                "tokens_per_s": round(self.alone[2], 2),
+            },
             "basis": self.basis(),
             "time_to_first_token": None,
             "time_to_first_token_reason": "not estimated: prefill is bound by GPU arithmetic, "
@@ -325,7 +339,26 @@ def estimate_plan(
     link = None
     if len(stages) > 1:
         link = RDMA if _all_rdma([s.node for s in stages], links) else TCP_RING
-    return estimate_decode(workload_of(model), plan.strategy, stages, link, context)
+    estimate = estimate_decode(workload_of(model), plan.strategy, stages, link, context)
+    if len(stages) > 1:
+        estimate = replace(estimate, alone=_alone(model, plan, stages, by_name))
+    return estimate
+
+
+def _alone(
+    model: ModelInfo, plan: Plan, stages: Sequence[Stage], nodes: Mapping[str, Node]
+) -> tuple[str, str, float] | None:
+    """The fastest of the plan's Macs on its own, if the model fits it."""
+    best = max(stages, key=lambda s: s.chip.bandwidth_gbs)  # ties: the first, rank 0
+    options = replace(plan.options, strategy=Strategy.SINGLE, split=None)
+    if not make_plan(model, [nodes[best.node]], (), options).fits:
+        return None
+    whole = Stage(best.node, best.chip, 0, model.layers, reads_head=True)
+    single = estimate_decode(
+        workload_of(model), Strategy.SINGLE, [whole], None, plan.options.context_length
+    )
+    assert single.tokens_per_s is not None
+    return best.node, best.chip.name, single.tokens_per_s
 
 
 def _none(plan: Plan, context: int, reason: str) -> Estimate:

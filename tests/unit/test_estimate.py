@@ -151,6 +151,23 @@ def test_estimate_plan_uses_each_nodes_chip_and_the_links():
     assert estimate.summary().startswith("Estimate for real Macs: ")
     assert "2 × M3 Ultra, tensor over RDMA over Thunderbolt 5" in estimate.summary()
     assert estimate_plan(model, plan, nodes, []).link is TCP_RING
+    # Would one of them be as fast? The model fits one M3 Ultra: its estimate alone.
+    single = estimate_decode(
+        workload_of(model), Strategy.SINGLE, _stages("M3 Ultra", 1, Strategy.SINGLE), None, 4096
+    )
+    assert estimate.alone is not None and estimate.alone[:2] == ("a", "M3 Ultra")
+    assert estimate.alone[2] == pytest.approx(single.tokens_per_s)
+    assert f"; a (M3 Ultra) alone: {single.tokens_per_s:.1f} tokens/s" in estimate.summary()
+    assert estimate.to_dict()["alone"]["node"] == "a"
+
+
+def test_no_single_mac_figure_when_the_model_needs_every_mac():
+    nodes = [Node("a", 64 * GIB, chip="M4 Max"), Node("b", 64 * GIB, chip="M4 Max")]
+    model, plan = _plan(nodes, "pipeline")
+    assert plan.fits
+    estimate = estimate_plan(model, plan, nodes)
+    assert estimate.tokens_per_s is not None and estimate.alone is None
+    assert "alone" not in estimate.summary()
 
 
 def test_no_estimate_without_a_chip_or_a_plan_that_fits():
