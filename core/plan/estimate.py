@@ -42,6 +42,7 @@ __all__ = [
     "Workload",
     "estimate_decode",
     "estimate_plan",
+    "rdma_mesh",
     "workload_of",
 ]
 
@@ -363,6 +364,14 @@ def _alone(
 
 def _none(plan: Plan, context: int, reason: str) -> Estimate:
     return Estimate(plan.strategy, None, 0.0, 0.0, (), None, context, reason)
+
+
+def rdma_mesh(nodes: Sequence[Node]) -> list[Link]:
+    """RDMA links between every pair of ``nodes`` when every one has RDMA on (probed
+    nodes carry no cabling, and JACCL runs only on a full mesh); none otherwise."""
+    if len(nodes) < 2 or not all(node.rdma for node in nodes):
+        return []
+    return [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
 
 
 def _all_rdma(names: Sequence[str], links: Sequence[Link]) -> bool:
