@@ -214,6 +214,7 @@ def test_parse_node_takes_an_optional_chip():
     assert parse_node("mini:64:57344@m4 pro") == Node(
         "mini", 64 * GIB, wired_limit_mb=57344, chip="M4 Pro"
     )
+    assert parse_node("me@home:64") == Node("me@home", 64 * GIB)  # an @ in a name, no chip
     with pytest.raises(ValueError, match="unknown chip 'M9'; known: M1, M1 Pro"):
         parse_node("studio:192@M9")
 
