@@ -170,7 +170,7 @@ class RunController(QObject):
             count = len(plan.nodes_used)
             self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
         self._bridge.run_in_background(
-            partial(session.start, reprobe),
+            partial(session.start, reprobe=reprobe),
             None,
             lambda error: self._start_error(session, error),
             queue=self._queue,

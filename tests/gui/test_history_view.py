@@ -254,3 +254,15 @@ def test_a_kept_runs_lines_hold_zero_across_idle_time_also_in_the_png(
     assert 8e3 <= box.viewRange()[1][1] < 1e5  # its KB/s fill the plot, not a flat line
     written = plots.export_png(tmp_path, "run")
     assert all(QImage(str(path)).width() >= 800 for path in written)
+
+
+def test_a_damaged_history_set_aside_is_said(qtbot: QtBot, tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite3"
+    path.write_bytes(b"not a database" * 100)
+    view = _view(qtbot, path)
+    with qtbot.waitSignal(view.loaded, timeout=10_000):
+        view.refresh()
+    status = view.status.text()
+    assert status.startswith(f"The run history {path} could not be read (file is not a database)")
+    assert "set aside as history.sqlite3.damaged-" in status
+    assert status.endswith("No runs yet: an answer, a compare or a link test is kept here.")
