@@ -33,7 +33,8 @@ loaded      load_s, memory_bytes, layers ([start, end) or null for tensor), stra
             404 µs", "transposed: ..." or "as is: ..."})]})[, adapter
             ({name, type, fused, precision}: the adapter fused in, with --adapter)]
 ready       (rank 0, once every rank has loaded and synchronised)
-token       request, index (0-based), token (id), text (the new piece of text)
+token       request, index (0-based), token (id), text (the new piece of text; empty for
+            the end-of-sequence token: one event per generated token)
 done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tps,
             ttft_s, finish_reason ("stop", "length" or "cancelled"), peak_memory_bytes, text
 traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})

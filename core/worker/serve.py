@@ -179,8 +179,10 @@ def generate(
         text = stops.feed(response.text)
         if response.finish_reason is not None:
             text += stops.flush()
-        # The end-of-sequence token is not text (but may flush some): no token event.
-        if rank == 0 and not (response.finish_reason == "stop" and not response.text):
+        # One token event per generated token, the end-of-sequence one included (its text
+        # is empty unless it flushes some): mlx-lm counts it in generation_tokens, so the
+        # events' count and timestamps give the same figures (core.run.measure.telemetry).
+        if rank == 0:
             pieces.append(text)
             if stream_tokens:
                 events.emit(

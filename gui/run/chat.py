@@ -117,6 +117,8 @@ class ChatView(QWidget):
             self._flush.start()
 
     def finish_answer(self, request: str, done: dict[str, Any]) -> None:
+        """The answer's line: ``done`` is its figures as every surface shows them
+        (``core.run.measure.telemetry.answer_figures``), never the worker's raw event."""
         self.flush()
         if request != self._open:  # no token events (telemetry off): show the whole text
             self._heading("MacMesh cluster")

@@ -60,7 +60,7 @@ class RunController(QObject):
     rank_progress = Signal(int, str, int)  # rank, what it is doing, step of STEPS
     question = Signal(str)  # a prompt was sent (or queued until the model is loaded)
     token = Signal(str, str)  # request id, text piece
-    answer_done = Signal(str, object)  # request id, the done event
+    answer_done = Signal(str, object)  # request id, its figures (telemetry.answer_figures)
     failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
     preflight_done = Signal(object)  # core.run.checks.report.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
@@ -460,15 +460,19 @@ class RunController(QObject):
         from_api = self._api.pop(request, None) is not None
         if not from_api:  # an API answer is not the chat's turn
             self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
+        from core.run.measure.telemetry import answer_figures
+
         summary = next(
             (r for r in (self.telemetry.requests() if self.telemetry else []) if r.id == request),
             None,
         )
+        figures = answer_figures(event, summary)  # the numbers every surface shows
         start = self._first_token.pop(request, None)
-        if summary and summary.avg_tps and start is not None:
-            self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
+        tps = figures["generation_tps"]
+        if tps and start is not None:
+            self.averages.append((start - self.t0, time.monotonic() - self.t0, tps))
             del self.averages[:-MAX_AVERAGES]
-        self.answer_done.emit(request, event)
+        self.answer_done.emit(request, figures)
         if not from_api:  # the API keeps its own answers (core.serve.records)
             self._keep_answer(event)
 

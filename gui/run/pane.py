@@ -451,7 +451,12 @@ class RunPane(Card):
             )
 
     def _api_sent(self, request: str, started: float, client: str) -> None:
-        """On a pool thread: the API sent a request to the job."""
+        """On a pool thread: the API sent a request to the job. Its send time reaches the
+        telemetry now (it is thread-safe), not once the GUI thread is free: a short answer
+        may be done by then, and its time to first token would be the worker's."""
+        telemetry = self.controller.telemetry
+        if telemetry is not None:
+            telemetry.request_started(request, started)
         self._bridge.run_on_main(lambda: self.controller.api_request(request, started, client))
 
     def _api_failed(self, error: BaseException) -> None:

@@ -228,18 +228,28 @@ class FakeJob:
             self._changed.notify_all()
 
     def _answer(self, request: str, max_tokens: int) -> None:
+        """Tokens as the worker sends them over mlx-lm: one event per generated token, the
+        end-of-sequence one included (empty text) when the answer ends before
+        ``max_tokens``; its ``done`` carries mlx-lm's own figures (n tokens over the time
+        since the first one, the worker's time to first token), which differ from the
+        ones telemetry defines, as the real worker's do."""
         b = self.behaviour
-        pieces = [" " + word for word in b.answer.split()][:max_tokens]
-        pieces[0] = pieces[0].lstrip()
+        words = [" " + word for word in b.answer.split()]
+        words[0] = words[0].lstrip()
+        fits = len(words) < max_tokens  # room for the end-of-sequence token too
+        pieces = [*words, ""] if fits else words[:max_tokens]
         started = time.monotonic()
-        finish_reason, shown = "stop", []
+        first: float | None = None
+        finish_reason, shown, count = ("stop" if fits else "length"), [], 0
         for index, piece in enumerate(pieces):
             if self._stop.wait(b.token_s):
                 return
             if request in self._cancelled:
                 finish_reason = "cancelled"
                 break
+            first = time.monotonic() if first is None else first
             shown.append(piece)
+            count += 1
             self._emit("token", request=request, index=index, token=index, text=piece)
             if index % b.traffic_every:
                 continue
@@ -253,14 +263,14 @@ class FakeJob:
                         sent={str(peer): 4096},
                         received={},
                     )
-        elapsed = time.monotonic() - started
+        since_first = max(time.monotonic() - (first or started), 1e-9)
         done = {
             "request": request,
             "prompt_tokens": 12,
             "prompt_tps": 100.0,
-            "generation_tokens": len(shown),
-            "generation_tps": len(shown) / elapsed,
-            "ttft_s": b.token_s,
+            "generation_tokens": count,
+            "generation_tps": count / since_first,
+            "ttft_s": round((first or started) - started, 6),
             "finish_reason": finish_reason,
             "peak_memory_bytes": b.memory_bytes,
             "text": "".join(shown),

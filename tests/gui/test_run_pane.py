@@ -85,7 +85,7 @@ def test_start_stream_and_stop(qtbot: QtBot, demo_plans) -> None:
     assert x is not None and len(x) > 0
     assert pane.plots.link_curves, "the link bandwidth plot has a curve per link"
     assert "Studio A ↔ Studio B" in pane.plots.link_key.text()
-    assert pane.numbers.texts()["total"] == "6"  # six words, one token each
+    assert pane.numbers.texts()["total"] == "7"  # six words and the end-of-sequence token
     assert len(pane.controller.averages) == 1
     qtbot.mouseClick(pane.stop_button, Qt.MouseButton.LeftButton)
     assert _state(pane) == RunState.STOPPING and not pane.stop_button.isEnabled()
@@ -93,7 +93,7 @@ def test_start_stream_and_stop(qtbot: QtBot, demo_plans) -> None:
     assert pane.jobs[0].state.finished
     assert pane.start_button.isEnabled() and not pane.timer.isActive()
     assert pane.numbers.texts()["links"] == "0 B/s"  # nothing moves once the job ended
-    assert pane.numbers.texts()["total"] == "6"
+    assert pane.numbers.texts()["total"] == "7"
 
 
 def test_every_loading_stage_has_words() -> None:

@@ -11,6 +11,20 @@ calls ``feed`` (and the controller ``request_started``), the GUI thread reads
 copies through the accessors, typically from a redraw timer. Every call holds
 the lock briefly: no I/O and no callbacks under it.
 
+Figures: this module is the one definition of an answer's figures; the big numbers, the
+chat line under an answer, the history, the CLI's summary and the API's ``usage`` all read
+them (``answer_figures``), never the worker's raw fields:
+
+- tokens generated: the worker's count (every token the model generated, the
+  end-of-sequence one included; the worker sends one token event per token, so the count
+  of token events is the same number while an answer streams);
+- tokens/s: (n - 1) tokens over the time from the first token to the last, from the token
+  events' timestamps (``RateEstimator.average``); mlx-lm's own ``generation_tps`` counts n
+  tokens over those n - 1 gaps and reads higher by n / (n - 1), so it is only a fallback
+  (converted) when token events are off;
+- time to first token: from the moment the request was sent (``request_started``) to the
+  first token's arrival here, the worker's own figure when the send time is unknown.
+
 Clocks: an event's ``t`` is ``time.monotonic()`` on the rank's own host. Rates
 use differences of one rank's ``t`` only (exact on any host). The times of the
 series are moved onto this process's clock: per rank, the offset is the
@@ -78,12 +92,24 @@ class RequestSummary:
     prompt_tokens: int | None
     prompt_tps: float | None  # from the worker's done event
     generation_tokens: int  # the worker's count when done, else tokens seen so far
-    generation_tps: float | None  # mlx-lm's, from the worker's done event
-    avg_tps: float | None  # ours, from token timestamps (same definition)
+    generation_tps: float | None  # mlx-lm's, from the worker's done event, as given
+    avg_tps: float | None  # ours, from token timestamps
     ttft_s: float | None
     text: str  # the tail, at most the text limit
     finish_reason: str | None
     finished: bool
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """The answer's tokens/s as every surface shows it (see the module docstring):
+        from the token timestamps, else mlx-lm's figure converted to the same definition
+        (token events off), else None (fewer than two tokens)."""
+        if self.avg_tps is not None:
+            return self.avg_tps
+        n = self.generation_tokens
+        if self.generation_tps and n >= 2:
+            return self.generation_tps * (n - 1) / n
+        return None
 
 
 @dataclass(frozen=True)
@@ -91,7 +117,7 @@ class Headline:
     """The few numbers shown big; a snapshot, safe to keep on any thread."""
 
     tokens_per_s: float  # smoothed, of the request generating now; 0 when idle
-    last_avg_tps: float | None  # the last finished request's, from timestamps
+    last_avg_tps: float | None  # the last finished request's ``tokens_per_s``
     ttft_s: float | None  # the current request's, else the last finished one's
     prompt_tps: float | None  # the last finished request's
     total_tokens: int
@@ -118,6 +144,7 @@ class _Request:
     rates: RateEstimator
     text: _TextTail
     started_at: float | None = None  # this process's clock
+    first_at: float | None = None  # when its first token arrived, this process's clock
     ttft_s: float | None = None
 
 
@@ -202,9 +229,21 @@ class Telemetry:
         log.log(level, "ignoring malformed worker event (%s): %.200r", problem, event)
 
     def request_started(self, request_id: str, t: float) -> None:
-        """Records when the controller sent a request (``clock``'s time), for TTFT."""
+        """Records when the controller sent a request (``clock``'s time), for TTFT.
+
+        Its id is known only once it is sent, so its first token may be in already (a
+        fast answer, a busy thread): the TTFT is then taken from that token's arrival. A
+        request already finished keeps its figures (and is not tracked anew)."""
+        request_id = _request_id(request_id)
         with self._lock:
-            self._request(_request_id(request_id)).started_at = float(t)
+            request = self._active.get(request_id)
+            if request is None and any(done.id == request_id for done in self._finished):
+                return
+            request = request or self._request(request_id)
+            request.started_at = float(t)
+            if request.first_at is not None:
+                ttft = request.first_at - request.started_at
+                request.ttft_s = ttft if ttft >= 0 else None
 
     # -- snapshots (any thread) ------------------------------------------------
 
@@ -220,7 +259,7 @@ class Telemetry:
             total = self._link_total_series.last()
             return Headline(
                 tokens_per_s=(active.rates.smoothed or 0.0) if active else 0.0,
-                last_avg_tps=last.avg_tps if last else None,
+                last_avg_tps=last.tokens_per_s if last else None,
                 ttft_s=active.ttft_s if active else (last.ttft_s if last else None),
                 prompt_tps=last.prompt_tps if last else None,
                 total_tokens=self._total_tokens,
@@ -262,6 +301,11 @@ class Telemetry:
         """Finished requests (oldest first, bounded), then the unfinished ones."""
         with self._lock:
             return [*self._finished, *(self._summary(r) for r in self._active.values())]
+
+    def now(self) -> float | None:
+        """This process's time on the series' timeline; None without a clock (tests feed
+        times of their own)."""
+        return self._clock() if self._clock is not None else None
 
     @property
     def malformed_events(self) -> int:
@@ -305,9 +349,11 @@ class Telemetry:
         if not isinstance(piece, str):
             raise TypeError("token text is not a string")
         request = self._request(request_id)
-        if request.rates.count == 0 and request.started_at is not None:
-            ttft = at - request.started_at
-            request.ttft_s = ttft if ttft >= 0 else None
+        if request.rates.count == 0:
+            request.first_at = at
+            if request.started_at is not None:
+                ttft = at - request.started_at
+                request.ttft_s = ttft if ttft >= 0 else None
         instant = request.rates.add(t)
         request.text.add(piece)
         self._total_tokens += 1
@@ -328,8 +374,10 @@ class Telemetry:
         if self._current == request_id:
             self._current = None
         reported = _optional_count(event.get("generation_tokens"))
-        if request.rates.count == 0 and reported:
-            self._total_tokens += reported  # token events were off (MACMESH_TELEMETRY=0)
+        if reported is not None and reported > request.rates.count:
+            # Token events were off (MACMESH_TELEMETRY=0), or some went unsent (a worker
+            # before one event per token): the worker's count is the answer's.
+            self._total_tokens += reported - request.rates.count
         if request.ttft_s is None:
             request.ttft_s = _optional_float(event.get("ttft_s"))
         text = event.get("text")
@@ -417,6 +465,34 @@ class Telemetry:
             finish_reason=_optional_str(fields.get("finish_reason")),
             finished=done is not None,
         )
+
+
+def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> dict[str, Any]:
+    """An answer's figures as every surface shows them (the module docstring says what
+    each one means), from the telemetry's ``summary`` of the request; from the worker's
+    ``done`` event alone when the telemetry has none (its figures then converted alike)."""
+    if summary is None:
+        summary = RequestSummary(
+            id=str(done.get("request", "")),
+            prompt_tokens=_optional_count(done.get("prompt_tokens")),
+            prompt_tps=_optional_float(done.get("prompt_tps")),
+            generation_tokens=_optional_count(done.get("generation_tokens")) or 0,
+            generation_tps=_optional_float(done.get("generation_tps")),
+            avg_tps=None,
+            ttft_s=_optional_float(done.get("ttft_s")),
+            text=str(done.get("text", "")),
+            finish_reason=_optional_str(done.get("finish_reason")),
+            finished=True,
+        )
+    return {
+        "prompt_tokens": summary.prompt_tokens,
+        "prompt_tps": summary.prompt_tps,
+        "generation_tokens": summary.generation_tokens,
+        "generation_tps": summary.tokens_per_s,
+        "ttft_s": summary.ttft_s,
+        "finish_reason": summary.finish_reason,
+        "text": str(done.get("text", summary.text)),
+    }
 
 
 # -- helpers ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core.run.measure.history import RunKind, RunRecord, keep, telemetry_series
-from core.run.measure.telemetry import RequestSummary, Telemetry
+from core.run.measure.telemetry import Telemetry, answer_figures
 from core.run.placement import ClusterError
 from core.run.tasks.records import job_record
 from core.worker import protocol as p
@@ -72,8 +72,8 @@ def answer_once(
 def ask_once(
     session: Session, telemetry: Telemetry, prompt: str, max_tokens: int
 ) -> dict[str, Any]:
-    """One request on a running session and its figures: tokens/s, time to first token,
-    bytes per link."""
+    """One request on a running session and its figures (``answer_figures``: tokens/s,
+    time to first token, token counts, as every surface shows them), and bytes per link."""
     before = telemetry.link_totals()
     started = time.monotonic()
     request = session.ask(prompt, max_tokens=max_tokens)
@@ -94,22 +94,6 @@ def settle(done_at: float) -> None:
     """Wait until the ranks' last traffic reports of an answer that ended at ``done_at``
     (monotonic) are in: its figures and series then hold every byte it moved."""
     time.sleep(max(0.0, done_at + SETTLE_S - time.monotonic()))
-
-
-def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> dict[str, Any]:
-    """An answer's figures from the rank's ``done`` event and the telemetry's summary of
-    the request (tokens/s from token timestamps, time to first token as seen here)."""
-    ttft = summary.ttft_s if summary and summary.ttft_s is not None else done.get("ttft_s")
-    return {
-        "prompt_tokens": done.get("prompt_tokens"),
-        "prompt_tps": done.get("prompt_tps"),
-        "generation_tokens": done.get("generation_tokens"),
-        "generation_tps": done.get("generation_tps"),
-        "avg_tps": summary.avg_tps if summary else None,
-        "ttft_s": ttft,
-        "finish_reason": done.get("finish_reason"),
-        "text": done.get("text", ""),
-    }
 
 
 def answer_record(
