@@ -8,7 +8,6 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -17,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.serve import dialects as d
-from core.serve.answers import Answer, failure
+from core.serve.answers import Answer, AnswerEvent, failure
 from core.serve.app import (
     API,
     EventStream,
@@ -55,14 +54,14 @@ class Routes(API):
             return JSONResponse(d.anthropic_error(error), error.status, headers=error.headers)
 
     async def _anthropic_stream(
-        self, answer: Answer, first: dict[str, Any]
+        self, answer: Answer, first: AnswerEvent
     ) -> AsyncIterator[bytes]:
         yield d.anthropic_start(answer.id, self.s.model)
         events = self.events(answer, first)
         try:
             async for event in events:
-                if event["event"] == p.TOKEN and event.get("text"):
-                    yield d.anthropic_delta(str(event["text"]))
+                if event["event"] == p.TOKEN and event["text"]:
+                    yield d.anthropic_delta(event["text"])
                 elif event["event"] == p.ERROR:
                     yield d.anthropic_sse(
                         "error", {"error": d.anthropic_error(failure(event))["error"]}
@@ -98,19 +97,19 @@ class Routes(API):
                 return done
             elapsed = time.monotonic() - started
             return JSONResponse(
-                d.ollama_done(self.s.model, done, elapsed, str(done.get("text", "")))
+                d.ollama_done(self.s.model, done, elapsed, done["text"])
             )
         except APIError as error:
             return JSONResponse(d.ollama_error(error), error.status, headers=error.headers)
 
     async def _ollama_stream(
-        self, answer: Answer, first: dict[str, Any], started: float
+        self, answer: Answer, first: AnswerEvent, started: float
     ) -> AsyncIterator[bytes]:
         events = self.events(answer, first)
         try:
             async for event in events:
-                if event["event"] == p.TOKEN and event.get("text"):
-                    yield d.ollama_piece(self.s.model, str(event["text"]))
+                if event["event"] == p.TOKEN and event["text"]:
+                    yield d.ollama_piece(self.s.model, event["text"])
                 elif event["event"] == p.ERROR:
                     yield (json.dumps(d.ollama_error(failure(event))) + "\n").encode()
                 elif event["event"] == p.DONE:
