@@ -64,7 +64,7 @@ def launch_and_ask(
     telemetry = Telemetry()
     began = time.monotonic()
 
-    def show(event: dict[str, Any]) -> None:
+    def show(event: p.Event) -> None:
         stage.streamed = print_token(event, out) or stage.streamed
 
     session.event.connect(telemetry.feed)
@@ -96,7 +96,7 @@ def launch_and_ask(
     return 0
 
 
-def print_token(event: dict[str, Any], out: TextIO) -> bool:
+def print_token(event: p.Event, out: TextIO) -> bool:
     """Write a token event's text to ``out``; whether it was one."""
     if event["event"] != p.TOKEN:
         return False

@@ -75,6 +75,7 @@ from core.run.placement import (
 from core.run.planning import plan_on
 from core.run.preflight import PreflightReport, run_preflight
 from core.run.states import RunState, Step
+from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, Strategy, Task
 
 __all__ = ["FRESH_S", "ClusterError", "CopyCancelled", "Host", "Session"]
@@ -123,7 +124,7 @@ class Session:
     state_changed = Signal(str, str)  # RunState, detail
     checked = Signal(object)  # PreflightReport
     copy_progress = Signal(object)  # CopyProgress
-    event = Signal(dict)  # a worker event
+    event = Signal(dict)  # a worker event (a protocol.Event)
 
     def __init__(
         self,
@@ -555,7 +556,7 @@ class Session:
             raise JobError("nothing was started")
         return self.job
 
-    def _on_event(self, event: dict[str, Any]) -> None:
+    def _on_event(self, event: p.Event) -> None:
         """On a job's reader thread: pass the event on."""
         self.event.emit(event)
 
