@@ -145,12 +145,12 @@ class _Runnable(QRunnable):
 class JobLike(Protocol):
     """What ``JobRelay`` needs of a job: ``core.run.launcher.Job`` and test doubles."""
 
-    event: Any  # psygnal SignalInstance(dict)
+    event: Any  # psygnal SignalInstance(dict): a protocol.Event
     state_changed: Any  # psygnal SignalInstance(str, str)
 
 
 class TelemetryLike(Protocol):
-    def feed(self, event: dict, received_at: float | None = None) -> None: ...
+    def feed(self, event: p.Event, received_at: float | None = None) -> None: ...
 
 
 class JobRelay(QObject):
@@ -161,7 +161,7 @@ class JobRelay(QObject):
     a redraw by one tick).
     """
 
-    event = Signal(object)  # an event dict of GUI_EVENTS
+    event = Signal(object)  # a protocol.Event of GUI_EVENTS
     state_changed = Signal(str, str)  # JobState value, message
 
     def __init__(
@@ -176,13 +176,13 @@ class JobRelay(QObject):
         job.event.connect(self._on_event)
         job.state_changed.connect(self._on_state)
 
-    def _on_event(self, event: dict) -> None:
+    def _on_event(self, event: p.Event) -> None:
         """On a reader thread: feed telemetry, pass on what the window shows."""
         if not self._attached.is_set():
             return
         self._telemetry.feed(event)
         self.version += 1
-        if event.get("event") in GUI_EVENTS:
+        if event["event"] in GUI_EVENTS:
             self._emit(self.event, event)
 
     def _on_state(self, state: str, message: str) -> None:

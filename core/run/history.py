@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 from core import units
 from core.paths import FolderError, data_dir
 from core.run.telemetry import RequestSummary, Telemetry
+from core.worker import protocol
 
 if TYPE_CHECKING:
     from core.run.session import Session
@@ -284,19 +285,19 @@ def chat_record(
     )
 
 
-def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> dict[str, Any]:
+def answer_figures(done: protocol.Done, summary: RequestSummary | None) -> dict[str, Any]:
     """An answer's figures from the rank's ``done`` event and the telemetry's summary of
     the request (tokens/s from token timestamps, time to first token as seen here)."""
-    ttft = summary.ttft_s if summary and summary.ttft_s is not None else done.get("ttft_s")
+    ttft = summary.ttft_s if summary and summary.ttft_s is not None else done["ttft_s"]
     return {
-        "prompt_tokens": done.get("prompt_tokens"),
-        "prompt_tps": done.get("prompt_tps"),
-        "generation_tokens": done.get("generation_tokens"),
-        "generation_tps": done.get("generation_tps"),
+        "prompt_tokens": done["prompt_tokens"],
+        "prompt_tps": done["prompt_tps"],
+        "generation_tokens": done["generation_tokens"],
+        "generation_tps": done["generation_tps"],
         "avg_tps": summary.avg_tps if summary else None,
         "ttft_s": ttft,
-        "finish_reason": done.get("finish_reason"),
-        "text": done.get("text", ""),
+        "finish_reason": done["finish_reason"],
+        "text": done["text"],
     }
 
 

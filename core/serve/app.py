@@ -119,9 +119,7 @@ class API:
             event = got
         return event
 
-    async def events(
-        self, answer: Answer, first: AnswerEvent
-    ) -> AsyncGenerator[AnswerEvent, None]:
+    async def events(self, answer: Answer, first: AnswerEvent) -> AsyncGenerator[AnswerEvent, None]:
         """The answer's events from ``first`` to its ``done`` or ``error``; a stream that
         is closed early (its client left) cancels the answer."""
         try:

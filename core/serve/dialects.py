@@ -196,9 +196,7 @@ def ollama_piece(model: str, text: str) -> bytes:
     return (json.dumps(line, ensure_ascii=False) + "\n").encode()
 
 
-def ollama_done(
-    model: str, done: p.Done, elapsed_s: float, text: str = ""
-) -> dict[str, Any]:
+def ollama_done(model: str, done: p.Done, elapsed_s: float, text: str = "") -> dict[str, Any]:
     return {
         "model": model,
         "created_at": _iso(time.time()),

@@ -53,9 +53,7 @@ class Routes(API):
         except APIError as error:
             return JSONResponse(d.anthropic_error(error), error.status, headers=error.headers)
 
-    async def _anthropic_stream(
-        self, answer: Answer, first: AnswerEvent
-    ) -> AsyncIterator[bytes]:
+    async def _anthropic_stream(self, answer: Answer, first: AnswerEvent) -> AsyncIterator[bytes]:
         yield d.anthropic_start(answer.id, self.s.model)
         events = self.events(answer, first)
         try:
@@ -96,9 +94,7 @@ class Routes(API):
             if isinstance(done, Response):
                 return done
             elapsed = time.monotonic() - started
-            return JSONResponse(
-                d.ollama_done(self.s.model, done, elapsed, done["text"])
-            )
+            return JSONResponse(d.ollama_done(self.s.model, done, elapsed, done["text"]))
         except APIError as error:
             return JSONResponse(d.ollama_error(error), error.status, headers=error.headers)
 

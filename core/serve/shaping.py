@@ -27,9 +27,7 @@ def finish_reason(done: p.Done) -> str:
     return FINISH.get(str(done["finish_reason"]), "stop")
 
 
-def chat_completion(
-    answer_id: str, model: str, created: int, done: p.Done
-) -> dict[str, Any]:
+def chat_completion(answer_id: str, model: str, created: int, done: p.Done) -> dict[str, Any]:
     return {
         "id": answer_id,
         "object": "chat.completion",
@@ -47,9 +45,7 @@ def chat_completion(
     }
 
 
-def text_completion(
-    answer_id: str, model: str, created: int, done: p.Done
-) -> dict[str, Any]:
+def text_completion(answer_id: str, model: str, created: int, done: p.Done) -> dict[str, Any]:
     return {
         "id": answer_id,
         "object": "text_completion",

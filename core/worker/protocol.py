@@ -435,9 +435,7 @@ class EventWriter:
     def error(
         self, message: str, fatal: bool, request: str | None = None, code: str | None = None
     ) -> None:
-        event = Error(
-            event=ERROR, rank=self.rank, t=time.monotonic(), message=message, fatal=fatal
-        )
+        event = Error(event=ERROR, rank=self.rank, t=time.monotonic(), message=message, fatal=fatal)
         if request is not None:
             event["request"] = request
         if code is not None:

@@ -60,7 +60,7 @@ class RunController(QObject):
     rank_progress = Signal(int, str, int)  # rank, what it is doing, step of STEPS
     question = Signal(str)  # a prompt was sent (or queued until the model is loaded)
     token = Signal(str, str)  # request id, text piece
-    answer_done = Signal(str, object)  # request id, the done event
+    answer_done = Signal(str, object)  # request id, the done event (a protocol.Done)
     failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
     preflight_done = Signal(object)  # core.run.preflight.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
@@ -444,36 +444,35 @@ class RunController(QObject):
             self._history.pop()
             self._set_state(RunState.READY, f"The prompt was not sent: {error}")
 
-    def _on_event(self, event: dict) -> None:
-        kind, rank = event.get("event"), int(event.get("rank", 0))
-        if kind == p.TOKEN and rank == 0:
-            request = str(event.get("request"))
+    def _on_event(self, event: p.Event) -> None:
+        rank = event["rank"]
+        if event["event"] == p.TOKEN and rank == 0:
+            request = event["request"]
             self._first_token.setdefault(request, time.monotonic())
-            self.token.emit(request, str(event.get("text", "")))
-        elif kind == p.DONE and rank == 0:
+            self.token.emit(request, event["text"])
+        elif event["event"] == p.DONE and rank == 0:
             self._answered(event)
-        elif kind == p.HELLO:
+        elif event["event"] == p.HELLO:
             self.rank_progress.emit(rank, "joined the cluster", LoadingStage.JOINING.step)
-        elif kind == p.LOADING:
-            stage = str(event.get("stage"))
+        elif event["event"] == p.LOADING:
+            stage = event["stage"]
             if stage in STAGE_WORDS:
                 self.rank_progress.emit(rank, STAGE_WORDS[stage], LoadingStage(stage).step)
-        elif kind == p.LOADED:
-            memory = event.get("memory_bytes")
-            size = f" · {units.size(memory)}" if isinstance(memory, int) else ""
-            done = f"loaded in {event.get('load_s', 0):.1f} s{size}"
+        elif event["event"] == p.LOADED:
+            size = f" · {units.size(event['memory_bytes'])}"
+            done = f"loaded in {event['load_s']:.1f} s{size}"
             self.rank_progress.emit(rank, done, LoadingStage.SYNCHRONISING.step)
-        elif kind == p.READY and self.job is not None:
+        elif event["event"] == p.READY and self.job is not None:
             for each in range(self.job.spec.nodes):
                 self.rank_progress.emit(each, "ready", STEPS)
 
-    def _answered(self, event: dict) -> None:
-        request = str(event.get("request"))
+    def _answered(self, event: p.Done) -> None:
+        request = event["request"]
         if request == self._answering:
             self._answering = None
         from_api = self._api.pop(request, None) is not None
         if not from_api:  # an API answer is not the chat's turn
-            self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
+            self._history.append({"role": "assistant", "content": event["text"]})
         summary = next(
             (r for r in (self.telemetry.requests() if self.telemetry else []) if r.id == request),
             None,
@@ -485,7 +484,7 @@ class RunController(QObject):
         self.answer_done.emit(request, event)
         self._keep_answer(event, summary, "api" if from_api else "chat")
 
-    def _keep_answer(self, event: dict, summary: Any, kind: str = "chat") -> None:
+    def _keep_answer(self, event: p.Done, summary: Any, kind: str = "chat") -> None:
         """The answer joins the run history as a "chat" run (or "api": asked through the
         API), as ``macmesh run`` keeps it; the write happens off the GUI thread, a
         failure is one line in the status."""
