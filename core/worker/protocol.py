@@ -54,6 +54,11 @@ error       message (for a person: what happened and what to do), fatal,
             code (for a refused request, when known: "context_length_exceeded")
 stopped     (the rank is exiting cleanly)
 ==========  =====================================================================
+
+In code each kind is a ``TypedDict`` below (``Event`` is their union). The worker writes
+events through ``EventWriter``'s methods, one per kind, so mypy checks what a rank
+sends; ``parse_event`` is the one place a line becomes an ``Event``, and a reader that
+narrows on the kind (``if event["event"] == TOKEN:``) reads typed fields.
 """
 
 from __future__ import annotations
