@@ -455,9 +455,9 @@ class RunController(QObject):
         elif event["event"] == p.HELLO:
             self.rank_progress.emit(rank, "joined the cluster", LoadingStage.JOINING.step)
         elif event["event"] == p.LOADING:
-            stage = event["stage"]
-            if stage in STAGE_WORDS:
-                self.rank_progress.emit(rank, STAGE_WORDS[stage], LoadingStage(stage).step)
+            if event["stage"] in STAGE_WORDS:
+                stage = LoadingStage(event["stage"])
+                self.rank_progress.emit(rank, STAGE_WORDS[stage], stage.step)
         elif event["event"] == p.LOADED:
             size = f" · {units.size(event['memory_bytes'])}"
             done = f"loaded in {event['load_s']:.1f} s{size}"
