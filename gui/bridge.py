@@ -8,7 +8,7 @@ through here, as queued Qt signals:
   and delivers the result (or the exception) on the GUI thread, like Anki's taskman.
 - ``Bridge.serial_queue()`` is a one-thread pool: work for one job or host runs in order,
   never two at once (DESIGN.md rule 3), so a Stop queued after a Start always sees it.
-- ``JobRelay`` turns a ``core.run.launcher.Job``'s psygnal signals into Qt signals. It feeds
+- ``JobRelay`` turns a ``core.run.job.launcher.Job``'s psygnal signals into Qt signals. It feeds
   ``Telemetry`` directly on the reader thread (Telemetry is thread-safe) and forwards only
   the events the GUI shows, so the GUI thread never sees heartbeats and traffic.
 """
@@ -143,7 +143,7 @@ class _Runnable(QRunnable):
 
 
 class JobLike(Protocol):
-    """What ``JobRelay`` needs of a job: ``core.run.launcher.Job`` and test doubles."""
+    """What ``JobRelay`` needs of a job: ``core.run.job.launcher.Job`` and test doubles."""
 
     event: Any  # psygnal SignalInstance(dict): a protocol.Event
     state_changed: Any  # psygnal SignalInstance(str, str)

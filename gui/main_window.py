@@ -30,7 +30,7 @@ from gui.run.cluster_source import PaneSource
 from gui.run.pane import RunPane
 
 if TYPE_CHECKING:
-    from core.run.launcher import JobSpec
+    from core.run.job.launcher import JobSpec
 
 LEFT_WIDTH = 440
 DEFAULT_SIZE = (1440, 900)

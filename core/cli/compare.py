@@ -17,23 +17,22 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
+from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import add_adapter_argument, add_split_argument, split_of
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
-from core.run import demo
-from core.run.compare import (
+from core.run.job.launcher import JobError
+from core.run.placement import ClusterError
+from core.run.session import Host, Session
+from core.run.tasks.compare import (
     AdapterComparison,
     Comparison,
     RunFigures,
     compare,
     compare_adapter,
 )
-from core.run.history import RunRecord, keep, local_versions
-from core.run.launcher import JobError
-from core.run.placement import ClusterError
-from core.run.session import Host, Session
 from core.units import rate, seconds, size
 from core.worker.vocab import Strategy
 
@@ -77,12 +76,10 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         hosts = where_hosts(args, "a comparison needs")
         if args.model is None and not args.demo:
             raise ClusterError("name the model folder to compare (or use --demo)")
-        if args.model is None:
-            stage("preparing the demo model")
         if args.model:
             info = resolve_model(args.model, to_run=True)
         else:
-            info = read_model_info(demo.demo_model())
+            info = read_model_info(demo_model_said(err, stage))
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
@@ -118,19 +115,8 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
     except JobError as exc:
         err.write(f"macmesh: the comparison failed: {exc}\n")
         return 1
-    record = RunRecord(
-        kind="compare",
-        model=info.name,
-        nodes=result.cluster.nodes,
-        strategy=result.strategy,
-        backend="ring",
-        split=list(split) if split else None,
-        versions=local_versions(),
-        figures=result.to_dict(),
-    )
-    not_kept = keep(record)
-    if not_kept:
-        err.write(f"macmesh: {not_kept}\n")
+    if result.not_kept:
+        err.write(f"macmesh: {result.not_kept}\n")
     out.write(json.dumps(result.to_dict()) + "\n" if args.json else side_by_side(result))
     return 0
 
@@ -160,6 +146,8 @@ def _compare_adapter(
     except JobError as exc:
         err.write(f"macmesh: the comparison failed: {exc}\n")
         return 1
+    if result.not_kept:
+        err.write(f"macmesh: {result.not_kept}\n")
     out.write(json.dumps(result.to_dict()) + "\n" if args.json else answers_side_by_side(result))
     return 0
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from core.paths import FolderError
-from core.run.history import History, RunRecord
+from core.run.measure.history import History, RunRecord
 from core.units import rate
 
 

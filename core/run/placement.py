@@ -28,10 +28,10 @@ from core.remote.modelcopy import remote_model_dir
 from core.remote.ship import worker_bundle
 from core.remote.ssh import SSHError, UnknownHostKey
 from core.remote.targets import Target
-from core.run import mlxenv
-from core.run.backend_choice import BackendChoice, choose_backend
-from core.run.launcher import JobSpec
-from core.run.preflight import PreflightReport
+from core.run.checks.backend_choice import BackendChoice, choose_backend
+from core.run.checks.report import PreflightReport
+from core.run.job import mlxenv
+from core.run.job.launcher import JobSpec
 from core.worker.vocab import Backend, Strategy
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, TypeAlias, TypedDict
 
-from core.run.launcher import JobError
+from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Session
 from core.run.states import RunState

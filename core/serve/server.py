@@ -21,6 +21,7 @@ from core.run.session import Session
 from core.serve.answers import DEFAULT_WAITING, Answerer
 from core.serve.app import Served
 from core.serve.keys import Gate
+from core.serve.records import ApiRecords
 from core.serve.routes import create_app
 
 START_WITHIN_S = 20.0
@@ -64,7 +65,9 @@ class APIServer:
                 f"Sharing on the network ({self.options.host}) always needs an API key; "
                 "keys can only be turned off on 127.0.0.1."
             )
-        self.answers = Answerer(session, self.options.max_waiting, on_sent)
+        self.records: ApiRecords | None = None  # every answer kept, while serving
+        self._on_sent = on_sent
+        self.answers = Answerer(session, self.options.max_waiting, self._sent)
         self.served = Served(model, context, gate, self.answers, log)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -81,9 +84,17 @@ class APIServer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def _sent(self, request: str, started: float, client: str) -> None:
+        """On a pool thread: a request went to the ranks (kept once answered)."""
+        if self.records is not None:
+            self.records.sent(request, started, client)
+        if self._on_sent is not None:
+            self._on_sent(request, started, client)
+
     def start(self) -> None:
         """Bind, then serve on a thread; returns once connections are accepted."""
         self._socket = bind(self.options.host, self.options.port)
+        self.records = ApiRecords(self.answers.session)
         self.port = int(self._socket.getsockname()[1])
         config = uvicorn.Config(
             create_app(self.served),
@@ -119,6 +130,9 @@ class APIServer:
         if self._socket is not None:
             with contextlib.suppress(OSError):
                 self._socket.close()
+        if self.records is not None:
+            self.records.close()
+            self.records = None
         self._thread = self._server = self._socket = None
 
 

@@ -1,7 +1,7 @@
 """The worker's wire format: JSON lines, one object per line.
 
 This module is the contract between a rank (``core.worker``) and the
-controller (``core.run.launcher``, ``core.run.telemetry``). It uses the standard
+controller (``core.run.job.launcher``, ``core.run.measure.telemetry``). It uses the standard
 library only, so it travels with the worker to any node.
 
 Controller -> every rank, the same lines in the same order, on each rank's

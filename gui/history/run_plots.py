@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from pyqtgraph.exporters import ImageExporter
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from core.run.history import RunRecord
+from core.run.measure.history import RunRecord
 from gui import style
 from gui.style import Theme
 from gui.widgets import section

@@ -1,7 +1,7 @@
 """The History view: past runs (newest first), the selected run's figures and plots, and
 Export (CSV of the series, JSON of everything, PNG of the plots as shown).
 
-The runs live in ``core.run.history.History`` (SQLite in the user data folder); this
+The runs live in ``core.run.measure.history.History`` (SQLite in the user data folder); this
 view reads it off the GUI thread and shows what it read. Nothing here computes a figure.
 """
 
@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import units
-from core.run.history import History, RunRecord
+from core.run.measure.history import History, RunRecord
 from gui.bridge import Bridge
 from gui.history.run_plots import RunPlots
 from gui.widgets import Card, label

@@ -10,7 +10,8 @@ from core import units
 from gui.nodes.topology_scene import Measured
 
 if TYPE_CHECKING:
-    from core.run.linktest import LinkResult, LinkTest
+    from core.run.measure.links import LinkResult
+    from core.run.tasks.linktest import LinkTest
 
 
 def share_words(result: LinkResult) -> str:

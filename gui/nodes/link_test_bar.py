@@ -14,7 +14,7 @@ from gui.nodes.topology_view import TopologyView
 from gui.widgets import label
 
 if TYPE_CHECKING:
-    from core.run.linktest import LinkTest
+    from core.run.tasks.linktest import LinkTest
 
 IDLE_WORDS = "Start a job on two Macs or more to test its links."
 

@@ -1,6 +1,6 @@
 """Compare in the window: one Mac, then the cluster, side by side, the headline large.
 
-``CompareRunner`` runs ``core.run.compare.compare`` on a bridge thread (two whole
+``CompareRunner`` runs ``core.run.tasks.compare.compare`` on a bridge thread (two whole
 sessions, one after the other) and keeps the result as a "compare" run; Stop cancels the
 session running and skips the rest. ``CompareView`` shows a ``Comparison``: generation
 tokens/s, prompt tokens/s, time to first token and memory per node for each run.
@@ -24,9 +24,9 @@ from gui.widgets import label, section
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
     from core.plan.planner import Plan
-    from core.run.compare import Comparison, RunFigures
-    from core.run.launcher import JobSpec
+    from core.run.job.launcher import JobSpec
     from core.run.session import Host, Session
+    from core.run.tasks.compare import Comparison, RunFigures
 
 WHAT_WORDS = {
     "probing": "Compare: looking at the Macs…",
@@ -56,7 +56,7 @@ def rows(result: Comparison) -> list[tuple[str, list[str]]]:
 
 class CompareRunner(QObject):
     progress = Signal(str)
-    finished = Signal(object)  # core.run.compare.Comparison
+    finished = Signal(object)  # core.run.tasks.compare.Comparison
     failed = Signal(str)
     busy_changed = Signal(bool)
 
@@ -83,9 +83,8 @@ class CompareRunner(QObject):
     ) -> None:
         if self.busy:
             return
-        from core.run.compare import compare
-        from core.run.history import RunRecord, keep, local_versions
         from core.run.session import Host
+        from core.run.tasks.compare import compare
 
         chosen = list(hosts) if hosts is not None else [Host(n) for n in plan.nodes_used]
         split = plan.split if plan.strategy == "pipeline" else None
@@ -99,7 +98,7 @@ class CompareRunner(QObject):
             words = WHAT_WORDS.get(what, what).format(nodes=nodes)
             self._bridge.run_on_main(lambda: self.progress.emit(words))
 
-        def work() -> tuple[Comparison, str | None]:
+        def work() -> Comparison:
             result = compare(
                 info,
                 chosen,
@@ -112,17 +111,7 @@ class CompareRunner(QObject):
             )
             if self._stopper.stopped:
                 raise CompareCancelled
-            record = RunRecord(
-                kind="compare",
-                model=info.name,
-                nodes=result.cluster.nodes,
-                strategy=result.strategy,
-                backend="ring" if chosen[0].simulated else "auto",
-                split=list(split) if split else None,
-                versions=local_versions(),
-                figures=result.to_dict(),
-            )
-            return result, keep(record)
+            return result
 
         self._bridge.run_in_background(work, self._done, self._failed, queue=self._queue)
 
@@ -133,11 +122,10 @@ class CompareRunner(QObject):
         self.progress.emit("Stopping the comparison…")
         self._stopper.stop()
 
-    def _done(self, outcome: tuple[Comparison, str | None]) -> None:
-        result, problem = outcome
+    def _done(self, result: Comparison) -> None:
         self._set_busy(False)
-        if problem:
-            self._bridge.failed.emit(problem)
+        if result.not_kept:
+            self._bridge.failed.emit(result.not_kept)
         self.finished.emit(result)
 
     def _failed(self, error: BaseException) -> None:

@@ -35,10 +35,10 @@ from gui.run.progress import STAGE_WORDS, STEPS
 
 if TYPE_CHECKING:
     from core.remote.modelcopy import CopyProgress
-    from core.run.launcher import JobSpec
-    from core.run.preflight import PreflightReport
+    from core.run.checks.report import PreflightReport
+    from core.run.job.launcher import JobSpec
+    from core.run.measure.telemetry import Telemetry
     from core.run.session import Host, Session
-    from core.run.telemetry import Telemetry
 
 __all__ = ["STEPS", "RunController", "RunState"]
 
@@ -62,11 +62,11 @@ class RunController(QObject):
     token = Signal(str, str)  # request id, text piece
     answer_done = Signal(str, object)  # request id, the done event (a protocol.Done)
     failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
-    preflight_done = Signal(object)  # core.run.preflight.PreflightReport
+    preflight_done = Signal(object)  # core.run.checks.report.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
     setup_failed = Signal(str)  # the checks or the copy could not run: why, and what to do
     recorded = Signal(object)  # a run was kept in the history: its RunRecord
-    links_tested = Signal(object)  # core.run.linktest.LinkTest
+    links_tested = Signal(object)  # core.run.tasks.linktest.LinkTest
     links_failed = Signal(str)  # why the link test could not run
     api_asked = Signal(str, str)  # request id, the API client who asked it
 
@@ -102,7 +102,7 @@ class RunController(QObject):
 
     @property
     def job(self) -> Any:
-        """The session's job once launched (``core.run.launcher.Job``), else None."""
+        """The session's job once launched (``core.run.job.launcher.Job``), else None."""
         return self.session.job if self.session is not None else None
 
     # -- commands -------------------------------------------------------------------------
@@ -121,8 +121,8 @@ class RunController(QObject):
         if self.state.active:
             return
         self._detach()
+        from core.run.measure.telemetry import Telemetry
         from core.run.session import ClusterError, Host, Session  # numpy...: at the first Start
-        from core.run.telemetry import Telemetry
         from core.settings import load_settings
 
         chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
@@ -209,39 +209,22 @@ class RunController(QObject):
         return True
 
     def test_links(self) -> bool:
-        """Measure every link of the running job (``core.run.linktest``), off the GUI
+        """Measure every link of the running job (``core.run.tasks.linktest``), off the GUI
         thread on the job's queue; ``links_tested`` then, and a "linktest" run kept.
         Only while the cluster is ready (not answering): False otherwise."""
         session = self.session
         if session is None or self.state != RunState.READY or self.testing_links:
             return False
-        from core.run.history import RunRecord, keep, local_versions
-        from core.run.linktest import test_session_links
+        from core.run.tasks.linktest import LinkTest, measure_links
 
         self.testing_links = True
-        plan, scale = self.plan, self.link_scale
+        scale = self.link_scale
         self._set_state(RunState.GENERATING, "Testing the links, 4 KiB to 64 MiB…")
 
-        def work() -> tuple[Any, str | None]:
-            tested = test_session_links(session, scale)
-            spec = session.spec
-            record = RunRecord(
-                kind="linktest",
-                model=self.info.name if self.info else "",
-                nodes=tested.nodes,
-                strategy=str(plan.strategy) if plan else "",
-                backend=str(spec.rank_backend) if spec else "",
-                split=list(plan.split) if plan and plan.split else None,
-                versions=local_versions(),
-                figures=tested.to_dict(),
-            )
-            return tested, keep(record)
-
-        def done(result: tuple[Any, str | None]) -> None:
-            tested, problem = result
+        def done(tested: LinkTest) -> None:
             self.testing_links = False
-            if problem:
-                self._bridge.failed.emit(problem)
+            if tested.not_kept:
+                self._bridge.failed.emit(tested.not_kept)
             if session is self.session and self.state == RunState.GENERATING:
                 count = len(tested.results)
                 self._set_state(
@@ -256,7 +239,9 @@ class RunController(QObject):
                 self._set_state(RunState.READY, message)
             self.links_failed.emit(message)
 
-        self._bridge.run_in_background(work, done, failed, queue=self._queue)
+        self._bridge.run_in_background(
+            lambda: measure_links(session, scale), done, failed, queue=self._queue
+        )
         return True
 
     def stop_answer(self) -> bool:
@@ -276,7 +261,8 @@ class RunController(QObject):
 
     def api_request(self, request: str, started: float, client: str) -> None:
         """A request the API sent to this session (GUI thread): it streams into the chat
-        under who asked, and into the plots like a chat answer; not into the history."""
+        under who asked, and into the plots like a chat answer (the API keeps it in the
+        history: ``core.serve.records``)."""
         if self.telemetry is not None:
             self.telemetry.request_started(request, started)
         self._api[request] = client
@@ -482,32 +468,29 @@ class RunController(QObject):
             self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
             del self.averages[:-MAX_AVERAGES]
         self.answer_done.emit(request, event)
-        self._keep_answer(event, summary, "api" if from_api else "chat")
+        if not from_api:  # the API keeps its own answers (core.serve.records)
+            self._keep_answer(event)
 
-    def _keep_answer(self, event: p.Done, summary: Any, kind: str = "chat") -> None:
-        """The answer joins the run history as a "chat" run (or "api": asked through the
-        API), as ``macmesh run`` keeps it; the write happens off the GUI thread, a
-        failure is one line in the status."""
-        from core.run.history import answer_figures, chat_record, keep
+    def _keep_answer(self, event: p.Done) -> None:
+        """The answer joins the run history as the chat task keeps one; the write
+        happens off the GUI thread, a failure is one line in the status."""
+        from core.run.tasks.chat import keep_answer
 
-        session, telemetry, plan = self.session, self.telemetry, self.plan
-        if session is None or telemetry is None or plan is None:
+        session, telemetry, began = self.session, self.telemetry, self.t0
+        if session is None or telemetry is None:
             return
-        about = {
-            "model": self.info.name if self.info else plan.model,
-            "strategy": str(plan.strategy),
-            "split": list(plan.split) if plan.split else None,
-        }
-        record = chat_record(session, about, answer_figures(event, summary), telemetry, self.t0)
-        record.kind = kind
+        done_at = time.monotonic()
 
-        def kept(problem: str | None) -> None:
+        def kept(outcome: tuple[Any, str | None]) -> None:
+            record, problem = outcome
             if problem:
                 self._bridge.failed.emit(problem)
             else:
                 self.recorded.emit(record)
 
-        self._bridge.run_in_background(lambda: keep(record), kept)
+        self._bridge.run_in_background(
+            lambda: keep_answer(session, event, telemetry, began, done_at=done_at), kept
+        )
 
     def _fail(self, message: str) -> None:
         self._pending = None

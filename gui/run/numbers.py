@@ -17,7 +17,7 @@ from core import units
 from gui import style
 
 if TYPE_CHECKING:
-    from core.run.telemetry import Headline
+    from core.run.measure.telemetry import Headline
 
 VALUE_PX, UNIT_PX, CAPTION_PX, NOTE_PX = 40, 15, 12, 12
 GAP, PAD_X, PAD_Y, RADIUS = 10, 14, 10, 12

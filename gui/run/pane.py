@@ -46,7 +46,7 @@ from gui.style import set_role
 from gui.widgets import Badge, Card, label
 
 if TYPE_CHECKING:
-    from core.run.launcher import JobSpec
+    from core.run.job.launcher import JobSpec
     from core.run.session import Host
     from gui.run.network_dialog import NetworkChangeDialog
     from gui.run.plots import LivePlots
@@ -251,7 +251,7 @@ class RunPane(Card):
     def change_network(self, node: str) -> NetworkChangeDialog | None:
         """The checks' Change…: the changes offered for ``node``, made with its admin
         password once; then the checks run again with every Mac asked anew."""
-        from core.run.netapply import apply_changes  # SSH: loaded when first needed
+        from core.run.checks.netapply import apply_changes  # SSH: loaded when first needed
         from gui.run.network_dialog import NetworkChangeDialog
 
         session = self.controller.session

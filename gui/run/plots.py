@@ -20,7 +20,7 @@ from PySide6.QtGui import QColor, QResizeEvent
 from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from core.plan.planner import Plan
-from core.run.telemetry import Telemetry
+from core.run.measure.telemetry import Telemetry
 from gui import style
 from gui.run.plot_data import axis_top, break_gaps, hold_zero, peak_downsample
 from gui.style import Theme, set_role

@@ -2,7 +2,7 @@
 by Mac, each with its result and (when it is not ok) what to do; then one bar per Mac
 that receives the model, with bytes, speed and time left.
 
-It only shows what ``RunController`` hands it (``core.run.preflight.PreflightReport``,
+It only shows what ``RunController`` hands it (``core.run.checks.report.PreflightReport``,
 ``core.remote.modelcopy.CopyProgress``): no logic beyond wording. Its Verify button asks
 for the checks again with every model file hashed on the Macs (``verify_requested``: the
 pane starts again with the session's ``verify``).
@@ -30,7 +30,7 @@ from core import units
 from gui.style import set_role
 from gui.widgets import Badge, label, section
 
-CLUSTER = "cluster"  # core.run.preflight.CLUSTER: checks about all the Macs together
+CLUSTER = "cluster"  # core.run.checks.report.CLUSTER: checks about all the Macs together
 ICONS = {"ok": "✓", "warn": "!", "fail": "✕"}
 NAMES = {
     "ssh": "Reachable",

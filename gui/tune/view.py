@@ -6,7 +6,7 @@ explained). Right: Start/Stop, the state line and the ETA, the loss and tokens/s
 memory per node, and once done the adapter with what to do with it.
 
 It is a thin layer: ``core.tune.data.read_data`` reads the data (off the GUI thread),
-``TuneSettings.check`` refuses settings, ``core.run.finetune.FineTune`` does the rest
+``TuneSettings.check`` refuses settings, ``core.run.tasks.finetune.FineTune`` does the rest
 through ``TuneController``. The core modules are imported when first used.
 """
 

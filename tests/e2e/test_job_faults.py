@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from core.run import launcher, mlxenv
-from core.run.launcher import Job, JobError, JobSpec, JobState
+from core.run.job import launcher, mlxenv
+from core.run.job.launcher import Job, JobError, JobSpec, JobState
 from core.worker import protocol as p
 from tests.helpers.jobs import _alive, assert_no_ranks_left, generating, run_job, wait_finished
 
@@ -174,7 +174,7 @@ def test_ranks_end_when_the_controller_is_killed(tiny_models, tmp_path: Path) ->
         f"""
         import sys, time
         from pathlib import Path
-        from core.run.launcher import Job, JobSpec
+        from core.run.job.launcher import Job, JobSpec
         job = Job(JobSpec(model=Path({str(tiny_models["llama"])!r}), nodes=2)).start()
         job.wait_ready(120)
         job.generate("a long story", max_tokens=100000)

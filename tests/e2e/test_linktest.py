@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.run.launcher import Job, JobSpec
+from core.run.job.launcher import Job, JobSpec
 from core.worker import protocol as p
 from core.worker.linktest import iterations
 

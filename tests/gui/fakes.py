@@ -1,4 +1,4 @@
-"""A stand-in for ``core.run.launcher.Job``: same signals, same threads-fire-callbacks contract,
+"""A stand-in for ``core.run.job.launcher.Job``: same signals, same threads-fire-callbacks contract,
 no processes. It lets GUI tests and the GUI benchmark drive the Run pane in milliseconds.
 
 Events are emitted on the fake's own thread, as the real launcher's reader threads do, so
@@ -17,7 +17,7 @@ from pathlib import Path
 from psygnal import Signal
 
 from core import paths
-from core.run.launcher import JobError, JobSpec, JobState
+from core.run.job.launcher import JobError, JobSpec, JobState
 from core.worker import protocol as p
 from core.worker.vocab import LoadingStage, Strategy
 

@@ -414,10 +414,10 @@ def take_run_setup(outdir: Path) -> list[Path]:
     from core.plan.planner import make_plan
     from core.remote.modelcopy import CheckResult, CopyProgress
     from core.remote.targets import Target
+    from core.run.checks.preflight import Gathered, evaluate
     from core.run.demo import demo_facts
     from core.run.placement import demo_launch, job_spec, planned_launch
     from core.run.planning import plan_on
-    from core.run.preflight import Gathered, evaluate
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.run.launch_dialog import LaunchDialog

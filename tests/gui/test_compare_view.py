@@ -11,8 +11,8 @@ from pytestqt.qtbot import QtBot
 from core.model.info import ModelInfo, read_model_info
 from core.plan.planner import Plan
 from core.run.demo import demo_facts
-from core.run.history import History
-from core.run.launcher import JobSpec
+from core.run.job.launcher import JobSpec
+from core.run.measure.history import History
 from core.run.session import Host
 from core.run.states import RunState
 from gui.bridge import Bridge

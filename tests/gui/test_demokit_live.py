@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from core.run.history import History
-from core.run.linktest import SIZES
+from core.run.measure.history import History
+from core.run.measure.links import SIZES
 from core.run.states import RunState
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED

@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
 
-from core.run.history import History, RunRecord
+from core.run.measure.history import History, RunRecord
 from core.run.states import RunState
 from gui.bridge import Bridge
 from gui.history.view import HistoryView

@@ -9,7 +9,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from core.plan.planner import Plan
-from core.run.telemetry import Telemetry
+from core.run.measure.telemetry import Telemetry
 from gui import style
 from gui.run.plot_data import axis_top, break_gaps, hold_zero, peak_downsample
 from gui.run.plots import WINDOW_S, LivePlots

@@ -224,7 +224,7 @@ def test_stop_this_answer_ends_it_and_the_cluster_answers_the_next(
 
 
 def test_the_banner_shows_what_to_try_in_text_and_the_log_lines_apart(qtbot: QtBot) -> None:
-    from core.run.rank_status import RankStatus, exit_message
+    from core.run.job.rank_status import RankStatus, exit_message
     from gui.run.failure import FailureBanner
 
     status = RankStatus(1, node="Studio B", exit_code=-11, loaded=True, activity="generating")

@@ -18,7 +18,8 @@ from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import Plan, make_plan
 from core.remote import modelcopy
 from core.remote.targets import Target
-from core.run.preflight import PreflightReport, format_report, run_preflight
+from core.run.checks.preflight import run_preflight
+from core.run.checks.report import PreflightReport, format_report
 from core.units import size
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.remote import sshd_targets

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.cli.history import history_cli
-from core.run.history import CSV_COLUMNS, History, RunRecord, keep
+from core.run.measure.history import CSV_COLUMNS, History, RunRecord, keep
 
 
 def chat(started: float, tps: float = 5.0, **extra) -> RunRecord:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.cluster.topology import build_topology
-from core.run import linktest
-from core.run.linktest import Nominal, cable_nominals, link_results
+from core.run.measure import links as linktest
+from core.run.measure.links import Nominal, cable_nominals, link_results
 from core.worker import protocol as p
 from core.worker.linktest import DEFAULT_SIZES, ring_pairs
 from tests.fixtures.macos.hosts import load_facts

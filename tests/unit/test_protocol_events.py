@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from core.run.launcher import Job, JobSpec
-from core.run.rank_status import RankStatus
+from core.run.job.launcher import Job, JobSpec
+from core.run.job.rank_status import RankStatus
 from core.worker import protocol as p
 
 LINKS = [

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.run.series import RateEstimator, RingBuffer, ema_rate_step
-from core.run.telemetry import Headline, Telemetry, link_id
+from core.run.measure.series import RateEstimator, RingBuffer, ema_rate_step
+from core.run.measure.telemetry import Headline, Telemetry, link_id
 
 
 def event(kind: str, rank: int, t: float, **fields: Any) -> dict[str, Any]:
@@ -461,7 +461,7 @@ def test_done_with_odd_optional_fields_still_finishes_the_request() -> None:
 
 def test_rank_facts_say_what_each_rank_runs_on() -> None:
     """Issue 17: the BLAS and weight precision of every rank, from its loaded event."""
-    from core.run.telemetry import Telemetry
+    from core.run.measure.telemetry import Telemetry
 
     telemetry = Telemetry(clock=None)
     blas = {"name": "OpenBLAS 0.3.31", "path": "/x.so", "threads": 1, "gflops": 90.0, "fast": True}

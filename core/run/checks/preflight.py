@@ -21,9 +21,8 @@ import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
 
 from core.cluster.probe.facts import NodeFacts, run_local_probe
 from core.cluster.probe.remote import probe_over_ssh
@@ -43,45 +42,14 @@ from core.remote.ssh import (
     UnknownHostKey,
 )
 from core.remote.targets import Target
-from core.run.backend_choice import BackendChoice, choose_backend, with_links
-from core.run.ringcheck import check_links
+from core.run.checks.backend_choice import BackendChoice, choose_backend, with_links
+from core.run.checks.modelsource import with_model_sources
+from core.run.checks.report import CLUSTER, Check, PreflightReport
+from core.run.checks.ringcheck import check_links
 from core.units import size
 from core.worker.vocab import Backend
 
-Status = Literal["ok", "warn", "fail"]
 BACKENDS = (Backend.AUTO, Backend.JACCL, Backend.JACCL_RING, Backend.RING)  # a person may ask
-CLUSTER = "cluster"  # the node of checks about all nodes together
-
-
-@dataclass(frozen=True)
-class Check:
-    node: str
-    name: str  # ssh, python, blas, versions, macos, model, memory, plan, backend
-    status: Status
-    message: str
-    fix: str = ""
-
-    @classmethod
-    def ok(cls, node: str, name: str, message: str) -> Check:
-        return cls(node, name, "ok", message)
-
-    @classmethod
-    def warn(cls, node: str, name: str, message: str, fix: str = "") -> Check:
-        return cls(node, name, "warn", message, fix)
-
-    @classmethod
-    def fail(cls, node: str, name: str, message: str, fix: str) -> Check:
-        """A failed check always says what to do about it."""
-        return cls(node, name, "fail", message, fix)
-
-    def to_dict(self) -> dict[str, str]:
-        return {
-            "node": self.node,
-            "name": self.name,
-            "status": self.status,
-            "message": self.message,
-            "fix": self.fix,
-        }
 
 
 @dataclass(frozen=True)
@@ -93,37 +61,6 @@ class Gathered:
     error: SSHError | None = None
     model: CheckResult | None = None
     model_error: str | None = None
-
-
-@dataclass(frozen=True)
-class PreflightReport:
-    checks: tuple[Check, ...]
-    backend: BackendChoice
-    copies_needed: tuple[str, ...]  # nodes that lack model files: copy_model fixes them
-    manifests: Mapping[str, Manifest] = field(default_factory=dict)  # node → what it needs
-    facts: Mapping[str, NodeFacts] = field(default_factory=dict)
-    damaged: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node → files to redo
-    sources: Mapping[str, str] = field(default_factory=dict)  # node → "hub" | "this-mac"
-
-    @property
-    def ok(self) -> bool:
-        """Nothing fails (warnings and copies still to make allowed)."""
-        return not any(c.status == "fail" for c in self.checks)
-
-    @property
-    def failures(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.status == "fail")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "checks": [c.to_dict() for c in self.checks],
-            "backend": self.backend.to_dict(),
-            "copies_needed": list(self.copies_needed),
-            "manifests": {node: m.id for node, m in self.manifests.items()},
-            "damaged": {node: list(names) for node, names in self.damaged.items()},
-            "sources": dict(self.sources),
-        }
 
 
 # -- gather (SSH, parallel) ------------------------------------------------------------------
@@ -189,7 +126,7 @@ def run_preflight(
     ``verify``: every model file on the nodes hashed there now, not only sized;
     ``check_paths``: each ring link's chosen path tried with a TCP connect between its
     nodes, falling back to the next path that answers; off: the paths as probed;
-    ``model_source``: where nodes lacking files get them, ``core.run.modelsource``)."""
+    ``model_source``: where nodes lacking files get them, ``core.run.checks.modelsource``)."""
     manifests: dict[str, Manifest] = {}
     problem = None
     try:
@@ -204,8 +141,6 @@ def run_preflight(
     if check_paths and report.backend.links and len(report.backend.links) > 1:
         report = _checked_paths(report, targets, backend)
     if report.copies_needed:
-        from core.run.modelsource import with_model_sources
-
         report = with_model_sources(report, targets, model_dir, model_source)
     if problem is not None:
         return PreflightReport((problem, *report.checks), report.backend, (), {}, report.facts)
@@ -580,27 +515,3 @@ def _offer_checks(choice: BackendChoice) -> list[Check]:
             )
         )
     return checks
-
-
-# -- for the terminal ----------------------------------------------------------------------
-
-_MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
-
-
-def format_report(report: PreflightReport) -> str:
-    """The checks, one per line with the fix under it, then the verdict."""
-    lines = []
-    for c in report.checks:
-        lines.append(f"[{_MARK[c.status]}] {c.message}")
-        if c.fix and c.status != "ok":
-            lines.append(f"       → {c.fix}")
-    lines.append(f"Backend: {report.backend.name}.")
-    if report.copies_needed:
-        lines.append(f"To copy first: the model to {', '.join(report.copies_needed)}.")
-    failed = len(report.failures)
-    lines.append(
-        "Ready to start."
-        if report.ok
-        else f"Not ready: {failed} check{'s' if failed != 1 else ''} failed."
-    )
-    return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@ next are, else ring: over the fastest path between each rank and its left neighb
 (``core.cluster.ringpath``), with the reason said plainly and, where a setting stands
 between the ring and a faster path, the change offered (``core.cluster.netchange``:
 shown with its undo, applied only when the person asks). Pure: preflight
-(``core.run.preflight``) calls it on probed facts and tries the chosen paths.
+(``core.run.checks.preflight``) calls it on probed facts and tries the chosen paths.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from core.remote.hubfetch import hub_host, hub_origin, reach_hub
 from core.remote.targets import Target
-from core.run.preflight import Check, PreflightReport
+from core.run.checks.report import Check, PreflightReport
 
 HUB, THIS_MAC = "hub", "this-mac"
 

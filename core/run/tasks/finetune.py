@@ -20,17 +20,12 @@ the finishing thread (``finished``, the last ``state_changed``).
 
 from __future__ import annotations
 
-import base64
-import io
 import re
-import secrets
-import shlex
 import shutil
 import tarfile
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,13 +35,12 @@ from psygnal import Signal
 
 from core import paths
 from core.model.info import ModelInfo
-from core.model.manifest import build_manifest
-from core.remote.modelcopy import copy_model
+from core.remote.folders import fetch_folder
 from core.remote.ssh import SSHError
-from core.remote.transport import CopyCancelled, ModelCopyError
+from core.run.measure.history import RunKind, RunRecord, keep, local_versions
 from core.run.placement import ClusterError, in_rank_order
 from core.run.session import Host, Session
-from core.run.states import RunState
+from core.run.states import RunState, Step
 from core.tune.adapters import Adapter, new_adapter_folder, read_adapter, write_metadata
 from core.tune.data import DEMO_DATA, DEMO_SETTINGS, DataError, read_data
 from core.tune.fit import training_fit
@@ -121,6 +115,17 @@ class FineTune:
         self._done = threading.Event()
         self._finishing = False
         self._remote_out: str | None = None  # the adapter on rank 0's node, when remote
+        # The run as the history keeps it: seconds from the start, and the figure.
+        self.started = time.time()
+        self._origin = time.monotonic()
+        self.series: dict[str, list[tuple[float, float]]] = {
+            "train_loss": [],
+            "tokens_per_s": [],
+            "val_loss": [],
+        }
+        self.not_kept: str | None = None  # why the history could not keep the run
+        self.report.connect(self._note_report)
+        self.validated.connect(self._note_validation)
 
     # -- what runs --------------------------------------------------------------------
 
@@ -134,7 +139,8 @@ class FineTune:
         return self.session.rank_nodes() if self.session.plan else [h.name for h in self.hosts]
 
     def start(self) -> bool:
-        """Check the settings and data, then the Start's steps; True once the ranks are
+        """Check the settings and data, then the session's steps with the fit checked once
+        planned (the data goes to the nodes with the model); True once the ranks are
         starting (False: a check failed or it was cancelled, as ``Session.start``)."""
         self.settings.check(len(self.hosts))
         folder = _new_folder(paths.cache_dir() / "finetune-data")
@@ -143,52 +149,29 @@ class FineTune:
         )
         self.data_folder = folder
         self.out = new_adapter_folder(self.name)
+        self.started = time.time()
+        self._origin = time.monotonic()
         self.session.job_fields = {
             "data": folder,
             "tune_settings": self.settings.to_dict(),
             "out": self.out,
         }
         try:
-            if self.session.demo:
+            started = self.session.start(Step.PLAN)
+            if started:
                 self.check_fit()
-            started = self.session.start() if self.session.demo else self._start_on_nodes()
+                started = self.session.start()
         except BaseException:
             self._discard_unused()
             raise
-        if not started:
+        job = self.session.job
+        if not started or job is None:
             self._discard_unused()
             return False
-        job = self.session.job
+        self._remote_out = self.session.remote_out
         job.state_changed.connect(self._on_job_state)
         if job.state in (JobState.STOPPED, JobState.FAILED):
             self._on_job_state(job.state.value, job.message)
-        return True
-
-    def _start_on_nodes(self) -> bool:
-        """Session.start's steps with the data copied to every node after the model
-        (the same copy: verified, resumable) and rank 0 writing the adapter beside it on
-        its node (fetched here when the job ends)."""
-        session, folder = self.session, self.data_folder
-        assert folder is not None
-        try:
-            session.probe()
-            session.make_plan()
-            self.check_fit()
-            report = session.preflight()
-            if session.cancelled or report is None or not report.ok:
-                return False
-            session.copy()
-            rank_data, self._remote_out = copy_data(session, folder)
-            session.job_fields.update(rank_data=rank_data)
-            if self._remote_out is not None:
-                session.job_fields.update(out=Path(self._remote_out))
-            if not session.cancelled:
-                session.launch()
-        except CopyCancelled:
-            pass
-        if session.cancelled:
-            session.stop()
-            return False
         return True
 
     def check_fit(self) -> None:
@@ -286,6 +269,7 @@ class FineTune:
             self._finishing = True
         try:
             self.adapter = self._keep()
+            self.not_kept = keep(self.record())
         finally:
             if self.data_folder is not None:  # the ranks read it at their start
                 shutil.rmtree(self.data_folder, ignore_errors=True)
@@ -297,6 +281,40 @@ class FineTune:
             finally:
                 self._done.set()
 
+    def _note_report(self, report: TrainReport) -> None:
+        at = time.monotonic() - self._origin
+        self.series["train_loss"].append((at, report.train_loss))
+        self.series["tokens_per_s"].append((at, report.tokens_per_s))
+
+    def _note_validation(self, iteration: int, loss: float) -> None:
+        self.series["val_loss"].append((time.monotonic() - self._origin, loss))
+
+    def record(self) -> RunRecord:
+        """The run as the history keeps it: the adapter's figures and the loss curves."""
+        adapter, reports, spec = self.adapter, self.reports, self.session.spec
+        return RunRecord(
+            kind=RunKind.FINETUNE,
+            model=self.info.name,
+            nodes=self.nodes,
+            strategy="data parallel",
+            backend=str(spec.rank_backend) if spec else "",
+            versions=local_versions(),
+            figures={
+                "adapter": str(adapter.path) if adapter else None,
+                "iterations": adapter.iterations if adapter else 0,
+                "train_loss": adapter.train_loss if adapter else None,
+                "val_loss": adapter.val_loss if adapter else None,
+                "stopped": adapter.stopped if adapter else None,
+                "tokens_per_s": (
+                    sum(r.tokens_per_s for r in reports) / len(reports) if reports else None
+                ),
+                "trained_tokens": reports[-1].trained_tokens if reports else 0,
+                "error": self.error or None,
+            },
+            series={k: list(v) for k, v in self.series.items() if v},
+            started=self.started,
+        )
+
     # -- the adapter -------------------------------------------------------------------
 
     def _keep(self) -> Adapter | None:
@@ -307,7 +325,9 @@ class FineTune:
             return None
         if self._remote_out is not None:
             try:
-                fetch_folder(self.session, self._remote_out, out)
+                plan = self.session.plan
+                assert plan is not None  # a job ran
+                fetch_folder(in_rank_order(plan, self.session.targets)[0], self._remote_out, out)
             except (SSHError, OSError, tarfile.TarError) as exc:
                 self.error = self.error or f"the adapter could not be fetched from rank 0: {exc}"
         trained = self.trained
@@ -357,69 +377,6 @@ def name_node(message: str, nodes: Sequence[str]) -> str:
         return message
     rank = int(match.group(1))
     return f"Rank {rank} on {nodes[rank]} {message[match.end() :]}"
-
-
-def copy_data(session: Session, folder: Path) -> tuple[list[Path], str | None]:
-    """Copy the data folder to every remote node (``copy_model``: only what it lacks,
-    verified); each rank's data folder (rank order) and, when rank 0 is remote, the
-    adapter folder for it on its node (beside the data)."""
-    plan = session.plan
-    assert plan is not None
-    targets = in_rank_order(plan, session.targets)
-    manifest = build_manifest(folder)
-    remote = {t.name: t for t in targets if not t.local}
-    placed: dict[str, str] = {}
-    if remote:
-        with ThreadPoolExecutor(len(remote), thread_name_prefix="data-copy") as pool:
-            futures = {
-                name: pool.submit(
-                    copy_model,
-                    t,
-                    manifest,
-                    folder,
-                    session.copy_progress.emit,
-                    lambda: session.cancelled,
-                )
-                for name, t in remote.items()
-            }
-            problems = []
-            for name, future in futures.items():
-                try:
-                    placed[name] = future.result().folder
-                except CopyCancelled:
-                    raise
-                except (ModelCopyError, SSHError, OSError) as exc:
-                    problems.append(f"{name}: the data could not be copied: {exc}")
-            if problems:
-                raise ClusterError("\n".join(problems))
-    rank_data = [Path(placed.get(t.name, str(folder))) for t in targets]
-    first = targets[0]
-    out = None if first.local else f"{placed[first.name]}.adapter-{secrets.token_hex(4)}"
-    return rank_data, out
-
-
-def fetch_folder(session: Session, remote: str, into: Path) -> None:
-    """The files of ``remote`` on rank 0's node into ``into`` (a tar stream over the
-    job's SSH transport, base64 in the text channel)."""
-    plan = session.plan
-    assert plan is not None
-    target = in_rank_order(plan, session.targets)[0]
-    q = shlex.quote(remote)
-    with target.connection() as connection:
-        # Read to the end of the stream (``run`` may return at the exit status with the
-        # last bytes of a long output still in flight).
-        process = connection.start(f"cd {q} && tar -cf - . | base64")
-        text = "".join(process.stdout_lines())
-        errors = "".join(process.stderr_lines()).strip()
-        if process.wait(60) != 0:
-            raise OSError(f"could not read {remote} on {target.name}: {errors or 'tar failed'}")
-        try:
-            raw = base64.b64decode("".join(text.split()), validate=True)
-        except ValueError as exc:
-            raise OSError(f"{remote} on {target.name} came back damaged: {exc}") from exc
-        with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
-            archive.extractall(into, filter="data")
-        connection.run(f"rm -rf {q}", timeout=60)
 
 
 def last_checkpoint(folder: Path) -> tuple[int, Path] | None:

@@ -17,19 +17,37 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from core import units
 from core.paths import FolderError, data_dir
-from core.run.telemetry import RequestSummary, Telemetry
-from core.worker import protocol
-
-if TYPE_CHECKING:
-    from core.run.session import Session
+from core.run.measure.telemetry import Telemetry
 
 FILE_NAME = "history.sqlite3"
-KINDS = ("chat", "compare", "linktest", "api", "finetune")
+
+
+class RunKind(StrEnum):
+    """What a kept run was: the task that kept it (``core.run.tasks``)."""
+
+    CHAT = "chat"  # one answer in the window's chat, ``macmesh run`` or ``demo``
+    COMPARE = "compare"  # one Mac against the cluster, or base against base + adapter
+    LINKTEST = "linktest"
+    API = "api"  # one answer asked through the API
+    FINETUNE = "finetune"
+
+
+KINDS = tuple(RunKind)
+
+
+def run_kind(value: str) -> RunKind:
+    """``value`` as a ``RunKind``; ValueError naming the kinds there are."""
+    if value not in KINDS:
+        raise ValueError(f"a run is one of {', '.join(KINDS)}, not {value!r}")
+    return RunKind(value)
+
+
 CSV_COLUMNS = ("run", "started", "kind", "model", "nodes", "strategy", "series", "t", "value")
 
 _SCHEMA = """
@@ -60,7 +78,7 @@ CREATE INDEX IF NOT EXISTS series_run ON series (run);
 class RunRecord:
     """One run as kept. ``series``: name → [(t, value)], seconds from the run's start."""
 
-    kind: str
+    kind: RunKind
     model: str
     nodes: list[str]
     strategy: str
@@ -71,6 +89,9 @@ class RunRecord:
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     id: int | None = None
+
+    def __post_init__(self) -> None:
+        self.kind = run_kind(self.kind)
 
     def headline(self) -> str:
         """The run's one figure for a list: tokens/s of a chat, the speedup of a compare,
@@ -124,15 +145,14 @@ class History:
 
     def add(self, record: RunRecord) -> int:
         """Keep ``record`` (and its series); its id."""
-        if record.kind not in KINDS:
-            raise ValueError(f"a run is one of {', '.join(KINDS)}, not {record.kind!r}")
+        kind = run_kind(record.kind)  # (a RunRecord made it one; set since?)
         with self._connect() as db:
             cursor = db.execute(
                 "INSERT INTO runs (started, kind, model, nodes, strategy, split, backend, "
                 "versions, figures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.started,
-                    record.kind,
+                    kind.value,
                     record.model,
                     json.dumps(record.nodes),
                     record.strategy,
@@ -262,45 +282,6 @@ def telemetry_series(telemetry: Telemetry, origin: float) -> dict[str, list[tupl
     return series
 
 
-def chat_record(
-    session: Session,
-    about: dict[str, Any],
-    figures: dict[str, Any],
-    telemetry: Telemetry,
-    began: float,
-) -> RunRecord:
-    """One answer as the history keeps it (``macmesh run``, ``demo``, the window's chat).
-    ``about``: the model, strategy and split; ``began``: the session's start, monotonic."""
-    spec = session.spec
-    return RunRecord(
-        kind="chat",
-        model=str(about.get("model", session.info.name)),
-        nodes=session.rank_nodes(),
-        strategy=str(about.get("strategy", "")),
-        backend=str(spec.rank_backend if spec is not None else about.get("backend", "")),
-        split=list(about["split"]) if about.get("split") else None,
-        versions=local_versions(),
-        figures={**figures, "ranks": telemetry.rank_facts()},
-        series=telemetry_series(telemetry, began),
-    )
-
-
-def answer_figures(done: protocol.Done, summary: RequestSummary | None) -> dict[str, Any]:
-    """An answer's figures from the rank's ``done`` event and the telemetry's summary of
-    the request (tokens/s from token timestamps, time to first token as seen here)."""
-    ttft = summary.ttft_s if summary and summary.ttft_s is not None else done["ttft_s"]
-    return {
-        "prompt_tokens": done["prompt_tokens"],
-        "prompt_tps": done["prompt_tps"],
-        "generation_tokens": done["generation_tokens"],
-        "generation_tps": done["generation_tps"],
-        "avg_tps": summary.avg_tps if summary else None,
-        "ttft_s": ttft,
-        "finish_reason": done["finish_reason"],
-        "text": done["text"],
-    }
-
-
 def keep(record: RunRecord, path: Path | None = None) -> str | None:
     """Add ``record`` to the history; None, or why it could not be kept (one line: a
     run's figures are never lost to a history that cannot be written)."""
@@ -322,7 +303,7 @@ def _record(row: sqlite3.Row) -> RunRecord:
     return RunRecord(
         id=row["id"],
         started=row["started"],
-        kind=row["kind"],
+        kind=RunKind(row["kind"]),
         model=row["model"],
         nodes=json.loads(row["nodes"]),
         strategy=row["strategy"],

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from core.run.series import (
+from core.run.measure.series import (
     DEFAULT_TAU_S,
     RateEstimator,
     RingBuffer,

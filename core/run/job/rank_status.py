@@ -1,7 +1,7 @@
 """A rank as the launcher follows it, and the words a person reads when one fails.
 
 ``RankStatus`` is one rank's state (stage, activity, exit, error, log tail); the
-launcher (``core.run.launcher``) updates it from the rank's events and exit. When ranks
+launcher (``core.run.job.launcher``) updates it from the rank's events and exit. When ranks
 fail, ``blame_order`` picks the cause over the echoes of a peer's loss, and
 ``exit_message`` / ``silence_message`` say what happened: which rank, on which node,
 doing what, and its last log lines.

@@ -1,7 +1,7 @@
 """Ranks on MLX's CPU backend (Linux): which BLAS they preload, how many threads, and
 the ring-wait library that makes their ring waits sleep (``core.worker.ringwait``).
 
-mlx[cpu] links the reference BLAS; ``core.run.mlxenv.cpu_rank_env`` turns a node's fast
+mlx[cpu] links the reference BLAS; ``core.run.job.mlxenv.cpu_rank_env`` turns a node's fast
 BLAS, its cores and the ranks sharing it into a rank's environment. This module finds
 those facts: for this machine directly, for a remote node from what its worker's
 ``--version`` said (``core.remote.ship.NodeSetup.versions``). On a Mac nothing is added:
@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 from core.envvars import ENV_CPU_FAST
-from core.run import mlxenv
+from core.run.job import mlxenv
 from core.worker import ringwait
 from core.worker.blas import find_openblas
 

@@ -1,7 +1,7 @@
 """Fixed-size time series and rate estimators: the numeric parts of telemetry.
 
 Memory never grows with run length: a ring buffer allocates its arrays once.
-Not thread-safe by themselves; ``core.run.telemetry.Telemetry`` guards them.
+Not thread-safe by themselves; ``core.run.measure.telemetry.Telemetry`` guards them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``cluster_launches`` says, for every rank of a job, which files it needs in its own
 folder on its node (the ring hostfile, or the JACCL device matrix) and its
-environment (``core.run.mlxenv``); ``rank_command`` is the shell line that writes those
+environment (``core.run.job.mlxenv``); ``rank_command`` is the shell line that writes those
 files, runs the shipped worker and removes the folder when the worker ends.
 
 ``RemoteRank`` is the launcher's ``RankProcess`` for such a rank, over one
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.remote.ssh import Connection, SSHError
-from core.run import mlxenv
+from core.run.job import mlxenv
 from core.worker.vocab import Backend
 
 HOSTFILE = "hostfile.json"

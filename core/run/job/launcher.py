@@ -2,7 +2,7 @@
 
 MacMesh does not use ``mlx.launch`` (it exits 0 when a rank fails and mixes
 all ranks' output): it starts each rank itself with MLX's environment
-contract (``core.run.mlxenv``), reads each rank's events (stdout) and log
+contract (``core.run.job.mlxenv``), reads each rank's events (stdout) and log
 (stderr), and turns any rank's exit or silence into one clear failure that
 names the rank, after which every rank is ended.
 
@@ -39,8 +39,8 @@ from core import paths
 from core.remote.ship import NodeSetup, prepare_node, version_skew
 from core.remote.ssh import Connection, SSHError
 from core.remote.targets import Target
-from core.run import cpu, mlxenv
-from core.run.rank_status import (
+from core.run.job import cpu, mlxenv
+from core.run.job.rank_status import (
     GENERATING,
     SERVING,
     TESTING_LINKS,
@@ -51,8 +51,8 @@ from core.run.rank_status import (
     loading_stage,
     silence_message,
 )
-from core.run.ranks import LocalRank, RankProcess
-from core.run.remote_ranks import (
+from core.run.job.ranks import LocalRank, RankProcess
+from core.run.job.remote_ranks import (
     SIGNAL_TIMEOUT_S,
     SIGNAL_WITHIN_S,
     RemoteRank,

@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
-from core.run.asking import ask_once
-from core.run.launcher import JobSpec
+from core.run.job.launcher import Job, JobSpec
+from core.run.measure.history import RunKind, RunRecord, keep, local_versions
+from core.run.measure.telemetry import Telemetry
+from core.run.placement import ClusterError
 from core.run.planning import plan_on
 from core.run.session import Host, Session
-from core.run.telemetry import Telemetry
+from core.run.states import Step
+from core.run.tasks.chat import answer_once
 from core.units import size
 from core.worker.vocab import Strategy
 
@@ -59,6 +62,7 @@ class Comparison:
     strategy: str
     no_single: str = ""  # why no one Mac ran it (the model needs the cluster)
     notes: list[str] = field(default_factory=list)
+    not_kept: str | None = None  # why the history could not keep it
 
     @property
     def ratio(self) -> float | None:
@@ -112,17 +116,10 @@ def strongest_single(info: ModelInfo, facts: Sequence[NodeFacts]) -> tuple[str |
 def measured_run(
     session: Session, label: str, prompt: str, max_tokens: int, plan: Plan
 ) -> RunFigures:
-    """Launch the started session's job, ask once, stop: the run's figures."""
+    """The session launched, one answer, every rank stopped: the run's figures."""
     telemetry = Telemetry()
-    session.event.connect(telemetry.feed)
     began = time.monotonic()
-    try:
-        session.launch()
-        session.wait_ready()
-        figures = ask_once(session, telemetry, prompt, max_tokens)
-    finally:
-        session.stop()
-        session.event.disconnect(telemetry.feed)
+    figures = answer_once(session, prompt, max_tokens, telemetry)
     run_s = time.monotonic() - began
     nodes = [rank.node for rank in plan.ranks]
     memory = telemetry.memory()
@@ -142,24 +139,15 @@ def measured_run(
     )
 
 
-def _begin(
-    session: Session,
-    what: str,
-    on_session: Callable[[Session, str], None] | None,
-    prepare: Callable[[Session], None] | None,
-) -> Session:
-    """Say which run starts (``on_session``), then its steps up to the launch: the
-    caller's ``prepare``, or probe, plan, checks and copy."""
+def _begin(session: Session, what: str, on_session: Callable[[Session, str], None] | None) -> Plan:
+    """Say which run starts (``on_session``), then its steps up to the launch; its plan.
+    ClusterError when a check failed or it was cancelled."""
     if on_session is not None:
         on_session(session, what)
-    if prepare is not None:
-        prepare(session)
-    else:
-        session.probe()
-        session.make_plan()
-        session.preflight()
-        session.copy()
-    return session
+    if not session.start(Step.COPY):
+        raise ClusterError(session.error or "The checks failed; nothing was started.")
+    assert session.plan is not None  # planned by the start
+    return session.plan
 
 
 def compare(
@@ -169,26 +157,24 @@ def compare(
     prompt: str,
     max_tokens: int,
     *,
-    prepare: Callable[[Session], None] | None = None,
     on_session: Callable[[Session, str], None] | None = None,
     split: Sequence[int] | None = None,
-    job_factory: Callable[[JobSpec], Any] | None = None,
+    job_factory: Callable[[JobSpec], Job] | None = None,
 ) -> Comparison:
-    """One Mac, then the cluster. ``prepare(session)`` runs a session's steps before its
-    launch (probe, plan, checks, copy: the caller's, so it can print them);
-    ``on_session(session, what)`` hears of each session as it begins, ``what`` being
-    "probing", "one Mac" or "cluster" (to say so, and to cancel it on Ctrl-C). ``split``:
-    the cluster's pipeline split set by hand (rank order); ``job_factory``: what runs a
-    job spec (the launcher's by default; the window's tests pass a fake)."""
-
-    def begin(session: Session, what: str) -> Session:
-        return _begin(session, what, on_session, prepare)
-
+    """The compare task: one Mac, then the cluster, each a whole session (its steps, one
+    answer, every rank stopped); the comparison kept. ``on_session(session, what)`` hears
+    of each session as it begins, ``what`` being "probing", "one Mac" or "cluster" (to
+    say so, and to cancel it on Ctrl-C or Stop). ``split``: the cluster's pipeline split
+    set by hand (rank order); ``job_factory``: what runs a job spec (the launcher's by
+    default; the window's tests pass a fake)."""
     cluster_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
     if on_session is not None:
         on_session(cluster_session, "probing")
-    facts = cluster_session.probe()  # held: the runs below ask for no facts again
-    cluster_session.make_plan()  # a cluster that cannot run stops the comparison first
+    # Probed and planned first: a cluster that cannot run stops the comparison before
+    # one Mac runs, and the facts are held (the runs below ask for none again).
+    if not cluster_session.start(Step.PLAN):
+        raise ClusterError(cluster_session.error or "The comparison was cancelled.")
+    facts = [cluster_session.facts[h.name] for h in hosts if h.name in cluster_session.facts]
     best, no_single = strongest_single(info, facts)
     single = None
     if best is not None:
@@ -196,10 +182,9 @@ def compare(
         if host.facts is None and best in cluster_session.facts:
             host = Host(host.name, host.target, cluster_session.facts[best])
         one = Session(info, [host], strategy=Strategy.SINGLE, job_factory=job_factory)
-        session = begin(one, "one Mac")
-        single = measured_run(session, "one Mac", prompt, max_tokens, session.make_plan())
-    begin(cluster_session, "cluster")
-    plan = cluster_session.make_plan()
+        one_plan = _begin(one, "one Mac", on_session)
+        single = measured_run(one, "one Mac", prompt, max_tokens, one_plan)
+    plan = _begin(cluster_session, "cluster", on_session)
     cluster = measured_run(cluster_session, "cluster", prompt, max_tokens, plan)
     notes = []
     if single is not None and single.generation_tokens != cluster.generation_tokens:
@@ -207,7 +192,24 @@ def compare(
             f"the runs made {single.generation_tokens} and {cluster.generation_tokens} tokens "
             "(the answer ended early in one): tokens/s still compares"
         )
-    return Comparison(single, cluster, str(plan.strategy), no_single, notes)
+    result = Comparison(single, cluster, str(plan.strategy), no_single, notes)
+    return replace(result, not_kept=keep(compare_record(cluster_session, result, result.to_dict())))
+
+
+def compare_record(session: Session, result: Any, figures: dict[str, Any]) -> RunRecord:
+    """A comparison as the history keeps it: the cluster's (or the adapter's) session,
+    the job as it ran, both runs in ``figures``."""
+    spec = session.spec
+    return RunRecord(
+        kind=RunKind.COMPARE,
+        model=session.info.name,
+        nodes=session.rank_nodes(),
+        strategy=str(result.strategy),
+        backend=str(spec.rank_backend) if spec else "",
+        split=list(spec.split) if spec and spec.split else None,
+        versions=local_versions(),
+        figures=figures,
+    )
 
 
 # -- the adapter variant: base against base + adapter ------------------------------------
@@ -221,6 +223,7 @@ class AdapterComparison:
     adapted: RunFigures
     adapter: str  # the adapter's name
     strategy: str
+    not_kept: str | None = None  # why the history could not keep it
 
     @property
     def differ(self) -> bool:
@@ -251,25 +254,26 @@ def compare_adapter(
     max_tokens: int,
     adapter: Path | str,
     *,
-    prepare: Callable[[Session], None] | None = None,
     on_session: Callable[[Session, str], None] | None = None,
     split: Sequence[int] | None = None,
-    job_factory: Callable[[JobSpec], Any] | None = None,
+    job_factory: Callable[[JobSpec], Job] | None = None,
 ) -> AdapterComparison:
     """The base model, then base + ``adapter``, on the same ``hosts`` with the same plan
-    (greedy, so the difference is the adapter's). ``on_session(session, what)`` hears
-    "base" and "adapter" as each begins; the rest as ``compare``. The adapter is checked
-    against the model first (``AdapterError``, a ValueError, before anything runs)."""
+    (greedy, so the difference is the adapter's); kept as a comparison.
+    ``on_session(session, what)`` hears "base" and "adapter" as each begins; the rest as
+    ``compare``. The adapter is checked against the model first (``AdapterError``, a
+    ValueError, before anything runs)."""
     adapted_session = Session(
         info, hosts, strategy=strategy, split=split, job_factory=job_factory, adapter=adapter
     )
     base_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
     runs = []
     for session, what in ((base_session, "base"), (adapted_session, "adapter")):
-        _begin(session, what, on_session, prepare)
+        plan = _begin(session, what, on_session)
         label = "base" if what == "base" else f"base + {adapted_session.adapter_name}"
-        runs.append(measured_run(session, label, prompt, max_tokens, session.make_plan()))
+        runs.append(measured_run(session, label, prompt, max_tokens, plan))
         if what == "base":  # the adapter's run asks for no facts again
             adapted_session.facts.update(base_session.facts)
-    plan = base_session.make_plan()
-    return AdapterComparison(runs[0], runs[1], adapted_session.adapter_name, str(plan.strategy))
+    result = AdapterComparison(runs[0], runs[1], adapted_session.adapter_name, str(plan.strategy))
+    figures = result.to_dict()
+    return replace(result, not_kept=keep(compare_record(adapted_session, result, figures)))

@@ -1,6 +1,6 @@
 """One rank's process, as the launcher sees it: lines in, lines out, and a way to end it.
 
-``LocalRank`` runs on this machine (the demo cluster); ``core.run.remote_ranks.RemoteRank``
+``LocalRank`` runs on this machine (the demo cluster); ``core.run.job.remote_ranks.RemoteRank``
 runs on another Mac over SSH. Each local rank gets its own
 process group so that ending it ends anything it started, and its stdin is a
 pipe that the worker watches: if this controller dies, the pipe closes and

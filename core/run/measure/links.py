@@ -1,5 +1,5 @@
-"""The link test, on the controller: each link's latency and bandwidth, set against
-what the link is rated for.
+"""A link test's figures, on the controller: each link's latency and bandwidth, set
+against what the link is rated for (the task that runs it: ``core.run.tasks.linktest``).
 
 The ranks measure (``core.worker.linktest``: ping-pong over MLX's send/recv per pair,
 ``all_sum`` over the group, 4 KiB to 64 MiB); this module turns their table into one
@@ -18,13 +18,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from core.cluster.topology import Topology, build_topology
+from core.cluster.topology import Topology
 from core.units import bytes_per_s
-
-if TYPE_CHECKING:
-    from core.run.session import Session
 
 # The same sizes as the ranks' default (core.worker.linktest.DEFAULT_SIZES).
 SIZES = tuple(4096 * 4**k for k in range(8))
@@ -219,36 +216,3 @@ def _receive(sock: socket.socket, buffer: bytearray) -> None:
         if not got:
             raise ConnectionError("the other end closed the socket")
         view = view[got:]
-
-
-@dataclass(frozen=True)
-class LinkTest:
-    """A link test on a running session, as the window shows and keeps it."""
-
-    nodes: list[str]
-    results: list[LinkResult]
-    all_sum: list[dict[str, float]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nodes": list(self.nodes),
-            "links": [result.to_dict() for result in self.results],
-            "all_sum": list(self.all_sum),
-        }
-
-
-def test_session_links(session: Session, scale: float = 1.0) -> LinkTest:
-    """Measure every link of ``session``'s running job (blocking: off the GUI thread) and
-    set each against its cable's rate, or loopback TCP on the demo's simulated Macs."""
-    nodes = session.rank_nodes()
-    event = session.wait_done(session.test_links(scale=scale))
-    pairs = [(nodes[int(link["a"])], nodes[int(link["b"])]) for link in event.get("links", [])]
-    nominal: Nominal | dict[frozenset[str], Nominal]
-    if session.demo:
-        nominal = loopback_nominal(scale)
-    else:
-        nominal = cable_nominals(build_topology(list(session.facts.values())), pairs)
-    return LinkTest(nodes, link_results(event, nodes, nominal), all_sum_results(event))
-
-
-test_session_links.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
