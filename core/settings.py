@@ -32,7 +32,7 @@ from typing import Any
 
 from core import paths
 from core.jsonfile import write_json_atomic
-from core.worker.vocab import Strategy
+from core.worker.vocab import ModelSource, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,9 @@ STRATEGIES = (Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR)  # the window o
 MAX_DEMO_NODES = 4
 MAX_TOKENS_LIMIT = 32768
 # Where nodes get their part of a model from Hugging Face: the Hub when they reach it,
-# else a copy from this Mac (auto); always the Hub; always this Mac.
-MODEL_SOURCES = ("auto", "hub", "this-mac")
+# else a copy from this Mac (auto); always the Hub; always this Mac. Plain values: the
+# command line offers them as choices, and argparse's messages then read "hub".
+MODEL_SOURCES = tuple(source.value for source in ModelSource)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Settings:
     max_tokens: int = 256
     interfaces: tuple[str, ...] = ()
     library_folders: tuple[str, ...] = ()
-    model_source: str = "auto"
+    model_source: ModelSource = ModelSource.AUTO
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def updated(self, **changes: Any) -> Settings:
@@ -148,7 +149,7 @@ def _check(name: str, value: Any, default: Any) -> Any:
         raise ValueError(f"library_folders must be a list of folder paths, not {value!r}")
     if name == "model_source":
         if value in MODEL_SOURCES:
-            return value
+            return ModelSource(value)
         raise ValueError(f"model_source must be one of {', '.join(MODEL_SOURCES)}, not {value!r}")
     raise ValueError(f"unknown setting {name!r} (default {default!r})")
 

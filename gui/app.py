@@ -18,7 +18,8 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, QSocketNotifier, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
@@ -27,6 +28,9 @@ from core.settings import load_settings
 from gui import style
 from gui.linux_libs import xcb_problem
 from gui.resources import app_icon
+
+if TYPE_CHECKING:
+    from gui.main_window import MainWindow
 
 FIRST_PAINT_ENV = "MACMESH_FIRST_PAINT"
 APP_NAME = ORG_NAME = "MacMesh"
@@ -61,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from gui.help_menu import log_to_file
 
     log_to_file()
-    app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication([sys.argv[0], *qt_args])
     configure(app, args.theme)
     from gui.main_window import MainWindow  # after the QApplication: widgets need it
 
@@ -76,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     return app.exec()
 
 
-def _start_scanner(window: Any, interfaces: str | None) -> None:
+def _start_scanner(window: MainWindow, interfaces: str | None) -> None:
     """Look for Macs: the live node service on the interfaces asked for or saved, feeding
     the Cluster pane. Made after the first paint (importing it takes about a second),
     started off the GUI thread (it blocks while zeroconf claims our name), closed at exit
@@ -92,7 +97,9 @@ def _start_scanner(window: Any, interfaces: str | None) -> None:
         return
     window.cluster.set_scanner(scanner)
     window.run.api.set_announcer(scanner.discovery.set_api_port)  # shared: in our TXT
-    QApplication.instance().aboutToQuit.connect(scanner.close)
+    app = QApplication.instance()
+    if app is not None:  # always: the window lives in it
+        app.aboutToQuit.connect(scanner.close)
 
     def failed(error: BaseException) -> None:
         window.statusBar().showMessage(f"MacMesh cannot look for Macs: {error}")
@@ -103,7 +110,7 @@ def _start_scanner(window: Any, interfaces: str | None) -> None:
 class _AfterFirstPaint(QObject):
     """Runs ``then`` once the window has painted its first frame."""
 
-    def __init__(self, window: QWidget, then: Any) -> None:
+    def __init__(self, window: QWidget, then: Callable[[], None]) -> None:
         super().__init__(window)
         self._then = then
         window.installEventFilter(self)
@@ -142,7 +149,7 @@ class _FirstPaint(QObject):
 
     def _report(self) -> None:
         print(f"{FIRST_PAINT_ENV} {time.time():.6f}", flush=True)
-        QApplication.instance().quit()
+        QApplication.quit()  # static: quits the running application
 
 
 def _report_first_paint(window: QWidget) -> None:

@@ -16,6 +16,7 @@ through here, as queued Qt signals:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -96,7 +97,7 @@ class Bridge(QObject):
                 result = task()
             except Exception as error:
                 log.debug("background task failed", exc_info=True)
-                self.run_on_main(lambda failure=error: report(failure))
+                self.run_on_main(functools.partial(report, error))
                 return
             if on_done is not None:
                 self.run_on_main(lambda: on_done(result))
@@ -161,7 +162,10 @@ class JobRelay(QObject):
     a redraw by one tick).
     """
 
-    event = Signal(object)  # a protocol.Event of GUI_EVENTS
+    # A protocol.Event of GUI_EVENTS, named like the job's own signal. It hides QObject.event(),
+    # which PySide never mistakes for an override (a Signal is not a function): Qt's events
+    # still reach the C++ handler.
+    event = Signal(object)  # type: ignore[assignment]  # hides QObject.event on purpose
     state_changed = Signal(str, str)  # JobState value, message
 
     def __init__(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from core import __version__
 from core.paths import FolderError
@@ -135,7 +136,7 @@ def _app(argv: list[str]) -> int:
     return gui(argv)
 
 
-def _gui_main():
+def _gui_main() -> Callable[[list[str]], int] | None:
     """The GUI's entry point, or None when the GUI cannot start here."""
     try:
         from gui.app import main as gui_main

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMenu,
     QScrollArea,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -31,6 +32,9 @@ from gui.run.pane import RunPane
 
 if TYPE_CHECKING:
     from core.run.job.launcher import JobSpec
+    from gui.history.view import HistoryWindow
+    from gui.run.presentation import PresentationView
+    from gui.tune.view import FineTuneWindow
 
 LEFT_WIDTH = 440
 DEFAULT_SIZE = (1440, 900)
@@ -52,9 +56,9 @@ class MainWindow(QMainWindow):
         self.preferences = preferences or Preferences()
         self.bridge = Bridge(self)
         self._closing = False
-        self.history: Any = None
-        self.presentation: Any = None
-        self.fine_tune: Any = None
+        self.history: HistoryWindow | None = None
+        self.presentation: PresentationView | None = None
+        self.fine_tune: FineTuneWindow | None = None
         self.cluster = ClusterPane(self.bridge)
         self.model = ModelPane(self.bridge)
         self.run = RunPane(self.bridge, job_factory)
@@ -109,13 +113,13 @@ class MainWindow(QMainWindow):
         menu.addAction(self.fine_tune_action)
         return menu
 
-    def show_fine_tune(self) -> QWidget:
+    def show_fine_tune(self) -> FineTuneWindow:
         """The Fine-tune window (one; raised if open): the Model pane's model, the
         Cluster pane's Macs."""
-        from gui.tune.view import fine_tune_window
+        from gui.tune.view import FineTuneWindow
 
         if self.fine_tune is None:
-            self.fine_tune = fine_tune_window(self.bridge, self)
+            self.fine_tune = FineTuneWindow(self.bridge, self)
             view = self.fine_tune.view
             view.set_cluster(PaneSource(self.cluster))
             view.set_model(self.model.info)
@@ -142,7 +146,7 @@ class MainWindow(QMainWindow):
         self.fine_tune.raise_()
         return self.fine_tune
 
-    def show_presentation(self) -> QWidget:
+    def show_presentation(self) -> PresentationView:
         """Presentation mode, full screen (Esc leaves it)."""
         from gui.run.presentation import PresentationView
 
@@ -151,13 +155,13 @@ class MainWindow(QMainWindow):
         self.presentation.present()
         return self.presentation
 
-    def show_history(self) -> QWidget:
+    def show_history(self) -> HistoryWindow:
         """The History window (one; raised if open), its list read afresh."""
-        from gui.history.view import history_window
+        from gui.history.view import HistoryWindow
 
         if self.history is None:
-            self.history = history_window(self.bridge, self)
-            self.run.controller.recorded.connect(lambda _record: self.history.view.refresh())
+            self.history = history = HistoryWindow(self.bridge, self)
+            self.run.controller.recorded.connect(lambda _record: history.view.refresh())
         self.history.view.refresh()
         self.history.show()
         self.history.raise_()
@@ -222,7 +226,7 @@ class MainWindow(QMainWindow):
         if not self.geometry_restored:
             self.resize(*DEFAULT_SIZE)
 
-    def _splitters(self) -> dict:
+    def _splitters(self) -> dict[str, QSplitter]:
         return {"run-splitter": self.run.splitter}
 
     def closeEvent(self, event: QCloseEvent) -> None:

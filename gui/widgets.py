@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
@@ -9,6 +11,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QPushButton,
     QSizePolicy,
     QVBoxLayout,
@@ -81,7 +84,10 @@ class Segmented(QWidget):
     changed = Signal(object)
 
     def __init__(
-        self, values: list, labels: list[str] | None = None, parent: QWidget | None = None
+        self,
+        values: Sequence[object],
+        labels: list[str] | None = None,
+        parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.group = QButtonGroup(self)
@@ -127,3 +133,21 @@ class OpaqueBackground(QObject):
             painter.fillRect(watched.rect(), style.current().qcolor(self.background))
             painter.end()
         return False
+
+
+def clear_layout(layout: QLayout, *, hide: bool = False) -> None:
+    """Empty ``layout``; its widgets are deleted at the next loop turn (``hide``: hidden now,
+    so they leave the view at once rather than with the deletion)."""
+    while layout.count():
+        item = layout.takeAt(0)
+        widget = item.widget() if item is not None else None
+        if widget is not None:
+            if hide:
+                widget.hide()
+            widget.deleteLater()
+
+
+def layout_widgets(layout: QLayout) -> list[QWidget]:
+    """The widgets directly in ``layout``'s items, in order (nested layouts and spacers not)."""
+    items = (layout.itemAt(i) for i in range(layout.count()))
+    return [w for item in items if item is not None and (w := item.widget()) is not None]

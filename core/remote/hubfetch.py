@@ -36,14 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.model.manifest import Manifest
-from core.remote.modelcopy import (
-    CopyProgress,
-    CopyResult,
-    _session,
-    cache_root,
-    copy_model,
-    remote_model_dir,
-)
+from core.remote.modelcheck import cache_root, node_session, remote_model_dir
+from core.remote.modelcopy import CopyProgress, CopyResult, copy_model
 from core.remote.ssh import Connection, SSHError
 from core.remote.targets import Target
 from core.remote.transport import CopyCancelled, ModelCopyError
@@ -194,7 +188,7 @@ def reach_hub(
         str(REACH_TIMEOUT_S),
     )
     try:
-        with _session(target, connection) as conn:
+        with node_session(target, connection) as conn:
             result = conn.run(argv, timeout=REACH_TIMEOUT_S + 30)
     except SSHError as error:
         return str(error)
@@ -221,7 +215,7 @@ def fetch_from_hub(
     endpoint = endpoint or hub_endpoint()
     cancel = cancel or threading.Event()
     started = time.monotonic()
-    with _session(target, connection) as conn:
+    with node_session(target, connection) as conn:
         root = cache_root(target, conn)
         folder = remote_model_dir(target, manifest, conn)
         spec = {

@@ -86,7 +86,7 @@ from core.run.placement import (
 from core.run.planning import plan_on
 from core.run.states import RunState, Step
 from core.worker import protocol as p
-from core.worker.vocab import Backend, JobState, Strategy, Task
+from core.worker.vocab import Backend, JobState, ModelSource, Strategy, Task
 
 __all__ = ["FRESH_S", "ClusterError", "CopyCancelled", "Host", "Session"]
 
@@ -153,7 +153,7 @@ class Session:
         job_fields: dict[str, Any] | None = None,
         check_paths: bool = True,
         adapter: Path | str | None = None,
-        model_source: str = "auto",
+        model_source: ModelSource | str = ModelSource.AUTO,
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -374,10 +374,14 @@ class Session:
             pool = ThreadPoolExecutor(len(todo), thread_name_prefix="model-copy")
             try:
                 source, progress = self.info.path, self.copy_progress.emit
-                from_hub = partial(fetch_or_copy, fallback=self.model_source != "hub")
+                from_hub = partial(fetch_or_copy, fallback=self.model_source != ModelSource.HUB)
                 futures = [
                     pool.submit(
-                        from_hub if report.sources.get(target.name) == "hub" else copy_model,
+                        (
+                            from_hub
+                            if report.sources.get(target.name) == ModelSource.HUB
+                            else copy_model
+                        ),
                         target,
                         part,
                         source,

@@ -43,6 +43,7 @@ from mlx_lm.utils import save_config
 from core.worker import protocol as p
 from core.worker.reporter import Reporter
 from core.worker.sharding import ShardError, load_whole
+from core.worker.vocab import Strategy
 
 ADAPTER_FILE = "adapters.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -253,7 +254,7 @@ def finetune(
         load_s=0.0,
         memory_bytes=int(mx.get_active_memory()),
         layers=None,
-        strategy="single",
+        strategy=Strategy.SINGLE,
         device="cpu" if mx.default_device() == mx.cpu else "gpu",
         blas=None,
         weights=shard.weights,

@@ -40,8 +40,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m core.worker", description=__doc__)
     parser.add_argument("--model", required=True, help="the model folder on this node")
     # Plain values as choices: argparse's messages then read "pipeline", not the enum's repr.
-    parser.add_argument("--strategy", choices=[s.value for s in STRATEGIES], default="pipeline")
-    parser.add_argument("--backend", choices=[b.value for b in BACKENDS], default="ring")
+    parser.add_argument(
+        "--strategy", choices=[s.value for s in STRATEGIES], default=Strategy.PIPELINE.value
+    )
+    parser.add_argument(
+        "--backend", choices=[b.value for b in BACKENDS], default=Backend.RING.value
+    )
     parser.add_argument(
         "--split", help="pipeline layers per rank, rank order, e.g. 12,18 (default: even)"
     )

@@ -130,6 +130,9 @@ ENV_TELEMETRY = "MACMESH_TELEMETRY"  # "0" turns token events and traffic counti
 # GIL held (no heartbeat) until every peer is there; joining once all are up keeps that
 # silence short, so a rank that hangs before joining is the only one silent.
 ENV_JOIN = "MACMESH_JOIN_WHEN_TOLD"
+# The pid of the controller that started a local rank: the rank ends with it, whatever
+# holds its GIL (``core.worker.lifeline``). Remote ranks end with their SSH session.
+ENV_CONTROLLER = "MACMESH_CONTROLLER_PID"
 
 
 # -- the events, one TypedDict per kind (the table above) ----------------------------------

@@ -18,6 +18,7 @@ the answer on every rank at that same token, with a ``done`` whose finish_reason
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -270,6 +271,9 @@ def _request_id(line: str) -> str:
 
 
 def _controller_gone() -> None:
-    sys.stderr.write("macmesh worker: the controller closed stdin; exiting\n")
-    sys.stderr.flush()
+    # The log goes to the controller too: when it died, writing raises BrokenPipeError,
+    # which must not end this thread before the exit (the rank would live on).
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write("macmesh worker: the controller closed stdin; exiting\n")
+        sys.stderr.flush()
     os._exit(3)

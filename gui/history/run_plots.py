@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from core.run.measure.history import RunRecord
 from gui import style
+from gui.plot_style import GRID_ALPHA, theme_plot
 from gui.style import Theme
 from gui.widgets import section
 
@@ -23,7 +24,7 @@ from gui.widgets import section
 def _plot(y_label: str, units: str | None, x_label: str = "", x_units: str | None = "s") -> Any:
     widget = pg.PlotWidget()
     item = widget.getPlotItem()
-    item.showGrid(x=True, y=True, alpha=0.12)
+    item.showGrid(x=True, y=True, alpha=GRID_ALPHA)
     item.hideButtons()
     item.setMenuEnabled(False)
     item.setLabel("left", y_label, units=units)
@@ -142,15 +143,16 @@ class RunPlots(QWidget):
             axis.setTicks(None)
         links = 0
         for name, points in record.series.items():
-            x = [t for t, _ in points]
-            y = [v for _, v in points]
+            times = [t for t, _ in points]
+            values = [v for _, v in points]
             if name == "tokens_per_s":
-                self.curves[name] = top.plot(x, y, pen=pg.mkPen(theme.accent, width=2.5))
+                pen = pg.mkPen(theme.accent, width=2.5)
+                self.curves[name] = top.plot(times, values, pen=pen)
             else:
                 link = _link_name(name, record.nodes)
                 links += 1
                 pen = pg.mkPen(colors[links % len(colors)], width=2)
-                self.curves[name] = bottom.plot(x, y, pen=pen, name=link)
+                self.curves[name] = bottom.plot(times, values, pen=pen, name=link)
 
     def export_png(self, folder: Path, stem: str) -> list[Path]:
         """Both plots as PNG, as shown; the files written."""
@@ -165,9 +167,4 @@ class RunPlots(QWidget):
 
     def apply_theme(self, theme: Theme) -> None:
         for widget in (self.top, self.bottom):
-            widget.setBackground(theme.card)
-            item = widget.getPlotItem()
-            for name in ("left", "bottom"):
-                axis = item.getAxis(name)
-                axis.setPen(pg.mkPen(theme.border))
-                axis.setTextPen(pg.mkPen(theme.text2))
+            theme_plot(widget, theme)

@@ -14,9 +14,11 @@ thread (milliseconds; MLX prefers its imports off worker threads).
 
 from __future__ import annotations
 
+import functools
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -61,6 +63,20 @@ COLUMNS = ("Model", "Size", "Architecture", "Fit")
 NAME, SIZE, ARCH, FIT = range(4)
 ROLE = Qt.ItemDataRole.UserRole
 NO_CLUSTER = "–"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a row stands for (kept on its item): a model on this Mac or on Hugging Face."""
+
+    kind: Literal["local", "hub"]
+    name: str  # the folder's name, or the repo id
+    folder: Path | None  # where it is on this Mac (a Hugging Face model once downloaded)
+    ok: bool  # usable as it is
+
+
+# A row: the texts of its columns, what it stands for, its tooltip.
+Row = tuple[tuple[str, str, str, str], Choice, str]
 
 
 class LibraryView(QFrame):
@@ -189,12 +205,12 @@ class LibraryView(QFrame):
     def use_selected(self) -> None:
         folder, data = self._selected_folder(), self._selected()
         if folder is not None and data is not None:
-            self.model_chosen.emit(folder, data["name"])
+            self.model_chosen.emit(folder, data.name)
 
     def download_selected(self) -> None:
         data = self._selected()
-        if data and data["kind"] == "hub":
-            self.download(data["name"])
+        if data and data.kind == "hub":
+            self.download(data.name)
 
     def download(self, repo_id: str) -> None:
         if self.downloading:
@@ -258,9 +274,9 @@ class LibraryView(QFrame):
         for model in found:
             if model.repo_id not in self._hub_info:
                 self._bridge.run_in_background(
-                    lambda repo=model.repo_id: header_copy(repo),
+                    functools.partial(header_copy, model.repo_id),
                     self._headers_read,
-                    lambda error, repo=model.repo_id: self._headers_failed(repo, error),
+                    functools.partial(self._headers_failed, model.repo_id),
                 )
 
     def _hub_failed(self, generation: int, error: BaseException) -> None:
@@ -341,13 +357,13 @@ class LibraryView(QFrame):
                 item.setToolTip(column, tooltip)
             item.setTextAlignment(SIZE, Qt.AlignmentFlag.AlignRight)
             self.table.addTopLevelItem(item)
-            if selected and data["name"] == selected["name"]:
+            if selected and data.name == selected.name:
                 item.setSelected(True)
         self._filter(self.search.text())
         self._update_buttons()
 
-    def _local_rows(self) -> list[tuple[tuple[str, ...], dict[str, Any], str]]:
-        rows = []
+    def _local_rows(self) -> list[Row]:
+        rows: list[Row] = []
         for entry in self._local:
             if entry.info is not None:
                 badge, reason = self._badge(entry.info)
@@ -357,12 +373,12 @@ class LibraryView(QFrame):
             else:
                 badge = "not MLX" if entry.state is State.NOT_MLX else "broken"
                 arch, tip = "–", f"{entry.name}: {entry.reason}"
-            data = {"kind": "local", "name": entry.name, "folder": entry.path, "ok": entry.usable}
+            data = Choice("local", entry.name, entry.path, entry.usable)
             rows.append(((entry.name, size(entry.size_bytes), arch, badge), data, tip))
         return rows
 
-    def _hub_rows(self) -> list[tuple[tuple[str, ...], dict[str, Any], str]]:
-        rows = []
+    def _hub_rows(self) -> list[Row]:
+        rows: list[Row] = []
         for model in self._hub:
             info = self._hub_info.get(model.repo_id)
             if isinstance(info, ModelInfo):
@@ -373,7 +389,7 @@ class LibraryView(QFrame):
                 tip = info or "Reading its safetensors headers…"
             shown = size(model.size_bytes) if model.size_bytes else "–"
             folder = self._downloaded.get(model.repo_id)
-            data = {"kind": "hub", "name": model.repo_id, "folder": folder, "ok": bool(folder)}
+            data = Choice("hub", model.repo_id, folder, bool(folder))
             name = model.repo_id + (" · gated" if model.gated else "")
             rows.append(((name, shown, arch, badge), data, f"{model.downloads:,} downloads\n{tip}"))
         return rows
@@ -392,6 +408,8 @@ class LibraryView(QFrame):
         needle = text.strip().lower()
         for index in range(self.table.topLevelItemCount()):
             item = self.table.topLevelItem(index)
+            if item is None:
+                continue
             item.setHidden(bool(needle) and needle not in item.text(NAME).lower())
 
     def _search_pressed(self) -> None:
@@ -401,20 +419,20 @@ class LibraryView(QFrame):
                 return
             self.search_hub(text)
 
-    def _selected(self) -> dict[str, Any] | None:
+    def _selected(self) -> Choice | None:
         items = self.table.selectedItems()
         data = items[0].data(NAME, ROLE) if items else None
-        return data if isinstance(data, dict) else None
+        return data if isinstance(data, Choice) else None
 
     def _selected_folder(self) -> Path | None:
         data = self._selected()
-        return data["folder"] if data and data["ok"] else None
+        return data.folder if data and data.ok else None
 
     def _update_buttons(self) -> None:
         data = self._selected()
         self.use_button.setEnabled(self._selected_folder() is not None)
         self.download_button.setEnabled(
-            bool(data and data["kind"] == "hub" and not data["ok"]) and not self.downloading
+            bool(data and data.kind == "hub" and not data.ok) and not self.downloading
         )
 
     def _show_progress(self, shown: bool) -> None:

@@ -7,7 +7,7 @@ with a chevron: a click on it opens that guide (the pane listens to the table's 
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRectF, QSize, Qt
-from PySide6.QtGui import QFontMetrics, QPainter
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from gui import style
@@ -53,8 +53,8 @@ def draw_item_background(
         qstyle.drawControl(QStyle.ControlElement.CE_ItemViewItem, background, painter, widget)
 
 
-def _font() -> style.QFont:
-    return style.ui_font(11, style.QFont.Weight.DemiBold)
+def _font() -> QFont:
+    return style.ui_font(11, QFont.Weight.DemiBold)
 
 
 class BadgeDelegate(QStyledItemDelegate):
@@ -73,9 +73,9 @@ class BadgeDelegate(QStyledItemDelegate):
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(style.QColor(bg))
+        painter.setBrush(QColor(bg))
         painter.drawRoundedRect(pill, HEIGHT / 2, HEIGHT / 2)
-        painter.setPen(style.QColor(fg))
+        painter.setPen(QColor(fg))
         painter.setFont(_font())
         painter.drawText(pill, Qt.AlignmentFlag.AlignCenter, pill_text(badge))
         painter.restore()

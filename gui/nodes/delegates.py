@@ -11,6 +11,7 @@ from PySide6.QtCore import (
     QAbstractItemModel,
     QEvent,
     QModelIndex,
+    QObject,
     QPersistentModelIndex,
     QPointF,
     QRectF,
@@ -18,7 +19,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QFontMetrics, QMouseEvent, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QMouseEvent, QPainter, QPen
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem
 
 from gui import style
@@ -44,7 +45,7 @@ class NameDelegate(QStyledItemDelegate):
     """● name (and under it "this Mac") — the dot is green when ready, a spinner while
     probing, amber or red when the node needs something."""
 
-    def __init__(self, parent: object = None) -> None:
+    def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.phase = 0.0  # the spinner's angle in degrees, advanced by the pane's timer
 
@@ -56,7 +57,7 @@ class NameDelegate(QStyledItemDelegate):
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         centre = QPointF(rect.left() + DOT_X, rect.center().y())
-        color = style.QColor(state_color(current))
+        color = QColor(state_color(current))
         if current is not None and current.busy:
             pen = QPen(color, 1.8)
             pen.setCapStyle(Qt.PenCapStyle.RoundCap)
@@ -67,7 +68,7 @@ class NameDelegate(QStyledItemDelegate):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(color)
             painter.drawEllipse(centre, DOT_R, DOT_R)
-        name_font = style.ui_font(13, style.QFont.Weight.Medium)
+        name_font = style.ui_font(13, QFont.Weight.Medium)
         hint_font = style.ui_font(11)
         note = index.data(HintRole) or ""
         room = int(max(rect.width() - TEXT_X - 4, 20))
@@ -99,7 +100,7 @@ class NameDelegate(QStyledItemDelegate):
         painter.restore()
 
     def sizeHint(self, option: QStyleOptionViewItem, index: Index) -> QSize:
-        name = QFontMetrics(style.ui_font(13, style.QFont.Weight.Medium))
+        name = QFontMetrics(style.ui_font(13, QFont.Weight.Medium))
         note = QFontMetrics(style.ui_font(11)).horizontalAdvance(index.data(HintRole) or "")
         width = max(name.horizontalAdvance(index.data() or ""), note) + TEXT_X + 8
         return QSize(width, 34)
@@ -111,8 +112,8 @@ def action_rect(cell: QRectF, label: str) -> QRectF:
     return QRectF(cell.right() - width - 6, cell.center().y() - ACTION_H / 2, width, ACTION_H)
 
 
-def _action_font() -> style.QFont:
-    return style.ui_font(12, style.QFont.Weight.DemiBold)
+def _action_font() -> QFont:
+    return style.ui_font(12, QFont.Weight.DemiBold)
 
 
 class StatusDelegate(QStyledItemDelegate):
@@ -134,7 +135,7 @@ class StatusDelegate(QStyledItemDelegate):
             pill = action_rect(QRectF(option.rect), current.action_label)
             right = pill.left() - 8
         width = max(int(right - rect.left()), 10)
-        title_font = style.ui_font(12, style.QFont.Weight.DemiBold)
+        title_font = style.ui_font(12, QFont.Weight.DemiBold)
         detail_font = style.ui_font(11)
         kind_color = {"muted": theme.text2}.get(current.kind) or badge_colors(current.kind)[0]
         painter.save()
@@ -149,7 +150,7 @@ class StatusDelegate(QStyledItemDelegate):
             )
             mid = rect.center().y()
             painter.setFont(title_font)
-            painter.setPen(style.QColor(kind_color))
+            painter.setPen(QColor(kind_color))
             painter.drawText(
                 QRectF(rect.left(), mid - 17, width, 17), left | Qt.AlignmentFlag.AlignBottom, title
             )
@@ -160,7 +161,7 @@ class StatusDelegate(QStyledItemDelegate):
             )
         else:
             painter.setFont(title_font)
-            painter.setPen(style.QColor(kind_color))
+            painter.setPen(QColor(kind_color))
             painter.drawText(
                 QRectF(rect.left(), rect.top(), width, rect.height()),
                 left | Qt.AlignmentFlag.AlignVCenter,
@@ -197,6 +198,6 @@ class StatusDelegate(QStyledItemDelegate):
             and event.button() == Qt.MouseButton.LeftButton
             and action_rect(QRectF(option.rect), current.action_label).contains(event.position())
         ):
-            self.action_requested.emit(str(index.siblingAtColumn(0).data()), current.action)
+            self.action_requested.emit(str(index.sibling(index.row(), 0).data()), current.action)
             return True
         return super().editorEvent(event, model, option, index)

@@ -12,16 +12,13 @@ from __future__ import annotations
 import getpass
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-import shiboken6
-from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QTextCursor, QTextFormat
 from PySide6.QtWidgets import (
-    QDialog,
     QFormLayout,
     QFrame,
-    QHBoxLayout,
     QLineEdit,
     QPushButton,
     QTextBrowser,
@@ -30,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.cluster.rdma import GUIDES, guide_resource
+from gui.dialog import Dialog, PasswordDialog
 from gui.resources import resource_path
 from gui.style import mono_font, set_role
 from gui.widgets import label
@@ -39,37 +37,10 @@ from gui.widgets import label
 SYSTEM_SETTINGS_URL = "x-apple.systempreferences:com.apple.preference.security?Privacy_DevTools"
 
 
-class _Dialog(QDialog):
-    """A titled dialog with a body column and a button row, deleted when closed."""
-
-    def __init__(self, title: str, heading: str, parent: QWidget | None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle(title)
-        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        self.setWindowModality(Qt.WindowModality.WindowModal)
-        self.column = QVBoxLayout(self)
-        self.column.setContentsMargins(22, 20, 22, 18)
-        self.column.setSpacing(12)
-        self.heading = label(heading, "model-name", wrap=True)
-        self.column.addWidget(self.heading)
-        self.buttons = QHBoxLayout()
-        self.buttons.setSpacing(8)
-
-    def finish_layout(self) -> None:
-        self.column.addSpacing(4)
-        self.column.addLayout(self.buttons)
-
-    def button(
-        self, text: str, role: str | None = None, *, stretch_before: bool = False
-    ) -> QPushButton:
-        if stretch_before:
-            self.buttons.addStretch(1)
-        button = QPushButton(text)
-        if role:
-            set_role(button, role)
-        button.setAutoDefault(False)
-        self.buttons.addWidget(button)
-        return button
+def _then_accept(dialog: Dialog, first: Callable[[], object]) -> None:
+    """``first()``, then close ``dialog`` accepted (its "Check again" button)."""
+    first()
+    dialog.accept()
 
 
 def _banner(text: str, kind: str = "subcard") -> QFrame:
@@ -81,7 +52,7 @@ def _banner(text: str, kind: str = "subcard") -> QFrame:
     return frame
 
 
-class GuideDialog(_Dialog):
+class GuideDialog(Dialog):
     """One page of ``resources/guides/``, for one node, with what MacMesh saw there.
 
     ``open_settings`` (None: this computer is not a Mac) adds "Open System Settings" to
@@ -119,7 +90,7 @@ class GuideDialog(_Dialog):
         if check_again is not None:
             self.check_button = self.button("Check again")
             self.check_button.setToolTip(f"Probe {node} again once you have done the steps")
-            self.check_button.clicked.connect(lambda: (check_again(), self.accept()))
+            self.check_button.clicked.connect(partial(_then_accept, self, check_again))
         self.close_button = self.button("Close", stretch_before=True)
         self.close_button.setDefault(True)
         self.close_button.clicked.connect(self.reject)
@@ -158,7 +129,7 @@ def key_algorithm(key_name: str) -> str:
     return key_name.removeprefix("ssh-").lower()
 
 
-class HostKeyDialog(_Dialog):
+class HostKeyDialog(Dialog):
     """First contact with a Mac: its fingerprint, how to check it, Trust / Don't trust."""
 
     def __init__(
@@ -222,7 +193,7 @@ class HostKeyDialog(_Dialog):
         self.setMinimumWidth(560)
 
 
-class HostKeyChangedDialog(_Dialog):
+class HostKeyChangedDialog(Dialog):
     """A Mac whose host key changed: a loud refusal with the fix, and no way to trust it."""
 
     def __init__(
@@ -262,7 +233,7 @@ class HostKeyChangedDialog(_Dialog):
         self.check_button: QPushButton | None = None
         if check_again is not None:
             self.check_button = self.button("Check again")
-            self.check_button.clicked.connect(lambda: (check_again(), self.accept()))
+            self.check_button.clicked.connect(partial(_then_accept, self, check_again))
         self.close_button = self.button("Close", stretch_before=True)
         self.close_button.setDefault(True)
         self.close_button.clicked.connect(self.reject)
@@ -270,10 +241,11 @@ class HostKeyChangedDialog(_Dialog):
         self.setMinimumWidth(520)
 
 
-class AccessDialog(_Dialog):
+class AccessDialog(PasswordDialog):
     """Set up access once: a user name and that Mac's password, used for one login to
-    install this Mac's key there, never stored. ``set_up`` blocks (it runs in the
-    background through ``run_in_background``) and raises with a message to show."""
+    install this Mac's key there, never stored. ``set_up(user, password)`` blocks (it
+    runs in the background through ``run_in_background``) and raises with a message to
+    show."""
 
     def __init__(
         self,
@@ -284,9 +256,15 @@ class AccessDialog(_Dialog):
         run_in_background: Callable[..., None],
         parent: QWidget | None = None,
     ) -> None:
-        super().__init__(f"Set up access to {node}", f"Set up access to {node}", parent)
-        self._set_up, self._run = set_up, run_in_background
-        self.busy = False
+        super().__init__(
+            f"Set up access to {node}",
+            run_in_background=run_in_background,
+            submit_text="Set up access",
+            busy_text="Setting up…",
+            no_password="Type the password of this user on that Mac.",
+            parent=parent,
+        )
+        self._set_up = set_up
         self.column.addWidget(
             label(
                 f"MacMesh logs in to your Macs with a key, not a password. Once, it needs "
@@ -298,15 +276,11 @@ class AccessDialog(_Dialog):
         form = QFormLayout()
         form.setSpacing(8)
         self.user = QLineEdit(user or getpass.getuser())
-        self.password = QLineEdit()
-        self.password.setEchoMode(QLineEdit.EchoMode.Password)
+        self.inputs.insert(0, self.user)
         self.password.setPlaceholderText(f"The password of this user on {node}")
-        self.password.returnPressed.connect(self.submit)
         form.addRow(label("User name", "fact-name"), self.user)
         form.addRow(label("Password", "fact-name"), self.password)
         self.column.addLayout(form)
-        self.error = label("", "error-text", wrap=True, selectable=True)
-        self.error.hide()
         self.column.addWidget(self.error)
         self.column.addWidget(
             label(
@@ -316,58 +290,18 @@ class AccessDialog(_Dialog):
                 wrap=True,
             )
         )
-        self.cancel_button = self.button("Cancel")
-        self.cancel_button.clicked.connect(self.reject)
-        self.submit_button = self.button("Set up access", "primary", stretch_before=True)
-        self.submit_button.setDefault(True)
-        self.submit_button.clicked.connect(self.submit)
-        self.finish_layout()
-        self.setMinimumWidth(480)
-        self.password.setFocus()
+        self.finish(480)
 
-    def submit(self) -> None:
-        """Hand the password over once and forget it; the field is cleared at once."""
-        password, user = self.password.text(), self.user.text().strip()
-        if self.busy:
-            return
-        if not password:
-            self._show_error("Type the password of this user on that Mac.")
-            return
-        self.password.clear()
-        self.busy = True
-        self._set_busy(True)
-        self.error.hide()
-        self._run(lambda: self._set_up(user, password), self._done, self._failed)
-
-    def _done(self, _result: object) -> None:
-        if not shiboken6.isValid(self):  # the window went away meanwhile
-            return
-        self.busy = False
-        self.accept()
-
-    def _failed(self, error: BaseException) -> None:
-        if not shiboken6.isValid(self):
-            return
-        self.busy = False
-        self._set_busy(False)
-        self._show_error(str(error) or type(error).__name__)
-        self.password.setFocus()
-
-    def _set_busy(self, busy: bool) -> None:
-        self.submit_button.setText("Setting up…" if busy else "Set up access")
-        for widget in (self.submit_button, self.user, self.password):
-            widget.setEnabled(not busy)
-
-    def _show_error(self, text: str) -> None:
-        self.error.setText(text)
-        self.error.show()
+    def _work(self, password: str) -> Callable[[], object]:
+        user = self.user.text().strip()
+        return lambda: self._set_up(user, password)
 
     def reject(self) -> None:
         if not self.busy:  # the login in flight finishes first; then the dialog can go
             super().reject()
 
 
-class AddHostDialog(_Dialog):
+class AddHostDialog(Dialog):
     """Add a Mac by name or address; ``add`` raises ValueError with a message to show."""
 
     def __init__(self, add: Callable[[str], Any], parent: QWidget | None = None) -> None:
@@ -381,13 +315,13 @@ class AddHostDialog(_Dialog):
                 wrap=True,
             )
         )
+        self.error = label("", "error-text", wrap=True)
+        self.error.hide()
         self.field = QLineEdit()
         self.field.setPlaceholderText("studio-b.local, 192.168.1.20 or user@host:2222")
         self.field.returnPressed.connect(self.submit)
         self.field.textEdited.connect(lambda _text: self.error.hide())
         self.column.addWidget(self.field)
-        self.error = label("", "error-text", wrap=True)
-        self.error.hide()
         self.column.addWidget(self.error)
         self.cancel_button = self.button("Cancel")
         self.cancel_button.clicked.connect(self.reject)

@@ -38,14 +38,16 @@ def traffic_captions(
 ) -> dict[frozenset[str], Measured]:
     """Live traffic per link ("0↔1" → bytes/s, as ``Telemetry.current`` has it) on the
     cables of the Macs those ranks run on."""
-    captions = {}
+    captions: dict[frozenset[str], Measured] = {}
     for link, rate in link_bytes_per_s.items():
         a, _, b = link.partition("↔")
         if not (a.isdigit() and b.isdigit()):
             continue
-        pair = (names.get(int(a)), names.get(int(b)))
-        if pair[0] is None or pair[1] is None:
+        first, second = names.get(int(a)), names.get(int(b))
+        if first is None or second is None:
             continue
         text = f"{units.bytes_per_s(rate)} now"
-        captions[frozenset(pair)] = Measured(text, f"Live: {text}, bytes moved by MLX collectives")
+        captions[frozenset((first, second))] = Measured(
+            text, f"Live: {text}, bytes moved by MLX collectives"
+        )
     return captions

@@ -78,8 +78,7 @@ class NodeTable(QTableView):
         self.clearSpans()
         shown = 0
         busy = False
-        for row in range(self.nodes_model.rowCount()):
-            node = self.nodes_model.node(row)
+        for row, node in enumerate(self.nodes_model.nodes()):
             current = status(node)
             height = HINT_ROW_HEIGHT if hint(node) else ROW_HEIGHT
             if current is not None:
@@ -100,7 +99,8 @@ class NodeTable(QTableView):
         return str(index.siblingAtColumn(NAME).data())
 
     def _clicked(self, index: QModelIndex) -> None:
-        if index.column() == RDMA and status(self.nodes_model.node(index.row())) is None:
+        node = self.nodes_model.node(index.row())
+        if index.column() == RDMA and node is not None and status(node) is None:
             self.guide_requested.emit(self._name(index))
 
     def _hovered(self, index: QModelIndex) -> None:

@@ -57,6 +57,9 @@ class ClusterPane(Card):
 
     nodes_changed = Signal(list)  # list[core.cluster.registry.Node]
     demo_size_changed = Signal(int)
+    # What the rows' buttons and menus do. The name hides QWidget.actions() (the pane has no
+    # QAction); the tests reach the node actions by it.
+    actions: NodeActions  # type: ignore[assignment]  # hides QWidget.actions on purpose
 
     def __init__(
         self,
@@ -216,7 +219,8 @@ class ClusterPane(Card):
 
     def _fit_views(self) -> None:
         """The stack is as high as the view it shows (both have fixed heights)."""
-        self.views.setFixedHeight(max(self.views.currentWidget().minimumHeight(), 1))
+        shown = self.views.currentWidget()
+        self.views.setFixedHeight(max(shown.minimumHeight() if shown is not None else 0, 1))
 
     # -- following the registry --------------------------------------------------------
 
@@ -278,7 +282,8 @@ class ClusterPane(Card):
 
     def start_demo(self, count: int | None = None) -> None:
         """Show the demo cluster's simulated Macs (count defaults to the segment's)."""
-        count = count or int(self.size_box.value() or DEFAULT_DEMO_NODES)
+        chosen = self.size_box.value()
+        count = count or (chosen if isinstance(chosen, int) else DEFAULT_DEMO_NODES)
         self._demo = True
         self.size_box.set_value(count)
         self._reload()

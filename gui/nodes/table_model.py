@@ -191,7 +191,11 @@ class NodeTableModel(QAbstractTableModel):
         self.endRemoveRows()
 
     def connect_registry(
-        self, added: Any, updated: Any, removed: Any, run_on_main: Callable[[Callable], None]
+        self,
+        added: Any,
+        updated: Any,
+        removed: Any,
+        run_on_main: Callable[[Callable[[], None]], None],
     ) -> None:
         """Follow a registry's psygnal signals (any thread) through ``run_on_main``."""
         added.connect(lambda node: run_on_main(lambda: self.add(node)))

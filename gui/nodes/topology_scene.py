@@ -11,10 +11,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF
-from PySide6.QtGui import QFontMetrics
+from PySide6.QtGui import QFont, QFontMetrics
 
 from gui import style
 from gui.nodes.topology_diagram import (
@@ -25,6 +24,7 @@ from gui.nodes.topology_diagram import (
     STATE_WORDS,
     Diagram,
     DiagramCable,
+    DiagramMissing,
 )
 
 HEADLINE_H, BOX_H, TAG_H, LINE_GAP = 24, 46, 16, 20
@@ -99,14 +99,14 @@ class Scene:
         return [line for line in self.lines if line.dashed]
 
 
-def scene_fonts() -> dict[str, style.QFont]:
+def scene_fonts() -> dict[str, QFont]:
     return {
-        "title": style.ui_font(12, style.QFont.Weight.DemiBold),
+        "title": style.ui_font(12, QFont.Weight.DemiBold),
         "sub": style.ui_font(11),
-        "tag": style.ui_font(10, style.QFont.Weight.DemiBold),
-        "caption": style.ui_font(10, style.QFont.Weight.Medium),
-        "measured": style.ui_font(10, style.QFont.Weight.Bold),
-        "headline": style.ui_font(11, style.QFont.Weight.DemiBold),
+        "tag": style.ui_font(10, QFont.Weight.DemiBold),
+        "caption": style.ui_font(10, QFont.Weight.Medium),
+        "measured": style.ui_font(10, QFont.Weight.Bold),
+        "headline": style.ui_font(11, QFont.Weight.DemiBold),
         "note": style.ui_font(11),
     }
 
@@ -139,7 +139,7 @@ def _border_point(rect: QRectF, toward: QPointF, start: QPointF) -> QPointF:
     return QPointF(start.x() + dx * t, start.y() + dy * t)
 
 
-def _tag(text: str, at: QPointF, font: style.QFont) -> Tag:
+def _tag(text: str, at: QPointF, font: QFont) -> Tag:
     width = QFontMetrics(font).horizontalAdvance(text) + 10
     return Tag(text, QRectF(at.x() - width / 2, at.y() - TAG_H / 2, width, TAG_H))
 
@@ -184,8 +184,9 @@ def layout_scene(
     by_name = {box.name: box for box in boxes}
 
     lines: list[Line] = []
-    pairs: dict[frozenset[str], list[Any]] = {}
-    for item in (*diagram.cables, *diagram.missing):
+    pairs: dict[frozenset[str], list[DiagramCable | DiagramMissing]] = {}
+    items: tuple[DiagramCable | DiagramMissing, ...] = (*diagram.cables, *diagram.missing)
+    for item in items:
         if item.a in by_name and item.b in by_name:
             pairs.setdefault(frozenset((item.a, item.b)), []).append(item)
     for group in pairs.values():
@@ -225,7 +226,7 @@ def layout_scene(
 
 
 def _wrapped(
-    notes: list[str], kinds: list[str], font: style.QFont, width: float
+    notes: list[str], kinds: list[str], font: QFont, width: float
 ) -> list[tuple[str, str]]:
     """Each note in lines that fit ``width`` (at spaces): (text, kind), where a note's
     continuation lines have the kind "more" (painted without a marker)."""
@@ -262,7 +263,9 @@ def _summary(diagram: Diagram) -> str:
     return " · ".join(parts)
 
 
-def _line(item: Any, a: Box, b: Box, offset: float, fonts: dict[str, style.QFont]) -> Line:
+def _line(
+    item: DiagramCable | DiagramMissing, a: Box, b: Box, offset: float, fonts: dict[str, QFont]
+) -> Line:
     ca, cb = a.rect.center(), b.rect.center()
     dx, dy = cb.x() - ca.x(), cb.y() - ca.y()
     length = math.hypot(dx, dy) or 1.0
@@ -295,7 +298,7 @@ def _line(item: Any, a: Box, b: Box, offset: float, fonts: dict[str, style.QFont
 
 
 def _place_captions(
-    lines: list[Line], boxes: list[Box], fonts: dict[str, style.QFont], area: QRectF
+    lines: list[Line], boxes: list[Box], fonts: dict[str, QFont], area: QRectF
 ) -> None:
     """Each cable's caption at the first spot along it that covers no box, tag or caption."""
     taken = [box.rect.adjusted(-2, -2, 2, 2) for box in boxes]
@@ -305,16 +308,14 @@ def _place_captions(
             continue
         metrics = QFontMetrics(fonts["measured" if line.measured else "caption"])
         w, h = metrics.horizontalAdvance(line.caption) + 8, TAG_H
-        best = None
+        spots = []
         for t in (0.5, 0.4, 0.6, 0.3, 0.7, 0.22, 0.78):
             x = line.p1.x() + (line.p2.x() - line.p1.x()) * t
             y = line.p1.y() + (line.p2.y() - line.p1.y()) * t
             rect = QRectF(x - w / 2, y - h / 2, w, h)
             rect.moveLeft(min(max(rect.left(), area.left()), area.right() - w))
-            if best is None:
-                best = rect
-            if not any(rect.intersects(other) for other in taken):
-                best = rect
-                break
+            spots.append(rect)
+        # The first free spot; if none is, the middle.
+        best = next((r for r in spots if not any(r.intersects(o) for o in taken)), spots[0])
         line.caption_rect = best
         taken.append(best)

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QFontMetrics, QHelpEvent, QPainter, QPaintEvent, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QHelpEvent, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from gui import style
@@ -161,7 +161,7 @@ class TopologyView(QWidget):
         self._paint_notes(painter, scene, fonts)
         painter.end()
 
-    def _paint_tag(self, painter: QPainter, tag: Tag, line: Line, font: style.QFont) -> None:
+    def _paint_tag(self, painter: QPainter, tag: Tag, line: Line, font: QFont) -> None:
         theme = style.current()
         pen = QPen(theme.qcolor(line.color), 1.2)
         if line.dashed:
@@ -173,17 +173,17 @@ class TopologyView(QWidget):
         painter.setPen(theme.qcolor("text" if not line.dashed else "text2"))
         painter.drawText(tag.rect, Qt.AlignmentFlag.AlignCenter, tag.text)
 
-    def _paint_headline(self, painter: QPainter, scene: Scene, fonts: dict) -> None:
+    def _paint_headline(self, painter: QPainter, scene: Scene, fonts: dict[str, QFont]) -> None:
         from gui.nodes.badge_delegate import badge_colors
 
         fg, bg = badge_colors(scene.headline_kind)
         metrics = QFontMetrics(fonts["headline"])
         pill = QRectF(0, 2, metrics.horizontalAdvance(scene.headline) + 18, 20)
         painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(style.QColor(bg))
+        painter.setBrush(QColor(bg))
         painter.drawRoundedRect(pill, 10, 10)
         painter.setFont(fonts["headline"])
-        painter.setPen(style.QColor(fg))
+        painter.setPen(QColor(fg))
         painter.drawText(pill, Qt.AlignmentFlag.AlignCenter, scene.headline)
         painter.setFont(fonts["note"])
         painter.setPen(style.current().qcolor("text2"))
@@ -193,7 +193,7 @@ class TopologyView(QWidget):
             scene.summary,
         )
 
-    def _paint_notes(self, painter: QPainter, scene: Scene, fonts: dict) -> None:
+    def _paint_notes(self, painter: QPainter, scene: Scene, fonts: dict[str, QFont]) -> None:
         theme = style.current()
         y = scene.notes_top
         metrics = QFontMetrics(fonts["note"])

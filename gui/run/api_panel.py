@@ -7,7 +7,7 @@ its blocking calls go to the bridge's pool, its ``changed`` comes back through t
 from __future__ import annotations
 
 from PySide6.QtCore import QThreadPool, QTimer
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -114,7 +114,7 @@ class ApiPanel(QFrame):
         self.timer.start()
         self.refresh()
 
-    def closeEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.service.changed.disconnect(self._changed_elsewhere)
         super().closeEvent(event)
 

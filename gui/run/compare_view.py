@@ -15,11 +15,12 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from core import units
+from core.worker.vocab import Strategy
 from gui import style
 from gui.bridge import Bridge
 from gui.session_stopper import SessionStopper
 from gui.style import set_role
-from gui.widgets import label, section
+from gui.widgets import clear_layout, label, section
 
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
@@ -87,7 +88,7 @@ class CompareRunner(QObject):
         from core.run.tasks.compare import compare
 
         chosen = list(hosts) if hosts is not None else [Host(n) for n in plan.nodes_used]
-        split = plan.split if plan.strategy == "pipeline" else None
+        split = plan.split if plan.strategy == Strategy.PIPELINE else None
         self._stopper.reset()
         self._set_busy(True)
         self.progress.emit(WHAT_WORDS["probing"])
@@ -180,10 +181,7 @@ class CompareView(QFrame):
     def show_result(self, result: Comparison) -> None:
         self.result = result
         self.headline.setText(result.headline())
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        clear_layout(self.grid)
         self.cells = {}
         shown = rows(result)
         for r, (name, cells) in enumerate(shown[:-1] if self.compact else shown):

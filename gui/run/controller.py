@@ -29,7 +29,7 @@ from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.run.states import RunState, Step
 from core.worker import protocol as p
-from core.worker.vocab import LoadingStage
+from core.worker.vocab import Backend, LoadingStage
 from gui.bridge import Bridge, JobRelay
 from gui.run.progress import STAGE_WORDS, STEPS
 
@@ -87,7 +87,7 @@ class RunController(QObject):
         self.info: ModelInfo | None = None
         self.plan: Plan | None = None
         self.report: PreflightReport | None = None
-        self.backend = "auto"  # for real Macs: auto, jaccl, jaccl-ring or ring
+        self.backend = Backend.AUTO  # for real Macs: auto, jaccl, jaccl-ring or ring
         self.adapter: Path | None = None  # a fine-tuned adapter applied to the model
         self.t0 = time.monotonic()
         self.averages: list[tuple[float, float, float]] = []  # (start, end, tokens/s)
@@ -170,7 +170,7 @@ class RunController(QObject):
             count = len(plan.nodes_used)
             self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
         self._bridge.run_in_background(
-            partial(session.start, reprobe),
+            partial(session.start, reprobe=reprobe),
             None,
             lambda error: self._start_error(session, error),
             queue=self._queue,

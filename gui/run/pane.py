@@ -30,6 +30,7 @@ from core.plan.planner import Plan
 from core.run.states import RunState
 from core.serve.service import ApiService
 from core.settings import MAX_TOKENS_LIMIT
+from core.worker.vocab import Strategy
 from gui.bridge import Bridge
 from gui.model.planning import LABELS
 from gui.run.api_panel import ApiPanel
@@ -46,8 +47,10 @@ from gui.style import set_role
 from gui.widgets import Badge, Card, label
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from core.run.job.launcher import JobSpec
-    from core.run.session import Host
+    from core.run.session import Host, Session
     from gui.run.network_dialog import NetworkChangeDialog
     from gui.run.plots import LivePlots
 
@@ -69,9 +72,9 @@ STATE_BADGES = {
 
 def describe_plan(plan: Plan) -> str:
     """ "Pipeline on Studio A (18 layers) and Studio B (12 layers)"."""
-    if plan.strategy == "single" or len(plan.ranks) == 1:
+    if plan.strategy == Strategy.SINGLE or len(plan.ranks) == 1:
         return f"Single Mac: {plan.ranks[0].node}, all {plan.ranks[0].layers} layers"
-    if plan.strategy == "tensor":
+    if plan.strategy == Strategy.TENSOR:
         return f"Tensor on {', '.join(r.node for r in plan.ranks)}: every layer split"
     parts = [f"{r.node} ({r.layers} layers)" for r in plan.ranks]
     return f"{LABELS[plan.strategy]} on " + ", ".join(parts[:-1]) + f" and {parts[-1]}"
@@ -113,7 +116,7 @@ class RunPane(Card):
         self.body.addWidget(self.progress_box)
         self.api = ApiService(on_sent=self._api_sent)
         self._api_queue = bridge.serial_queue()  # attach, detach, apply: in order
-        self._api_session: Any = None  # the session the API serves
+        self._api_session: Session | None = None  # the session the API serves
         self.api_panel = ApiPanel(self.api, bridge, self._api_queue)
         self.api_panel.setVisible(self.api.settings.enabled)
         self.api_button.setChecked(self.api.settings.enabled)
@@ -129,7 +132,7 @@ class RunPane(Card):
         self.comparer.finished.connect(self._compared)
         self.comparer.failed.connect(self.status.setText)
         self.chat = ChatView()
-        self._plots: Any = None
+        self._plots: LivePlots | None = None
         self._plots_pending = False
         self._plots_slot = QWidget()  # the plots take its place once the window is up
         split = QSplitter(Qt.Orientation.Horizontal)
@@ -294,7 +297,7 @@ class RunPane(Card):
         self.progress.reset({r.rank: r.node for r in self._plan.ranks})
         self.controller.start(self._info, self._plan, hosts, verify=verify, reprobe=reprobe)
 
-    def launch_job(self) -> Callable[[], dict] | None:
+    def launch_job(self) -> Callable[[], dict[str, Any]] | None:
         """What works out the equivalent mlx.launch for the current plan (it may ask a
         node over SSH where its cache is: run it off the GUI thread). None: no plan.
         ValueError when a Mac of the plan is not ready."""
@@ -304,7 +307,7 @@ class RunPane(Card):
         hosts = self._hosts()
         if hosts is None or hosts[0].simulated:
 
-            def demo() -> dict:
+            def demo() -> dict[str, Any]:
                 from core.run.placement import demo_launch, job_spec
 
                 return demo_launch(job_spec(info, plan))
@@ -314,7 +317,7 @@ class RunPane(Card):
         facts = [h.facts for h in hosts if h.facts is not None]
         report = self.controller.report
 
-        def real() -> dict:
+        def real() -> dict[str, Any]:
             from core.run.placement import planned_launch
 
             return planned_launch(info, plan, targets, facts, report)
@@ -332,7 +335,7 @@ class RunPane(Card):
             return
         self.launch_button.setEnabled(False)
 
-        def shown(launch: dict) -> None:
+        def shown(launch: dict[str, Any]) -> None:
             self.launch_button.setEnabled(True)
             if self.launch_dialog is not None and shiboken6.isValid(self.launch_dialog):
                 self.launch_dialog.close()  # one at a time: the newest plan's
@@ -427,7 +430,11 @@ class RunPane(Card):
     def _follow_with_api(self, state: RunState) -> None:
         """The API serves the job from READY until it ends."""
         session = self.controller.session
-        if state in (RunState.READY, RunState.GENERATING) and self._api_session is not session:
+        if (
+            state in (RunState.READY, RunState.GENERATING)
+            and session is not None
+            and self._api_session is not session
+        ):
             self._api_session = session
             info = self._info
             name, context = (info.name, info.context_length) if info else ("model", None)
@@ -509,7 +516,7 @@ class RunPane(Card):
         prefix = "Stopped. " if state == RunState.STOPPED else ""
         return f"{prefix}Start runs {describe_plan(self._plan)}."
 
-    def _failed(self, message: str, logs: list) -> None:
+    def _failed(self, message: str, logs: list[tuple[int, Path]]) -> None:
         self.banner.show_failure(message, logs)
         self.progress.mark_failed()
         self.chat.add_note("The cluster stopped: see the message above.")

@@ -20,6 +20,12 @@ def axis_top(current: float, peak: float, floor: float) -> float:
     return current
 
 
+def finite_peak(y: np.ndarray) -> float:
+    """The largest value in ``y`` that is a number (0 when none: empty, or all gaps)."""
+    finite = y[np.isfinite(y)]
+    return float(finite.max()) if len(finite) else 0.0
+
+
 def nice(value: float) -> float:
     """1, 2, 2.5 or 5 times a power of ten, at least ``value``: round axis tops."""
     exponent = 10 ** np.floor(np.log10(value))

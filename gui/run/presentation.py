@@ -21,7 +21,7 @@ from gui import style
 from gui.nodes.link_captions import traffic_captions
 from gui.nodes.topology_view import TopologyView
 from gui.run.compare_view import CompareView
-from gui.widgets import label
+from gui.widgets import label, layout_widgets
 
 if TYPE_CHECKING:
     from gui.nodes.topology_diagram import Diagram
@@ -92,15 +92,18 @@ class PresentationView(QWidget):
     def _hide_memory(self) -> None:
         """Two plots only: tokens/s and the links (memory is the Model pane's story)."""
         layout = self.plots.layout()
+        if layout is None:  # LivePlots always sets its column
+            return
         for index in range(layout.count() - 2, layout.count()):
             item = layout.itemAt(index)
-            widgets = [item.widget()] if item.widget() else []
-            inner = item.layout()
+            if item is None:
+                continue
+            widget, inner = item.widget(), item.layout()
+            widgets = [widget] if widget is not None else []
             if inner is not None:
-                widgets += [inner.itemAt(i).widget() for i in range(inner.count())]
-            for widget in widgets:
-                if widget is not None:
-                    widget.hide()
+                widgets += layout_widgets(inner)
+            for each in widgets:
+                each.hide()
 
     def _restyle(self, theme: Any) -> None:
         self.setStyleSheet(f"#presentation {{ background: {theme.window}; }}")

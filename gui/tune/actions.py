@@ -61,8 +61,9 @@ class AdapterActions(QObject):
         if self.busy:
             return False
         from core.run.tasks.compare import compare_adapter
+        from core.tune.fit import tune_strategy
 
-        strategy = "pipeline" if len(hosts) > 1 else "single"
+        strategy = tune_strategy(len(hosts))
         self._begin("Compare: starting the base model…")
 
         def on_session(session: Session, what: str) -> None:

@@ -412,7 +412,8 @@ def take_run_setup(outdir: Path) -> list[Path]:
     from core.model.manifest import FileEntry, Manifest
     from core.plan.memory import Node, PlanOptions
     from core.plan.planner import make_plan
-    from core.remote.modelcopy import CheckResult, CopyProgress
+    from core.remote.modelcheck import CheckResult
+    from core.remote.modelcopy import CopyProgress
     from core.remote.targets import Target
     from core.run.checks.preflight import Gathered, evaluate
     from core.run.demo import demo_facts

@@ -209,3 +209,15 @@ def test_the_windows_answer_is_kept_as_a_chat_run(qtbot: QtBot, demo_model: Path
     assert _cell(view, 0, 1) == "Chat"
     window.run.stop()
     qtbot.waitUntil(lambda: not window.run.busy, timeout=10_000)
+
+
+def test_a_damaged_history_set_aside_is_said(qtbot: QtBot, tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite3"
+    path.write_bytes(b"not a database" * 100)
+    view = _view(qtbot, path)
+    with qtbot.waitSignal(view.loaded, timeout=10_000):
+        view.refresh()
+    status = view.status.text()
+    assert status.startswith(f"The run history {path} could not be read (file is not a database)")
+    assert "set aside as history.sqlite3.damaged-" in status
+    assert status.endswith("No runs yet: an answer, a compare or a link test is kept here.")

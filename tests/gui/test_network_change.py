@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 
 from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import make_plan
-from core.remote.modelcopy import CheckResult
+from core.remote.modelcheck import CheckResult
 from core.remote.targets import Target
 from core.run.checks import netapply
 from core.run.checks.netapply import NetworkChangeFailed

@@ -15,7 +15,8 @@ import pytest
 from core.model.info import read_model_info
 from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import Plan, make_plan
-from core.remote.modelcopy import CopyProgress, check, remote_model_dir
+from core.remote.modelcheck import check, remote_model_dir
+from core.remote.modelcopy import CopyProgress
 from core.remote.targets import Target
 from core.run import placement
 from core.run.checks import preflight

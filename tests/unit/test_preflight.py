@@ -12,7 +12,7 @@ from core.model.manifest import FileEntry, Manifest
 from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import make_plan
 from core.remote import ssh
-from core.remote.modelcopy import CheckResult
+from core.remote.modelcheck import CheckResult
 from core.remote.targets import Target
 from core.run.checks.preflight import Gathered, choose_backend, evaluate
 from core.run.checks.report import Check, format_report

@@ -10,6 +10,7 @@ import pytest
 
 from core import jsonfile
 from core import settings as s
+from core.worker.vocab import ModelSource
 
 
 def test_missing_file_gives_the_defaults(tmp_path: Path) -> None:
@@ -127,6 +128,14 @@ def test_model_source_round_trips_and_refuses_other_values(
     path.write_text('{"model_source": "cloud"}')
     assert s.load_settings(path).model_source == "auto"
     assert "model_source" in caplog.text
+
+
+def test_model_source_reads_as_the_enum_and_is_written_as_its_plain_value(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    s.save_settings(s.Settings().updated(model_source="hub"), path)
+    assert json.loads(path.read_text())["model_source"] == "hub"  # on disk: the same string
+    assert s.load_settings(path).model_source is ModelSource.HUB
+    assert s.MODEL_SOURCES == ("auto", "hub", "this-mac")  # the command line's choices
 
 
 def test_macmesh_run_takes_model_source_and_refuses_other_values() -> None:

@@ -17,15 +17,14 @@ from pathlib import Path
 from core.remote.hubfetch import hub_host, hub_origin, reach_hub
 from core.remote.targets import Target
 from core.run.checks.report import Check, PreflightReport
-
-HUB, THIS_MAC = "hub", "this-mac"
+from core.worker.vocab import ModelSource
 
 
 def with_model_sources(
     report: PreflightReport,
     targets: Sequence[Target],
     model_dir: Path | str,
-    model_source: str = "auto",
+    model_source: ModelSource | str = ModelSource.AUTO,
 ) -> PreflightReport:
     """``report`` with a source per node in ``copies_needed`` and a check saying it."""
     nodes = list(report.copies_needed)
@@ -35,21 +34,21 @@ def with_model_sources(
     origin = hub_origin(model_dir)
     host = hub_host()
     checks: list[Check] = []
-    sources: dict[str, str] = {}
+    sources: dict[str, ModelSource] = {}
 
     def count(node: str) -> str:
         manifest = report.manifests.get(node)
         files = len(manifest.files) if manifest else 0
         return f"{files} file{'s' * (files != 1)}"
 
-    if model_source == THIS_MAC or origin is None:
+    if model_source == ModelSource.THIS_MAC or origin is None:
         why = (
             "model_source is this-mac"
-            if model_source == THIS_MAC
+            if model_source == ModelSource.THIS_MAC
             else "the model on this Mac is not from the Hugging Face cache"
         )
         for node in nodes:
-            if model_source == HUB:
+            if model_source == ModelSource.HUB:
                 checks.append(
                     Check.fail(
                         node,
@@ -65,7 +64,7 @@ def with_model_sources(
                         node, "source", f"Copying {count(node)} to {node} from this Mac ({why})."
                     )
                 )
-            sources[node] = THIS_MAC
+            sources[node] = ModelSource.THIS_MAC
         return _added(report, checks, sources)
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         reached = dict(
@@ -74,12 +73,12 @@ def with_model_sources(
     for node in nodes:
         problem = reached[node]
         if problem is None:
-            sources[node] = HUB
+            sources[node] = ModelSource.HUB
             checks.append(
                 Check.ok(node, "source", f"{node} downloads its {count(node)} from {host} itself.")
             )
-        elif model_source == HUB:
-            sources[node] = HUB
+        elif model_source == ModelSource.HUB:
+            sources[node] = ModelSource.HUB
             checks.append(
                 Check.fail(
                     node,
@@ -89,7 +88,7 @@ def with_model_sources(
                 )
             )
         else:
-            sources[node] = THIS_MAC
+            sources[node] = ModelSource.THIS_MAC
             checks.append(
                 Check.ok(
                     node,
@@ -102,6 +101,6 @@ def with_model_sources(
 
 
 def _added(
-    report: PreflightReport, checks: list[Check], sources: dict[str, str]
+    report: PreflightReport, checks: list[Check], sources: dict[str, ModelSource]
 ) -> PreflightReport:
     return replace(report, checks=(*report.checks, *checks), sources=sources)

@@ -2,7 +2,7 @@
 
 One gather step per node, in parallel over SSH (``gather``): the probe's facts (with the
 Python that node will run, ``Target.interpreter``) and the model check by manifest
-(``core.remote.modelcopy.check``). Then pure functions over what was gathered
+(``core.remote.modelcheck.check``). Then pure functions over what was gathered
 (``evaluate``): every node reachable; its Python and its mlx / mlx-lm; the same versions
 everywhere (and the same macOS build for jaccl); the model present where it is needed
 ("missing" → a copy is offered, when the node has the free space for it; "different" →
@@ -31,7 +31,7 @@ from core.cluster.ringpath import RingLink
 from core.model.manifest import HashCache, Manifest, ManifestError, build_manifest, node_manifest
 from core.plan.memory import Node, node_budget
 from core.plan.planner import Plan
-from core.remote.modelcopy import CheckResult, ModelCopyError, check
+from core.remote.modelcheck import CheckResult, check
 from core.remote.ssh import (
     AuthFailed,
     HostKeyChanged,
@@ -42,12 +42,13 @@ from core.remote.ssh import (
     UnknownHostKey,
 )
 from core.remote.targets import Target
+from core.remote.transport import ModelCopyError
 from core.run.checks.backend_choice import BackendChoice, choose_backend, with_links
 from core.run.checks.modelsource import with_model_sources
 from core.run.checks.report import CLUSTER, Check, PreflightReport
 from core.run.checks.ringcheck import check_links
 from core.units import size
-from core.worker.vocab import Backend
+from core.worker.vocab import Backend, ModelSource
 
 BACKENDS = (Backend.AUTO, Backend.JACCL, Backend.JACCL_RING, Backend.RING)  # a person may ask
 
@@ -119,7 +120,7 @@ def run_preflight(
     facts: Mapping[str, NodeFacts] | None = None,
     verify: bool = False,
     check_paths: bool = True,
-    model_source: str = "auto",
+    model_source: ModelSource | str = ModelSource.AUTO,
 ) -> PreflightReport:
     """Every check for running ``plan`` of the model in ``model_dir`` on ``targets``
     (``facts``: nodes just probed, by name, reused instead of probing them again;

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from core.cluster.probe.facts import NodeFacts
 from core.model.manifest import Manifest
 from core.run.checks.backend_choice import BackendChoice
+from core.worker.vocab import ModelSource
 
 Status = Literal["ok", "warn", "fail"]
 CLUSTER = "cluster"  # the node of checks about all nodes together
@@ -56,7 +57,7 @@ class PreflightReport:
     manifests: Mapping[str, Manifest] = field(default_factory=dict)  # node → what it needs
     facts: Mapping[str, NodeFacts] = field(default_factory=dict)
     damaged: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node → files to redo
-    sources: Mapping[str, str] = field(default_factory=dict)  # node → "hub" | "this-mac"
+    sources: Mapping[str, ModelSource] = field(default_factory=dict)  # node → HUB | THIS_MAC
 
     @property
     def ok(self) -> bool:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from core import units
 from core.paths import FolderError, data_dir
@@ -130,23 +131,43 @@ class RunRecord:
         return data
 
 
+_SQLITE_MAX_INT = (1 << 63) - 1
+_T = TypeVar("_T")
+
+
+@contextlib.contextmanager
+def _open(where: str, uri: bool = False) -> Iterator[sqlite3.Connection]:
+    db = sqlite3.connect(where, timeout=10, uri=uri)
+    db.row_factory = sqlite3.Row
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def _damaged(error: sqlite3.DatabaseError) -> bool:
+    """Whether the file is not a readable database (not a lock, a permission, a disk)."""
+    return not isinstance(error, sqlite3.OperationalError)
+
+
 class History:
-    """The runs kept in ``path`` (default: the data folder's history file)."""
+    """The runs kept in ``path`` (default: the data folder's history file).
+
+    Reading needs no write access: a read-only data folder reads, a history not begun
+    yet reads as empty. Writing makes the file 0600 first (it holds answers' text). A
+    file that is not a readable history (damaged, truncated) is set aside and a new one
+    begun, and ``notice`` says so; where it cannot be set aside, a ``FolderError`` does.
+    """
 
     def __init__(self, path: Path | None = None) -> None:
-        self.path = path or data_dir() / FILE_NAME
-        try:
-            with self._connect() as db:
-                db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError:  # not a database (damaged): kept aside, begun anew
-            self._set_aside()
-            with self._connect() as db:
-                db.executescript(_SCHEMA)
+        self._in_data_dir = path is None
+        self.path = path or data_dir(writable=False) / FILE_NAME
+        self.notice: str | None = None  # a damaged file set aside, in one line
 
     def add(self, record: RunRecord) -> int:
         """Keep ``record`` (and its series); its id."""
         kind = run_kind(record.kind)  # (a RunRecord made it one; set since?)
-        with self._connect() as db:
+        with self._writing() as db:
             cursor = db.execute(
                 "INSERT INTO runs (started, kind, model, nodes, strategy, split, backend, "
                 "versions, figures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -177,12 +198,15 @@ class History:
     def runs(self, limit: int | None = None) -> list[RunRecord]:
         """The runs, newest first, without their series (``series(id)`` has them)."""
         query = "SELECT * FROM runs ORDER BY started DESC, id DESC"
-        with self._connect() as db:
-            rows = db.execute(query + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
-            return [_record(row) for row in rows]
+        if limit:
+            limit = min(limit, _SQLITE_MAX_INT)  # more than SQLite counts: all of them
+        args = (limit,) if limit else ()
+        return self._reading(
+            lambda db: [_record(row) for row in db.execute(query + " LIMIT ?" * bool(limit), args)]
+        )
 
     def get(self, run: int) -> RunRecord | None:
-        with self._connect() as db:
+        def read(db: sqlite3.Connection) -> RunRecord | None:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run,)).fetchone()
             if row is None:
                 return None
@@ -190,8 +214,10 @@ class History:
             record.series = self._series(db, run)
             return record
 
+        return self._reading(read)
+
     def delete(self, run: int) -> None:
-        with self._connect() as db:
+        with self._writing() as db:
             db.execute("DELETE FROM series WHERE run = ?", (run,))
             db.execute("DELETE FROM runs WHERE id = ?", (run,))
 
@@ -228,19 +254,68 @@ class History:
 
     # -- internals ------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=10)
-        db.row_factory = sqlite3.Row
-        try:
-            with db:  # one transaction: committed, or rolled back on an error
-                yield db
-        finally:
-            db.close()
+    def _reading(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``read`` over the history opened read-only; no file yet, or one just set aside
+        as damaged, reads as an empty history (in memory: nothing is written)."""
+        if self.path.exists():
+            try:
+                with _open(f"{self.path.resolve().as_uri()}?mode=ro", uri=True) as db:
+                    return read(db)
+            except sqlite3.DatabaseError as error:
+                if not _damaged(error):
+                    raise
+                self._set_aside(error)
+        with _open(":memory:") as db:
+            db.executescript(_SCHEMA)
+            return read(db)
 
-    def _set_aside(self) -> None:
-        damaged = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
-        self.path.replace(damaged)
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (committed, or rolled back on an error) on the file,
+        made 0600 first; a damaged file is set aside and a new one begun."""
+        if self._in_data_dir:
+            data_dir()  # made, and writable: else a FolderError that says so
+        self._make_private()
+        try:
+            with _open(str(self.path)) as db:
+                db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as error:
+            if not _damaged(error):
+                raise
+            self._set_aside(error)
+            self._make_private()
+        with _open(str(self.path)) as db:
+            db.executescript(_SCHEMA)
+            with db:
+                yield db
+
+    def _make_private(self) -> None:
+        """The file exists, readable by its owner only (an older one is tightened)."""
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            if self.path.stat().st_mode & 0o077:
+                with contextlib.suppress(OSError):  # another user's file: theirs to keep
+                    self.path.chmod(0o600)
+
+    def _set_aside(self, error: sqlite3.DatabaseError) -> None:
+        stamp = int(time.time())
+        damaged = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        while damaged.exists():
+            stamp += 1
+            damaged = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        try:
+            self.path.replace(damaged)
+        except OSError as exc:
+            raise FolderError(
+                f"The run history {self.path} cannot be read ({error}), and it cannot be "
+                f"set aside ({exc.strerror or type(exc).__name__}): move it away, or make "
+                "its folder writable."
+            ) from None
+        self.notice = (
+            f"The run history {self.path} could not be read ({error}): it was set aside as "
+            f"{damaged.name}; a new history begins."
+        )
 
     @staticmethod
     def _series(db: sqlite3.Connection, run: int) -> dict[str, list[tuple[float, float]]]:

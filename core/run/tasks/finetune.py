@@ -43,10 +43,10 @@ from core.run.session import Host, Session
 from core.run.states import RunState, Step
 from core.tune.adapters import Adapter, new_adapter_folder, read_adapter, write_metadata
 from core.tune.data import DEMO_DATA, DEMO_SETTINGS, DataError, read_data
-from core.tune.fit import training_fit
+from core.tune.fit import training_fit, tune_strategy
 from core.tune.settings import SettingsError, TuneSettings
 from core.worker import protocol as p
-from core.worker.vocab import JobState, Strategy, Task
+from core.worker.vocab import JobState, Task
 
 STOP_WITHIN_S = 600.0  # after stop(): the ranks' agreed stop, save and exit
 CHECKPOINT = re.compile(r"^(\d+)_adapters\.safetensors$")
@@ -104,7 +104,7 @@ class FineTune:
         self.session = Session(
             info,
             hosts,
-            strategy=Strategy.PIPELINE if len(hosts) > 1 else Strategy.SINGLE,
+            strategy=tune_strategy(len(hosts)),
             task=Task.FINETUNE,
         )
         self.session.state_changed.connect(self._on_state)
