@@ -167,12 +167,10 @@ def open_session(
     if show_launch:
         if report.backend.problem and args.backend != Backend.AUTO:
             raise ClusterError(report.backend.reason)
-        session.job_spec(checked=False)
         return session
     if not checked or not report.ok:
         raise ClusterError("the checks above failed; nothing was started")
     session.start(Step.COPY)
-    session.job_spec()
     return session
 
 
@@ -180,11 +178,12 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
     try:
         check_max_tokens(args.max_tokens)
         session = open_session(args, err, stage, args.show_launch)
+        spec = session.job_spec(checked=not args.show_launch)
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
-    spec, plan, report = session.spec, session.plan, session.report
-    assert spec is not None and plan is not None and report is not None
+    plan, report = session.plan, session.report
+    assert plan is not None and report is not None
     if args.show_launch:
         launch = show_launch(spec)
         if args.json:

@@ -221,13 +221,15 @@ class Session:
             self.state_changed.emit(state.value, detail)
 
     @contextlib.contextmanager
-    def _step(self, step: Step, state: RunState | None) -> Iterator[None]:
+    def _step(self, step: Step, state: RunState | None, part: bool = False) -> Iterator[None]:
         """Run one step: its state first (none for the demo's skipped steps); a failure
-        becomes NOT_READY with the reason, then propagates."""
+        becomes NOT_READY with the reason, then propagates. ``part``: one part of the step
+        (the copy's adapter, its data): the step is said to begin, and done, only once."""
+        if self.step is not step:
+            self.step_started.emit(step.value)
         self.step = step
         if state is not None:
             self._set(state)
-        self.step_started.emit(step.value)
         try:
             yield
         except CopyCancelled:
@@ -240,7 +242,8 @@ class Session:
         except BaseException:  # Ctrl-C on the step's thread: the session is cancelled
             self._cancel.set()
             raise
-        self.completed.add(step)
+        if not part:
+            self.completed.add(step)
 
     # -- the steps ---------------------------------------------------------------------
 
@@ -536,7 +539,7 @@ class Session:
         use = self.adapter
         if use is None:
             return
-        with self._step(Step.COPY, RunState.COPYING):
+        with self._step(Step.COPY, RunState.COPYING, part=True):
             self.adapter_folders = self._on_each_node(
                 in_rank_order(self._planned(), self.targets),
                 lambda t: put_adapter(
@@ -550,7 +553,7 @@ class Session:
         data = self.job_fields.get("data") if self.task is Task.FINETUNE else None
         if data is None:
             return
-        with self._step(Step.COPY, RunState.COPYING):
+        with self._step(Step.COPY, RunState.COPYING, part=True):
             self.data_folders = self._on_each_node(
                 in_rank_order(self._planned(), self.targets),
                 lambda t: put_folder(t, Path(data), self.copy_progress.emit, self._cancel),

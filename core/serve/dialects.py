@@ -13,6 +13,17 @@ from core.serve.errors import APIError, bad_request, not_found
 from core.serve.requests import Ask, messages, stops, text_content
 from core.worker import protocol as p
 
+
+def error_body(path: str, error: APIError) -> dict[str, Any]:
+    """``error`` in the shape of the dialect whose route ``path`` is: Anthropic's under
+    ``/v1/messages``, Ollama's under ``/api/``, OpenAI's everywhere else."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return anthropic_error(error)
+    if path.startswith("/api/"):
+        return ollama_error(error)
+    return error.body()
+
+
 # -- Anthropic ----------------------------------------------------------------------------
 
 ANTHROPIC_ERRORS = {

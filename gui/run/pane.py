@@ -391,8 +391,8 @@ class RunPane(Card):
             self.running_changed.emit(busy)
 
     def _compared(self, result: Any) -> None:
-        self.comparison.show_result(result)
-        self.status.setText(f"Compare done: {result.headline()}")
+        self.comparison.show_result(result, self.comparer.beside)
+        self.status.setText(f"Compare done: {self.comparison.headline.text()}")
 
     def ask(self, prompt: str) -> None:
         queued = self.controller.state == RunState.LOADING

@@ -137,7 +137,7 @@ class PresentationView(QWidget):
         c = self.run.controller
         result = self.run.comparison.result
         if result is not None and self.comparison.result is not result:
-            self.comparison.show_result(result)
+            self.comparison.show_result(result, self.run.comparison.beside)
         info, plan = self.run.shown_plan()
         self.what.setText(
             f"{info.name if info else ''} · {plan.strategy} on {len(plan.ranks)} "

@@ -219,3 +219,37 @@ def test_the_demo_spec_and_the_cluster_spec_come_from_one_function(
     single = job_spec(info, plan_on(info, demo_facts(1)))
     assert single.nodes == 1 and single.strategy is Strategy.SINGLE and single.split is None
     assert real_hosts(targets, [DEMO_MACS[0]])[0].facts is None  # facts go by name
+
+
+def test_start_runs_the_steps_in_order_once_each_up_to_the_one_asked(
+    info: ModelInfo, probes: Probes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one sequencer: a task stops after a step, does its part, and goes on; no step
+    runs twice, and each is said as it begins (the command line prints on it)."""
+    from core.run import session as session_module
+
+    checks: list[str] = []
+
+    def fake_preflight(targets, plan, *args, **kwargs):  # type: ignore[no-untyped-def]
+        checks.append(",".join(t.name for t in targets))
+        from core.run.checks.backend_choice import BackendChoice
+        from core.run.checks.report import PreflightReport
+
+        return PreflightReport((), BackendChoice("ring", "ring", "test"), ())
+
+    monkeypatch.setattr(session_module, "run_preflight", fake_preflight)
+    jobs: list = []
+    here = Host("a", Target("a", "127.0.0.1", local=True), mac("a", age_s=FRESH_S + 1))
+    session = Session(info, [here], job_factory=fake_factory(jobs=jobs))
+    began: list[str] = []
+    session.step_started.connect(began.append)
+    assert session.start(Step.PLAN) is True
+    assert began == ["probe", "plan"] and session.plan is not None and jobs == []
+    assert session.start(Step.PREFLIGHT) is True and checks == ["a"] and jobs == []
+    assert session.start() is True and len(jobs) == 1  # the copy had nothing to do
+    assert began == ["probe", "plan", "preflight", "launch"]  # a copy with nothing to copy
+    assert Step.COPY in session.completed
+    assert probes.rounds == [["a"]] and checks == ["a"]  # nothing ran twice
+    assert session.check_again() is True  # after a network change: probe and check anew
+    assert probes.rounds == [["a"], ["a"]] and checks == ["a", "a"] and len(jobs) == 1
+    session.stop()

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from core.run.measure.history import RunKind, RunRecord, keep, local_versions, telemetry_series
+from core.run.measure.history import RunKind, RunRecord, keep, telemetry_series
 from core.run.measure.telemetry import RequestSummary, Telemetry
 from core.run.placement import ClusterError
+from core.run.tasks.records import job_record
 from core.worker import protocol as p
 
 if TYPE_CHECKING:
@@ -121,21 +122,8 @@ def answer_record(
     """One answer as the history keeps it: the job as it ran (model, the ranks' nodes,
     strategy, split, backend), the figures, what each rank ran on, and the plotted series
     from ``began`` (the session's start, monotonic)."""
-    spec = session.spec
-    plan = session.plan
-    strategy = spec.rank_strategy if spec is not None else plan.strategy if plan else ""
-    split = spec.split if spec is not None else plan.split if plan else None
-    return RunRecord(
-        kind=kind,
-        model=session.info.name,
-        nodes=session.rank_nodes(),
-        strategy=str(strategy),
-        backend=str(spec.rank_backend) if spec is not None else "",
-        split=list(split) if split else None,
-        versions=local_versions(),
-        figures={**figures, "ranks": telemetry.rank_facts()},
-        series=telemetry_series(telemetry, began),
-    )
+    figures = {**figures, "ranks": telemetry.rank_facts()}
+    return job_record(session, kind, figures, series=telemetry_series(telemetry, began))
 
 
 def keep_answer(

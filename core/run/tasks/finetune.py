@@ -37,10 +37,11 @@ from core import paths
 from core.model.info import ModelInfo
 from core.remote.folders import fetch_folder
 from core.remote.ssh import SSHError
-from core.run.measure.history import RunKind, RunRecord, keep, local_versions
+from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.placement import ClusterError, in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState, Step
+from core.run.tasks.records import job_record
 from core.tune.adapters import Adapter, new_adapter_folder, read_adapter, write_metadata
 from core.tune.data import DEMO_DATA, DEMO_SETTINGS, DataError, read_data
 from core.tune.fit import training_fit, tune_strategy
@@ -291,27 +292,26 @@ class FineTune:
 
     def record(self) -> RunRecord:
         """The run as the history keeps it: the adapter's figures and the loss curves."""
-        adapter, reports, spec = self.adapter, self.reports, self.session.spec
-        return RunRecord(
-            kind=RunKind.FINETUNE,
-            model=self.info.name,
-            nodes=self.nodes,
+        adapter, reports = self.adapter, self.reports
+        figures = {
+            "adapter": str(adapter.path) if adapter else None,
+            "iterations": adapter.iterations if adapter else 0,
+            "train_loss": adapter.train_loss if adapter else None,
+            "val_loss": adapter.val_loss if adapter else None,
+            "stopped": adapter.stopped if adapter else None,
+            "tokens_per_s": (
+                sum(r.tokens_per_s for r in reports) / len(reports) if reports else None
+            ),
+            "trained_tokens": reports[-1].trained_tokens if reports else 0,
+            "error": self.error or None,
+        }
+        series = {k: list(v) for k, v in self.series.items() if v}
+        return job_record(
+            self.session,
+            RunKind.FINETUNE,
+            figures,
+            series=series,
             strategy="data parallel",
-            backend=str(spec.rank_backend) if spec else "",
-            versions=local_versions(),
-            figures={
-                "adapter": str(adapter.path) if adapter else None,
-                "iterations": adapter.iterations if adapter else 0,
-                "train_loss": adapter.train_loss if adapter else None,
-                "val_loss": adapter.val_loss if adapter else None,
-                "stopped": adapter.stopped if adapter else None,
-                "tokens_per_s": (
-                    sum(r.tokens_per_s for r in reports) / len(reports) if reports else None
-                ),
-                "trained_tokens": reports[-1].trained_tokens if reports else 0,
-                "error": self.error or None,
-            },
-            series={k: list(v) for k, v in self.series.items() if v},
             started=self.started,
         )
 
