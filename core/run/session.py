@@ -85,6 +85,7 @@ from core.run.placement import (
 )
 from core.run.planning import plan_on
 from core.run.states import RunState, Step
+from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, ModelSource, Strategy, Task
 
 __all__ = ["FRESH_S", "ClusterError", "CopyCancelled", "Host", "Session"]
@@ -133,7 +134,7 @@ class Session:
     state_changed = Signal(str, str)  # RunState, detail
     checked = Signal(object)  # PreflightReport
     copy_progress = Signal(object)  # CopyProgress
-    event = Signal(dict)  # a worker event
+    event = Signal(dict)  # a worker event (a protocol.Event)
     step_started = Signal(str)  # Step: a step begins (the demo's skipped steps: none)
 
     def __init__(
@@ -480,6 +481,13 @@ class Session:
         """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
         return dict(self._running().wait_done(request, timeout))
 
+    def wait_answer(self, request: str, timeout: float | None = None) -> p.Done:
+        """The answer ``request``'s ``done`` event, typed (``wait_done`` for an ``ask``)."""
+        done = self._running().wait_done(request, timeout)
+        if done["event"] != p.DONE:
+            raise JobError(f"{request} is a link test, not an answer")
+        return done.copy()
+
     def stop(self) -> None:
         """End every rank (blocking) and whatever step is left; STOPPED once the ranks
         are gone. Safe at any moment and more than once."""
@@ -636,7 +644,7 @@ class Session:
             raise JobError("nothing was started")
         return self.job
 
-    def _on_event(self, event: dict[str, Any]) -> None:
+    def _on_event(self, event: p.Event) -> None:
         """On a job's reader thread: pass the event on."""
         self.event.emit(event)
 

@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from core.run.measure.history import RunKind, RunRecord
 from core.run.measure.telemetry import Telemetry
@@ -51,15 +50,15 @@ class ApiRecords:
         self.session.event.disconnect(self._on_event)
         self._writer.shutdown(wait=True)
 
-    def _on_event(self, event: dict[str, Any]) -> None:
-        if event.get("event") != p.DONE or event.get("rank", 0) != 0:
+    def _on_event(self, event: p.Event) -> None:
+        if event["event"] != p.DONE or event["rank"] != 0:
             return
         with self._lock:
-            client = self._sent.pop(str(event.get("request")), None)
+            client = self._sent.pop(event["request"], None)
         if client is not None:
             self._writer.submit(self._keep, event, client, time.monotonic())
 
-    def _keep(self, done: dict[str, Any], client: str, done_at: float) -> None:
+    def _keep(self, done: p.Done, client: str, done_at: float) -> None:
         record, problem = keep_answer(
             self.session, done, self.telemetry, self.began, RunKind.API, {"client": client}, done_at
         )

@@ -83,7 +83,7 @@ def measure(
     sizes: Sequence[int] = DEFAULT_SIZES,
     pairs: Sequence[tuple[int, int]] | None = None,
     scale: float = 1.0,
-) -> dict[str, Any]:
+) -> tuple[list[p.LinkResult], list[p.LinkPoint]]:
     """The link test's table (the same on every rank): ``links`` per pair and size,
     ``all_sum`` per size; seconds one way, bytes/s of what one link carried."""
     n = group.size()
@@ -100,24 +100,24 @@ def measure(
         mx.eval(table)
         seconds = [[float(s) for s in row] for row in table.tolist()]  # type: ignore[union-attr, arg-type]
     links = [
-        {
-            "a": a,
-            "b": b,
-            "points": [
-                {"bytes": nbytes, "seconds": s, "bytes_per_s": nbytes / s if s > 0 else 0.0}
+        p.LinkResult(
+            a=a,
+            b=b,
+            points=[
+                p.LinkPoint(bytes=nbytes, seconds=s, bytes_per_s=nbytes / s if s > 0 else 0.0)
                 for nbytes, s in zip(sizes, row, strict=True)
             ],
-        }
+        )
         for (a, b), row in zip(pairs, seconds, strict=True)
     ]
-    reduced = []
+    reduced: list[p.LinkPoint] = []
     for nbytes in sizes if n > 1 else ():
         message = mx.zeros((max(1, nbytes // 4),), dtype=mx.float32)
         took = _all_sum(group, message, iterations(nbytes, scale))
         # Bus bandwidth: what each link carried, comparable with one link's rate.
         moved = message.nbytes * 2 * (n - 1) / n
-        reduced.append({"bytes": message.nbytes, "seconds": took, "bytes_per_s": moved / took})
-    return {"links": links, "all_sum": reduced}
+        reduced.append(p.LinkPoint(bytes=message.nbytes, seconds=took, bytes_per_s=moved / took))
+    return links, reduced
 
 
 def link_test(group: mx.distributed.Group, command: dict[str, Any], events: p.EventWriter) -> None:
@@ -126,6 +126,8 @@ def link_test(group: mx.distributed.Group, command: dict[str, Any], events: p.Ev
     raw_pairs = command.get("pairs")
     pairs = [(int(a), int(b)) for a, b in raw_pairs] if raw_pairs else None
     with ringwait.polling():
-        table = measure(group, sizes, pairs, float(command.get("scale", 1.0)))
+        links, reduced = measure(group, sizes, pairs, float(command.get("scale", 1.0)))
     if group.rank() == 0:
-        events.emit(p.LINK_TEST, request=command.get("id", ""), size=group.size(), **table)
+        events.link_test(
+            request=command.get("id", ""), size=group.size(), links=links, all_sum=reduced
+        )

@@ -126,9 +126,9 @@ def generate(
     stream_tokens: bool,
     group: mx.distributed.Group | None = None,
     cancels: Cancels | None = None,
-) -> dict[str, Any] | None:
-    """Run one request on this rank; rank 0 reports tokens and the summary. A prompt
-    that is empty or does not fit the context is refused (an error event; None) on every
+) -> None:
+    """Run one request on this rank; rank 0 reports tokens and the summary (``done``). A
+    prompt that is empty or does not fit the context is refused (an error event) on every
     rank alike."""
     request = command.get("id", "")
     started = time.monotonic()
@@ -137,23 +137,21 @@ def generate(
     context = context_length(shard)
     if not ids:  # mlx-lm cannot start from nothing: refused, the rank lives on
         if rank == 0:
-            events.emit(
-                p.ERROR,
+            events.error(
                 message="The prompt is empty: give the model some text to answer.",
                 fatal=False,
                 request=request,
             )
-        return None
+        return
     if context is not None and len(ids) >= context:
         if rank == 0:
-            events.emit(
-                p.ERROR,
+            events.error(
                 message=f"The prompt is {len(ids)} tokens; this model's context is {context}.",
                 fatal=False,
                 request=request,
                 code=p.CONTEXT_LENGTH_EXCEEDED,
             )
-        return None
+        return
     if context is not None:
         max_tokens = min(max_tokens, context - len(ids))
     if "seed" in command:  # every rank the same seed: they sample the same tokens
@@ -185,9 +183,7 @@ def generate(
         if rank == 0:
             pieces.append(text)
             if stream_tokens:
-                events.emit(
-                    p.TOKEN, request=request, index=index, token=int(response.token), text=text
-                )
+                events.token(request=request, index=index, token=int(response.token), text=text)
         if stops.stopped:
             break
     # stream_generate evaluates the next step ahead, asynchronously, and may leave it in
@@ -201,20 +197,18 @@ def generate(
         finish_reason = p.CANCELLED
     elif stops.stopped:
         finish_reason = "stop"
-    summary = {
-        "request": request,
-        "prompt_tokens": last.prompt_tokens if last else len(ids),
-        "prompt_tps": round(last.prompt_tps, 3) if last else 0.0,
-        "generation_tokens": last.generation_tokens if last else 0,
-        "generation_tps": round(last.generation_tps, 3) if last else 0.0,
-        "ttft_s": round(first_at - started, 6) if first_at else None,
-        "finish_reason": finish_reason,
-        "peak_memory_bytes": int(mx.get_peak_memory()),
-        "text": "".join(pieces),
-    }
     if rank == 0:
-        events.emit(p.DONE, **summary)
-    return summary
+        events.done(
+            request=request,
+            prompt_tokens=last.prompt_tokens if last else len(ids),
+            prompt_tps=round(last.prompt_tps, 3) if last else 0.0,
+            generation_tokens=last.generation_tokens if last else 0,
+            generation_tps=round(last.generation_tps, 3) if last else 0.0,
+            ttft_s=round(first_at - started, 6) if first_at else None,
+            finish_reason=finish_reason,
+            peak_memory_bytes=int(mx.get_peak_memory()),
+            text="".join(pieces),
+        )
 
 
 def serve(
@@ -258,8 +252,7 @@ def read_commands(events: p.EventWriter, rank: int) -> Commands:
             except ValueError as exc:
                 # Every rank refuses the same line; rank 0 says so, once.
                 if rank == 0:
-                    events.emit(
-                        p.ERROR,
+                    events.error(
                         message=f"Rank 0 refused a request: {exc}",
                         fatal=False,
                         request=_request_id(line),

@@ -430,36 +430,35 @@ class RunController(QObject):
             self._history.pop()
             self._set_state(RunState.READY, f"The prompt was not sent: {error}")
 
-    def _on_event(self, event: dict) -> None:
-        kind, rank = event.get("event"), int(event.get("rank", 0))
-        if kind == p.TOKEN and rank == 0:
-            request = str(event.get("request"))
+    def _on_event(self, event: p.Event) -> None:
+        rank = event["rank"]
+        if event["event"] == p.TOKEN and rank == 0:
+            request = event["request"]
             self._first_token.setdefault(request, time.monotonic())
-            self.token.emit(request, str(event.get("text", "")))
-        elif kind == p.DONE and rank == 0:
+            self.token.emit(request, event["text"])
+        elif event["event"] == p.DONE and rank == 0:
             self._answered(event)
-        elif kind == p.HELLO:
+        elif event["event"] == p.HELLO:
             self.rank_progress.emit(rank, "joined the cluster", LoadingStage.JOINING.step)
-        elif kind == p.LOADING:
-            stage = str(event.get("stage"))
-            if stage in STAGE_WORDS:
-                self.rank_progress.emit(rank, STAGE_WORDS[stage], LoadingStage(stage).step)
-        elif kind == p.LOADED:
-            memory = event.get("memory_bytes")
-            size = f" · {units.size(memory)}" if isinstance(memory, int) else ""
-            done = f"loaded in {event.get('load_s', 0):.1f} s{size}"
+        elif event["event"] == p.LOADING:
+            if event["stage"] in STAGE_WORDS:
+                stage = LoadingStage(event["stage"])
+                self.rank_progress.emit(rank, STAGE_WORDS[stage], stage.step)
+        elif event["event"] == p.LOADED:
+            size = f" · {units.size(event['memory_bytes'])}"
+            done = f"loaded in {event['load_s']:.1f} s{size}"
             self.rank_progress.emit(rank, done, LoadingStage.SYNCHRONISING.step)
-        elif kind == p.READY and self.job is not None:
+        elif event["event"] == p.READY and self.job is not None:
             for each in range(self.job.spec.nodes):
                 self.rank_progress.emit(each, "ready", STEPS)
 
-    def _answered(self, event: dict) -> None:
-        request = str(event.get("request"))
+    def _answered(self, event: p.Done) -> None:
+        request = event["request"]
         if request == self._answering:
             self._answering = None
         from_api = self._api.pop(request, None) is not None
         if not from_api:  # an API answer is not the chat's turn
-            self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
+            self._history.append({"role": "assistant", "content": event["text"]})
         from core.run.measure.telemetry import answer_figures
 
         summary = next(
@@ -476,7 +475,7 @@ class RunController(QObject):
         if not from_api:  # the API keeps its own answers (core.serve.records)
             self._keep_answer(event)
 
-    def _keep_answer(self, event: dict) -> None:
+    def _keep_answer(self, event: p.Done) -> None:
         """The answer joins the run history as the chat task keeps one; the write
         happens off the GUI thread, a failure is one line in the status."""
         from core.run.tasks.chat import keep_answer

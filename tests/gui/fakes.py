@@ -8,6 +8,7 @@ everything still crosses ``gui.bridge``.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from psygnal import Signal
 
 from core import paths
 from core.run.job.launcher import JobError, JobSpec, JobState
+from core.worker import protocol as p
 from core.worker.vocab import LoadingStage, Strategy
 
 
@@ -159,8 +161,14 @@ class FakeJob:
 
     # -- the fake ranks --------------------------------------------------------------------
 
-    def _emit(self, kind: str, rank: int = 0, **fields: object) -> None:
-        self.event.emit({"event": kind, "rank": rank, "t": time.monotonic(), **fields})
+    def _emit(self, kind: str, rank: int = 0, **fields: object) -> p.Event:
+        """Send an event as a rank would: one ``protocol.parse_event`` takes (the fake
+        speaks the protocol, so the readers' typed fields hold)."""
+        line = json.dumps({"event": kind, "rank": rank, "t": time.monotonic(), **fields})
+        event = p.parse_event(line)
+        assert event is not None, f"the fake job sent a malformed event: {line}"
+        self.event.emit(event)
+        return event
 
     def _set(self, state: JobState, message: str) -> None:
         with self._changed:
@@ -175,14 +183,33 @@ class FakeJob:
         stages = (LoadingStage.READING, cut, LoadingStage.WEIGHTS)  # as the worker's sharding
         for rank in range(self.spec.nodes):
             self._emit("loading", rank, stage=LoadingStage.JOINING.value)
-            self._emit("hello", rank, size=self.spec.nodes)
+            self._emit(
+                "hello",
+                rank,
+                size=self.spec.nodes,
+                backend=str(self.spec.backend),
+                strategy=str(self.spec.strategy),
+                pid=0,
+                host="fake",
+            )
         for stage in stages:
             if self._stop.wait(b.load_s):
                 return
             for rank in range(self.spec.nodes):
                 self._emit("loading", rank, stage=stage.value)
         for rank in range(self.spec.nodes):
-            self._emit("loaded", rank, load_s=b.load_s * 3, memory_bytes=b.memory_bytes)
+            self._emit(
+                "loaded",
+                rank,
+                load_s=b.load_s * 3,
+                memory_bytes=b.memory_bytes,
+                layers=None,
+                strategy=str(self.spec.strategy),
+                device="cpu",
+                blas=None,
+                ring_wait=None,
+                weights={},
+            )
         self._emit("ready")
         with self._lock:
             if self.state == JobState.LOADING:
@@ -217,12 +244,11 @@ class FakeJob:
             with self._lock:
                 self._set(JobState.FAILED, b.link_failure)
             return
-        done = {"event": "link_test", "rank": 0, "request": request, "links": links, "all_sum": []}
         with self._lock:
             if self.state != JobState.GENERATING:
                 return
             self._set(JobState.READY, "ready")
-        self.event.emit({**done, "t": time.monotonic()})
+        done = self._emit("link_test", request=request, size=n, links=links, all_sum=[])
         with self._changed:
             self._done[request] = done
             self._changed.notify_all()
@@ -279,9 +305,9 @@ class FakeJob:
             if self.state != JobState.GENERATING:
                 return
             self._set(JobState.READY, "ready")
-        self._emit("done", **done)
+        event = self._emit("done", **done)
         with self._changed:
-            self._done[request] = {"event": "done", **done}
+            self._done[request] = event
             self._changed.notify_all()
 
 

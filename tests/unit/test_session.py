@@ -16,6 +16,7 @@ from core.model.info import ModelInfo
 from core.remote.targets import Target
 from core.run import placement
 from core.run.demo import DEMO_MACS, demo_facts
+from core.run.job.launcher import JobError
 from core.run.placement import job_spec
 from core.run.planning import plan_on, planner_node
 from core.run.session import FRESH_S, ClusterError, Host, Session, real_hosts, simulated_hosts
@@ -134,6 +135,30 @@ def test_a_demo_start_goes_through_its_states_and_stops(info: ModelInfo) -> None
     assert states[:2] == ["loading", "ready"] and "generating" in states
     assert states[-1] == "stopped" and session.state == RunState.STOPPED
     assert job.state.finished
+
+
+def test_wait_answer_gives_an_asks_done_event_and_refuses_a_link_test(info: ModelInfo) -> None:
+    """The typed wait: an answer's ``done`` event (every field of a ``protocol.Done``); a
+    link test's request is not an answer."""
+    session = Session(
+        info,
+        simulated_hosts(demo_facts(2)),
+        strategy=Strategy.PIPELINE,
+        job_factory=fake_factory(FakeBehaviour(answer="Paris it is.")),
+    )
+    try:
+        assert session.start() is True
+        session.wait_ready(10)
+        request = session.ask("What is the capital of France?", max_tokens=3)
+        done = session.wait_answer(request, 10)
+        assert done["event"] == "done" and done["request"] == request
+        assert done["text"] == "Paris it is." and done["generation_tokens"] == 3
+        tested = session.test_links(scale=0.01)
+        with pytest.raises(JobError, match="not an answer"):
+            session.wait_answer(tested, 10)
+        assert session.wait_done(tested, 10)["event"] == "link_test"
+    finally:
+        session.stop()
 
 
 def test_a_job_that_cannot_start_fails_the_session(info: ModelInfo) -> None:

@@ -126,10 +126,13 @@ def _signal_hint(number: int) -> str:
     return f"\n{hint[0].upper()}{hint[1:]}: try a smaller model, a shorter context or more nodes."
 
 
-def loading_stage(value: object, current: LoadingStage) -> LoadingStage:
-    """A ``loading`` event's stage; one this version does not know keeps the last."""
+def loading_stage(value: str | None, current: LoadingStage) -> LoadingStage:
+    """A ``loading`` event's stage (or a heartbeat's, when it has one); one this version
+    does not know keeps the last."""
+    if value is None:
+        return current
     try:
-        return LoadingStage(str(value))
+        return LoadingStage(value)
     except ValueError:
         return current
 

@@ -200,20 +200,16 @@ class Telemetry:
         self._peak_memory: dict[int, int] = {}
         self._rank_facts: dict[int, dict[str, Any]] = {}
         self._malformed = 0
-        self._handlers: dict[str, Callable[[Mapping[str, Any], int, float, float], None]] = {
-            protocol.LOADED: self._on_loaded,
-            protocol.TOKEN: self._on_token,
-            protocol.DONE: self._on_done,
-            protocol.TRAFFIC: self._on_traffic,
-        }
 
     # -- input (the launcher's reader thread) --------------------------------
 
-    def feed(self, event: Mapping[str, Any], received_at: float | None = None) -> None:
+    def feed(self, event: protocol.Event, received_at: float | None = None) -> None:
         """Takes one event of any rank. Malformed events are logged and dropped.
 
-        Never raises on bad input: the reader thread calling it must keep
-        reading. ``received_at`` (this process's clock) defaults to now.
+        ``protocol.parse_event`` checked the fields' types; their values are checked
+        here (a finite ``t``, counts not negative, real peers). Never raises on bad
+        input: the reader thread calling it must keep reading. ``received_at`` (this
+        process's clock) defaults to now.
         """
         if received_at is None and self._clock is not None:
             received_at = self._clock()
@@ -314,18 +310,20 @@ class Telemetry:
 
     # -- event handling (under the lock) ----------------------------------------
 
-    def _feed(self, event: Mapping[str, Any], received_at: float | None) -> None:
-        if not isinstance(event, Mapping):
-            raise TypeError(f"an event is a mapping, not {type(event).__name__}")
-        rank = _rank(event.get("rank"))
-        t = _finite(event.get("t"), "t")
+    def _feed(self, event: protocol.Event, received_at: float | None) -> None:
+        rank = _rank(event["rank"])
+        t = _finite(event["t"], "t")
         at = self._to_local(rank, t, received_at)
-        kind = event.get("event", "")
-        if kind != protocol.TOKEN:  # tokens are frequent; the rest comes often enough
+        if event["event"] != protocol.TOKEN:  # tokens are frequent; the rest often enough
             self._expire_directions(at)
-        handler = self._handlers.get(kind)
-        if handler is not None:
-            handler(event, rank, t, at)
+        if event["event"] == protocol.LOADED:
+            self._on_loaded(event, rank)
+        elif event["event"] == protocol.TOKEN:
+            self._on_token(event, rank, t, at)
+        elif event["event"] == protocol.DONE:
+            self._on_done(event, rank, at)
+        elif event["event"] == protocol.TRAFFIC:
+            self._on_traffic(event, rank, at)
 
     def _to_local(self, rank: int, t: float, received_at: float | None) -> float:
         """A rank's ``t`` on this process's clock (see the module docstring)."""
@@ -337,17 +335,15 @@ class Telemetry:
             self._offsets[rank] = best = offset
         return t + best
 
-    def _on_loaded(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
-        self._loaded_memory[rank] = _count(event.get("memory_bytes"), "memory_bytes")
+    def _on_loaded(self, event: protocol.Loaded, rank: int) -> None:
+        self._loaded_memory[rank] = _count(event["memory_bytes"], "memory_bytes")
         self._rank_facts[rank] = rank_facts(event)
 
-    def _on_token(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
+    def _on_token(self, event: protocol.Token, rank: int, t: float, at: float) -> None:
         if rank != self._token_rank:
             return
-        request_id = _request_id(event.get("request"))
-        piece = event.get("text", "")
-        if not isinstance(piece, str):
-            raise TypeError("token text is not a string")
+        request_id = _request_id(event["request"])
+        piece = _text(event["text"])
         request = self._request(request_id)
         if request.rates.count == 0:
             request.first_at = at
@@ -363,13 +359,13 @@ class Telemetry:
         if request.rates.smoothed is not None:
             _append_in_order(self._smoothed, at, request.rates.smoothed)
 
-    def _on_done(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
+    def _on_done(self, event: protocol.Done, rank: int, at: float) -> None:
         peak = _optional_count(event.get("peak_memory_bytes"))
         if peak is not None:
             self._peak_memory[rank] = max(peak, self._peak_memory.get(rank, 0))
         if rank != self._token_rank:
             return
-        request_id = _request_id(event.get("request"))
+        request_id = _request_id(event["request"])
         request = self._active.pop(request_id, None) or self._new_request(request_id)
         if self._current == request_id:
             self._current = None
@@ -380,7 +376,7 @@ class Telemetry:
             self._total_tokens += reported - request.rates.count
         if request.ttft_s is None:
             request.ttft_s = _optional_float(event.get("ttft_s"))
-        text = event.get("text")
+        text: object = event.get("text")
         if isinstance(text, str):
             request.text = _TextTail(self._text_limit)
             request.text.add(text)
@@ -388,16 +384,16 @@ class Telemetry:
             _append_in_order(self._smoothed, at, 0.0)
         self._finished.append(self._summary(request, done=event, reported_tokens=reported))
 
-    def _on_traffic(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
+    def _on_traffic(self, event: protocol.Traffic, rank: int, at: float) -> None:
         """Updates what ``rank`` sends; its links become the sum of both senders' rates.
 
         Only ``sent`` is used: each byte is counted once, by its sender. A peer
         missing from ``sent`` got nothing this interval.
         """
-        interval = _finite(event.get("interval_s"), "interval_s")
+        interval = _finite(event["interval_s"], "interval_s")
         if interval <= 0:
             raise ValueError(f"interval_s must be positive, not {interval}")
-        sent = _peer_bytes(event.get("sent"), rank)
+        sent = _peer_bytes(event["sent"], rank)
         peers = sent.keys() | {b for a, b in self._directions if a == rank}
         for peer in sorted(peers):
             n = sent.get(peer, 0)
@@ -448,21 +444,20 @@ class Telemetry:
     def _summary(
         self,
         request: _Request,
-        done: Mapping[str, Any] | None = None,
+        done: protocol.Done | None = None,
         reported_tokens: int | None = None,
     ) -> RequestSummary:
-        fields = done or {}
         tokens = request.rates.count if reported_tokens is None else reported_tokens
         return RequestSummary(
             id=request.id,
-            prompt_tokens=_optional_count(fields.get("prompt_tokens")),
-            prompt_tps=_optional_float(fields.get("prompt_tps")),
+            prompt_tokens=_optional_count(done.get("prompt_tokens")) if done else None,
+            prompt_tps=_optional_float(done.get("prompt_tps")) if done else None,
             generation_tokens=tokens,
-            generation_tps=_optional_float(fields.get("generation_tps")),
+            generation_tps=_optional_float(done.get("generation_tps")) if done else None,
             avg_tps=request.rates.average(),
             ttft_s=request.ttft_s,
             text=request.text.value(),
-            finish_reason=_optional_str(fields.get("finish_reason")),
+            finish_reason=_optional_str(done.get("finish_reason")) if done else None,
             finished=done is not None,
         )
 
@@ -498,15 +493,13 @@ def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> d
 # -- helpers ----------------------------------------------------------------------
 
 
-def rank_facts(loaded: Mapping[str, Any]) -> dict[str, Any]:
+def rank_facts(loaded: protocol.Loaded) -> dict[str, Any]:
     """A rank's ``loaded`` event → what it runs on, flat, for a summary: device, BLAS
     (name, path, threads, measured GFLOP/s, whether it is a fast one; None on a GPU)
     and the weights' precision (whether they were dequantized at load, and the weight
     shapes stored in another layout for one-row products: ``core.worker.layout``)."""
-    blas, weights = loaded.get("blas"), loaded.get("weights")
-    blas = blas if isinstance(blas, Mapping) else {}
-    weights = weights if isinstance(weights, Mapping) else {}
-    facts: dict[str, Any] = {"rank": _rank(loaded.get("rank")), "device": loaded.get("device")}
+    blas, weights = loaded["blas"] or {}, loaded["weights"]
+    facts: dict[str, Any] = {"rank": _rank(loaded["rank"]), "device": loaded["device"]}
     facts.update(
         blas=blas.get("name"),
         blas_path=blas.get("path"),
@@ -578,6 +571,12 @@ def _optional_count(value: object) -> int | None:
         return _count(value, "value")
     except ValueError:
         return None
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"text is not a string: {value!r}")
+    return value
 
 
 def _optional_str(value: object) -> str | None:

@@ -78,7 +78,7 @@ def ask_once(
     started = time.monotonic()
     request = session.ask(prompt, max_tokens=max_tokens)
     telemetry.request_started(request, started)
-    done = session.wait_done(request)
+    done = session.wait_answer(request)
     elapsed = max(time.monotonic() - started, 1e-9)
     settle(time.monotonic())
     after = telemetry.link_totals()
@@ -112,7 +112,7 @@ def answer_record(
 
 def keep_answer(
     session: Session,
-    done: Mapping[str, Any],
+    done: p.Done,
     telemetry: Telemetry,
     began: float,
     kind: RunKind = RunKind.CHAT,
@@ -124,7 +124,7 @@ def keep_answer(
     in (``done_at``: when its ``done`` arrived, monotonic): the record, and why it could
     not be kept (None: it was). Blocking (a wait, a write): off the GUI thread."""
     settle(time.monotonic() if done_at is None else done_at)
-    request = str(done.get("request"))
+    request = done["request"]
     summary = next((r for r in telemetry.requests() if r.id == request), None)
     figures = {**answer_figures(done, summary), **(about or {})}
     record = answer_record(session, figures, telemetry, began, kind)
