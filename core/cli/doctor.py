@@ -2,12 +2,13 @@
 with its fix, grouped by what it blocks (finding, running, linking; issue 27).
 
     macmesh doctor [--interfaces IF,...] [--host HOST ...] [--wait SECONDS] [--python PATH]
-                   [--no-publish] [--no-try-paths] [--json]
+                   [--no-publish] [--no-try-paths] [--json] [--capture FILE.zip]
 
 Finds and probes the nodes as ``macmesh nodes`` does (a ``Scanner``: Bonjour, the
 remembered hosts, ``--host`` ones, this machine), then reports
 (``core.run.checks.doctor``). The ring's paths are tried with a TCP connect between
-their nodes unless ``--no-try-paths``. Exit status: 0 when every node can run
+their nodes unless ``--no-try-paths``. ``--capture`` also saves, redacted, what every
+node's probe printed (``core.cluster.capture``). Exit status: 0 when every node can run
 a job, 1 otherwise (the report says what to do), 2 for bad arguments, in one line.
 """
 
@@ -17,6 +18,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
 from core.cli.nodes import PROBE_WAIT_CAP_S
@@ -42,10 +44,18 @@ def doctor_cli(argv: list[str], out: TextIO | None = None) -> int:
         action="store_true",
         help="do not try the ring's paths with a TCP connect between the nodes",
     )
+    parser.add_argument(
+        "--capture",
+        metavar="FILE.zip",
+        type=Path,
+        help="also save what every node's probe printed, redacted, to send with a bug report",
+    )
     args = parser.parse_args(argv)
     try:
         extra = [parse_host(text) for text in args.host]
         interfaces = choose_interfaces(args.interfaces, load_settings().interfaces)
+        if args.capture is not None:
+            _check_capture_path(args.capture)
     except ValueError as error:
         return _bad(str(error))
     hosts = HostList(remember=False)
@@ -82,7 +92,24 @@ def doctor_cli(argv: list[str], out: TextIO | None = None) -> int:
         out.write("\n")
     else:
         out.write(format_doctor(report))
+    if args.capture is not None:
+        from core.cluster.capture import write_capture
+
+        try:
+            written = write_capture(args.capture, [s.node for s in seen])
+        except OSError as error:
+            return _bad(f"cannot write the capture {args.capture}: {error.strerror or error}")
+        sys.stderr.write(f"macmesh doctor: capture saved to {written} (redacted).\n")
     return 0 if report.ok else 1
+
+
+def _check_capture_path(path: Path) -> None:
+    if path.suffix.lower() != ".zip":
+        raise ValueError(f"--capture wants a .zip file name, not {str(path)!r}")
+    if path.is_dir():
+        raise ValueError(f"--capture {str(path)!r} is a folder: give a .zip file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"--capture: the folder {str(path.parent)!r} does not exist")
 
 
 def _bad(message: str) -> int:

@@ -13,11 +13,14 @@ import os
 import subprocess
 import sys
 import uuid
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core.cluster.capture import read_capture
+from core.cluster.probe.script import SECTIONS
 from tests.fixtures.macos.hosts import hosts
 from tests.fixtures.macos.make_bin import make_bin
 from tests.helpers.sshd import SSHServer, running_sshd
@@ -99,8 +102,18 @@ def test_doctor_on_named_hosts_says_each_fix_and_exits_1(tmp_path: Path) -> None
     with running_sshd(tmp_path / "sshd", bins, addresses) as server:
         env = client_env(server, tmp_path, server.known_hosts_lines())
         named = [f"{a}:{server.port}" for a in addresses]
-        rc, report, _ = doctor(env, "--wait", "0", *(x for n in named for x in ("--host", n)))
+        capture = tmp_path / "capture.zip"
+        hosts_argv = [x for n in named for x in ("--host", n)]
+        rc, report, err = doctor(env, "--wait", "0", "--capture", str(capture), *hosts_argv)
     assert rc == 1 and not report["ok"]
+    assert f"capture saved to {capture} (redacted)" in err
+    saved = read_capture(capture)
+    assert sorted(saved.nodes) == ["mac-1", "mac-2"]
+    assert len(saved.nodes["mac-1"]) == len(SECTIONS)  # every section: stdout, stderr, rc
+    assert saved.nodes["mac-2"]["python"].rc == 0 and saved.nodes["mac-1"]["sw_vers"].rc == 0
+    with zipfile.ZipFile(capture) as archive:
+        text = "\n".join(archive.read(n).decode() for n in archive.namelist())
+    assert "/Users/admin" not in text and "XXXXXXXXXX" not in text
     e, f = named
     # studio-f: Apple's Python without mlx, RDMA off on macOS 27.
     python = checks(report, f, "python")[0]
@@ -135,6 +148,8 @@ def test_doctor_says_remote_login_off_and_an_unknown_host_key(tmp_path: Path) ->
     [
         (["--host", "bad host!"], "neither a host name nor an IP address"),
         (["--interfaces", "nope0", "--no-publish", "--wait", "0"], "no network interface"),
+        (["--capture", "report.txt"], "wants a .zip file name"),
+        (["--capture", "/no/such/folder/c.zip"], "does not exist"),
     ],
 )
 def test_doctor_refuses_bad_arguments_in_one_line(
