@@ -3,6 +3,7 @@ over each way a node can fail to be found: every verdict with its fix."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import paramiko
@@ -138,7 +139,38 @@ def test_ipv6_only_cables_make_the_ring_take_the_lan_with_the_change_offered() -
     assert len(paths) == 2 and all("Ethernet (en0)" in c.message for c in paths)
 
 
-@pytest.mark.parametrize("fixture_set", ["mesh4", "tb-bridge", "tb-mixed"])
+def test_a_thunderbolt_4_cable_between_thunderbolt_5_macs_names_the_cable() -> None:
+    report = cluster("tb4-cable")
+    cable = one(report, "cable")
+    assert cable.status == "warn" and "both Macs have Thunderbolt 5" in cable.message
+    assert "runs at 40 Gb/s" in cable.message and "Thunderbolt 5 cable" in cable.fix
+    assert one(report, "rdma", "studio-u").status == "ok"  # the Macs are fine
+    port = one(report, "rdma-port", "studio-u")
+    assert "40 Gb/s, which carries no RDMA" in port.message
+    assert one(report, "backend").message.startswith("Ring over Thunderbolt (en2)")
+    assert report.ok
+
+
+def test_different_users_and_python_paths_are_named_with_the_fix_for_mlx_launch() -> None:
+    facts = load_facts("users-pythons")
+    seen = [ready(f, n) for n, f in enumerate(facts)]
+    users = zip(seen, ["alice", "bob"], strict=True)
+    seen = [Seen(replace(s.node, user=user), s.error, s.target) for s, user in users]
+    report = diagnose(seen, LOOPBACK, on_mac=False)
+    paths = one(report, "python-paths")
+    assert paths.status == "warn"
+    assert "/Users/alice/.venv/bin/python3" in paths.message
+    assert "/opt/homebrew/bin/python3" in paths.message and "alice, bob" in paths.message
+    assert "one path" in paths.fix and "--python PATH" in paths.fix
+    assert all(c.status == "ok" for c in find(report, "python"))
+    assert report.ok
+    same = one(cluster("ring4"), "python-paths")
+    assert same.status == "ok" and "/Users/admin/mlx/bin/python3" in same.message
+
+
+@pytest.mark.parametrize(
+    "fixture_set", ["mesh4", "tb-bridge", "tb-mixed", "tb4-cable", "users-pythons"]
+)
 def test_every_set_gives_every_ready_mac_each_group(fixture_set: str) -> None:
     report = cluster(fixture_set)
     for name in report.nodes:

@@ -28,7 +28,7 @@ from core.plan.memory import PlanOptions, node_budget
 from core.run.checks.doctor_finding import finding_checks
 from core.run.checks.doctor_linking import linking_checks
 from core.run.checks.preflight import Gathered, blas_check, python_check, version_checks
-from core.run.checks.report import Check
+from core.run.checks.report import CLUSTER, Check
 from core.run.checks.seen import Seen
 from core.units import size
 
@@ -119,11 +119,42 @@ def running_checks(ready: Sequence[Seen]) -> list[Check]:
         if g.facts.runs_on_cpu:
             checks.append(blas_check(g.facts, g.target.name))
     checks += version_checks(gathered)
+    if (paths := python_paths_check(ready)) is not None:
+        checks.append(paths)
     for g in gathered:
         assert g.facts is not None
         checks.append(disk_check(g.facts))
         checks += memory_checks(g.facts)
     return checks
+
+
+def python_paths_check(ready: Sequence[Seen]) -> Check | None:
+    """Nodes whose Pythons (or users) differ: MacMesh starts each rank with its own
+    node's Python, but ``mlx.launch`` by hand runs one path everywhere (oMLX #2735 is
+    this case failing). None with fewer than two nodes whose Python is known."""
+    found = {
+        s.node.name: s.facts.python_executable
+        for s in ready
+        if s.facts is not None and s.facts.python_executable
+    }
+    if len(found) < 2:
+        return None
+    users = {s.node.user for s in ready if s.node.user}
+    shown = ", ".join(f"{name}: {path}" for name, path in found.items())
+    if len(set(found.values())) == 1 and len(users) <= 1:
+        return Check.ok(
+            CLUSTER, "python-paths", f"Every node's Python is at {shown.split(': ')[-1]}."
+        )
+    who = f" and log in as different users ({', '.join(sorted(users))})" if len(users) > 1 else ""
+    return Check.warn(
+        CLUSTER,
+        "python-paths",
+        f"The nodes' Pythons are at different paths ({shown}){who}: MacMesh starts each "
+        "node's own, but `mlx.launch` by hand (--show-launch) runs one path on every node.",
+        "Nothing to do for MacMesh. To launch by hand, give every node a Python with mlx "
+        "and mlx-lm at one path (e.g. `/opt/homebrew/bin/python3 -m pip install mlx "
+        "mlx-lm` on each), or run with --python PATH where every node has it.",
+    )
 
 
 def disk_check(facts: NodeFacts) -> Check:

@@ -82,6 +82,14 @@ def port_check(facts: NodeFacts, port: ThunderboltPort) -> Check:
     if port.port_state == "PORT_ACTIVE":
         return Check.ok(name, "rdma-port", f"{device} ({port.label}) on {name} is PORT_ACTIVE.")
     state = port.port_state or "not listed by ibv_devinfo"
+    if port.speed_gbps is not None and port.speed_gbps < RDMA_MIN_GBPS:
+        return Check.warn(
+            name,
+            "rdma-port",
+            f"{device} ({port.label}) on {name} is {state}: its link runs at "
+            f"{port.speed_gbps} Gb/s, which carries no RDMA.",
+            "Connect the Macs directly with a Thunderbolt 5 cable (80 Gb/s).",
+        )
     return Check.warn(
         name,
         "rdma-port",
