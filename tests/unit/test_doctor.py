@@ -276,3 +276,24 @@ def test_no_node_is_not_ok() -> None:
     report = diagnose([], LOOPBACK, on_mac=False)
     assert not report.ok and "No node found" in format_doctor(report)
     assert report.to_dict()["ok"] is False
+
+
+def test_the_ring_paths_are_tried_and_a_dead_one_is_said_with_the_firewall_fix() -> None:
+    """Both nodes on this machine: the listener cannot bind the fixtures' Ethernet
+    addresses, so the ring falls back to the address each node is reached at."""
+    import sys
+
+    seen = []
+    for n, facts in enumerate(load_facts("tb-off")):
+        s = ready(facts, n)
+        assert s.target is not None
+        local = replace(s.target, local=True, python=sys.executable, address="127.0.0.1")
+        seen.append(Seen(s.node, None, local))
+    report = diagnose(seen, LOOPBACK, on_mac=False, try_links=True)
+    paths = find(report, "ring-path")
+    assert len(paths) == 2 and all(c.status == "warn" for c in paths)
+    assert all("did not answer" in c.message and "127.0.0.1" in c.message for c in paths)
+    assert all("firewall" in c.fix for c in paths)
+    assert "Ethernet (en0)" in paths[0].message
+    untried = find(diagnose(seen, LOOPBACK, on_mac=False), "ring-path")
+    assert all(c.status == "ok" and "Ethernet (en0)" in c.message for c in untried)
