@@ -297,3 +297,15 @@ def test_the_ring_paths_are_tried_and_a_dead_one_is_said_with_the_firewall_fix()
     assert "Ethernet (en0)" in paths[0].message
     untried = find(diagnose(seen, LOOPBACK, on_mac=False), "ring-path")
     assert all(c.status == "ok" and "Ethernet (en0)" in c.message for c in untried)
+
+
+def test_a_linux_host_has_no_gpu_limit_to_read() -> None:
+    from core.cluster.probe.facts import parse_probe
+    from tests.fixtures.macos.hosts import ROOT, probe_output
+
+    box = parse_probe("debian-box", probe_output(ROOT / "linux" / "debian-box"))
+    report = diagnose([ready(box, 0)], LOOPBACK, on_mac=False)
+    [memory] = find(report, "memory")
+    assert memory.status == "ok" and "MLX runs on its CPU there" in memory.message
+    assert "GPU" not in memory.message
+    assert one(report, "blas").name == "blas"  # preflight's own check of a CPU node

@@ -187,6 +187,15 @@ def memory_checks(facts: NodeFacts) -> list[Check]:
                 f"Check that `sysctl -n hw.memsize` works on {name}, then run the doctor again.",
             )
         ]
+    if facts.is_macos is False:  # a Linux host: MLX on its CPU, no GPU limit to read
+        free = f", {size(facts.free_memory_bytes)} available now" if facts.free_memory_bytes else ""
+        return [
+            Check.ok(
+                name,
+                "memory",
+                f"{name} has {size(facts.memory_bytes)}{free}; MLX runs on its CPU there.",
+            )
+        ]
     budget = node_budget(PlanNode(name, facts.memory_bytes, facts.wired_limit_mb), PlanOptions())
     limit = f"{size(budget.gpu_limit_bytes)} for the GPU ({budget.gpu_limit_source})"
     checks = [Check.ok(name, "memory", f"{name} has {size(facts.memory_bytes)}; {limit}.")]
