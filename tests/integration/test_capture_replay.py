@@ -156,3 +156,20 @@ def _until(process: subprocess.Popen[str], marker: str, timeout: float) -> str:
         with contextlib.suppress(queue.Empty):
             text += lines.get(timeout=min(left, 1.0))
     return text
+
+
+def test_a_missing_command_stays_missing_and_a_cut_section_replays_as_one_that_hung() -> None:
+    from core.cluster.probe.sections import Section
+    from tests.helpers.replay import _files
+
+    missing = Section("rdma_ctl", 127, "", "macmesh-probe: rdma_ctl: command not found")
+    assert _files(missing) == {}
+    cut = _files(Section("system_profiler", None, '{"SPHardwareDataType"', ""))
+    assert cut[""] == '{"SPHardwareDataType"' and cut[".rc"] == "124\n"
+    assert "cut off" in cut[".stderr"]
+    assert _files(Section("ibv_devices", 1, "", "No IB devices found")) == {
+        "": "",
+        ".stderr": "No IB devices found",
+        ".rc": "1\n",
+    }
+    assert _files(Section("sw_vers", 0, "ProductName: macOS", "")) == {"": "ProductName: macOS"}
