@@ -9,6 +9,7 @@ subcommands run on machines without a display.
     macmesh plan MODEL ...       what fits where, and why
     macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
     macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
+    macmesh doctor [--json] [--capture FILE.zip]  every setup problem, each with its fix
     macmesh serve --demo | MODEL --hosts ..  the cluster as an OpenAI-compatible API
     macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
     macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
@@ -43,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("plan", help="what fits where, pipeline or tensor, and why", add_help=False)
     commands.add_parser("run", help="run a model on Macs over SSH, ask once", add_help=False)
     commands.add_parser("nodes", help="the nodes found, their facts and cables", add_help=False)
+    commands.add_parser(
+        "doctor", help="check this Mac and the nodes: each problem with its fix", add_help=False
+    )
     commands.add_parser(
         "linktest", help="every link's latency and bandwidth, through MLX", add_help=False
     )
@@ -82,6 +86,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.nodes import nodes_cli
 
         return nodes_cli(argv[1:])
+    if argv[0] == "doctor":
+        from core.cli.doctor import doctor_cli
+
+        return doctor_cli(argv[1:])
     if argv[0] == "models":
         from core.cli.models import models_cli
 
