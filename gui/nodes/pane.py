@@ -38,7 +38,7 @@ from gui.nodes.table_model import NodeTableModel, status
 from gui.nodes.topology_diagram import Diagram, cluster_diagram
 from gui.nodes.topology_view import TopologyView
 from gui.style import set_role
-from gui.widgets import Badge, Card, Segmented, label
+from gui.widgets import Badge, Card, ElidedButton, Segmented, label
 
 if TYPE_CHECKING:
     from core.cluster.registry import Node, Registry
@@ -188,7 +188,7 @@ class ClusterPane(Card):
         self.size_box.changed.connect(self._resize_demo)
         footer.addWidget(self.size_box)
         footer.addStretch(1)
-        self.leave_button = QPushButton("Leave the demo")
+        self.leave_button = ElidedButton("Leave the demo")  # "(3 Macs found)" may not fit
         set_role(self.leave_button, "link")
         self.leave_button.clicked.connect(self.leave_demo)
         footer.addWidget(self.leave_button)

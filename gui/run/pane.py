@@ -44,7 +44,7 @@ from gui.run.numbers import BigNumbers
 from gui.run.preflight_view import PreflightView
 from gui.run.progress import RankProgress
 from gui.style import set_role
-from gui.widgets import Badge, Card, label
+from gui.widgets import Badge, Card, PanelColumn, label, wheel_needs_focus
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,6 +55,9 @@ if TYPE_CHECKING:
     from gui.run.plots import LivePlots
 
 REDRAW_HZ = 10
+# The three plots still read at this height; lower than pyqtgraph's own minimum, so the
+# Run pane fits a 1280×800 window with a panel (the API, Compare) open above them.
+PLOTS_MIN_HEIGHT = 300
 COMPARE_PROMPT = "What is the capital of France?"
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
@@ -101,11 +104,17 @@ class RunPane(Card):
         self.state_badge = Badge("Idle", "muted")
         self.header.insertWidget(1, self.state_badge)
         self.body.addLayout(self._controls())
+        # On a line of its own: a long status (a model's name, a reason) wraps there
+        # rather than widening the button row past a 1280-pixel window.
+        self.body.addWidget(self.status)
+        # What comes and goes above the numbers scrolls here: it never grows the window.
+        self.panels = PanelColumn()
+        self.body.addWidget(self.panels)
         self.banner = FailureBanner()
-        self.body.addWidget(self.banner)
+        self.panels.add(self.banner)
         self.checks = PreflightView()
         self.checks.hide()
-        self.body.addWidget(self.checks, 1)
+        self.panels.add(self.checks, 1)
         self.progress_box = QFrame()
         set_role(self.progress_box, "subcard")
         box = QVBoxLayout(self.progress_box)
@@ -113,19 +122,19 @@ class RunPane(Card):
         self.progress = RankProgress()
         box.addWidget(self.progress)
         self.progress_box.hide()
-        self.body.addWidget(self.progress_box)
+        self.panels.add(self.progress_box)
         self.api = ApiService(on_sent=self._api_sent)
         self._api_queue = bridge.serial_queue()  # attach, detach, apply: in order
         self._api_session: Session | None = None  # the session the API serves
         self.api_panel = ApiPanel(self.api, bridge, self._api_queue)
         self.api_panel.setVisible(self.api.settings.enabled)
         self.api_button.setChecked(self.api.settings.enabled)
-        self.body.addWidget(self.api_panel)
-        self.numbers = BigNumbers()
-        self.body.addWidget(self.numbers)
+        self.panels.add(self.api_panel)
         self.comparison = CompareView()
         self.comparison.hide()
-        self.body.addWidget(self.comparison)
+        self.panels.add(self.comparison)
+        self.numbers = BigNumbers()
+        self.body.addWidget(self.numbers)
         self.comparer = CompareRunner(bridge, job_factory, self)
         self.comparer.progress.connect(self.status.setText)
         self.comparer.busy_changed.connect(self._comparing)
@@ -178,6 +187,7 @@ class RunPane(Card):
 
             self._plots = LivePlots()
             self._plots.setMinimumWidth(340)
+            self._plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
             self.splitter.replaceWidget(1, self._plots)
             self._plots_slot.deleteLater()
         return self._plots
@@ -202,9 +212,10 @@ class RunPane(Card):
         self.max_tokens.setRange(1, MAX_TOKENS_LIMIT)
         self.max_tokens.setValue(256)
         self.max_tokens.setToolTip("The longest answer, in tokens")
+        wheel_needs_focus(self.max_tokens)
         row.addWidget(self.start_button)
         row.addWidget(self.stop_button)
-        row.addWidget(self.status, 1)
+        row.addStretch(1)
         self.compare_button = QPushButton("Compare")
         self.compare_button.setToolTip(
             "The same prompt on one Mac, then on the cluster: tokens/s side by side"
@@ -482,6 +493,7 @@ class RunPane(Card):
         self.checks.setVisible(setup)
         self.numbers.setVisible(not setup)
         self.splitter.setVisible(not setup)
+        self.body.setStretchFactor(self.panels, 1 if setup else 0)
         if state == RunState.LOADING:
             self.progress_box.show()
             self.chat.set_accepting(True, "Ask now: sent once loaded…")
