@@ -112,6 +112,15 @@ def test_every_panel_opens_inside_a_1280_by_800_window(qtbot: QtBot, demo_model:
     run.comparison.hide()
     _fits(window, "the panels closed again")
     assert not run.panels.isVisible()  # nothing in it: it takes no room
+    _stop(qtbot, window)
+    for other in (window.show_history(), window.show_fine_tune()):  # windows of their own
+        other.resize(SMALL)
+        _settle()
+        assert other.size() == SMALL, f"{type(other).__name__} grew to {other.size()}"
+        hint = other.minimumSizeHint()
+        assert hint.width() <= SMALL.width() and hint.height() <= SMALL.height(), hint
+        other.close()
+    _fits(window, "History and Fine-tune opened")
 
 
 def test_leave_the_demo_elides_rather_than_widening_the_column(
