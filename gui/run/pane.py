@@ -59,6 +59,11 @@ REDRAW_HZ = 10
 # Run pane fits a 1280×800 window with a panel (the API, Compare) open above them.
 PLOTS_MIN_HEIGHT = 300
 COMPARE_PROMPT = "What is the capital of France?"
+COMPARE_TIP = "The same prompt on one Mac, then on the cluster: tokens/s side by side"
+COMPARE_WAITS = (
+    "Stop the job first: Compare runs the model twice on its own "
+    "(one Mac, then the cluster)."
+)
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
     RunState.CHECKING: ("Checking", "accent"),
@@ -217,9 +222,7 @@ class RunPane(Card):
         row.addWidget(self.stop_button)
         row.addStretch(1)
         self.compare_button = QPushButton("Compare")
-        self.compare_button.setToolTip(
-            "The same prompt on one Mac, then on the cluster: tokens/s side by side"
-        )
+        self.compare_button.setToolTip(COMPARE_TIP)
         self.compare_button.clicked.connect(self.compare)
         row.addWidget(self.compare_button)
         self.launch_button = QPushButton("mlx.launch…")
@@ -372,10 +375,7 @@ class RunPane(Card):
         if info is None or plan is None or not plan.fits or self.comparer.busy:
             return False
         if self.controller.state.active:
-            self.status.setText(
-                "Stop the job first: Compare runs the model twice on its own "
-                "(one Mac, then the cluster)."
-            )
+            self.status.setText(COMPARE_WAITS)
             return False
         if len(plan.ranks) < 2:
             self.status.setText("This plan runs on one Mac: Compare needs a plan on two or more.")
@@ -483,6 +483,7 @@ class RunPane(Card):
         )
         comparing = getattr(self, "comparer", None) is not None and self.comparer.busy
         self.compare_button.setEnabled(can_start and not comparing)
+        self.compare_button.setToolTip(self._compare_tip(state, comparing))
         if comparing:
             return
         self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
@@ -511,6 +512,16 @@ class RunPane(Card):
         if state.active != self._running:
             self._running = state.active
             self.running_changed.emit(state.active)
+
+    def _compare_tip(self, state: RunState, comparing: bool) -> str:
+        """Why Compare is greyed out, when it is (a disabled button still shows its tip)."""
+        if comparing:
+            return "Comparing: Stop ends it."
+        if state.active:
+            return COMPARE_WAITS
+        if self._plan is not None and self._plan.fits and len(self._plan.ranks) < 2:
+            return "This plan runs on one Mac: Compare needs a plan on two or more."
+        return COMPARE_TIP
 
     def _status_text(self, state: RunState, message: str) -> str:
         if state == RunState.READY and self._plan is not None:
