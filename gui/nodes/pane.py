@@ -57,6 +57,7 @@ class ClusterPane(Card):
 
     nodes_changed = Signal(list)  # list[core.cluster.registry.Node]
     demo_size_changed = Signal(int)
+    demo_shown = Signal(bool)  # the demo cluster shown (True) or left (False)
     # What the rows' buttons and menus do. The name hides QWidget.actions() (the pane has no
     # QAction); the tests reach the node actions by it.
     actions: NodeActions  # type: ignore[assignment]  # hides QWidget.actions on purpose
@@ -290,6 +291,7 @@ class ClusterPane(Card):
         self._set_demo_macs(count)
         self.demo_badge.show()
         self._update_page()
+        self.demo_shown.emit(True)
 
     def leave_demo(self) -> None:
         self._demo = False
@@ -297,12 +299,18 @@ class ClusterPane(Card):
         self._reload()
         self.demo_badge.hide()
         self._update_page()
+        self.demo_shown.emit(False)
 
     def _set_demo_macs(self, count: int) -> None:
         """The demo Macs as registry nodes; their facts are what a probe would report."""
         from core.run.demo import demo_nodes
 
         self.registry.set_demo_nodes(demo_nodes(count))
+
+    def demo_size(self) -> int:
+        """How many simulated Macs the demo cluster has (or would have, once shown)."""
+        chosen = self.size_box.value()
+        return chosen if isinstance(chosen, int) else DEFAULT_DEMO_NODES
 
     def set_demo_size(self, count: int) -> None:
         """As if the person clicked ``count`` in "Simulated Macs"."""

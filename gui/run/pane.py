@@ -61,8 +61,7 @@ PLOTS_MIN_HEIGHT = 300
 COMPARE_PROMPT = "What is the capital of France?"
 COMPARE_TIP = "The same prompt on one Mac, then on the cluster: tokens/s side by side"
 COMPARE_WAITS = (
-    "Stop the job first: Compare runs the model twice on its own "
-    "(one Mac, then the cluster)."
+    "Stop the job first: Compare runs the model twice on its own (one Mac, then the cluster)."
 )
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
