@@ -5,8 +5,9 @@ over loopback (127.0.0.1, distinct ports, so it works on a Mac too), the planner
 split, the events and the telemetry. Each simulated Mac is the ``NodeFacts`` a probe of
 such a Mac would give, so the window, the planner and a Start treat it like any other
 node. The fourth has RDMA over Thunderbolt off, as a Mac fresh out of its box does, so a
-presenter can show the RDMA guide (its badge opens it) and what the planner says of it; ``core.run.session.Session`` runs its ranks locally and skips what
-needs SSH (probe, checks, copy).
+presenter can show the RDMA guide (its badge opens it) and what the planner says of it.
+``core.run.session.Session`` runs its ranks locally and skips what needs SSH (probe,
+checks, copy).
 """
 
 from __future__ import annotations
