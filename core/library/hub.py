@@ -15,8 +15,10 @@ limit, the network.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import socket
 import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -163,9 +165,31 @@ _RATE_LIMITED = (
 
 def _unreachable(where: str, error: BaseException) -> str:
     return (
-        f"Cannot reach Hugging Face at {where} ({_short(error)}): check the network "
-        "connection and try again."
+        f"Cannot reach Hugging Face at {where} ({network_reason(error)}): check the "
+        "network connection and try again."
     )
+
+
+_NAME_LOOKUP = re.compile(
+    r"name or service not known|nodename nor servname|name resolution|getaddrinfo", re.I
+)
+_ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
+
+
+def network_reason(error: BaseException) -> str:
+    """What went wrong on the network, in words: "[Errno -2] Name or service not known"
+    says nothing to a person (the exception and its causes are looked through)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(seen).lower()
+        if isinstance(seen, socket.gaierror) or _NAME_LOOKUP.search(text):
+            return "its name could not be looked up: is this computer offline?"
+        if isinstance(seen, ConnectionRefusedError) or "connection refused" in text:
+            return "the connection was refused"
+        if isinstance(seen, TimeoutError) or "timed out" in text:
+            return "it did not answer in time"
+        seen = seen.__cause__ or seen.__context__
+    return _ERRNO.sub("", _short(error)) or type(error).__name__
 
 
 def _gated(repo_id: str | None, page: str) -> str:
@@ -188,7 +212,8 @@ def _status(error: BaseException) -> int | None:
 
 
 def _network_oserror(error: OSError) -> bool:
-    return isinstance(error, ConnectionError | TimeoutError) or error.errno in (101, 110, 111, 113)
+    network = ConnectionError | TimeoutError | socket.gaierror  # gaierror: a name lookup
+    return isinstance(error, network) or error.errno in (101, 110, 111, 113)
 
 
 def _short(error: BaseException) -> str:
@@ -196,11 +221,23 @@ def _short(error: BaseException) -> str:
     return text[:160]
 
 
+def _hub_logs_once() -> None:
+    """huggingface_hub writes its warnings (a line per retry) through a stderr handler of
+    its own AND hands them on to the root logger: each came out twice. Without its handler
+    the root logger's (stderr, the app's log file; Python's last resort when there are
+    none) say each once."""
+    hub_logger = logging.getLogger("huggingface_hub")
+    for handler in list(hub_logger.handlers):
+        if type(handler) is logging.StreamHandler:
+            hub_logger.removeHandler(handler)
+
+
 def _api(endpoint: str | None) -> Any:
     from huggingface_hub import HfApi
     from huggingface_hub.utils.tqdm import disable_progress_bars
 
     disable_progress_bars()  # MacMesh shows its own progress; no tqdm bars on stderr
+    _hub_logs_once()
 
     return HfApi(endpoint=endpoint_url(endpoint))
 
