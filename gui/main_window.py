@@ -189,6 +189,10 @@ class MainWindow(QMainWindow):
         links.requested.connect(controller.test_links)
         controller.links_tested.connect(links.show_tested)
         controller.links_failed.connect(links.show_failed)
+        controller.link_progress.connect(
+            lambda event: links.show_progress(event, controller.rank_names())
+        )
+        links.stop_requested.connect(self.run.stop_link_test)
         controller.state_changed.connect(
             lambda state, _m: links.set_available(
                 state == RunState.READY.value and len(self.run.controller.rank_names()) > 1,

@@ -74,6 +74,7 @@ DONE = "done"
 TRAFFIC = "traffic"
 HEARTBEAT = "heartbeat"
 LINK_TEST = "link_test"
+LINK_PROGRESS = "link_progress"  # a link test's step done: which pair, which size, how many
 ERROR = "error"
 STOPPED = "stopped"
 TRAIN = "train"
@@ -82,6 +83,7 @@ CHECKPOINT = "checkpoint"
 TRAINED = "trained"
 EVENTS = frozenset(
     {HELLO, LOADING, LOADED, READY, TOKEN, DONE, TRAFFIC, HEARTBEAT, LINK_TEST, ERROR, STOPPED}
+    | {LINK_PROGRESS}
     | {TRAIN, VALIDATION, CHECKPOINT, TRAINED}
 )
 

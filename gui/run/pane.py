@@ -366,6 +366,12 @@ class RunPane(Card):
             return
         self.controller.stop()
 
+    def stop_link_test(self, request: str) -> bool:
+        """The Cables view's "Stop the test": the ranks leave it at the end of a message
+        size and the job stays ready. False when that test is not running."""
+        session = self.controller.session
+        return bool(session is not None and session.cancel_answer(request))
+
     def compare(self) -> bool:
         """One Mac, then the cluster, with the chat's prompt (or the demo's question) and
         the max tokens set; the window's own job must be stopped first (it holds the
@@ -469,6 +475,9 @@ class RunPane(Card):
 
     def _show_state(self, state: RunState, message: str) -> None:
         text, kind = STATE_BADGES[state]
+        testing_links = state == RunState.GENERATING and self.controller.testing_links
+        if testing_links:  # not an answer: no "Generating", no "Stop this answer"
+            text = "Testing links"
         self.state_badge.set(text, kind)
         can_start = (
             not state.active
@@ -502,7 +511,7 @@ class RunPane(Card):
             self.chat.set_accepting(True, "Ask the cluster something…")
         else:
             self.chat.set_accepting(False)
-        self.chat.set_answering(state == RunState.GENERATING)
+        self.chat.set_answering(state == RunState.GENERATING and not testing_links)
         if state.active and not self.timer.isActive():
             self.timer.start()
         elif not state.active and self.timer.isActive():

@@ -211,13 +211,36 @@ class FakeJob:
                 for s in sizes
             ]
             links.append({"a": a, "b": peer, "points": points})
-        if self._stop.wait(b.token_s):
-            return
+        # As the worker's rank 0: a ``link_progress`` event per pair and size, in order.
+        steps = [(s, pair) for s in sizes for pair in pairs]
+        started = time.monotonic()
+        cancelled = False
+        for step, (nbytes, pair) in enumerate(steps, 1):
+            if self._stop.wait(b.token_s / len(steps)):
+                return
+            if request in self._cancelled and pair == pairs[0] and step > 1:  # a size's end
+                links, cancelled = [], True
+                break
+            self.event.emit(
+                {
+                    "event": "link_progress",
+                    "rank": 0,
+                    "request": request,
+                    "done": step,
+                    "total": len(steps),
+                    "bytes": nbytes,
+                    "pair": list(pair),
+                    "elapsed_s": time.monotonic() - started,
+                    "t": time.monotonic(),
+                }
+            )
         if b.link_failure:
             with self._lock:
                 self._set(JobState.FAILED, b.link_failure)
             return
         done = {"event": "link_test", "rank": 0, "request": request, "links": links, "all_sum": []}
+        if cancelled:  # as the worker's: the ranks agreed to stop at a size's end
+            done["cancelled"] = True
         with self._lock:
             if self.state != JobState.GENERATING:
                 return
