@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 
 Closure = Callable[[], None]
 # The events a window shows; the rest (heartbeats, traffic) only feed Telemetry.
-GUI_EVENTS = frozenset({p.HELLO, p.LOADING, p.LOADED, p.READY, p.TOKEN, p.DONE, p.ERROR})
+GUI_EVENTS = frozenset(
+    {p.HELLO, p.LOADING, p.LOADED, p.READY, p.TOKEN, p.DONE, p.ERROR, p.LINK_PROGRESS}
+)
 
 
 class Bridge(QObject):

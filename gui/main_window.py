@@ -189,6 +189,10 @@ class MainWindow(QMainWindow):
         links.requested.connect(controller.test_links)
         controller.links_tested.connect(links.show_tested)
         controller.links_failed.connect(links.show_failed)
+        controller.link_progress.connect(
+            lambda event: links.show_progress(event, controller.rank_names())
+        )
+        links.stop_requested.connect(self.run.stop_link_test)
         controller.state_changed.connect(
             lambda state, _m: links.set_available(
                 state == RunState.READY.value and len(self.run.controller.rank_names()) > 1,
@@ -208,6 +212,9 @@ class MainWindow(QMainWindow):
         )
         self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
         self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))
+        self.cluster.demo_shown.connect(
+            lambda shown: prefs.update(demo_on=shown, demo_nodes=self.cluster.demo_size())
+        )
         self.run.max_tokens.valueChanged.connect(lambda n: prefs.update(max_tokens=n))
         # Read by the next Start (gui.run.controller), as by ``macmesh run``.
         self.model.source.source_changed.connect(lambda s: prefs.update(model_source=s))
@@ -218,7 +225,10 @@ class MainWindow(QMainWindow):
         self.model.select_strategy(settings.last_strategy)
         self.run.max_tokens.setValue(settings.max_tokens)
         self.model.source.select(settings.model_source)
-        if demo:
+        # The demo cluster as it was left (shown or not, its size), before the model is
+        # planned on it: a second launch must not plan on this Mac alone.
+        self.cluster.set_demo_size(settings.demo_nodes)
+        if demo or settings.demo_on:
             self.cluster.start_demo(settings.demo_nodes)
         if settings.last_model and Path(settings.last_model).is_dir():
             self.model.load(Path(settings.last_model))

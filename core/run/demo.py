@@ -3,9 +3,11 @@
 Everything but the Macs is real: the model, the MLX distributed job on the ring backend
 over loopback (127.0.0.1, distinct ports, so it works on a Mac too), the planner's
 split, the events and the telemetry. Each simulated Mac is the ``NodeFacts`` a probe of
-such a Mac would give (RDMA on), so the window, the planner and a Start treat it like
-any other node; ``core.run.session.Session`` runs its ranks locally and skips what
-needs SSH (probe, checks, copy).
+such a Mac would give, so the window, the planner and a Start treat it like any other
+node. The fourth has RDMA over Thunderbolt off, as a Mac fresh out of its box does, so a
+presenter can show the RDMA guide (its badge opens it) and what the planner says of it.
+``core.run.session.Session`` runs its ranks locally and skips what needs SSH (probe,
+checks, copy).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ if TYPE_CHECKING:
     from core.cluster.registry import Node
 
 
-def _mac(name: str, model_id: str, chip: str, memory_gib: int) -> NodeFacts:
-    """A Mac Studio on macOS 26.2 with RDMA over Thunderbolt on, as its probe reads."""
+def _mac(name: str, model_id: str, chip: str, memory_gib: int, rdma: bool = True) -> NodeFacts:
+    """A Mac Studio on macOS 26.2 with RDMA over Thunderbolt on (or off: ``rdma_ctl``
+    says disabled and no ``rdma_*`` device is listed), as its probe reads."""
     return NodeFacts(
         name,
         model_id=model_id,
@@ -33,9 +36,9 @@ def _mac(name: str, model_id: str, chip: str, memory_gib: int) -> NodeFacts:
         macos_major=26,
         macos_minor=2,
         os_name="Darwin",
-        rdma_ctl="enabled",
+        rdma_ctl="enabled" if rdma else "disabled",
         ibv_stack=True,
-        rdma_devices=("rdma_en2", "rdma_en3", "rdma_en4"),
+        rdma_devices=("rdma_en2", "rdma_en3", "rdma_en4") if rdma else (),
         simulated=True,
     )
 
@@ -44,7 +47,7 @@ DEMO_MACS = (
     _mac("Studio A", "Mac15,14", "Apple M3 Ultra", 96),
     _mac("Studio B", "Mac16,9", "Apple M4 Max", 64),
     _mac("Studio C", "Mac15,14", "Apple M3 Ultra", 96),
-    _mac("Studio D", "Mac16,9", "Apple M4 Max", 64),
+    _mac("Studio D", "Mac16,9", "Apple M4 Max", 64, rdma=False),
 )
 assert len(DEMO_MACS) == MAX_DEMO_NODES
 

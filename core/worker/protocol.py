@@ -41,7 +41,10 @@ traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
 heartbeat   (every HEARTBEAT_S from the rank's first line, so silence means a hang);
             stage (the ``loading`` stage, until the rank has loaded)
 link_test   request, size (ranks), links ([{a, b, points: [{bytes, seconds (one way),
-            bytes_per_s}]}]), all_sum ([{bytes, seconds, bytes_per_s (bus bandwidth)}])
+            bytes_per_s}]}]), all_sum ([{bytes, seconds, bytes_per_s (bus bandwidth)}])[,
+            cancelled (true: the ranks agreed to stop at a size's end; links empty)]
+link_progress (rank 0, during a link test) request, done, total (steps: a pair at a size,
+            or the all_sum at a size), bytes, pair ([a, b] or null), elapsed_s
 train       (fine-tune; every rank, every ``steps_per_report`` iterations) iteration, iters,
             train_loss (the group's mean), learning_rate, tokens_per_s (the group's trained
             tokens/s), trained_tokens (the group's, so far), peak_memory_bytes (this rank's)
@@ -95,6 +98,7 @@ DONE: Final = "done"
 TRAFFIC: Final = "traffic"
 HEARTBEAT: Final = "heartbeat"
 LINK_TEST: Final = "link_test"
+LINK_PROGRESS: Final = "link_progress"  # a link test's step done: which pair, which size
 ERROR: Final = "error"
 STOPPED: Final = "stopped"
 TRAIN: Final = "train"
@@ -103,6 +107,7 @@ CHECKPOINT: Final = "checkpoint"
 TRAINED: Final = "trained"
 EVENTS = frozenset(
     {HELLO, LOADING, LOADED, READY, TOKEN, DONE, TRAFFIC, HEARTBEAT, LINK_TEST, ERROR, STOPPED}
+    | {LINK_PROGRESS}
     | {TRAIN, VALIDATION, CHECKPOINT, TRAINED}
 )
 
@@ -233,6 +238,17 @@ class LinkTest(_Stamp):
     size: int  # ranks
     links: list[LinkResult]
     all_sum: list[LinkPoint]  # bytes_per_s: bus bandwidth
+    cancelled: NotRequired[bool]  # the ranks agreed to stop at a size's end: nothing kept
+
+
+class LinkProgress(_Stamp):
+    event: Literal["link_progress"]
+    request: str
+    done: int  # steps done (a pair at a size, or the all_sum at a size)
+    total: int
+    bytes: int  # the size of that step's messages
+    pair: list[int] | None  # [a, b]; None for the all_sum
+    elapsed_s: float
 
 
 class Error(_Stamp):
@@ -289,6 +305,7 @@ Event: TypeAlias = (
     | Traffic
     | Heartbeat
     | LinkTest
+    | LinkProgress
     | Error
     | Stopped
     | Train
@@ -427,17 +444,46 @@ class EventWriter:
         self.write(event)
 
     def link_test(
-        self, request: str, size: int, links: list[LinkResult], all_sum: list[LinkPoint]
+        self,
+        request: str,
+        size: int,
+        links: list[LinkResult],
+        all_sum: list[LinkPoint],
+        cancelled: bool = False,
+    ) -> None:
+        event = LinkTest(
+            event=LINK_TEST,
+            rank=self.rank,
+            t=time.monotonic(),
+            request=request,
+            size=size,
+            links=links,
+            all_sum=all_sum,
+        )
+        if cancelled:
+            event["cancelled"] = True
+        self.write(event)
+
+    def link_progress(
+        self,
+        request: str,
+        done: int,
+        total: int,
+        nbytes: int,
+        pair: tuple[int, int] | None,
+        elapsed_s: float,
     ) -> None:
         self.write(
-            LinkTest(
-                event=LINK_TEST,
+            LinkProgress(
+                event=LINK_PROGRESS,
                 rank=self.rank,
                 t=time.monotonic(),
                 request=request,
-                size=size,
-                links=links,
-                all_sum=all_sum,
+                done=done,
+                total=total,
+                bytes=nbytes,
+                pair=list(pair) if pair else None,
+                elapsed_s=round(elapsed_s, 3),
             )
         )
 

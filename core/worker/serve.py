@@ -228,7 +228,7 @@ def serve(
         if op == p.OP_GENERATE:
             generate(shard, command, events, rank, stream_tokens, group, commands.cancels)
         elif op == p.OP_LINK_TEST:
-            link_test(group, command, events)
+            link_test(group, command, events, commands.cancels)
 
 
 def read_commands(events: p.EventWriter, rank: int) -> Commands:

@@ -68,6 +68,9 @@ class NodeTable(QTableView):
         for column in range(len(COLUMNS)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
+        # Qt fits columns to their content on layout changes only: a row turning ready
+        # (its status gives way to its chip and RDMA badge) must refit them too.
+        model.dataChanged.connect(lambda *_: header.resizeSections())
         self.spinner = QTimer(self)
         self.spinner.setInterval(SPINNER_MS)
         self.spinner.timeout.connect(self._spin)

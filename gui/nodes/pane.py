@@ -38,7 +38,7 @@ from gui.nodes.table_model import NodeTableModel, status
 from gui.nodes.topology_diagram import Diagram, cluster_diagram
 from gui.nodes.topology_view import TopologyView
 from gui.style import set_role
-from gui.widgets import Badge, Card, Segmented, label
+from gui.widgets import Badge, Card, ElidedButton, Segmented, label
 
 if TYPE_CHECKING:
     from core.cluster.registry import Node, Registry
@@ -57,6 +57,7 @@ class ClusterPane(Card):
 
     nodes_changed = Signal(list)  # list[core.cluster.registry.Node]
     demo_size_changed = Signal(int)
+    demo_shown = Signal(bool)  # the demo cluster shown (True) or left (False)
     # What the rows' buttons and menus do. The name hides QWidget.actions() (the pane has no
     # QAction); the tests reach the node actions by it.
     actions: NodeActions  # type: ignore[assignment]  # hides QWidget.actions on purpose
@@ -188,7 +189,7 @@ class ClusterPane(Card):
         self.size_box.changed.connect(self._resize_demo)
         footer.addWidget(self.size_box)
         footer.addStretch(1)
-        self.leave_button = QPushButton("Leave the demo")
+        self.leave_button = ElidedButton("Leave the demo")  # "(3 Macs found)" may not fit
         set_role(self.leave_button, "link")
         self.leave_button.clicked.connect(self.leave_demo)
         footer.addWidget(self.leave_button)
@@ -290,6 +291,7 @@ class ClusterPane(Card):
         self._set_demo_macs(count)
         self.demo_badge.show()
         self._update_page()
+        self.demo_shown.emit(True)
 
     def leave_demo(self) -> None:
         self._demo = False
@@ -297,12 +299,18 @@ class ClusterPane(Card):
         self._reload()
         self.demo_badge.hide()
         self._update_page()
+        self.demo_shown.emit(False)
 
     def _set_demo_macs(self, count: int) -> None:
         """The demo Macs as registry nodes; their facts are what a probe would report."""
         from core.run.demo import demo_nodes
 
         self.registry.set_demo_nodes(demo_nodes(count))
+
+    def demo_size(self) -> int:
+        """How many simulated Macs the demo cluster has (or would have, once shown)."""
+        chosen = self.size_box.value()
+        return chosen if isinstance(chosen, int) else DEFAULT_DEMO_NODES
 
     def set_demo_size(self, count: int) -> None:
         """As if the person clicked ``count`` in "Simulated Macs"."""

@@ -68,6 +68,7 @@ class RunController(QObject):
     recorded = Signal(object)  # a run was kept in the history: its RunRecord
     links_tested = Signal(object)  # core.run.tasks.linktest.LinkTest
     links_failed = Signal(str)  # why the link test could not run
+    link_progress = Signal(dict)  # a link test's step done (core.worker.linktest.Progress)
     api_asked = Signal(str, str)  # request id, the API client who asked it
 
     def __init__(
@@ -215,7 +216,7 @@ class RunController(QObject):
         session = self.session
         if session is None or self.state != RunState.READY or self.testing_links:
             return False
-        from core.run.tasks.linktest import LinkTest, measure_links
+        from core.run.tasks.linktest import LinkTest, LinkTestStopped, measure_links
 
         self.testing_links = True
         scale = self.link_scale
@@ -234,7 +235,8 @@ class RunController(QObject):
 
         def failed(error: BaseException) -> None:
             self.testing_links = False
-            message = f"The link test failed: {error}".splitlines()[0]
+            failed = not isinstance(error, LinkTestStopped)
+            message = (f"The link test failed: {error}" if failed else str(error)).splitlines()[0]
             if session is self.session and self.state == RunState.GENERATING:
                 self._set_state(RunState.READY, message)
             self.links_failed.emit(message)
@@ -438,6 +440,8 @@ class RunController(QObject):
             self.token.emit(request, event["text"])
         elif event["event"] == p.DONE and rank == 0:
             self._answered(event)
+        elif event["event"] == p.LINK_PROGRESS and event["rank"] == 0 and self.testing_links:
+            self.link_progress.emit(event)
         elif event["event"] == p.HELLO:
             self.rank_progress.emit(rank, "joined the cluster", LoadingStage.JOINING.step)
         elif event["event"] == p.LOADING:

@@ -238,8 +238,25 @@ class FakeJob:
                 for s in sizes
             ]
             links.append({"a": a, "b": peer, "points": points})
-        if self._stop.wait(b.token_s):
-            return
+        # As the worker's rank 0: a ``link_progress`` event per pair and size, in order.
+        steps = [(s, pair) for s in sizes for pair in pairs]
+        started = time.monotonic()
+        cancelled = False
+        for step, (nbytes, pair) in enumerate(steps, 1):
+            if self._stop.wait(b.token_s / len(steps)):
+                return
+            if request in self._cancelled and pair == pairs[0] and step > 1:  # a size's end
+                links, cancelled = [], True
+                break
+            self._emit(
+                "link_progress",
+                request=request,
+                done=step,
+                total=len(steps),
+                bytes=nbytes,
+                pair=list(pair),
+                elapsed_s=time.monotonic() - started,
+            )
         if b.link_failure:
             with self._lock:
                 self._set(JobState.FAILED, b.link_failure)
@@ -248,7 +265,8 @@ class FakeJob:
             if self.state != JobState.GENERATING:
                 return
             self._set(JobState.READY, "ready")
-        done = self._emit("link_test", request=request, size=n, links=links, all_sum=[])
+        extra = {"cancelled": True} if cancelled else {}  # as the worker's: stopped at a size's end
+        done = self._emit("link_test", request=request, size=n, links=links, all_sum=[], **extra)
         with self._changed:
             self._done[request] = done
             self._changed.notify_all()

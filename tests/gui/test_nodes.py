@@ -173,6 +173,29 @@ def test_the_demo_cluster_has_a_plausible_cable_map(qtbot: QtBot) -> None:
     assert pane.actions.show_guide("Studio A") is None and pane.actions.dialog is None
 
 
+def test_the_fourth_demo_mac_has_rdma_off_and_its_badge_opens_the_guide(qtbot: QtBot) -> None:
+    """Issue 25 item 13: presenters need the RDMA guide in the demo."""
+    from gui.nodes.dialogs import GuideDialog
+    from tests.gui.nodes_helpers import row_data
+
+    pane = ClusterPane()
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.start_demo(4)
+    qtbot.waitUntil(lambda: len(pane.nodes()) == 4, timeout=5000)
+    assert [row_data(pane, n, RDMA) for n in ("Studio A", "Studio B", "Studio C")] == [
+        "RDMA on"
+    ] * 3
+    assert row_data(pane, "Studio D", RDMA) == "RDMA off"
+    index = pane.model.index(pane.model.row_of("Studio D"), RDMA)
+    rect = pane.table.visualRect(index)
+    qtbot.mouseClick(pane.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    dialog = pane.actions.dialog
+    assert isinstance(dialog, GuideDialog) and dialog.guide
+    assert "rdma_ctl enable" in dialog.page.toPlainText()  # macOS 26.2: from Recovery
+    dialog.close()
+
+
 def test_every_probe_state_has_words_and_only_ready_shows_facts() -> None:
     assert set(STATUS_WORDS) == set(ProbeState) - {ProbeState.READY}
     model = NodeTableModel([Node(f"n-{state}", probe_state=state) for state in ProbeState])

@@ -54,6 +54,9 @@ WRITES: dict[str, Callable[[p.EventWriter], None]] = {
     p.TRAFFIC: lambda w: w.traffic(interval_s=0.5, sent={"1": 4096}, received={"1": 2048}),
     p.HEARTBEAT: lambda w: w.heartbeat("reading"),
     p.LINK_TEST: lambda w: w.link_test(request="t1", size=2, links=LINKS, all_sum=ALL_SUM),  # type: ignore[arg-type]
+    p.LINK_PROGRESS: lambda w: w.link_progress(
+        request="t1", done=3, total=10, nbytes=65536, pair=(0, 1), elapsed_s=1.25
+    ),
     p.ERROR: lambda w: w.error("Rank 0 refused a request: 'id'", fatal=False, request="r2"),
     p.STOPPED: lambda w: w.stopped(),
     p.TRAIN: lambda w: w.train(

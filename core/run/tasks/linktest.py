@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from core.run.session import Session
 
 
+class LinkTestStopped(ClusterError):
+    """The person stopped the link test: the ranks left it at the end of a size."""
+
+
 @dataclass(frozen=True)
 class LinkTest:
     """A link test on a running session, as the window shows it and the history keeps
@@ -59,6 +63,8 @@ def measure_links(session: Session, scale: float = 1.0) -> LinkTest:
     session.wait_ready()
     nodes = session.rank_nodes()
     event = session.wait_done(session.test_links(scale=scale))
+    if event.get("cancelled"):
+        raise LinkTestStopped("Link test stopped: nothing measured was kept.")
     pairs = [(nodes[int(link["a"])], nodes[int(link["b"])]) for link in event.get("links", [])]
     nominal: Nominal | dict[frozenset[str], Nominal]
     if session.demo:
