@@ -111,6 +111,13 @@ class MainWindow(QMainWindow):
         )
         self.fine_tune_action.triggered.connect(self.show_fine_tune)
         menu.addAction(self.fine_tune_action)
+        menu.addSeparator()
+        self.check_macs_action = QAction("&Check my Macs…", self)
+        self.check_macs_action.setStatusTip(
+            "Every setup problem of the Macs in the Cluster pane, each with its fix"
+        )
+        self.check_macs_action.triggered.connect(lambda: self.cluster.check_macs())
+        menu.addAction(self.check_macs_action)
         return menu
 
     def show_fine_tune(self) -> FineTuneWindow:

@@ -42,6 +42,7 @@ from gui.widgets import Badge, Card, Segmented, label
 
 if TYPE_CHECKING:
     from core.cluster.registry import Node, Registry
+    from gui.nodes.doctor_view import DoctorDialog
 
 DEFAULT_DEMO_NODES = 2
 MACS, CABLES = "macs", "cables"
@@ -93,6 +94,14 @@ class ClusterPane(Card):
         self.notice = label("", "error-text", wrap=True, selectable=True)
         self.notice.hide()
         self.body.addWidget(self.notice)
+        self.check_button = QPushButton("Check my Macs…")
+        set_role(self.check_button, "link")
+        self.check_button.setToolTip("Every setup problem of the Macs shown, each with its fix")
+        self.check_button.clicked.connect(lambda: self.check_macs())
+        check_row = QHBoxLayout()
+        check_row.addStretch(1)
+        check_row.addWidget(self.check_button)
+        self.body.addLayout(check_row)
         # One nodes_changed (and one topology) per burst of registry changes.
         self._announce = QTimer(self)
         self._announce.setSingleShot(True)
@@ -320,6 +329,14 @@ class ClusterPane(Card):
         """A problem to show under the table (empty: none)."""
         self.notice.setText(text)
         self.notice.setVisible(bool(text))
+
+    def check_macs(self, *, try_links: bool = True) -> DoctorDialog:
+        """ "Check my Macs": ``macmesh doctor``'s report over the Macs shown, in a dialog."""
+        from gui.nodes.doctor_view import check_macs
+
+        if self.bridge is None:
+            self.bridge = Bridge(self)
+        return check_macs(self, self.bridge, self.window(), try_links=try_links)
 
     def _context_menu(self, name: str, where: QPoint) -> None:
         actions = self.actions.context_actions(name)
