@@ -76,6 +76,7 @@ class ClusterPane(Card):
         self.scanner: Any = None
         self._registry: Registry | None = None
         self._demo = False
+        self._replay = False  # the demo's place holds a capture's Macs
         self.actions = NodeActions(self, open_url, host_is_mac)
         self.model = NodeTableModel(parent=self)
         self.demo_badge = Badge("Demo cluster", "accent")
@@ -293,15 +294,29 @@ class ClusterPane(Card):
         """Show the demo cluster's simulated Macs (count defaults to the segment's)."""
         chosen = self.size_box.value()
         count = count or (chosen if isinstance(chosen, int) else DEFAULT_DEMO_NODES)
-        self._demo = True
+        self._demo, self._replay = True, False
         self.size_box.set_value(count)
         self._reload()
         self._set_demo_macs(count)
+        self.demo_badge.set("Demo cluster", "accent")
         self.demo_badge.show()
+        self.size_box.show()
+        self._update_page()
+
+    def show_replay(self, nodes: list[Node]) -> None:
+        """A replayed capture's Macs (``core.run.demo.replay_nodes``) in the demo's place:
+        shown, planned and run as its simulated Macs; their number is the capture's, their
+        cables the captured ones."""
+        self._demo, self._replay = True, True
+        self._reload()
+        self.registry.set_demo_nodes(nodes)
+        self.demo_badge.set("Replayed capture", "accent")
+        self.demo_badge.show()
+        self.size_box.hide()
         self._update_page()
 
     def leave_demo(self) -> None:
-        self._demo = False
+        self._demo = self._replay = False
         self.registry.set_demo_nodes([])
         self._reload()
         self.demo_badge.hide()
@@ -365,7 +380,7 @@ class ClusterPane(Card):
 
     def diagram(self) -> Diagram | None:
         """The Thunderbolt map of the nodes shown (None: fewer than two)."""
-        return cluster_diagram(self.model.nodes(), self._demo)
+        return cluster_diagram(self.model.nodes(), self._demo and not self._replay)
 
     def _nodes_changed(self, *_args: object) -> None:
         self._refresh_rows()

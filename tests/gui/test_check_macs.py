@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from core.cluster.capture import read_capture
+from core.cluster.capture import read_capture, write_capture
 from core.cluster.discovery import BonjourPeer
 from core.cluster.registry import ProbeState
 from core.remote.ssh import SSHError, SSHTimeout
 from core.remote.targets import Target
 from core.run.checks.doctor_finding import FIREWALL_FIX
+from core.run.demo import replay_nodes
 from gui.bridge import Bridge
 from gui.main_window import MainWindow
 from gui.nodes.doctor_view import DoctorDialog
@@ -195,3 +196,55 @@ def test_the_view_menus_check_my_macs_opens_the_report(qtbot: QtBot) -> None:
     finally:
         close(dialog)
         window.close()
+
+
+# -- macmesh demo --replay FILE.zip ---------------------------------------------------------
+
+
+def pair27_capture(tmp_path: Path) -> Path:
+    from tests.unit.test_capture import fixture_nodes
+
+    return write_capture(tmp_path / "studio.zip", fixture_nodes("pair27"), log_root=tmp_path)
+
+
+def test_a_replayed_capture_shows_its_macs_and_cables_and_their_own_verdicts(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    window = MainWindow(Preferences(), demo=True, replay=replay_nodes(pair27_capture(tmp_path)))
+    qtbot.addWidget(window)
+    pane = window.cluster
+    qtbot.waitUntil(lambda: [n.name for n in pane.nodes()] == ["mac-1", "mac-2"])
+    assert pane.is_demo and pane.demo_badge.text() == "Replayed capture"
+    assert pane.size_box.isHidden()  # the capture says how many Macs
+    diagram = pane.diagram()
+    assert diagram is not None and len(diagram.cables) == 1  # the captured cable, not a mesh
+    assert {diagram.cables[0].a, diagram.cables[0].b} == {"mac-1", "mac-2"}
+    dialog = pane.check_macs()
+    try:
+        qtbot.waitUntil(lambda: dialog.report is not None, timeout=WAIT_MS)
+        # The studio's verdicts, not this machine's: mac-2 (studio-f) has no mlx.
+        python = next(r for r in dialog.rows if (r.check.name, r.check.node) == ("python", "mac-2"))
+        assert python.badge.kind == "danger" and "has no mlx or mlx-lm" in python.message.text()
+        assert dialog.verdict.text().startswith("Not ready (")
+    finally:
+        close(dialog)
+    pane.start_demo(2)  # back to the demo's own Macs
+    qtbot.waitUntil(lambda: [n.name for n in pane.nodes()] == ["Studio A", "Studio B"])
+    assert pane.demo_badge.text() == "Demo cluster" and not pane.size_box.isHidden()
+    window.close()
+
+
+def test_replay_refuses_a_file_that_is_not_a_capture_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gui.app import main as app_main
+    from gui.cli import main as cli_main
+
+    bad = tmp_path / "notes.zip"
+    bad.write_text("not a zip")
+    assert app_main(["--replay", str(bad)]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith("macmesh: --replay: ") and "is not a capture" in said
+    assert said.count("\n") == 1
+    assert cli_main(["demo", "--headless", "--replay", str(pair27_capture(tmp_path))]) == 2
+    assert "drop --headless" in capsys.readouterr().err

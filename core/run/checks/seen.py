@@ -65,13 +65,14 @@ def seen_by(scanner: Probing, nodes: Sequence[Node]) -> list[Seen]:
 
 
 def simulated_seen(nodes: Sequence[Node], here: NodeFacts) -> list[Seen]:
-    """The demo's simulated Macs as the doctor sees them. Their ranks run on this
-    machine with its Python, so their Python, mlx, BLAS and disk are this machine's
-    (``here``: its probe); the rest is their simulated facts; each is reached locally."""
+    """The demo's simulated Macs as the doctor sees them, each reached locally. A Mac
+    read back from a capture (its facts have a probe's output) keeps what the studio's
+    Mac said; the demo's own say nothing of Python, mlx, BLAS or disk, so theirs are
+    this machine's (``here``: its probe), where their ranks run."""
     seen = []
     for node in nodes:
         facts = node.facts if isinstance(node.facts, NodeFacts) else None
-        if facts is not None:
+        if facts is not None and not facts.probe_output:
             facts = replace(facts, **{name: getattr(here, name) for name in HERE_FIELDS})
             node = replace(node, facts=facts)
         target = Target(name=node.name, host="127.0.0.1", python=here.python_executable, local=True)
