@@ -5,7 +5,7 @@ headless commands. It imports Qt only when a window is wanted, so the
 subcommands run on machines without a display.
 
     macmesh                      the window (or, with no display, the headless demo)
-    macmesh demo [--headless]    the demo cluster
+    macmesh demo [--headless]    the demo cluster (--replay FILE.zip: a capture's Macs)
     macmesh plan MODEL ...       what fits where, and why
     macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
     macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run the demo cluster on this machine")
     add_arguments(demo)
+    demo.add_argument(
+        "--replay",
+        metavar="FILE.zip",
+        help="show a capture's Macs (macmesh doctor --capture) as the simulated Macs",
+    )
     commands.add_parser("plan", help="what fits where, pipeline or tensor, and why", add_help=False)
     commands.add_parser("run", help="run a model on Macs over SSH, ask once", add_help=False)
     commands.add_parser("nodes", help="the nodes found, their facts and cables", add_help=False)
@@ -127,11 +132,21 @@ def _main(argv: list[str]) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from core.cli.demo import run_headless
 
+    replay = ["--replay", args.replay] if args.replay else []
+    if replay and args.headless:
+        return _bad("macmesh demo: --replay shows a capture in the window; drop --headless")
     if not args.headless:
         gui = _gui_main()
         if gui is not None:
-            return gui(["--demo"])
+            return gui(["--demo", *replay])
+    if replay:
+        return _bad("macmesh demo: --replay needs the window, which cannot open here")
     return run_headless(args)
+
+
+def _bad(message: str) -> int:
+    print(message, file=sys.stderr)
+    return 2
 
 
 def _app(argv: list[str]) -> int:

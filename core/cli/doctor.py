@@ -25,10 +25,9 @@ from core.cli.nodes import PROBE_WAIT_CAP_S
 from core.cli.nodes import add_arguments as add_node_arguments
 from core.cluster.discovery import choose_interfaces
 from core.cluster.hosts import HostList, parse_host
-from core.cluster.registry import ProbeState
-from core.cluster.scanner import NodeNotReady, Scanner
+from core.cluster.scanner import Scanner
 from core.run.checks.doctor import diagnose, format_doctor
-from core.run.checks.seen import Seen
+from core.run.checks.seen import seen_by
 from core.settings import load_settings
 
 
@@ -73,15 +72,7 @@ def doctor_cli(argv: list[str], out: TextIO | None = None) -> int:
         time.sleep(args.wait)
         scanner.wait_idle(PROBE_WAIT_CAP_S)
         nodes = sorted(scanner.registry.nodes(), key=lambda n: (not n.is_self, n.name.lower()))
-        seen = []
-        for node in nodes:
-            target = None
-            if node.probe_state is ProbeState.READY:
-                try:
-                    target = scanner.target(node.name)
-                except NodeNotReady:
-                    target = None
-            seen.append(Seen(node, scanner.probe_error(node.name), target))
+        seen = seen_by(scanner, nodes)
     finally:
         scanner.close()
     report = diagnose(

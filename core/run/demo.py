@@ -12,6 +12,7 @@ checks, copy).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,6 +75,47 @@ def demo_nodes(count: int) -> list[Node]:
         )
         for facts in demo_facts(count)
     ]
+
+
+def replay_nodes(capture: Path) -> list[Node]:
+    """A capture's Macs (``macmesh doctor --capture``) as the demo shows its simulated
+    ones: a registry node per captured node, by alias, in the capture's order, its facts
+    read back from what its probe printed, in the state the capture found it (a node that
+    was not ready says why). Their ranks run on this machine, as the demo's.
+    ``core.cluster.capture.CaptureError`` (one line) for a file that is not a capture."""
+    from core.cluster.capture import CaptureError, probe_output, read_capture
+    from core.cluster.probe.facts import parse_probe
+    from core.cluster.registry import Node, ProbeState, Source
+
+    read = read_capture(capture)
+    nodes = []
+    for said in read.manifest.get("nodes") or []:
+        alias = str(said.get("alias", "")) if isinstance(said, dict) else ""
+        if not alias:
+            raise CaptureError(f"{capture}: a node of its manifest has no alias")
+        sections = read.nodes.get(alias)
+        facts = parse_probe(alias, probe_output(sections)) if sections else None
+        try:
+            state = ProbeState(said.get("state"))
+        except ValueError:
+            state = ProbeState.UNREACHABLE
+        if state is ProbeState.READY and facts is None:
+            state = ProbeState.UNREACHABLE
+        message = str(said.get("message") or "")
+        nodes.append(
+            Node(
+                alias,
+                is_mac=None if facts is None else facts.is_macos is not False,
+                model_id=facts.model_id if facts is not None else None,
+                sources=frozenset({Source.DEMO}),
+                facts=replace(facts, simulated=True) if facts is not None else None,
+                probe_state=state,
+                probe_message=message if state is not ProbeState.READY else "",
+            )
+        )
+    if not nodes:
+        raise CaptureError(f"{capture} holds no node")
+    return nodes
 
 
 def demo_model() -> Path:

@@ -42,6 +42,7 @@ from gui.widgets import Badge, Card, ElidedButton, Segmented, label
 
 if TYPE_CHECKING:
     from core.cluster.registry import Node, Registry
+    from gui.nodes.doctor_view import DoctorDialog
 
 DEFAULT_DEMO_NODES = 2
 MACS, CABLES = "macs", "cables"
@@ -76,6 +77,7 @@ class ClusterPane(Card):
         self.scanner: Any = None
         self._registry: Registry | None = None
         self._demo = False
+        self._replay = False  # the demo's place holds a capture's Macs
         self.actions = NodeActions(self, open_url, host_is_mac)
         self.model = NodeTableModel(parent=self)
         self.demo_badge = Badge("Demo cluster", "accent")
@@ -94,6 +96,14 @@ class ClusterPane(Card):
         self.notice = label("", "error-text", wrap=True, selectable=True)
         self.notice.hide()
         self.body.addWidget(self.notice)
+        self.check_button = QPushButton("Check my Macs…")
+        set_role(self.check_button, "link")
+        self.check_button.setToolTip("Every setup problem of the Macs shown, each with its fix")
+        self.check_button.clicked.connect(lambda: self.check_macs())
+        check_row = QHBoxLayout()
+        check_row.addStretch(1)
+        check_row.addWidget(self.check_button)
+        self.body.addLayout(check_row)
         # One nodes_changed (and one topology) per burst of registry changes.
         self._announce = QTimer(self)
         self._announce.setSingleShot(True)
@@ -285,16 +295,30 @@ class ClusterPane(Card):
         """Show the demo cluster's simulated Macs (count defaults to the segment's)."""
         chosen = self.size_box.value()
         count = count or (chosen if isinstance(chosen, int) else DEFAULT_DEMO_NODES)
-        self._demo = True
+        self._demo, self._replay = True, False
         self.size_box.set_value(count)
         self._reload()
         self._set_demo_macs(count)
+        self.demo_badge.set("Demo cluster", "accent")
         self.demo_badge.show()
+        self.size_box.show()
         self._update_page()
-        self.demo_shown.emit(True)
+        self.demo_shown.emit(True)  # remembered: the next launch shows it again
+
+    def show_replay(self, nodes: list[Node]) -> None:
+        """A replayed capture's Macs (``core.run.demo.replay_nodes``) in the demo's place:
+        shown, planned and run as its simulated Macs; their number is the capture's, their
+        cables the captured ones."""
+        self._demo, self._replay = True, True
+        self._reload()
+        self.registry.set_demo_nodes(nodes)
+        self.demo_badge.set("Replayed capture", "accent")
+        self.demo_badge.show()
+        self.size_box.hide()
+        self._update_page()
 
     def leave_demo(self) -> None:
-        self._demo = False
+        self._demo = self._replay = False
         self.registry.set_demo_nodes([])
         self._reload()
         self.demo_badge.hide()
@@ -329,6 +353,14 @@ class ClusterPane(Card):
         self.notice.setText(text)
         self.notice.setVisible(bool(text))
 
+    def check_macs(self, *, try_links: bool = True) -> DoctorDialog:
+        """ "Check my Macs": ``macmesh doctor``'s report over the Macs shown, in a dialog."""
+        from gui.nodes.doctor_view import check_macs
+
+        if self.bridge is None:
+            self.bridge = Bridge(self)
+        return check_macs(self, self.bridge, self.window(), try_links=try_links)
+
     def _context_menu(self, name: str, where: QPoint) -> None:
         actions = self.actions.context_actions(name)
         if not actions:
@@ -356,7 +388,7 @@ class ClusterPane(Card):
 
     def diagram(self) -> Diagram | None:
         """The Thunderbolt map of the nodes shown (None: fewer than two)."""
-        return cluster_diagram(self.model.nodes(), self._demo)
+        return cluster_diagram(self.model.nodes(), self._demo and not self._replay)
 
     def _nodes_changed(self, *_args: object) -> None:
         self._refresh_rows()

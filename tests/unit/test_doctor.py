@@ -22,7 +22,8 @@ from core.remote.ssh import (
 from core.remote.targets import Target
 from core.run.checks.doctor import DoctorReport, diagnose, format_doctor
 from core.run.checks.report import CLUSTER, Check
-from core.run.checks.seen import Seen
+from core.run.checks.seen import Seen, seen_by, simulated_seen
+from core.run.demo import demo_nodes
 from tests.fixtures.macos.hosts import load_facts
 
 LOOPBACK = ["127.0.0.1"]
@@ -309,3 +310,67 @@ def test_a_linux_host_has_no_gpu_limit_to_read() -> None:
     assert memory.status == "ok" and "MLX runs on its CPU there" in memory.message
     assert "GPU" not in memory.message
     assert one(report, "blas").name == "blas"  # preflight's own check of a CPU node
+
+
+# -- gathering: a scanner's nodes, the demo's simulated Macs --------------------------------
+
+
+class Probing:
+    """A scanner's two answers the doctor needs: targets of ready nodes, SSH failures."""
+
+    def __init__(self, errors: dict[str, SSHError]) -> None:
+        self.errors = errors
+        self.asked: list[str] = []
+
+    def target(self, name: str) -> Target:
+        self.asked.append(name)
+        if name == "gone":  # stopped being ready after the registry was read
+            raise ValueError("gone is not ready")
+        return Target(name=name, host=f"{name}.local")
+
+    def probe_error(self, name: str) -> SSHError | None:
+        return self.errors.get(name)
+
+
+def test_seen_by_a_scanner_keeps_each_nodes_failure_and_the_ready_ones_targets() -> None:
+    timeout = SSHTimeout("sleepy.local", "no answer in 10 s")
+    facts = load_facts("pair27")[0]
+    nodes = [
+        Node(facts.name, facts=facts, probe_state=ProbeState.READY),
+        Node("gone", facts=replace(facts, name="gone"), probe_state=ProbeState.READY),
+        Node("sleepy", probe_state=ProbeState.UNREACHABLE),
+    ]
+    scanner = Probing({"sleepy": timeout})
+    seen = seen_by(scanner, nodes)
+    assert [s.node for s in seen] == nodes
+    assert seen[0].target is not None and seen[0].target.host == f"{facts.name}.local"
+    assert seen[1].target is None and seen[2].target is None
+    assert seen[2].error is timeout and seen[0].error is None
+    assert scanner.asked == [facts.name, "gone"]  # a node not ready has no target to ask
+
+
+def test_the_demos_simulated_macs_are_checked_with_this_machines_python() -> None:
+    here = replace(
+        load_facts("ring4")[0],
+        python_version="3.12.1",
+        python_executable="/opt/here/python3",
+        mlx_version="0.30.0",
+        mlx_lm_version="0.29.0",
+        disk_free_bytes=500 * 1024**3,
+    )
+    nodes = demo_nodes(2)
+    seen = simulated_seen(nodes, here)
+    assert [s.node.name for s in seen] == ["Studio A", "Studio B"]
+    for s, node in zip(seen, nodes, strict=True):
+        assert s.facts is not None and s.target is not None and s.target.local
+        assert s.facts.python_executable == "/opt/here/python3" and s.facts.mlx_version == "0.30.0"
+        assert s.facts.memory_bytes == node.facts.memory_bytes  # the rest is the simulated Mac's
+    report = diagnose(seen, LOOPBACK, on_mac=True)
+    bonjour = find(report, "bonjour")
+    assert [c.status for c in bonjour] == ["ok", "ok"]
+    assert all("simulated Mac of the demo cluster" in c.message for c in bonjour)
+    assert not find(report, "remote-login") and not find(report, "host-key")
+    python = one(report, "python", "Studio A")
+    assert python.status == "ok" and "/opt/here/python3" in python.message
+    # The simulated Macs are not Macs Bonjour should have found: no permission blamed.
+    assert "answer over SSH" not in one(report, "local-network").message

@@ -57,6 +57,15 @@ def finding_checks(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bool) -
 
 def node_finding(s: Seen, interfaces: Interfaces) -> list[Check]:
     node, name = s.node, s.node.name
+    if Source.DEMO in node.sources:
+        return [
+            Check.ok(
+                name,
+                "bonjour",
+                f"{name} is a simulated Mac of the demo cluster: its rank runs on this "
+                "machine, nothing to find.",
+            )
+        ]
     if node.is_self:
         how = "ready" if node.probe_state is ProbeState.READY else node.probe_message
         return [
@@ -176,7 +185,7 @@ def local_network_check(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bo
             "local-network",
             "This machine is not a Mac: Bonjour needs no Local Network permission here.",
         )
-    others = [s for s in seen if not s.node.is_self]
+    others = [s for s in seen if not s.node.is_self and Source.DEMO not in s.node.sources]
     found = [s for s in others if Source.BONJOUR in s.node.sources]
     if found:
         names = ", ".join(s.node.name for s in found)
