@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
 
 from core.run.states import RunState
 from gui.bridge import Bridge
+from gui.cluster.pane import ClusterPane
 from gui.help_menu import install_help_menu
 from gui.model.pane import ModelPane
-from gui.nodes.pane import ClusterPane
 from gui.preferences import Preferences, restore_window, save_window
 from gui.run.cluster_source import PaneSource
 from gui.run.pane import RunPane

@@ -20,9 +20,9 @@ from core.remote.targets import Target
 from core.run.checks.doctor_finding import FIREWALL_FIX
 from core.run.demo import replay_nodes
 from gui.bridge import Bridge
+from gui.cluster.doctor_view import DoctorDialog
+from gui.cluster.pane import ClusterPane
 from gui.main_window import MainWindow
-from gui.nodes.doctor_view import DoctorDialog
-from gui.nodes.pane import ClusterPane
 from gui.preferences import Preferences
 from tests.fixtures.macos.hosts import load_facts
 from tests.gui.fakes import FakeScanner

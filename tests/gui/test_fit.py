@@ -23,9 +23,9 @@ from pytestqt.qtbot import QtBot
 
 from core.run.states import RunState
 from core.settings import Settings
+from gui.cluster.pane import CABLES, MACS
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
-from gui.nodes.pane import CABLES, MACS
 from gui.preferences import Preferences
 from tests.gui.fakes import FakeBehaviour, fake_factory
 

@@ -13,8 +13,8 @@ from core.cluster.registry import Node
 from core.cluster.states import ProbeState
 from core.run.demo import demo_nodes
 from gui.bridge import Bridge
-from gui.nodes.pane import ClusterPane
-from gui.nodes.table_model import (
+from gui.cluster.pane import ClusterPane
+from gui.cluster.table_model import (
     CHIP,
     MEMORY,
     NAME,
@@ -175,8 +175,8 @@ def test_the_demo_cluster_has_a_plausible_cable_map(qtbot: QtBot) -> None:
 
 def test_the_fourth_demo_mac_has_rdma_off_and_its_badge_opens_the_guide(qtbot: QtBot) -> None:
     """Issue 25 item 13: presenters need the RDMA guide in the demo."""
-    from gui.nodes.dialogs import GuideDialog
-    from tests.gui.nodes_helpers import row_data
+    from gui.cluster.dialogs import GuideDialog
+    from tests.gui.cluster_helpers import row_data
 
     pane = ClusterPane()
     qtbot.addWidget(pane)

@@ -23,8 +23,8 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QMouseEvent, QPainter, QP
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem
 
 from gui import style
-from gui.nodes.badge_delegate import badge_colors, draw_item_background
-from gui.nodes.table_model import HintRole, Status, StatusRole
+from gui.cluster.badge_delegate import badge_colors, draw_item_background
+from gui.cluster.table_model import HintRole, Status, StatusRole
 
 Index = QModelIndex | QPersistentModelIndex
 DOT_X, DOT_R, TEXT_X = 12, 4.0, 24

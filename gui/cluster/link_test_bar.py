@@ -10,8 +10,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from core.units import duration, size
-from gui.nodes.link_captions import tested_captions
-from gui.nodes.topology_view import TopologyView
+from gui.cluster.link_captions import tested_captions
+from gui.cluster.topology_view import TopologyView
 from gui.widgets import label
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from gui import style
-from gui.nodes.table_model import BadgeRole, RdmaBadge
+from gui.cluster.table_model import BadgeRole, RdmaBadge
 
 PAD_X, HEIGHT = 8, 18
 CHEVRON = " ›"

@@ -20,8 +20,16 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QDialog, QWidget
 
-from gui.nodes import dialogs
-from gui.nodes.table_model import ACCESS, DETAILS, RETRY, TRUST, NodeTableModel, rdma_badge, status
+from gui.cluster import dialogs
+from gui.cluster.table_model import (
+    ACCESS,
+    DETAILS,
+    RETRY,
+    TRUST,
+    NodeTableModel,
+    rdma_badge,
+    status,
+)
 
 if TYPE_CHECKING:
     from core.cluster.registry import Node

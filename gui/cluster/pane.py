@@ -31,18 +31,18 @@ from PySide6.QtWidgets import (
 
 from core.settings import MAX_DEMO_NODES
 from gui.bridge import Bridge
-from gui.nodes.actions import NodeActions, is_demo
-from gui.nodes.link_test_bar import LinkTestBar
-from gui.nodes.node_table import NodeTable
-from gui.nodes.table_model import NodeTableModel, status
-from gui.nodes.topology_diagram import Diagram, cluster_diagram
-from gui.nodes.topology_view import TopologyView
+from gui.cluster.actions import NodeActions, is_demo
+from gui.cluster.link_test_bar import LinkTestBar
+from gui.cluster.node_table import NodeTable
+from gui.cluster.table_model import NodeTableModel, status
+from gui.cluster.topology_diagram import Diagram, cluster_diagram
+from gui.cluster.topology_view import TopologyView
 from gui.style import set_role
 from gui.widgets import Badge, Card, ElidedButton, Segmented, label
 
 if TYPE_CHECKING:
     from core.cluster.registry import Node, Registry
-    from gui.nodes.doctor_view import DoctorDialog
+    from gui.cluster.doctor_view import DoctorDialog
 
 DEFAULT_DEMO_NODES = 2
 MACS, CABLES = "macs", "cables"
@@ -355,7 +355,7 @@ class ClusterPane(Card):
 
     def check_macs(self, *, try_links: bool = True) -> DoctorDialog:
         """ "Check my Macs": ``macmesh doctor``'s report over the Macs shown, in a dialog."""
-        from gui.nodes.doctor_view import check_macs
+        from gui.cluster.doctor_view import check_macs
 
         if self.bridge is None:
             self.bridge = Bridge(self)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from core import units
-from gui.nodes.topology_scene import Measured
+from gui.cluster.topology_scene import Measured
 
 if TYPE_CHECKING:
     from core.run.measure.links import LinkResult

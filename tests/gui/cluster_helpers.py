@@ -5,9 +5,9 @@ from __future__ import annotations
 from PySide6.QtCore import QRectF, Qt
 from pytestqt.qtbot import QtBot
 
-from gui.nodes.delegates import action_rect
-from gui.nodes.pane import ClusterPane
-from gui.nodes.table_model import CHIP, StatusRole
+from gui.cluster.delegates import action_rect
+from gui.cluster.pane import ClusterPane
+from gui.cluster.table_model import CHIP, StatusRole
 
 
 def names(pane: ClusterPane) -> list[str]:

@@ -16,7 +16,7 @@ from PySide6.QtCore import QPointF, QRectF
 from PySide6.QtGui import QFont, QFontMetrics
 
 from gui import style
-from gui.nodes.topology_diagram import (
+from gui.cluster.topology_diagram import (
     MISSING_COLOR,
     SHAPE_KINDS,
     SHAPE_WORDS,

@@ -12,9 +12,9 @@ from PySide6.QtCore import QModelIndex, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
-from gui.nodes.badge_delegate import BadgeDelegate
-from gui.nodes.delegates import NameDelegate, StatusDelegate
-from gui.nodes.table_model import (
+from gui.cluster.badge_delegate import BadgeDelegate
+from gui.cluster.delegates import NameDelegate, StatusDelegate
+from gui.cluster.table_model import (
     CHIP,
     COLUMNS,
     NAME,

@@ -13,8 +13,8 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QHelpEvent, QPainter, QPa
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from gui import style
-from gui.nodes.topology_diagram import MISSING_COLOR, Diagram
-from gui.nodes.topology_scene import (
+from gui.cluster.topology_diagram import MISSING_COLOR, Diagram
+from gui.cluster.topology_scene import (
     LEGEND_H,
     NOTE_H,
     TAG_H,
@@ -174,7 +174,7 @@ class TopologyView(QWidget):
         painter.drawText(tag.rect, Qt.AlignmentFlag.AlignCenter, tag.text)
 
     def _paint_headline(self, painter: QPainter, scene: Scene, fonts: dict[str, QFont]) -> None:
-        from gui.nodes.badge_delegate import badge_colors
+        from gui.cluster.badge_delegate import badge_colors
 
         fg, bg = badge_colors(scene.headline_kind)
         metrics = QFontMetrics(fonts["headline"])
