@@ -28,17 +28,23 @@ loading     stage (a ``vocab.LoadingStage`` value: "joining", "reading", "weight
 loaded      load_s, memory_bytes, layers ([start, end) or null for tensor), strategy,
             device ("cpu" or "gpu"), blas (on the CPU: {name, path, threads, gflops, fast};
             else null), ring_wait (on the CPU: whether its ring waits sleep, from
-            ``core.worker.ringwait``; else null), weights ({precision, dequantized[,
+            ``core.worker.ringwait``; else null), memory_measure ("anonymous resident" on
+            Linux, "physical footprint" on a Mac, null when unmeasured), base_bytes (what the
+            rank held before reading a weight), peak_load_bytes (the most it held while
+            loading; ``core.worker.residency``), weights ({precision, dequantized[,
             from][, reason][, layout ({"OUTxIN" or "head OUTxIN": "rows of 512: 150 vs
             404 µs", "transposed: ..." or "as is: ..."})]})[, adapter
             ({name, type, fused, precision}: the adapter fused in, with --adapter)]
 ready       (rank 0, once every rank has loaded and synchronised)
 token       request, index (0-based), token (id), text (the new piece of text)
 done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tps,
-            ttft_s, finish_reason ("stop", "length" or "cancelled"), peak_memory_bytes, text
+            ttft_s, finish_reason ("stop", "length" or "cancelled"), peak_memory_bytes (MLX's),
+            peak_generation_bytes (the process's most since loaded, as peak_load_bytes), text
 traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
 heartbeat   (every HEARTBEAT_S from the rank's first line, so silence means a hang);
-            stage (the ``loading`` stage, until the rank has loaded)
+            stage (the ``loading`` stage, until the rank has loaded), peak_bytes (the most
+            the rank held while loading, until loaded; since loaded, after; absent where
+            unmeasured)
 link_test   request, size (ranks), links ([{a, b, points: [{bytes, seconds (one way),
             bytes_per_s}]}]), all_sum ([{bytes, seconds, bytes_per_s (bus bandwidth)}])
 train       (fine-tune; every rank, every ``steps_per_report`` iterations) iteration, iters,
@@ -52,7 +58,7 @@ trained     (fine-tune; rank 0, once training ended or was stopped) adapter (the
 error       message (for a person: what happened and what to do), fatal,
             request (when it answers one request: that request failed, the job lives on),
             code (for a refused request, when known: "context_length_exceeded")
-stopped     (the rank is exiting cleanly)
+stopped     (the rank is exiting cleanly) peak_generation_bytes (once loaded: its most since)
 ==========  =====================================================================
 """
 

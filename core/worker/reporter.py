@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from core.worker import protocol as p
+from core.worker.residency import METER
 from core.worker.vocab import LoadingStage
 
 if TYPE_CHECKING:
@@ -37,15 +38,19 @@ class Reporter(threading.Thread):
         self._stop = threading.Event()
 
     def beat(self) -> None:
-        """One heartbeat now (with the stage while loading)."""
+        """One heartbeat now (with the stage while loading, and the peak memory of the
+        load or of the generation so far where this platform measures it)."""
         stage = self.stage
+        peak = METER.peak()
+        memory = {} if peak is None else {"peak_bytes": peak}
         if stage is None:
-            self._events.emit(p.HEARTBEAT)
+            self._events.emit(p.HEARTBEAT, **memory)
         else:
-            self._events.emit(p.HEARTBEAT, stage=stage)
+            self._events.emit(p.HEARTBEAT, stage=stage, **memory)
 
     def enter(self, stage: LoadingStage) -> None:
         """The rank moved on to ``stage``: say so now, and in every heartbeat after."""
+        METER.sample()  # a milestone of the load
         self.stage = stage
         self._events.emit(p.LOADING, stage=stage)
 
@@ -54,6 +59,7 @@ class Reporter(threading.Thread):
         last_heartbeat = last_traffic = time.monotonic()
         was_moving = False
         while not self._stop.wait(min(p.HEARTBEAT_S, p.TRAFFIC_S) / 2):
+            METER.sample()  # between heartbeats too (VmHWM catches what falls between)
             now = time.monotonic()
             counter = self.counter
             if counter is not None and now - last_traffic >= p.TRAFFIC_S:

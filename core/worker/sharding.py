@@ -23,9 +23,10 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.utils import dequantize_model, load_model, load_tokenizer
+from mlx_lm.utils import dequantize_model, load_config, load_model, load_tokenizer
 
 from core.worker.layout import arrange_for_one_row
+from core.worker.residency import METER
 from core.worker.shardfiles import (
     even_split,
     files_for_layers,
@@ -72,8 +73,8 @@ def load_shard(
     model before it is sharded (``core.worker.adapter``)."""
     strategy = _strategy(strategy, group.size())
     progress(LoadingStage.READING)
+    tokenizer = _tokenizer_first(Path(path))
     model, config = load_model(Path(path), lazy=True, strict=False)
-    tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id"))
     fused = _apply_adapter(model, adapter, float_weights) if adapter else None
     layers = None
     own_head = False
@@ -98,6 +99,16 @@ def load_shard(
         if layout:
             weights = {**weights, "layout": layout}
     return Shard(model, tokenizer, config, strategy, layers, weights, fused, own_head)
+
+
+def _tokenizer_first(path: Path) -> Any:
+    """The tokenizer, loaded before any weight so the memory held then is the base the
+    rank's planned bytes sit on (``core.worker.residency``): its libraries are no part of
+    the plan, the weights are."""
+    config = load_config(path)
+    tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    METER.mark_base()
+    return tokenizer
 
 
 def _apply_adapter(model: nn.Module, folder: Path, float_weights: bool | None) -> dict[str, Any]:
