@@ -4,37 +4,16 @@ for it, in ``macmesh demo --headless --json``'s summary. Fails above 1.1x the pl
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-TOLERANCE = 1.1  # issue 26: peak <= 1.1 x planned
+from tests.helpers.peaks import TOLERANCE, demo_summary
+
 RUNS = [("pipeline", 2), ("tensor", 2), ("single", 1)]
 # The demo model's 9 attention heads and 3 KV heads divide by 3 nodes, not 2.
 DEMO_RUNS = [("pipeline", 2), ("tensor", 3), ("single", 1)]
-
-
-def demo_summary(model: Path, strategy: str, nodes: int, cache: Path) -> dict[str, Any]:
-    """The JSON summary of one real demo job of ``model``."""
-    args = ["demo", "--headless", "--json", "--max-tokens", "8", "--model", str(model)]
-    args += ["--nodes", str(nodes)] + (["--strategy", strategy] if nodes > 1 else [])
-    env = dict(os.environ, MACMESH_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1")
-    run = subprocess.run(
-        [sys.executable, "-m", "gui.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    summary: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
-    print(json.dumps(summary["ranks"]))
-    return summary
 
 
 def assert_within_plan(summary: dict[str, Any], nodes: int) -> None:
