@@ -34,6 +34,7 @@ from core.worker.shardfiles import (
     read_weight_map,
     validate_split,
 )
+from core.worker.streaming import evaluate_each, release
 from core.worker.vocab import LoadingStage, Strategy
 
 
@@ -92,10 +93,11 @@ def load_shard(
         # slower than in float32 there (MLX on Linux, or a Mac without Metal).
         model.set_dtype(mx.float32)
     progress(LoadingStage.WEIGHTS)
-    mx.eval(model.parameters())
+    evaluate_each(model)  # one tensor at a time: never the model twice (streaming)
     if mx.default_device() == mx.cpu:
         available = _available_bytes()
         layout = arrange_for_one_row(model, available // 4 if available else None)
+        release()
         if layout:
             weights = {**weights, "layout": layout}
     return Shard(model, tokenizer, config, strategy, layers, weights, fused, own_head)
@@ -139,7 +141,7 @@ def load_whole(
         weights = _cpu_weights(model, config, weights, float_weights)
         model.set_dtype(mx.float32)
     progress(LoadingStage.WEIGHTS)
-    mx.eval(model.parameters())
+    evaluate_each(model)
     return Shard(model, tokenizer, config, Strategy.SINGLE, None, weights)
 
 
