@@ -19,6 +19,10 @@ SMALL_MAC_BYTES = 36 * GIB
 DEFAULT_LIMIT_SOURCE = "macOS default: 2/3 of RAM up to 36 GB, 3/4 above"
 WIRED_LIMIT_SOURCE = "iogpu.wired_limit_mb"
 KV_CACHE_STEP = 256  # mlx-lm's KVCache grows in blocks of 256 tokens
+# What a CPU rank's layout timing holds at once for a small weight: ``COLD_BYTES`` of
+# copies and as much again in the layout timed (core.worker.layout, kept equal by a test).
+LAYOUT_TIMING_BYTES = 2 * (32 << 20)
+CPU_FLOAT_BYTES = 4  # MLX's CPU computes in float32 (no fast half precision there)
 
 
 def default_gpu_limit_bytes(memory_bytes: int) -> int:
@@ -117,6 +121,26 @@ def activation_bytes(model: ModelInfo, options: PlanOptions, shards: int = 1) ->
     qkv = (model.heads + 2 * model.kv_heads) * model.head_dim // shards
     width = 4 * model.hidden_size + qkv + 3 * model.intermediate_size // shards
     return tokens * width * model.dtype_bytes + options.batch * model.vocab_size * 4
+
+
+def cpu_weight_bytes(model: ModelInfo, stored_bytes: int) -> int:
+    """``stored_bytes`` of ``model``'s weights as a CPU rank holds them: float32. A
+    quantized model's are dequantized (``float_weight_bytes``, when the rank has room);
+    a float16 or bfloat16 one's always converted (``sharding.load_shard``)."""
+    if model.quantization:
+        return float_weight_bytes(model, stored_bytes)
+    return stored_bytes * CPU_FLOAT_BYTES // min(model.dtype_bytes, CPU_FLOAT_BYTES)
+
+
+def cpu_load_bytes(model: ModelInfo) -> int:
+    """What a CPU rank holds beyond its weights at the peak of its load: its weights are
+    made real one tensor at a time (``core.worker.streaming``), then each float32 weight
+    is timed and stored again in its fastest layout, one at a time, and the output head
+    gets float32 blocks beside the float32 weight they are cut from. So at most two
+    float32 copies of the largest tensor (the vocabulary head or an MLP matrix) and the
+    layout timing's small copies."""
+    largest = max(model.vocab_size, model.intermediate_size) * model.hidden_size
+    return 2 * largest * CPU_FLOAT_BYTES + LAYOUT_TIMING_BYTES
 
 
 def float_weight_bytes(model: ModelInfo, quantized_bytes: int) -> int:

@@ -16,13 +16,15 @@ from typing import Literal
 
 from core.model.info import ModelInfo
 from core.plan.memory import (
+    CPU_FLOAT_BYTES,
     Link,
     Node,
     NodeBudget,
     PlanOptions,
     activation_bytes,
+    cpu_load_bytes,
+    cpu_weight_bytes,
     default_gpu_limit_bytes,
-    float_weight_bytes,
     kv_bytes_per_layer,
     node_budget,
 )
@@ -64,6 +66,9 @@ class RankPlan:
     # On a CPU node, whether quantized layers become float32 (room for them) or stay;
     # None elsewhere (Metal), or for a model that is not quantized.
     float_weights: bool | None = None
+    # On a CPU node, what loading holds beyond the weights at its peak (cpu_load_bytes);
+    # 0 on Metal, where the weights are used as stored.
+    load_bytes: int = 0
 
     @property
     def worker_weights(self) -> str:
@@ -76,8 +81,8 @@ class RankPlan:
 
     @property
     def need_bytes(self) -> int:
-        """What the model takes on this node, margin excluded."""
-        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes
+        """What the model takes on this node at its peak, margin excluded."""
+        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes + self.load_bytes
 
     @property
     def usable_bytes(self) -> int:
@@ -469,21 +474,31 @@ def _mlx_even_split(layers: int, n: int) -> tuple[int, ...]:
 def _cpu_float_weights(
     ranks: tuple[RankPlan, ...], model: ModelInfo, nodes: Sequence[Node]
 ) -> tuple[RankPlan, ...]:
-    """On a CPU node (MLX without Metal) quantized weights run far slower than float32
-    ones with a real BLAS: a rank there holds its weights in float32 when its node has
-    room for them, counted here; otherwise it keeps them quantized."""
+    """On a CPU node (MLX without Metal) everything is float32: half-precision weights
+    always become float32, and quantized ones, which run far slower than float32 with a
+    real BLAS, do when the node has room for them (else they stay quantized). The KV
+    cache and activations are float32 there too, and the load holds a bounded transient
+    (``cpu_load_bytes``): all counted here."""
     cpu = {node.name for node in nodes if node.cpu}
-    if not cpu or not model.quantization:
+    if not cpu:
         return ranks
+    wider = CPU_FLOAT_BYTES // min(model.dtype_bytes, CPU_FLOAT_BYTES)
     planned = []
     for rank in ranks:
-        grown = replace(rank, weights_bytes=float_weight_bytes(model, rank.weights_bytes))
         if rank.node in cpu:
-            rank = (
-                replace(grown, float_weights=True)
-                if grown.fits
-                else replace(rank, float_weights=False)
+            rank = replace(
+                rank,
+                kv_cache_bytes=rank.kv_cache_bytes * wider,
+                activation_bytes=rank.activation_bytes * wider,
+                load_bytes=cpu_load_bytes(model),
             )
+            grown = replace(rank, weights_bytes=cpu_weight_bytes(model, rank.weights_bytes))
+            if not model.quantization:
+                rank = grown
+            elif grown.fits:
+                rank = replace(grown, float_weights=True)
+            else:
+                rank = replace(rank, float_weights=False)
         planned.append(rank)
     return tuple(planned)
 

@@ -122,6 +122,7 @@ def fastest_layout(
         mx.eval([m.parameters() for m in modules])
         times[name] = median_seconds(functools.partial(_products, modules, row)) / copies
         del modules
+        mx.clear_cache()  # the copies timed go back at once, not into MLX's cache
     best = min(times, key=lambda name: times[name])
     if times[best] >= MARGIN * times["as is"]:
         best = "as is"
@@ -160,15 +161,18 @@ def arrange_for_one_row(model: nn.Module, head_room: int | None = None) -> dict[
             continue
         chosen[shape], times = fastest_layout(module.weight)
         report[f"{shape[0]}x{shape[1]}"] = _describe(chosen[shape], times)
-    changed = []
-    for name, module in linears:
+    while linears:  # popped, so no list keeps an old copy alive
+        name, module = linears.pop(0)
         layout = chosen[tuple(module.weight.shape)]
         if layout != "as is":
+            # One weight at a time, its old copy dropped before the next is made: never
+            # every linear twice (issue 26).
             bias = module.bias if "bias" in module else None
-            changed.append((name, _build(layout, module.weight, bias)))
-    if changed:
-        model.update_modules(tree_unflatten(changed))
-        mx.eval(model.parameters())
+            rebuilt = _build(layout, module.weight, bias)
+            mx.eval(rebuilt.parameters())
+            model.update_modules(tree_unflatten([(name, rebuilt)]))
+            del module, rebuilt
+            mx.clear_cache()
     head = _tied_head(model, head_room) or _own_head(model, head_room)
     if head:
         report.update(head)

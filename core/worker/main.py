@@ -24,6 +24,7 @@ from core.worker import protocol as p
 from core.worker import ringwait
 from core.worker.blas import blas_report
 from core.worker.reporter import Reporter
+from core.worker.residency import METER, measure_name
 from core.worker.version import print_version
 from core.worker.vocab import Backend, LoadingStage, Strategy, Task
 
@@ -139,7 +140,8 @@ def _main(args: argparse.Namespace, rank: int, events: p.EventWriter, reporter: 
         traceback.print_exc()
         events.error(f"Rank {rank} failed: {type(exc).__name__}: {exc}", fatal=True)
         return 1
-    events.stopped()
+    # Every rank's last word on its generation's peak (rank 0's done says it per answer).
+    events.stopped(METER.peak() if METER.loaded else None)
     return 0
 
 
@@ -182,9 +184,12 @@ def run(
     )
     on_cpu = mx.default_device() == mx.cpu
     reporter.stage = None  # loaded: heartbeats carry no stage from here on
+    peak_load = METER.next_phase()  # heartbeats say the generation's peak from here on
     events.loaded(
         load_s=round(time.monotonic() - started, 3),
         memory_bytes=int(mx.get_active_memory()),
+        # This rank's peak while loading and what it held before the weights (residency).
+        memory=(measure_name(), METER.base, peak_load),
         layers=list(shard.layers) if shard.layers else None,
         strategy=args.strategy,
         device="cpu" if on_cpu else "gpu",

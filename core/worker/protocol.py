@@ -28,7 +28,10 @@ loading     stage (a ``vocab.LoadingStage`` value: "joining", "reading", "weight
 loaded      load_s, memory_bytes, layers ([start, end) or null for tensor), strategy,
             device ("cpu" or "gpu"), blas (on the CPU: {name, path, threads, gflops, fast};
             else null), ring_wait (on the CPU: whether its ring waits sleep, from
-            ``core.worker.ringwait``; else null), weights ({precision, dequantized[,
+            ``core.worker.ringwait``; else null), memory_measure ("anonymous resident" on
+            Linux, "physical footprint" on a Mac, null when unmeasured), base_bytes (what the
+            rank held before reading a weight), peak_load_bytes (the most it held while
+            loading; ``core.worker.residency``), weights ({precision, dequantized[,
             from][, reason][, layout ({"OUTxIN" or "head OUTxIN": "rows of 512: 150 vs
             404 µs", "transposed: ..." or "as is: ..."})]})[, adapter
             ({name, type, fused, precision}: the adapter fused in, with --adapter)]
@@ -36,10 +39,13 @@ ready       (rank 0, once every rank has loaded and synchronised)
 token       request, index (0-based), token (id), text (the new piece of text; empty for
             the end-of-sequence token: one event per generated token)
 done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tps,
-            ttft_s, finish_reason ("stop", "length" or "cancelled"), peak_memory_bytes, text
+            ttft_s, finish_reason ("stop", "length" or "cancelled"), peak_memory_bytes (MLX's),
+            peak_generation_bytes (the process's most since loaded, as peak_load_bytes), text
 traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
 heartbeat   (every HEARTBEAT_S from the rank's first line, so silence means a hang);
-            stage (the ``loading`` stage, until the rank has loaded)
+            stage (the ``loading`` stage, until the rank has loaded), peak_bytes (the most
+            the rank held while loading, until loaded; since loaded, after; absent where
+            unmeasured)
 link_test   request, size (ranks), links ([{a, b, points: [{bytes, seconds (one way),
             bytes_per_s}]}]), all_sum ([{bytes, seconds, bytes_per_s (bus bandwidth)}])[,
             cancelled (true: the ranks agreed to stop at a size's end; links empty)]
@@ -56,7 +62,7 @@ trained     (fine-tune; rank 0, once training ended or was stopped) adapter (the
 error       message (for a person: what happened and what to do), fatal,
             request (when it answers one request: that request failed, the job lives on),
             code (for a refused request, when known: "context_length_exceeded")
-stopped     (the rank is exiting cleanly)
+stopped     (the rank is exiting cleanly) peak_generation_bytes (once loaded: its most since)
 ==========  =====================================================================
 
 In code each kind is a ``TypedDict`` below (``Event`` is their union). The worker writes
@@ -181,6 +187,11 @@ class Loaded(_Stamp):
     ring_wait: NotRequired[bool | None]  # on the CPU (not sent by a fine-tune)
     weights: dict[str, Any]  # {precision, dequantized[, from][, reason][, layout]}
     adapter: NotRequired[dict[str, Any]]  # {name, type, fused, precision}, with --adapter
+    # core.worker.residency: how memory is measured here (None: unmeasured), what the rank
+    # held before reading a weight, and the most it held while loading (above nothing).
+    memory_measure: NotRequired[str | None]
+    base_bytes: NotRequired[int | None]
+    peak_load_bytes: NotRequired[int | None]
 
 
 class Ready(_Stamp):
@@ -204,8 +215,9 @@ class Done(_Stamp):
     generation_tps: float
     ttft_s: float | None
     finish_reason: str | None  # "stop", "length" or CANCELLED (None if mlx-lm gave none)
-    peak_memory_bytes: int
+    peak_memory_bytes: int  # MLX's
     text: str
+    peak_generation_bytes: NotRequired[int | None]  # the process's most since loaded
 
 
 class Traffic(_Stamp):
@@ -218,6 +230,7 @@ class Traffic(_Stamp):
 class Heartbeat(_Stamp):
     event: Literal["heartbeat"]
     stage: NotRequired[str]  # until the rank has loaded
+    peak_bytes: NotRequired[int]  # the most held while loading, then since loaded
 
 
 class LinkPoint(TypedDict):
@@ -261,6 +274,7 @@ class Error(_Stamp):
 
 class Stopped(_Stamp):
     event: Literal["stopped"]
+    peak_generation_bytes: NotRequired[int]  # once loaded: its most since
 
 
 class Train(_Stamp):
@@ -360,8 +374,10 @@ class EventWriter:
         adapter: dict[str, Any] | None = None,
         *,
         with_ring_wait: bool = True,
+        memory: tuple[str | None, int | None, int | None] | None = None,
     ) -> None:
-        """``with_ring_wait=False``: no ``ring_wait`` field (a fine-tune sends none)."""
+        """``with_ring_wait=False``: no ``ring_wait`` field (a fine-tune sends none).
+        ``memory``: (memory_measure, base_bytes, peak_load_bytes), where measured."""
         event = Loaded(
             event=LOADED,
             rank=self.rank,
@@ -378,6 +394,8 @@ class EventWriter:
             event["ring_wait"] = ring_wait
         if adapter:
             event["adapter"] = adapter
+        if memory is not None:
+            event["memory_measure"], event["base_bytes"], event["peak_load_bytes"] = memory
         self.write(event)
 
     def ready(self) -> None:
@@ -407,23 +425,25 @@ class EventWriter:
         finish_reason: str | None,
         peak_memory_bytes: int,
         text: str,
+        peak_generation_bytes: int | None = None,
     ) -> None:
-        self.write(
-            Done(
-                event=DONE,
-                rank=self.rank,
-                t=time.monotonic(),
-                request=request,
-                prompt_tokens=prompt_tokens,
-                prompt_tps=prompt_tps,
-                generation_tokens=generation_tokens,
-                generation_tps=generation_tps,
-                ttft_s=ttft_s,
-                finish_reason=finish_reason,
-                peak_memory_bytes=peak_memory_bytes,
-                text=text,
-            )
+        event = Done(
+            event=DONE,
+            rank=self.rank,
+            t=time.monotonic(),
+            request=request,
+            prompt_tokens=prompt_tokens,
+            prompt_tps=prompt_tps,
+            generation_tokens=generation_tokens,
+            generation_tps=generation_tps,
+            ttft_s=ttft_s,
+            finish_reason=finish_reason,
+            peak_memory_bytes=peak_memory_bytes,
+            text=text,
         )
+        if peak_generation_bytes is not None:
+            event["peak_generation_bytes"] = peak_generation_bytes
+        self.write(event)
 
     def traffic(self, interval_s: float, sent: dict[str, int], received: dict[str, int]) -> None:
         self.write(
@@ -437,10 +457,12 @@ class EventWriter:
             )
         )
 
-    def heartbeat(self, stage: str | None = None) -> None:
+    def heartbeat(self, stage: str | None = None, peak_bytes: int | None = None) -> None:
         event = Heartbeat(event=HEARTBEAT, rank=self.rank, t=time.monotonic())
         if stage is not None:
             event["stage"] = stage
+        if peak_bytes is not None:
+            event["peak_bytes"] = peak_bytes
         self.write(event)
 
     def link_test(
@@ -497,8 +519,11 @@ class EventWriter:
             event["code"] = code
         self.write(event)
 
-    def stopped(self) -> None:
-        self.write(Stopped(event=STOPPED, rank=self.rank, t=time.monotonic()))
+    def stopped(self, peak_generation_bytes: int | None = None) -> None:
+        event = Stopped(event=STOPPED, rank=self.rank, t=time.monotonic())
+        if peak_generation_bytes is not None:
+            event["peak_generation_bytes"] = peak_generation_bytes
+        self.write(event)
 
     def train(
         self,

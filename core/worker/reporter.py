@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from core.worker import protocol as p
+from core.worker.residency import METER
 from core.worker.vocab import LoadingStage
 
 if TYPE_CHECKING:
@@ -37,11 +38,13 @@ class Reporter(threading.Thread):
         self._stop = threading.Event()
 
     def beat(self) -> None:
-        """One heartbeat now (with the stage while loading)."""
-        self._events.heartbeat(self.stage)
+        """One heartbeat now (with the stage while loading, and the peak memory of the
+        load or of the generation so far where this platform measures it)."""
+        self._events.heartbeat(self.stage, METER.peak())
 
     def enter(self, stage: LoadingStage) -> None:
         """The rank moved on to ``stage``: say so now, and in every heartbeat after."""
+        METER.sample()  # a milestone of the load
         self.stage = stage
         self._events.loading(stage)
 
@@ -50,6 +53,7 @@ class Reporter(threading.Thread):
         last_heartbeat = last_traffic = time.monotonic()
         was_moving = False
         while not self._stop.wait(min(p.HEARTBEAT_S, p.TRAFFIC_S) / 2):
+            METER.sample()  # between heartbeats too (VmHWM catches what falls between)
             now = time.monotonic()
             counter = self.counter
             if counter is not None and now - last_traffic >= p.TRAFFIC_S:

@@ -34,6 +34,7 @@ from mlx_lm.sample_utils import make_sampler
 
 from core.worker import protocol as p
 from core.worker.linktest import link_test
+from core.worker.residency import METER
 from core.worker.sharding import Shard
 from core.worker.stops import StopScanner
 
@@ -208,6 +209,7 @@ def generate(
             finish_reason=finish_reason,
             peak_memory_bytes=int(mx.get_peak_memory()),
             text="".join(pieces),
+            peak_generation_bytes=METER.peak(),  # the process's, since loaded (residency)
         )
 
 

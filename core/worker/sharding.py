@@ -23,9 +23,10 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.utils import dequantize_model, load_model, load_tokenizer
+from mlx_lm.utils import dequantize_model, load_config, load_model, load_tokenizer
 
 from core.worker.layout import arrange_for_one_row
+from core.worker.residency import METER
 from core.worker.shardfiles import (
     even_split,
     files_for_layers,
@@ -33,6 +34,7 @@ from core.worker.shardfiles import (
     read_weight_map,
     validate_split,
 )
+from core.worker.streaming import evaluate_each, release
 from core.worker.vocab import LoadingStage, Strategy
 
 
@@ -72,8 +74,8 @@ def load_shard(
     model before it is sharded (``core.worker.adapter``)."""
     strategy = _strategy(strategy, group.size())
     progress(LoadingStage.READING)
+    tokenizer = _tokenizer_first(Path(path))
     model, config = load_model(Path(path), lazy=True, strict=False)
-    tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id"))
     fused = _apply_adapter(model, adapter, float_weights) if adapter else None
     layers = None
     own_head = False
@@ -91,13 +93,24 @@ def load_shard(
         # slower than in float32 there (MLX on Linux, or a Mac without Metal).
         model.set_dtype(mx.float32)
     progress(LoadingStage.WEIGHTS)
-    mx.eval(model.parameters())
+    evaluate_each(model)  # one tensor at a time: never the model twice (streaming)
     if mx.default_device() == mx.cpu:
         available = _available_bytes()
         layout = arrange_for_one_row(model, available // 4 if available else None)
+        release()
         if layout:
             weights = {**weights, "layout": layout}
     return Shard(model, tokenizer, config, strategy, layers, weights, fused, own_head)
+
+
+def _tokenizer_first(path: Path) -> Any:
+    """The tokenizer, loaded before any weight so the memory held then is the base the
+    rank's planned bytes sit on (``core.worker.residency``): its libraries are no part of
+    the plan, the weights are."""
+    config = load_config(path)
+    tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    METER.mark_base()
+    return tokenizer
 
 
 def _apply_adapter(model: nn.Module, folder: Path, float_weights: bool | None) -> dict[str, Any]:
@@ -128,7 +141,7 @@ def load_whole(
         weights = _cpu_weights(model, config, weights, float_weights)
         model.set_dtype(mx.float32)
     progress(LoadingStage.WEIGHTS)
-    mx.eval(model.parameters())
+    evaluate_each(model)
     return Shard(model, tokenizer, config, Strategy.SINGLE, None, weights)
 
 

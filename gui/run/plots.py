@@ -215,7 +215,7 @@ class LivePlots(QWidget):
             # pyqtgraph applies a range change while painting, and that change asks for a
             # second paint: apply it now, so each tick paints once.
             widget.getPlotItem().getViewBox().updateMatrix()
-        self._set_memory(telemetry.memory(), source.plan)
+        self._set_memory(telemetry.peak_memory(), source.plan)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
@@ -350,7 +350,7 @@ class LivePlots(QWidget):
                 theme,
             )
         )
-        self.memory_key.setText(key_html([(theme.text3, "planned"), (theme.accent, "used")], theme))
+        self.memory_key.setText(key_html([(theme.text3, "planned"), (theme.accent, "peak")], theme))
 
 
 Shape = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]

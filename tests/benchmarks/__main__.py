@@ -2,7 +2,7 @@
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
-finetune,tune_fit,tune_plot picks some;
+finetune,tune_fit,tune_plot,peak_memory picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -142,6 +142,12 @@ def _tune_plot(_model) -> dict:
     return bench_tune_plot()
 
 
+def _peak_memory(model) -> dict:
+    from tests.benchmarks.bench_peak_memory import bench_peak_memory
+
+    return bench_peak_memory(model)
+
+
 def _tune_fit(_model) -> dict:
     from tests.benchmarks.bench_tune_fit import bench_tune_fit
 
@@ -172,6 +178,7 @@ BENCHES = {
     "finetune": _finetune,
     "tune_plot": _tune_plot,
     "tune_fit": _tune_fit,
+    "peak_memory": _peak_memory,
 }
 
 

@@ -302,3 +302,32 @@ def test_presentation_fits_the_link_axis_to_its_view_too(qtbot: QtBot) -> None:
     clock.now = 252.0
     assert 8e3 <= top() <= 2 * 8e3
     assert _curve_at(view.plots, 244.0) == 0.0  # no ramp up to the chat's traffic
+
+
+def test_memory_bars_show_each_ranks_plan_beside_its_measured_peak(plots: LivePlots) -> None:
+    from core.plan.planner import Node, PlanOptions, make_plan
+    from tests.helpers.header_models import synthetic_model_info
+
+    info = synthetic_model_info(layers=8, layer_bytes=200 << 20, shared_bytes=100 << 20)
+    nodes = [Node("Studio A", 64 << 30), Node("Studio B", 64 << 30)]
+    plan = make_plan(info, nodes, options=PlanOptions(strategy="pipeline"))
+    telemetry = _hour_of_data(seconds=2)
+    loaded = {"load_s": 1.0, "memory_bytes": 5, "layers": None, "strategy": "pipeline"}
+    loaded |= {"device": "cpu", "blas": None, "weights": {}}  # a loaded event's whole fields
+    for rank in (0, 1):
+        telemetry.feed(
+            {
+                "event": "loaded",
+                "rank": rank,
+                "t": 1.0,
+                **loaded,
+                "base_bytes": 100 << 20,
+                "peak_load_bytes": (100 << 20) + (rank + 1) * (300 << 20),
+            }
+        )
+    plots.refresh(Source(telemetry, plan=plan))
+    planned = plots.planned_bars.opts["height"]
+    peaks = plots.used_bars.opts["height"]
+    assert list(planned) == [r.need_bytes for r in plan.ranks]
+    assert list(peaks) == [300 << 20, 600 << 20]  # above each rank's base
+    assert "peak" in plots.memory_key.text() and "planned" in plots.memory_key.text()

@@ -13,13 +13,12 @@ import pytest
 
 from core import units
 from core.model.info import ModelInfo, read_model_info
-from core.plan.memory import activation_bytes, kv_bytes_per_layer
+from core.plan.memory import activation_bytes, float_weight_bytes, kv_bytes_per_layer
 from core.plan.planner import (
     Link,
     Node,
     PlanOptions,
     default_gpu_limit_bytes,
-    float_weight_bytes,
     make_plan,
     node_budget,
 )
@@ -390,3 +389,35 @@ def test_cpu_nodes_plan_float_weights_when_they_have_room():
     assert ranks["tight"].weights_bytes == 5 * GIB
     ranks = {r.node: r for r in make_plan(model, [mac], options=PlanOptions()).ranks}
     assert ranks["mac"].float_weights is None and ranks["mac"].worker_weights == "auto"
+
+
+def test_a_cpu_rank_plans_float32_and_its_load_transient() -> None:
+    """Issue 26: on a CPU a float16 model's weights, KV cache and activations are
+    float32, and loading holds two float32 copies of the largest tensor and the layout
+    timing's copies beyond the weights: all planned, so a rank's peak stays within it."""
+    from core.plan.memory import cpu_load_bytes
+
+    model = synthetic_model_info(
+        layers=16, layer_bytes=100 << 20, shared_bytes=250 << 20, dtype="float16"
+    )
+    options = PlanOptions(strategy="pipeline")
+    cpu = [Node("a", 64 * GIB, cpu=True), Node("b", 64 * GIB, cpu=True)]
+    mac = [Node("a", 64 * GIB), Node("b", 64 * GIB)]
+    on_cpu, on_mac = (make_plan(model, nodes, options=options) for nodes in (cpu, mac))
+    for c, m in zip(on_cpu.ranks, on_mac.ranks, strict=True):
+        assert c.weights_bytes == 2 * m.weights_bytes
+        assert c.kv_cache_bytes == 2 * m.kv_cache_bytes
+        assert c.activation_bytes == 2 * m.activation_bytes
+        assert m.load_bytes == 0
+        largest = max(model.vocab_size, model.intermediate_size) * model.hidden_size * 4
+        assert c.load_bytes == cpu_load_bytes(model) == 2 * largest + (64 << 20)
+        assert c.need_bytes == (
+            c.weights_bytes + c.kv_cache_bytes + c.activation_bytes + c.load_bytes
+        )
+
+
+def test_the_planned_layout_timing_is_the_workers() -> None:
+    from core.plan.memory import LAYOUT_TIMING_BYTES
+    from core.worker.layout import COLD_BYTES
+
+    assert LAYOUT_TIMING_BYTES == 2 * COLD_BYTES

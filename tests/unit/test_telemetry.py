@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.run.measure.series import RateEstimator, RingBuffer, ema_rate_step
-from core.run.measure.telemetry import Headline, Telemetry, answer_figures, link_id
+from core.run.measure.telemetry import Headline, RankPeak, Telemetry, answer_figures, link_id
 
 
 def event(kind: str, rank: int, t: float, **fields: Any) -> dict[str, Any]:
@@ -530,3 +530,38 @@ def test_a_send_time_learnt_after_the_first_token_still_gives_our_ttft() -> None
     assert telemetry.requests()[0].ttft_s == pytest.approx(0.4)
     telemetry.request_started("r1", 10.1)  # too late: kept as it was, nothing tracked anew
     assert [r.ttft_s for r in telemetry.requests()] == [pytest.approx(0.4)]
+
+
+def test_each_ranks_peaks_while_loading_and_generating() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(event("heartbeat", 0, 0.5, stage="weights", peak_bytes=900))
+    telemetry.feed(event("heartbeat", 1, 0.5, stage="weights", peak_bytes=400))
+    loaded = {"load_s": 1.0, "memory_bytes": 10, "layers": None, "strategy": "pipeline"}
+    loaded |= {"device": "cpu", "blas": None, "weights": {}}  # a loaded event's whole fields
+    telemetry.feed(event("loaded", 0, 1.0, **loaded, base_bytes=100, peak_load_bytes=700))
+    telemetry.feed(event("loaded", 1, 1.0, **loaded, base_bytes=100, peak_load_bytes=500))
+    telemetry.feed(event("heartbeat", 0, 2.0, peak_bytes=600))
+    telemetry.feed(event("heartbeat", 1, 2.0, peak_bytes=650))
+    telemetry.feed(done(3.0, rank=0, peak_generation_bytes=640))
+    peaks = telemetry.peaks()
+    assert peaks[0] == RankPeak(base=100, load=900, generation=640)
+    assert peaks[1] == RankPeak(base=100, load=500, generation=650)
+    # What the window's bars and the summary compare with the plan: above the base.
+    assert telemetry.peak_memory() == {0: 800, 1: 550}
+
+
+def test_a_rank_that_measures_nothing_shows_what_mlx_reported() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(event("loaded", 0, 0.0, load_s=1.0, memory_bytes=1_000, layers=None))
+    telemetry.feed(event("heartbeat", 0, 1.0))
+    assert telemetry.peaks() == {}
+    assert telemetry.peak_memory() == {0: 1_000}
+
+
+def test_a_ranks_stopped_event_gives_its_last_generation_peak() -> None:
+    telemetry = local_telemetry()
+    loaded = {"load_s": 1.0, "memory_bytes": 10, "layers": None, "strategy": "pipeline"}
+    loaded |= {"device": "cpu", "blas": None, "weights": {}}  # a loaded event's whole fields
+    telemetry.feed(event("loaded", 1, 1.0, **loaded, base_bytes=100, peak_load_bytes=500))
+    telemetry.feed(event("stopped", 1, 2.0, peak_generation_bytes=450))
+    assert telemetry.peaks()[1] == RankPeak(base=100, load=500, generation=450)

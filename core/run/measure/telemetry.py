@@ -125,6 +125,25 @@ class Headline:
     total_bytes_per_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class RankPeak:
+    """One rank's own measure of its memory (``core.worker.residency``: anonymous
+    resident on Linux, the footprint on a Mac), in bytes: what it held before reading any
+    weight (``base``), its peak while loading and its peak since (None: not reported)."""
+
+    base: int | None
+    load: int | None
+    generation: int | None
+
+    @property
+    def model_peak(self) -> int | None:
+        """The most the rank held for the model (above its base): what its plan promised."""
+        peaks = [p for p in (self.load, self.generation) if p is not None]
+        if not peaks:
+            return None
+        return max(0, max(peaks) - (self.base or 0))
+
+
 class TokenRates(NamedTuple):
     """Both token-rate series; the smoothed one drops to 0 when a request ends."""
 
@@ -198,6 +217,9 @@ class Telemetry:
         self._link_total_series = RingBuffer(capacity)
         self._loaded_memory: dict[int, int] = {}
         self._peak_memory: dict[int, int] = {}
+        self._base: dict[int, int] = {}
+        self._load_peak: dict[int, int] = {}
+        self._generation_peak: dict[int, int] = {}
         self._rank_facts: dict[int, dict[str, Any]] = {}
         self._malformed = 0
 
@@ -288,6 +310,24 @@ class Telemetry:
                 r: max(self._loaded_memory.get(r, 0), self._peak_memory.get(r, 0)) for r in ranks
             }
 
+    def peaks(self) -> dict[int, RankPeak]:
+        """Per rank, its own measure of the memory it held: base, load and generation
+        peaks (``RankPeak``), for the ranks that reported any."""
+        with self._lock:
+            ranks = self._base.keys() | self._load_peak.keys() | self._generation_peak.keys()
+            return {
+                r: RankPeak(self._base.get(r), self._load_peak.get(r), self._generation_peak.get(r))
+                for r in sorted(ranks)
+            }
+
+    def peak_memory(self) -> dict[int, int]:
+        """Per rank, the most it held for the model (``RankPeak.model_peak``) where it
+        measured that, else the most MLX reported (``memory``): what its plan compares to."""
+        measured = {r: p.model_peak for r, p in self.peaks().items()}
+        shown = self.memory()
+        shown.update({r: peak for r, peak in measured.items() if peak is not None})
+        return dict(sorted(shown.items()))
+
     def rank_facts(self) -> list[dict[str, Any]]:
         """What each loaded rank runs on (``rank_facts``), in rank order."""
         with self._lock:
@@ -324,6 +364,10 @@ class Telemetry:
             self._on_done(event, rank, at)
         elif event["event"] == protocol.TRAFFIC:
             self._on_traffic(event, rank, at)
+        elif event["event"] == protocol.HEARTBEAT:
+            self._on_heartbeat(event, rank)
+        elif event["event"] == protocol.STOPPED:
+            self._raise(self._generation_peak, rank, event.get("peak_generation_bytes"))
 
     def _to_local(self, rank: int, t: float, received_at: float | None) -> float:
         """A rank's ``t`` on this process's clock (see the module docstring)."""
@@ -338,6 +382,24 @@ class Telemetry:
     def _on_loaded(self, event: protocol.Loaded, rank: int) -> None:
         self._loaded_memory[rank] = _count(event["memory_bytes"], "memory_bytes")
         self._rank_facts[rank] = rank_facts(event)
+        base = _optional_count(event.get("base_bytes"))
+        if base is not None:
+            self._base[rank] = base
+        self._raise(self._load_peak, rank, event.get("peak_load_bytes"))
+
+    def _on_heartbeat(self, event: protocol.Heartbeat, rank: int) -> None:
+        """A loading rank's heartbeat (it names its stage) carries the load's peak so
+        far; a loaded rank's, the generation's."""
+        loading = event.get("stage") is not None
+        self._raise(
+            self._load_peak if loading else self._generation_peak, rank, event.get("peak_bytes")
+        )
+
+    @staticmethod
+    def _raise(peaks: dict[int, int], rank: int, value: object) -> None:
+        peak = _optional_count(value)
+        if peak is not None:
+            peaks[rank] = max(peak, peaks.get(rank, 0))
 
     def _on_token(self, event: protocol.Token, rank: int, t: float, at: float) -> None:
         if rank != self._token_rank:
@@ -363,6 +425,7 @@ class Telemetry:
         peak = _optional_count(event.get("peak_memory_bytes"))
         if peak is not None:
             self._peak_memory[rank] = max(peak, self._peak_memory.get(rank, 0))
+        self._raise(self._generation_peak, rank, event.get("peak_generation_bytes"))
         if rank != self._token_rank:
             return
         request_id = _request_id(event["request"])

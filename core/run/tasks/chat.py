@@ -21,6 +21,7 @@ from core.run.tasks.records import job_record
 from core.worker import protocol as p
 
 if TYPE_CHECKING:
+    from core.plan.planner import Plan
     from core.run.session import Session
 
 SETTLE_S = p.TRAFFIC_S + 0.2  # a rank reports its traffic every TRAFFIC_S
@@ -51,7 +52,34 @@ def chat(
     figures = answer_once(session, prompt, max_tokens, telemetry)
     links = figures.pop("link_bytes_per_s")
     record = answer_record(session, figures, telemetry, began)
-    return Answer(figures, links, telemetry.rank_facts(), record, keep(record))
+    return Answer(figures, links, ranks_with_memory(telemetry, session.plan), record, keep(record))
+
+
+def ranks_with_memory(telemetry: Telemetry, plan: Plan | None) -> list[dict[str, Any]]:
+    """What each rank ran on (``Telemetry.rank_facts``) with its memory planned and
+    measured: ``planned_bytes`` (the plan's weights, KV cache and activations for it),
+    ``base_bytes`` (what it held before reading a weight), its peaks while loading and
+    while generating, and ``peak_over_plan``: the most it held above its base over what
+    was planned (above 1.1: the plan was wrong)."""
+    planned = {r.rank: r for r in plan.ranks} if plan is not None else {}
+    peaks = telemetry.peaks()
+    ranks = []
+    for facts in telemetry.rank_facts():
+        rank = facts["rank"]
+        stage, peak = planned.get(rank), peaks.get(rank)
+        memory: dict[str, Any] = {
+            "node": stage.node if stage else None,
+            "planned_bytes": stage.need_bytes if stage else None,
+            "base_bytes": peak.base if peak else None,
+            "peak_load_bytes": peak.load if peak else None,
+            "peak_generation_bytes": peak.generation if peak else None,
+            "peak_over_plan": None,
+        }
+        model_peak = peak.model_peak if peak else None
+        if stage and stage.need_bytes and model_peak is not None:
+            memory["peak_over_plan"] = round(model_peak / stage.need_bytes, 3)
+        ranks.append({**facts, **memory})
+    return ranks
 
 
 def answer_once(
@@ -106,7 +134,7 @@ def answer_record(
     """One answer as the history keeps it: the job as it ran (model, the ranks' nodes,
     strategy, split, backend), the figures, what each rank ran on, and the plotted series
     from ``began`` (the session's start, monotonic)."""
-    figures = {**figures, "ranks": telemetry.rank_facts()}
+    figures = {**figures, "ranks": ranks_with_memory(telemetry, session.plan)}
     return job_record(session, kind, figures, series=telemetry_series(telemetry, began))
 
 
