@@ -2,7 +2,7 @@
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
-finetune,tune_fit,tune_plot,peak_memory picks some;
+finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -148,6 +148,31 @@ def _peak_memory(model) -> dict:
     return bench_peak_memory(model)
 
 
+def _slowloris(_model) -> dict:
+    from tests.benchmarks.bench_slowloris import bench_slowloris
+
+    return bench_slowloris()
+
+
+def _estimate(_model) -> dict:
+    """The estimate for real Macs against each published figure it is calibrated on."""
+    from core.plan.calibration import CALIBRATION, TOLERANCE
+
+    points = [
+        {
+            "model": point.model,
+            "chip": point.chip,
+            "published_tokens_per_s": point.measured_tokens_per_s,
+            "estimate_tokens_per_s": round(point.estimate().tokens_per_s or 0.0, 2),
+            "error": round(point.error, 4),
+            "source": point.source,
+        }
+        for point in CALIBRATION
+    ]
+    worst = max(abs(p["error"]) for p in points)
+    return {"points": points, "worst_error": worst, "within": worst <= TOLERANCE}
+
+
 def _tune_fit(_model) -> dict:
     from tests.benchmarks.bench_tune_fit import bench_tune_fit
 
@@ -179,6 +204,8 @@ BENCHES = {
     "tune_plot": _tune_plot,
     "tune_fit": _tune_fit,
     "peak_memory": _peak_memory,
+    "slowloris": _slowloris,
+    "estimate": _estimate,
 }
 
 
