@@ -116,6 +116,8 @@ class JobSpec:
     weights: list[str] | None = None
     adapter: Path | None = None  # an mlx-lm adapter folder fused into the model on every rank
     rank_adapters: list[Path] | None = None  # per-rank adapter folder, when nodes differ
+    # Chat: requests the ranks generate at once (1: one at a time); ``core.worker.batching``.
+    batch: int = p.DEFAULT_BATCH
 
     def __post_init__(self) -> None:
         self.strategy, self.backend = Strategy(self.strategy), Backend(self.backend)
@@ -158,6 +160,8 @@ class JobSpec:
             args += ["--weights", "quantized"]  # the worker ignores it on Metal
         elif self.weights and self.weights[rank] != "auto":
             args += ["--weights", self.weights[rank]]
+        if self.task is Task.CHAT and self.batch != p.DEFAULT_BATCH:
+            args += ["--batch", str(self.batch)]
         adapter = self.rank_adapters[rank] if self.rank_adapters else self.adapter
         if adapter is not None:
             args += ["--adapter", str(adapter)]

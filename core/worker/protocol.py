@@ -102,6 +102,10 @@ HEARTBEAT_S = 1.0
 MAX_LINK_SIZES = 16  # message sizes in one link test
 MAX_LINK_BYTES = 1 << 30
 DEFAULT_MAX_TOKENS = 128  # a generate command without max_tokens
+# Requests a rank generates at once (``--batch``; ``core.worker.batching``): 8 measured
+# best on the demo's 2-rank pipeline (README, "Serving many at once").
+DEFAULT_BATCH = 8
+MAX_BATCH = 256
 TRAFFIC_S = 0.5
 
 # Environment the worker reads besides MLX's own (MLX_RANK, MLX_HOSTFILE, ...).

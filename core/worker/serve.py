@@ -220,8 +220,16 @@ def serve(
     events: p.EventWriter,
     commands: Commands,
     stream_tokens: bool,
+    batch: int = 1,
 ) -> None:
-    """Run commands until ``stop``, or until the controller is gone."""
+    """Run commands until ``stop``, or until the controller is gone. With ``batch`` above
+    1, up to that many requests generate at once (``core.worker.batching``); with 1, one
+    request at a time, each in full, as ``generate`` runs it."""
+    if batch > 1:
+        from core.worker.batching import Batcher
+
+        Batcher(shard, group, events, commands, stream_tokens, batch).serve()
+        return
     rank = group.rank()
     while True:
         command = commands.get()
