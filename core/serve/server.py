@@ -22,6 +22,7 @@ from core.serve.answers import DEFAULT_WAITING, Answerer
 from core.serve.app import Served
 from core.serve.keys import Gate
 from core.serve.routes import create_app
+from core.worker import protocol as p
 
 START_WITHIN_S = 20.0
 STOP_WITHIN_S = 5.0
@@ -43,6 +44,8 @@ class ServerOptions:
     host: str = "127.0.0.1"
     port: int = 8080  # 0: any free port
     max_waiting: int = DEFAULT_WAITING
+    # Requests with the ranks at once: the job's batch (JobSpec.batch, the same default).
+    max_running: int = p.DEFAULT_BATCH
 
 
 class APIServer:
@@ -64,7 +67,9 @@ class APIServer:
                 f"Sharing on the network ({self.options.host}) always needs an API key; "
                 "keys can only be turned off on 127.0.0.1."
             )
-        self.answers = Answerer(session, self.options.max_waiting, on_sent)
+        self.answers = Answerer(
+            session, self.options.max_waiting, on_sent, self.options.max_running
+        )
         self.served = Served(model, context, gate, self.answers, log)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
