@@ -161,3 +161,31 @@ def test_a_rank_killed_mid_batch_ends_every_request_with_an_error(
     finally:
         job.stop()
     assert_no_ranks_left(job)
+
+
+def test_a_seeded_request_samples_the_same_text_in_a_batch_as_alone(
+    tiny_models: dict[str, Path],
+) -> None:
+    """Each request draws from its own seed's key: its neighbours in the batch (greedy or
+    sampling) never change what it samples. A pipeline whose rank 0 alone samples."""
+    asks = [
+        ("Tell me about the sea.", {"temperature": 0.9, "top_p": 0.9, "seed": 7}),
+        ("hi", {}),
+        ("Why?", {"temperature": 1.2, "seed": 11}),
+    ]
+    job = Job(JobSpec(model=tiny_models["llama"], strategy="pipeline", nodes=2, batch=8))
+    job.start()
+    try:
+        job.wait_ready(timeout=180)
+        ids = [job.generate(text, max_tokens=8, sampling=s) for text, s in asks]
+        together = [job.wait_done(r, timeout=120)["text"] for r in ids]
+        alone = [
+            job.wait_done(job.generate(text, max_tokens=8, sampling=s), timeout=120)["text"]
+            for text, s in asks
+        ]
+        greedy = job.wait_done(job.generate(asks[0][0], max_tokens=8), timeout=120)["text"]
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+    assert together == alone
+    assert greedy != together[0]  # the seeded one really sampled
