@@ -35,6 +35,7 @@ from mlx_lm.sample_utils import apply_top_p
 
 from core.worker import protocol as p
 from core.worker.linktest import link_test
+from core.worker.promptcache import DEFAULT_BYTES, PromptCache, kv_bytes_per_token
 from core.worker.sharding import Shard
 from core.worker.stops import StopScanner
 
@@ -49,6 +50,7 @@ class Running:
     started: float
     detokenizer: Any
     stops: StopScanner
+    cached_tokens: int = 0  # the prompt's tokens whose KV came from the prompt cache
     first_at: float | None = None
     generated: int = 0  # tokens sampled, the end-of-sequence one included
     last_token: int | None = None
@@ -138,6 +140,7 @@ class Batcher:
         commands: Any,  # core.worker.serve.Commands (imported there: no cycle)
         stream_tokens: bool,
         limit: int,
+        cache_bytes: int = DEFAULT_BYTES,
     ) -> None:
         self.shard, self.group, self.events = shard, group, events
         self.commands = commands
@@ -146,6 +149,8 @@ class Batcher:
         self.limit = limit
         self.control = Control(group, limit)
         self.running: dict[int, Running] = {}  # by the generator's uid
+        per_token = kv_bytes_per_token(shard.config)
+        self.prompts = PromptCache(cache_bytes // per_token) if cache_bytes > 0 else None
         self._chosen: list[dict[str, Any]] = []  # rank 0: joining at the next receive
         tokenizer = shard.tokenizer
         self.generator = BatchGenerator(
@@ -248,11 +253,19 @@ class Batcher:
             sampler = self._greedy
         elif self._shared:
             sampler = from_rank0(sampler, self.group)
-        (uid,) = self.generator.insert([ids], max_tokens=[max_tokens], samplers=[sampler])
+        cached, caches = self.prompts.fetch(ids) if self.prompts is not None else (0, None)
+        (uid,) = self.generator.insert(
+            [ids[cached:]],
+            max_tokens=[max_tokens],
+            caches=[caches] if caches is not None else None,
+            all_tokens=[ids[:cached]] if caches is not None else None,
+            samplers=[sampler],
+        )
         self.running[uid] = Running(
             request=request,
             uid=uid,
             prompt_tokens=len(ids),
+            cached_tokens=cached,
             started=started,
             detokenizer=self.shard.tokenizer.detokenizer,
             stops=StopScanner(command.get("stop", ())),
@@ -282,6 +295,8 @@ class Batcher:
             detokenizer.add_token(response.token)
         if reason is not None:
             detokenizer.finalize()
+            if self.prompts is not None and response.prompt_cache is not None:
+                self.prompts.store(list(response.all_tokens), response.prompt_cache)
         text = running.stops.feed(detokenizer.last_segment)
         if reason is not None:
             text += running.stops.flush()
@@ -316,6 +331,7 @@ class Batcher:
             p.DONE,
             request=running.request,
             prompt_tokens=running.prompt_tokens,
+            cached_tokens=running.cached_tokens,
             prompt_tps=round(running.prompt_tokens / prefill_s, 3) if prefill_s > 0 else 0.0,
             generation_tokens=running.generated,
             generation_tps=round(running.generated / decode_s, 3) if decode_s > 0 else 0.0,
@@ -329,7 +345,10 @@ class Batcher:
         """Out of the generator (every rank alike) and out of ``running``."""
         if not uids:
             return
-        self.generator.remove(uids)
+        kept = self.generator.remove(uids, return_prompt_caches=self.prompts is not None)
+        if self.prompts is not None:
+            for caches, tokens in kept.values():  # the same order on every rank
+                self.prompts.store(list(tokens), caches)
         for uid in uids:
             self.running.pop(uid, None)
 
