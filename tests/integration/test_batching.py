@@ -5,9 +5,11 @@ mid-batch ends every running request with an error, never a hang."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -189,3 +191,41 @@ def test_a_seeded_request_samples_the_same_text_in_a_batch_as_alone(
     assert_no_ranks_left(job)
     assert together == alone
     assert greedy != together[0]  # the seeded one really sampled
+
+
+TURNS = ["What is the capital of France?", "And of Spain?", "Which is bigger?", "Why?", "Thanks!"]
+
+
+def _chat(spec: JobSpec) -> list[tuple[str, int, int]]:
+    """A 5-turn chat, each turn the whole history: (text, prompt tokens, cached tokens)."""
+    job = Job(spec)
+    job.start()
+    history: list[dict[str, str]] = []
+    turns = []
+    try:
+        job.wait_ready(timeout=180)
+        for question in TURNS:
+            history.append({"role": "user", "content": question})
+            done = job.wait_done(job.generate(messages=list(history), max_tokens=8), 120)
+            history.append({"role": "assistant", "content": done["text"]})
+            turns.append((done["text"], done["prompt_tokens"], done["cached_tokens"]))
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+    return turns
+
+
+@pytest.mark.parametrize(("arch", "strategy"), [("llama", "pipeline"), ("qwen3", "tensor")])
+def test_the_prompt_cache_prefills_only_each_new_turn_and_changes_no_answer(
+    tiny_models: dict[str, Path], arch: str, strategy: str
+) -> None:
+    spec = JobSpec(model=tiny_models[arch], strategy=strategy, nodes=2)
+    cached = _chat(spec)
+    fresh = _chat(replace(spec, prompt_cache_mb=0))
+    assert [t[0] for t in cached] == [t[0] for t in fresh]
+    assert [t[2] for t in fresh] == [0] * 5
+    assert cached[0][2] == 0
+    for before, turn in itertools.pairwise(cached):
+        # The history up to the last answer's start is reused at least (the answer's
+        # own tokens may come back tokenized otherwise); the new turn is not.
+        assert before[1] <= turn[2] < turn[1]
