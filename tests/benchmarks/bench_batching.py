@@ -9,7 +9,10 @@ time, mlx-lm's ``stream_generate``), one loaded at a time, in alternating rounds
   aggregate = every request's generated tokens / (last ``done`` - first send);
 - one request alone, batching job vs the path without batching;
 - time to first token of a request that arrives while 7 others stream, against its
-  time to first token alone.
+  time to first token alone;
+- time to first token of the fifth turn of a chat whose history is about 2,000 tokens,
+  the prompt cache on (``--prompt-cache-mb 256``) vs off (elsewhere it is off: the same
+  prompts come back run after run).
 
     .venv/bin/python -m tests.benchmarks.bench_batching   (one JSON document)
 """
@@ -107,9 +110,12 @@ def _joining(job: Job, watch: _Watch, max_tokens: int) -> float:
     return ttft
 
 
-def _start(model: Path, batch: int) -> tuple[Job, _Watch]:
-    # The prompt cache off: the same prompts come back run after run.
-    job = Job(JobSpec(model=model, strategy="pipeline", nodes=2, batch=batch, prompt_cache_mb=0))
+def _start(model: Path, batch: int, prompt_cache_mb: int = 0) -> tuple[Job, _Watch]:
+    # The prompt cache off but where measured: the same prompts come back run after run.
+    spec = JobSpec(
+        model=model, strategy="pipeline", nodes=2, batch=batch, prompt_cache_mb=prompt_cache_mb
+    )
+    job = Job(spec)
     watch = _Watch(job)
     job.start()
     job.wait_ready(timeout=600)
@@ -134,11 +140,43 @@ def _round(model: Path, side: str, max_tokens: int) -> dict[str, Any]:
         job.stop()
 
 
+# A chat whose history is about 2,000 tokens: a long system prompt, then short turns.
+NOTES = " ".join(f"Note {n}: the tide rose over the harbour wall at dawn." for n in range(150))
+TURNS = ("Summarise the notes.", "Which note came first?", "And last?", "Why?", "Thanks!")
+
+
+def _chat_turn5(model: Path, cache_mb: int) -> dict[str, float]:
+    """TTFT of the fifth turn of a chat (every turn sends the whole history)."""
+    job, watch = _start(model, 8, cache_mb)
+    try:
+        _at_once(job, watch, 1, 4)  # warm up
+        history = [{"role": "system", "content": NOTES}]
+        figures: dict[str, float] = {}
+        for question in TURNS:
+            history.append({"role": "user", "content": question})
+            sent = time.monotonic()
+            request = job.generate(messages=list(history), max_tokens=8)
+            watch.wait([request])
+            done = watch.done[request]
+            history.append({"role": "assistant", "content": str(done["text"])})
+            figures = {
+                "ttft_s": watch.first.get(request, done["at"]) - sent,
+                "prompt_tokens": done["prompt_tokens"],
+                "cached_tokens": done.get("cached_tokens", 0),
+            }
+        return figures
+    finally:
+        job.stop()
+
+
 def bench_batching(model: Path, rounds: int = 2, max_tokens: int = 32) -> dict[str, Any]:
     load = os.getloadavg()
     runs: dict[str, list[dict[str, float]]] = {}
     joining: list[float] = []
+    chat: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
     for round_ in range(rounds):
+        for cache in ("off", "on") if round_ % 2 else ("on", "off"):
+            chat[cache].append(_chat_turn5(model, 256 if cache == "on" else 0))
         for side in ("old", "batching") if round_ % 2 else ("batching", "old"):
             for name, figures in _round(model, side, max_tokens).items():
                 if name == "joining":
@@ -168,10 +206,24 @@ def bench_batching(model: Path, rounds: int = 2, max_tokens: int = 32) -> dict[s
         "one_client_batching_vs_old_path": round(one / median("old_1", "aggregate_tps"), 3),
         "ttft_joining_7_streaming_s": round(statistics.median(joining), 3),
         "ttft_alone_s": round(median("batching_1", "ttft_s"), 3),
+        "chat_turn5": {
+            cache: {
+                "ttft_s": round(statistics.median(r["ttft_s"] for r in runs_), 3),
+                "prompt_tokens": runs_[0]["prompt_tokens"],
+                "cached_tokens": runs_[0]["cached_tokens"],
+            }
+            for cache, runs_ in chat.items()
+        },
+        "chat_turn5_ttft_cache_on_vs_off": round(
+            statistics.median(r["ttft_s"] for r in chat["on"])
+            / statistics.median(r["ttft_s"] for r in chat["off"]),
+            3,
+        ),
         "targets": {
             "aggregate_8_vs_1": ">= 3.0",
             "one_client_batching_vs_old_path": ">= 0.95",
             "ttft_joining_7_streaming_s": "<= alone + one prefill of its prompt + 0.5 s",
+            "chat_turn5_ttft_cache_on_vs_off": "<= 0.15",
         },
     }
 
