@@ -7,6 +7,7 @@ use these names instead of spelling them again. The worker's own variable stays 
 
 from __future__ import annotations
 
+from core.worker.hubblob import ENV_CONNECT_TIMEOUT, ENV_DEADLINE, ENV_MIN_RATE, ENV_READ_TIMEOUT
 from core.worker.protocol import ENV_TELEMETRY
 
 ENV_CACHE_DIR = "MACMESH_CACHE_DIR"  # this machine's cache: demo model, run logs, hashes
@@ -19,12 +20,19 @@ ENV_REMOTE_CACHE = "MACMESH_REMOTE_CACHE"  # the nodes' cache folder; ``{host}``
 # compare with the fast path (a preloaded OpenBLAS, float32 weights) or to step around it.
 ENV_CPU_FAST = "MACMESH_CPU_FAST"
 
+# The Hub's bounds (connect and read timeouts, a deadline, a minimum rate for a body)
+# are named in ``core.worker.hubblob``, which travels to the nodes alone.
+
 __all__ = [
     "ENV_CACHE_DIR",
     "ENV_CONFIG_DIR",
+    "ENV_CONNECT_TIMEOUT",
     "ENV_CPU_FAST",
     "ENV_DATA_DIR",
+    "ENV_DEADLINE",
     "ENV_LOG_DIR",
+    "ENV_MIN_RATE",
+    "ENV_READ_TIMEOUT",
     "ENV_REMOTE_CACHE",
     "ENV_SSH_DIR",
     "ENV_TELEMETRY",

@@ -22,7 +22,9 @@ class FolderError(Exception):
     """One of MacMesh's folders cannot be used; the message says which and what to do."""
 
 
-def _dir(env: str, default: Path) -> Path:
+def _dir(env: str, default: Path, writable: bool = True) -> Path:
+    """The folder, made and checked writable; ``writable=False`` (to read what is kept
+    there) neither makes nor checks it, only that it is not a file."""
     chosen = os.environ.get(env)
     path = Path(chosen).expanduser() if chosen else default
     fix = (
@@ -31,6 +33,10 @@ def _dir(env: str, default: Path) -> Path:
         else f"Make it writable, or set {env} to a folder MacMesh can write to."
     )
     where = f"{env}={chosen}" if chosen else f"MacMesh's folder {path}"
+    if not writable:
+        if path.exists() and not path.is_dir():
+            raise FolderError(f"{where} is a file, not a folder. {fix}")
+        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -59,9 +65,11 @@ def log_dir() -> Path:
     return _dir(ENV_LOG_DIR, platformdirs.user_log_path(APP_NAME, appauthor=False))
 
 
-def data_dir() -> Path:
-    """What the person made and would miss: the run history, the API's keys (0600)."""
-    return _dir(ENV_DATA_DIR, platformdirs.user_data_path(APP_NAME, appauthor=False))
+def data_dir(writable: bool = True) -> Path:
+    """What the person made and would miss: the run history, the API's keys (0600).
+    ``writable=False``: only to read it (a read-only folder, or one not made yet)."""
+    default = platformdirs.user_data_path(APP_NAME, appauthor=False)
+    return _dir(ENV_DATA_DIR, default, writable)
 
 
 def models_dir() -> Path:

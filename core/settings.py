@@ -10,6 +10,7 @@ The file is ``settings.json`` in ``core.paths.config_dir()``::
       "last_model": "/Users/me/models/Qwen3-30B-A3B-4bit",   # a folder, or null
       "last_strategy": "pipeline",                            # "auto", "pipeline" or "tensor"
       "demo_nodes": 2,                                        # simulated Macs, 1-4
+      "demo_on": false,                                       # the window shows the demo
       "max_tokens": 256,                                      # longest answer, 1-32768
       "interfaces": [],                                       # network interfaces (later)
       "library_folders": ["/Volumes/models/Llama-3-8B-4bit"], # model folders added to the library
@@ -32,7 +33,7 @@ from typing import Any
 
 from core import paths
 from core.jsonfile import write_json_atomic
-from core.worker.vocab import Strategy
+from core.worker.vocab import ModelSource, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,9 @@ STRATEGIES = (Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR)  # the window o
 MAX_DEMO_NODES = 4
 MAX_TOKENS_LIMIT = 32768
 # Where nodes get their part of a model from Hugging Face: the Hub when they reach it,
-# else a copy from this Mac (auto); always the Hub; always this Mac.
-MODEL_SOURCES = ("auto", "hub", "this-mac")
+# else a copy from this Mac (auto); always the Hub; always this Mac. Plain values: the
+# command line offers them as choices, and argparse's messages then read "hub".
+MODEL_SOURCES = tuple(source.value for source in ModelSource)
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,11 @@ class Settings:
     last_model: str | None = None
     last_strategy: Strategy = Strategy.PIPELINE
     demo_nodes: int = 2
+    demo_on: bool = False  # the demo cluster was shown: the next launch shows it again
     max_tokens: int = 256
     interfaces: tuple[str, ...] = ()
     library_folders: tuple[str, ...] = ()
-    model_source: str = "auto"
+    model_source: ModelSource = ModelSource.AUTO
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def updated(self, **changes: Any) -> Settings:
@@ -71,6 +74,7 @@ class Settings:
             last_model=self.last_model,
             last_strategy=self.last_strategy,
             demo_nodes=self.demo_nodes,
+            demo_on=self.demo_on,
             max_tokens=self.max_tokens,
             interfaces=list(self.interfaces),
             library_folders=list(self.library_folders),
@@ -136,6 +140,10 @@ def _check(name: str, value: Any, default: Any) -> Any:
         raise ValueError(f"last_strategy must be one of {', '.join(STRATEGIES)}, not {value!r}")
     if name == "demo_nodes":
         return _int_in(name, value, 1, MAX_DEMO_NODES)
+    if name == "demo_on":
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"demo_on must be true or false, not {value!r}")
     if name == "max_tokens":
         return _int_in(name, value, 1, MAX_TOKENS_LIMIT)
     if name == "interfaces":
@@ -148,7 +156,7 @@ def _check(name: str, value: Any, default: Any) -> Any:
         raise ValueError(f"library_folders must be a list of folder paths, not {value!r}")
     if name == "model_source":
         if value in MODEL_SOURCES:
-            return value
+            return ModelSource(value)
         raise ValueError(f"model_source must be one of {', '.join(MODEL_SOURCES)}, not {value!r}")
     raise ValueError(f"unknown setting {name!r} (default {default!r})")
 

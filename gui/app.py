@@ -1,8 +1,9 @@
 """``macmesh`` with no command: the application and its window.
 
 ``main(argv)`` is what ``gui.cli`` calls. Flags: ``--demo`` shows the demo cluster at
-once (and looks for no Mac), ``--theme light|dark`` overrides the system's colour scheme,
-``--interfaces en0,en5`` says where to look for Macs (default: the saved setting, else
+once (and looks for no Mac), ``--replay FILE.zip`` a capture's Macs in its place
+(``core.run.demo.replay_nodes``), ``--theme light|dark`` overrides the system's colour
+scheme, ``--interfaces en0,en5`` says where to look for Macs (default: the saved setting, else
 ``core.cluster.discovery.default_interfaces()``). Environment:
 ``MACMESH_FIRST_PAINT=1`` prints ``MACMESH_FIRST_PAINT <time.time()>`` when the window has
 first painted and quits (the startup benchmark reads it).
@@ -18,7 +19,9 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, QSocketNotifier, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
@@ -27,6 +30,9 @@ from core.settings import load_settings
 from gui import style
 from gui.linux_libs import xcb_problem
 from gui.resources import app_icon
+
+if TYPE_CHECKING:
+    from gui.main_window import MainWindow
 
 FIRST_PAINT_ENV = "MACMESH_FIRST_PAINT"
 APP_NAME = ORG_NAME = "MacMesh"
@@ -51,7 +57,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--interfaces", metavar="IF,...", help="where to look for Macs: en0,en5 or all"
     )
+    parser.add_argument(
+        "--replay", metavar="FILE.zip", help="show a capture's Macs (macmesh doctor --capture)"
+    )
     args, qt_args = parser.parse_known_args(argv)
+    replay = None
+    if args.replay is not None:
+        from core.cluster.capture import CaptureError
+        from core.run.demo import replay_nodes
+
+        try:
+            replay = replay_nodes(Path(args.replay))
+        except CaptureError as error:
+            sys.stderr.write(f"macmesh: --replay: {error}\n")
+            return 2
     if not display_available():
         return _headless("no display here")
     missing = xcb_problem()
@@ -61,22 +80,24 @@ def main(argv: list[str] | None = None) -> int:
     from gui.help_menu import log_to_file
 
     log_to_file()
-    app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication([sys.argv[0], *qt_args])
     configure(app, args.theme)
     from gui.main_window import MainWindow  # after the QApplication: widgets need it
 
-    window = MainWindow(demo=args.demo)
+    demo = args.demo or replay is not None
+    window = MainWindow(demo=demo, replay=replay)
     if os.environ.get(FIRST_PAINT_ENV):
         _report_first_paint(window)
     _close_on_signals(window)
     app.aboutToQuit.connect(window.run.shutdown)
-    if not args.demo and not os.environ.get(FIRST_PAINT_ENV):
+    if not demo and not os.environ.get(FIRST_PAINT_ENV):
         _AfterFirstPaint(window, lambda: _start_scanner(window, args.interfaces))
     window.show()
     return app.exec()
 
 
-def _start_scanner(window: Any, interfaces: str | None) -> None:
+def _start_scanner(window: MainWindow, interfaces: str | None) -> None:
     """Look for Macs: the live node service on the interfaces asked for or saved, feeding
     the Cluster pane. Made after the first paint (importing it takes about a second),
     started off the GUI thread (it blocks while zeroconf claims our name), closed at exit
@@ -92,7 +113,9 @@ def _start_scanner(window: Any, interfaces: str | None) -> None:
         return
     window.cluster.set_scanner(scanner)
     window.run.api.set_announcer(scanner.discovery.set_api_port)  # shared: in our TXT
-    QApplication.instance().aboutToQuit.connect(scanner.close)
+    app = QApplication.instance()
+    if app is not None:  # always: the window lives in it
+        app.aboutToQuit.connect(scanner.close)
 
     def failed(error: BaseException) -> None:
         window.statusBar().showMessage(f"MacMesh cannot look for Macs: {error}")
@@ -103,7 +126,7 @@ def _start_scanner(window: Any, interfaces: str | None) -> None:
 class _AfterFirstPaint(QObject):
     """Runs ``then`` once the window has painted its first frame."""
 
-    def __init__(self, window: QWidget, then: Any) -> None:
+    def __init__(self, window: QWidget, then: Callable[[], None]) -> None:
         super().__init__(window)
         self._then = then
         window.installEventFilter(self)
@@ -142,7 +165,7 @@ class _FirstPaint(QObject):
 
     def _report(self) -> None:
         print(f"{FIRST_PAINT_ENV} {time.time():.6f}", flush=True)
-        QApplication.instance().quit()
+        QApplication.quit()  # static: quits the running application
 
 
 def _report_first_paint(window: QWidget) -> None:

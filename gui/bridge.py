@@ -8,7 +8,7 @@ through here, as queued Qt signals:
   and delivers the result (or the exception) on the GUI thread, like Anki's taskman.
 - ``Bridge.serial_queue()`` is a one-thread pool: work for one job or host runs in order,
   never two at once (DESIGN.md rule 3), so a Stop queued after a Start always sees it.
-- ``JobRelay`` turns a ``core.run.launcher.Job``'s psygnal signals into Qt signals. It feeds
+- ``JobRelay`` turns a ``core.run.job.launcher.Job``'s psygnal signals into Qt signals. It feeds
   ``Telemetry`` directly on the reader thread (Telemetry is thread-safe) and forwards only
   the events the GUI shows, so the GUI thread never sees heartbeats and traffic.
 """
@@ -16,6 +16,7 @@ through here, as queued Qt signals:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -30,7 +31,9 @@ log = logging.getLogger(__name__)
 
 Closure = Callable[[], None]
 # The events a window shows; the rest (heartbeats, traffic) only feed Telemetry.
-GUI_EVENTS = frozenset({p.HELLO, p.LOADING, p.LOADED, p.READY, p.TOKEN, p.DONE, p.ERROR})
+GUI_EVENTS = frozenset(
+    {p.HELLO, p.LOADING, p.LOADED, p.READY, p.TOKEN, p.DONE, p.ERROR, p.LINK_PROGRESS}
+)
 
 
 class Bridge(QObject):
@@ -96,7 +99,7 @@ class Bridge(QObject):
                 result = task()
             except Exception as error:
                 log.debug("background task failed", exc_info=True)
-                self.run_on_main(lambda failure=error: report(failure))
+                self.run_on_main(functools.partial(report, error))
                 return
             if on_done is not None:
                 self.run_on_main(lambda: on_done(result))
@@ -143,14 +146,14 @@ class _Runnable(QRunnable):
 
 
 class JobLike(Protocol):
-    """What ``JobRelay`` needs of a job: ``core.run.launcher.Job`` and test doubles."""
+    """What ``JobRelay`` needs of a job: ``core.run.job.launcher.Job`` and test doubles."""
 
-    event: Any  # psygnal SignalInstance(dict)
+    event: Any  # psygnal SignalInstance(dict): a protocol.Event
     state_changed: Any  # psygnal SignalInstance(str, str)
 
 
 class TelemetryLike(Protocol):
-    def feed(self, event: dict, received_at: float | None = None) -> None: ...
+    def feed(self, event: p.Event, received_at: float | None = None) -> None: ...
 
 
 class JobRelay(QObject):
@@ -161,7 +164,10 @@ class JobRelay(QObject):
     a redraw by one tick).
     """
 
-    event = Signal(object)  # an event dict of GUI_EVENTS
+    # A protocol.Event of GUI_EVENTS, named like the job's own signal. It hides QObject.event(),
+    # which PySide never mistakes for an override (a Signal is not a function): Qt's events
+    # still reach the C++ handler.
+    event = Signal(object)  # type: ignore[assignment]  # hides QObject.event on purpose
     state_changed = Signal(str, str)  # JobState value, message
 
     def __init__(
@@ -176,13 +182,13 @@ class JobRelay(QObject):
         job.event.connect(self._on_event)
         job.state_changed.connect(self._on_state)
 
-    def _on_event(self, event: dict) -> None:
+    def _on_event(self, event: p.Event) -> None:
         """On a reader thread: feed telemetry, pass on what the window shows."""
         if not self._attached.is_set():
             return
         self._telemetry.feed(event)
         self.version += 1
-        if event.get("event") in GUI_EVENTS:
+        if event["event"] in GUI_EVENTS:
             self._emit(self.event, event)
 
     def _on_state(self, state: str, message: str) -> None:

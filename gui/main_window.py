@@ -16,21 +16,26 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMenu,
     QScrollArea,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
 from core.run.states import RunState
 from gui.bridge import Bridge
+from gui.cluster.pane import ClusterPane
 from gui.help_menu import install_help_menu
 from gui.model.pane import ModelPane
-from gui.nodes.pane import ClusterPane
 from gui.preferences import Preferences, restore_window, save_window
 from gui.run.cluster_source import PaneSource
 from gui.run.pane import RunPane
 
 if TYPE_CHECKING:
-    from core.run.launcher import JobSpec
+    from core.cluster.registry import Node
+    from core.run.job.launcher import JobSpec
+    from gui.history.view import HistoryWindow
+    from gui.run.presentation import PresentationView
+    from gui.tune.view import FineTuneWindow
 
 LEFT_WIDTH = 440
 DEFAULT_SIZE = (1440, 900)
@@ -46,15 +51,16 @@ class MainWindow(QMainWindow):
         *,
         demo: bool = False,
         job_factory: Callable[[JobSpec], Any] | None = None,
+        replay: list[Node] | None = None,
     ) -> None:
         super().__init__()
         self.setWindowTitle("MacMesh")
         self.preferences = preferences or Preferences()
         self.bridge = Bridge(self)
         self._closing = False
-        self.history: Any = None
-        self.presentation: Any = None
-        self.fine_tune: Any = None
+        self.history: HistoryWindow | None = None
+        self.presentation: PresentationView | None = None
+        self.fine_tune: FineTuneWindow | None = None
         self.cluster = ClusterPane(self.bridge)
         self.model = ModelPane(self.bridge)
         self.run = RunPane(self.bridge, job_factory)
@@ -63,7 +69,7 @@ class MainWindow(QMainWindow):
         self.view_menu = self._view_menu()
         self.help_menu = install_help_menu(self)
         self._wire()
-        self._restore(demo)
+        self._restore(demo, replay)
 
     def _compose(self) -> None:
         left = QWidget()
@@ -107,15 +113,22 @@ class MainWindow(QMainWindow):
         )
         self.fine_tune_action.triggered.connect(self.show_fine_tune)
         menu.addAction(self.fine_tune_action)
+        menu.addSeparator()
+        self.check_macs_action = QAction("&Check my Macs…", self)
+        self.check_macs_action.setStatusTip(
+            "Every setup problem of the Macs in the Cluster pane, each with its fix"
+        )
+        self.check_macs_action.triggered.connect(lambda: self.cluster.check_macs())
+        menu.addAction(self.check_macs_action)
         return menu
 
-    def show_fine_tune(self) -> QWidget:
+    def show_fine_tune(self) -> FineTuneWindow:
         """The Fine-tune window (one; raised if open): the Model pane's model, the
         Cluster pane's Macs."""
-        from gui.tune.view import fine_tune_window
+        from gui.tune.view import FineTuneWindow
 
         if self.fine_tune is None:
-            self.fine_tune = fine_tune_window(self.bridge, self)
+            self.fine_tune = FineTuneWindow(self.bridge, self)
             view = self.fine_tune.view
             view.set_cluster(PaneSource(self.cluster))
             view.set_model(self.model.info)
@@ -142,7 +155,7 @@ class MainWindow(QMainWindow):
         self.fine_tune.raise_()
         return self.fine_tune
 
-    def show_presentation(self) -> QWidget:
+    def show_presentation(self) -> PresentationView:
         """Presentation mode, full screen (Esc leaves it)."""
         from gui.run.presentation import PresentationView
 
@@ -151,13 +164,13 @@ class MainWindow(QMainWindow):
         self.presentation.present()
         return self.presentation
 
-    def show_history(self) -> QWidget:
+    def show_history(self) -> HistoryWindow:
         """The History window (one; raised if open), its list read afresh."""
-        from gui.history.view import history_window
+        from gui.history.view import HistoryWindow
 
         if self.history is None:
-            self.history = history_window(self.bridge, self)
-            self.run.controller.recorded.connect(lambda _record: self.history.view.refresh())
+            self.history = history = HistoryWindow(self.bridge, self)
+            self.run.controller.recorded.connect(lambda _record: history.view.refresh())
         self.history.view.refresh()
         self.history.show()
         self.history.raise_()
@@ -185,6 +198,10 @@ class MainWindow(QMainWindow):
         links.requested.connect(controller.test_links)
         controller.links_tested.connect(links.show_tested)
         controller.links_failed.connect(links.show_failed)
+        controller.link_progress.connect(
+            lambda event: links.show_progress(event, controller.rank_names())
+        )
+        links.stop_requested.connect(self.run.stop_link_test)
         controller.state_changed.connect(
             lambda state, _m: links.set_available(
                 state == RunState.READY.value and len(self.run.controller.rank_names()) > 1,
@@ -204,17 +221,25 @@ class MainWindow(QMainWindow):
         )
         self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
         self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))
+        self.cluster.demo_shown.connect(
+            lambda shown: prefs.update(demo_on=shown, demo_nodes=self.cluster.demo_size())
+        )
         self.run.max_tokens.valueChanged.connect(lambda n: prefs.update(max_tokens=n))
         # Read by the next Start (gui.run.controller), as by ``macmesh run``.
         self.model.source.source_changed.connect(lambda s: prefs.update(model_source=s))
         self.bridge.failed.connect(lambda message: self.statusBar().showMessage(message, 10_000))
 
-    def _restore(self, demo: bool) -> None:
+    def _restore(self, demo: bool, replay: list[Node] | None = None) -> None:
         settings = self.preferences.settings
         self.model.select_strategy(settings.last_strategy)
         self.run.max_tokens.setValue(settings.max_tokens)
         self.model.source.select(settings.model_source)
-        if demo:
+        # The demo cluster as it was left (shown or not, its size), before the model is
+        # planned on it: a second launch must not plan on this Mac alone.
+        self.cluster.set_demo_size(settings.demo_nodes)
+        if replay is not None:  # a capture's Macs in the demo's place
+            self.cluster.show_replay(replay)
+        elif demo or settings.demo_on:
             self.cluster.start_demo(settings.demo_nodes)
         if settings.last_model and Path(settings.last_model).is_dir():
             self.model.load(Path(settings.last_model))
@@ -222,7 +247,7 @@ class MainWindow(QMainWindow):
         if not self.geometry_restored:
             self.resize(*DEFAULT_SIZE)
 
-    def _splitters(self) -> dict:
+    def _splitters(self) -> dict[str, QSplitter]:
         return {"run-splitter": self.run.splitter}
 
     def closeEvent(self, event: QCloseEvent) -> None:

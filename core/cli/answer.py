@@ -7,15 +7,12 @@ Front-end code: it prints. The session (``core.run.session.Session``) does the w
 from __future__ import annotations
 
 import json
-import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from core.cli.interrupt import Stage, interrupted
-from core.run.asking import ask_once
-from core.run.history import chat_record, keep
-from core.run.launcher import JobError
+from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
-from core.run.telemetry import Telemetry
+from core.run.tasks.chat import chat
 from core.units import bytes_per_s, rate, seconds
 from core.worker import protocol as p
 
@@ -55,26 +52,23 @@ def launch_and_ask(
     as_json: bool = False,
     stage: Stage | None = None,
 ) -> int:
-    """Launch ``session``, ask ``prompt`` once streaming the answer to ``out``, stop every
-    rank, then print ``about`` and the figures (one JSON line with ``as_json``). The exit
-    code: 0, 1 when ``what`` (the cluster) failed, 2 when it could not be launched, 130
-    when interrupted (``stage`` follows what it is doing)."""
+    """The chat task on ``session`` (``core.run.tasks.chat``): launched, ``prompt`` asked
+    once with the answer streamed to ``out``, every rank stopped; then ``about`` and the
+    figures (one JSON line with ``as_json``). The exit code: 0, 1 when ``what`` (the
+    cluster) failed, 2 when it could not be launched, 130 when interrupted (``stage``
+    follows what it is doing)."""
     stage = stage or Stage("loading the model")
     stage.session = session
-    telemetry = Telemetry()
-    began = time.monotonic()
 
-    def show(event: dict[str, Any]) -> None:
+    def show(event: p.Event) -> None:
+        if event["event"] == p.READY:
+            stage("generating the answer")
         stage.streamed = print_token(event, out) or stage.streamed
 
-    session.event.connect(telemetry.feed)
     session.event.connect(show)
     try:
         stage("loading the model")
-        session.launch()
-        session.wait_ready()
-        stage("generating the answer")
-        figures = ask_once(session, telemetry, prompt, max_tokens)
+        answer = chat(session, prompt, max_tokens)
     except ClusterError as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
@@ -86,17 +80,21 @@ def launch_and_ask(
         return interrupted(stage, err)
     finally:
         session.stop()
-    summary = {**about, **figures, "ranks": telemetry.rank_facts()}
-    not_kept = keep(chat_record(session, about, figures, telemetry, began))
-    if not_kept:
-        err.write(f"macmesh: {not_kept}\n")
+    summary = {
+        **about,
+        **answer.figures,
+        "link_bytes_per_s": answer.link_bytes_per_s,
+        "ranks": answer.ranks,
+    }
+    if answer.not_kept:
+        err.write(f"macmesh: {answer.not_kept}\n")
     out.write("\n")
     out.write(json.dumps(summary) + "\n" if as_json else human_summary(summary))
     out.flush()
     return 0
 
 
-def print_token(event: dict[str, Any], out: TextIO) -> bool:
+def print_token(event: p.Event, out: TextIO) -> bool:
     """Write a token event's text to ``out``; whether it was one."""
     if event["event"] != p.TOKEN:
         return False

@@ -17,23 +17,23 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
+from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import add_adapter_argument, add_split_argument, split_of
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
-from core.run import demo
-from core.run.compare import (
+from core.run.job.launcher import JobError
+from core.run.placement import ClusterError
+from core.run.planning import RUN_LABELS, EstimateBeside, estimate_cell, estimates_beside
+from core.run.session import Host, Session
+from core.run.tasks.compare import (
     AdapterComparison,
     Comparison,
     RunFigures,
     compare,
     compare_adapter,
 )
-from core.run.history import RunRecord, keep, local_versions
-from core.run.launcher import JobError
-from core.run.placement import ClusterError
-from core.run.session import Host, Session
 from core.units import rate, seconds, size
 from core.worker.vocab import Strategy
 
@@ -77,18 +77,19 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         hosts = where_hosts(args, "a comparison needs")
         if args.model is None and not args.demo:
             raise ClusterError("name the model folder to compare (or use --demo)")
-        if args.model is None:
-            stage("preparing the demo model")
         if args.model:
             info = resolve_model(args.model, to_run=True)
         else:
-            info = read_model_info(demo.demo_model())
+            info = read_model_info(demo_model_said(err, stage))
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
 
+    sessions: dict[str, Session] = {}
+
     def watch(session: Session, what: str) -> None:
         stage.session = session
+        sessions[what] = session
         if what in ("base", "adapter"):
             which = "the base model" if what == "base" else f"base + {session.adapter_name}"
             stage(f"running {which}")
@@ -118,20 +119,17 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
     except JobError as exc:
         err.write(f"macmesh: the comparison failed: {exc}\n")
         return 1
-    record = RunRecord(
-        kind="compare",
-        model=info.name,
-        nodes=result.cluster.nodes,
-        strategy=result.strategy,
-        backend="ring",
-        split=list(split) if split else None,
-        versions=local_versions(),
-        figures=result.to_dict(),
+    if result.not_kept:
+        err.write(f"macmesh: {result.not_kept}\n")
+    beside = estimates_beside(
+        info,
+        {w: (s.plan, list(s.facts.values())) for w, s in sessions.items() if w in RUN_LABELS},
+        simulated=any(s.demo for s in sessions.values()),
     )
-    not_kept = keep(record)
-    if not_kept:
-        err.write(f"macmesh: {not_kept}\n")
-    out.write(json.dumps(result.to_dict()) + "\n" if args.json else side_by_side(result))
+    if args.json:
+        out.write(json.dumps({**result.to_dict(), **beside.to_dict()}) + "\n")
+    else:
+        out.write(side_by_side(result, beside))
     return 0
 
 
@@ -160,6 +158,8 @@ def _compare_adapter(
     except JobError as exc:
         err.write(f"macmesh: the comparison failed: {exc}\n")
         return 1
+    if result.not_kept:
+        err.write(f"macmesh: {result.not_kept}\n")
     out.write(json.dumps(result.to_dict()) + "\n" if args.json else answers_side_by_side(result))
     return 0
 
@@ -180,8 +180,12 @@ def answers_side_by_side(result: AdapterComparison) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-def side_by_side(result: Comparison) -> str:
+def side_by_side(result: Comparison, beside: EstimateBeside | None = None) -> str:
+    """The two runs' figures in columns, the estimate for the real Macs beside them, the
+    headline, and on the demo the plain caveat that its Macs are simulated."""
     runs: list[RunFigures] = [r for r in (result.single, result.cluster) if r is not None]
+    beside = beside or EstimateBeside({}, simulated=False)
+    estimated = [beside.estimates.get(r.label) for r in runs]
     rows = [
         ("", [f"{r.label} ({', '.join(r.nodes)})" for r in runs]),
         ("generation", [f"{rate(r.generation_tps)} tokens/s" for r in runs]),
@@ -192,7 +196,18 @@ def side_by_side(result: Comparison) -> str:
             [", ".join(f"{n} {size(b)}" for n, b in r.memory_bytes.items()) for r in runs],
         ),
     ]
+    if any(e is not None for e in estimated):
+        rows.append(("estimate", [estimate_cell(e) for e in estimated]))
     width = max(len(cell) for _, cells in rows for cell in cells)
     lines = [f"{name:<12} " + "  ".join(f"{c:<{width}}" for c in cells) for name, cells in rows]
-    lines += ["", result.headline(), *result.notes]
+    headline = result.headline()
+    if beside.simulated:
+        headline = f"Measured on simulated Macs: {headline}"
+    lines += ["", headline, *result.notes]
+    note = beside.note(len(result.cluster.nodes))
+    if note:
+        lines.append(note)
+    for e in estimated:
+        if e is not None and e.tokens_per_s is not None:
+            lines.append(e.summary())
     return "\n".join(line.rstrip() for line in lines) + "\n"

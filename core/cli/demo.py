@@ -19,11 +19,13 @@ from core.cli.answer import (
 )
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import add_adapter_argument, add_split_argument, split_of
+from core.cli.steps import follow
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.run import demo
 from core.run.placement import ClusterError
 from core.run.session import Session, simulated_hosts
+from core.run.states import Step
 from core.worker.vocab import Strategy
 
 
@@ -70,8 +72,7 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
         if args.model:
             info = resolve_model(args.model, to_run=True)
         else:
-            info = read_model_info(_demo_model(err, stage))
-        stage("planning")
+            info = read_model_info(demo_model_said(err, stage))
         session = Session(
             info,
             simulated_hosts(demo.demo_facts(args.nodes)),
@@ -79,14 +80,15 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
             split=split_of(args),
             adapter=args.adapter,
         )
-        stage.session = session
-        plan = session.make_plan()
+        follow(session, stage, err)
+        session.start(Step.PLAN)
         check_max_tokens(args.max_tokens)
         spec = session.job_spec()
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
-    stage("loading the model")
+    plan = session.plan
+    assert plan is not None
     err.write(f"{info.summary()}\n{plan.reason}\n{with_adapter(session)}")
     err.write(f"Starting {spec.nodes} rank(s)…\n")
     about = {
@@ -109,9 +111,11 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
     )
 
 
-def _demo_model(err: TextIO, stage: Stage) -> Path:
+def demo_model_said(err: TextIO, stage: Stage) -> Path:
+    """The demo model's folder; converting it first (once) is said on ``err``, and an
+    interrupted conversion leaves no folder."""
     if demo.needs_preparing():
-        stage("preparing the demo model")  # an interrupted conversion leaves no folder
+        stage("preparing the demo model")
         err.write("Preparing the demo model (once)…\n")
         err.flush()
     path = demo.demo_model()

@@ -13,20 +13,18 @@ import argparse
 import json
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from core.cli.demo import demo_model_said
 from core.cli.interrupt import INTERRUPTED, Stage, first_interrupt_only, interrupted
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
-from core.run import demo
-from core.run.finetune import STOP_WITHIN_S, FineTune, TrainReport, default_settings, refusals
-from core.run.history import RunRecord, keep, local_versions
 from core.run.states import RunState
+from core.run.tasks.finetune import STOP_WITHIN_S, FineTune, TrainReport, default_settings, refusals
 from core.tune.adapters import Adapter
 from core.tune.settings import TuneSettings
 from core.units import rate, seconds, size
@@ -93,13 +91,11 @@ def run_finetune(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
             tune.cancel()
             adapter = tune.wait(STOP_WITHIN_S)
         printer.summary(adapter, tune, err)
-        _keep_history(tune, adapter, printer, err)
         return INTERRUPTED
     except REFUSED as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
     printer.summary(adapter, tune, err)
-    _keep_history(tune, adapter, printer, err)
     return 1 if tune.state == RunState.FAILED or tune.error else 0
 
 
@@ -125,11 +121,7 @@ def _model(args: argparse.Namespace, err: TextIO, stage: Stage) -> ModelInfo:
         return resolve_model(args.model, to_run=True)
     if not args.demo:
         raise ModelError("name the base model: a folder, a name `macmesh models` lists")
-    if demo.needs_preparing():
-        stage("preparing the demo model")
-        err.write("Preparing the demo model (once)…\n")
-        err.flush()
-    return read_model_info(demo.demo_model())
+    return read_model_info(demo_model_said(err, stage))
 
 
 class _Printer:
@@ -137,14 +129,6 @@ class _Printer:
 
     def __init__(self, out: TextIO, as_json: bool, tune: FineTune) -> None:
         self.out, self.as_json = out, as_json
-        self.started = time.time()
-        self._origin = time.monotonic()
-        # for the history: seconds from the start, and the figure
-        self.series: dict[str, list[tuple[float, float]]] = {
-            "train_loss": [],
-            "tokens_per_s": [],
-            "val_loss": [],
-        }
         self._lock = threading.Lock()
         tune.report.connect(self.report)
         tune.validated.connect(self.validated)
@@ -163,13 +147,9 @@ class _Printer:
             f"{rate(r.tokens_per_s)} tokens/s, learning rate {r.learning_rate:.2g}; "
             f"memory {memory}{eta}"
         )
-        at = time.monotonic() - self._origin
-        self.series["train_loss"].append((at, r.train_loss))
-        self.series["tokens_per_s"].append((at, r.tokens_per_s))
         self.write(words, {"event": "train", **asdict(r)})
 
     def validated(self, iteration: int, loss: float) -> None:
-        self.series["val_loss"].append((time.monotonic() - self._origin, loss))
         words = f"step {iteration}: validation loss {loss:.3f}"
         self.write(words, {"event": "validation", "iteration": iteration, "val_loss": loss})
 
@@ -201,44 +181,14 @@ class _Printer:
         else:
             words = "No adapter: nothing was trained."
         self.write(words, record)
+        if tune.not_kept:
+            err.write(f"macmesh: {tune.not_kept}\n")
 
 
 def _fields(adapter: Adapter | None) -> dict[str, Any]:
-    """The adapter's fields for the summary and the history."""
+    """The adapter's fields for the summary."""
     if adapter is None:
         return {}
     return {
         k: getattr(adapter, k) for k in ("path", "iterations", "train_loss", "val_loss", "stopped")
     }
-
-
-def _keep_history(tune: FineTune, adapter: Adapter | None, printer: _Printer, err: TextIO) -> None:
-    """The run in the history (kind "finetune"): its figures and loss curves."""
-    meta = _fields(adapter)
-    reports = tune.reports
-    spec = tune.session.spec
-    record = RunRecord(
-        kind="finetune",
-        model=tune.info.name,
-        nodes=tune.nodes,
-        strategy="data parallel",
-        backend=str(spec.rank_backend) if spec else "ring",
-        versions=local_versions(),
-        figures={
-            "adapter": str(meta["path"]) if meta else None,
-            "iterations": meta.get("iterations", 0) if meta else 0,
-            "train_loss": meta.get("train_loss") if meta else None,
-            "val_loss": meta.get("val_loss") if meta else None,
-            "stopped": meta.get("stopped") if meta else None,
-            "tokens_per_s": (
-                sum(r.tokens_per_s for r in reports) / len(reports) if reports else None
-            ),
-            "trained_tokens": reports[-1].trained_tokens if reports else 0,
-            "error": tune.error or None,
-        },
-        series={k: v for k, v in printer.series.items() if v},
-        started=printer.started,
-    )
-    not_kept = keep(record)
-    if not_kept:
-        err.write(f"macmesh: {not_kept}\n")

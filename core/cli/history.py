@@ -7,13 +7,14 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
 from typing import TextIO
 
 from core.paths import FolderError
-from core.run.history import History, RunRecord
+from core.run.measure.history import History, RunRecord
 from core.units import rate
 
 
@@ -30,9 +31,11 @@ def history_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) ->
     try:
         history = History()
         runs = history.runs(args.limit)
-    except (FolderError, OSError) as error:
+    except (FolderError, OSError, sqlite3.Error) as error:
         print(f"macmesh: {error}", file=sys.stderr)
         return 2
+    if history.notice:  # a damaged file set aside: said, not passed off as "No runs yet"
+        print(f"macmesh: {history.notice}", file=sys.stderr)
     ids = [run.id for run in runs if run.id is not None]
     if args.json:
         history.export_json(out, ids)

@@ -14,18 +14,20 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.cli.steps import follow
 from core.cli.where import add_where_arguments, where_hosts
-from core.cluster.topology import build_topology
 from core.model.info import ModelError, read_model_info
-from core.run import demo, linktest
-from core.run.history import RunRecord, keep, local_versions
-from core.run.launcher import JobError
+from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.session import Session
+from core.run.states import Step
+from core.run.tasks.linktest import measure_links
 from core.units import bytes_per_s
+from core.worker import protocol as p
 from core.worker.vocab import Strategy
 
 # Bytes moved at each size, as a share of the default (--quick: a quarter).
@@ -57,77 +59,48 @@ def run_linktest(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
     scale = QUICK_SCALE if args.quick else 1.0
     try:
         hosts = where_hosts(args, "a link needs")
-        if args.model is None:
-            stage("preparing the demo model")
-        info = read_model_info(args.model or demo.demo_model())
+        info = read_model_info(args.model or demo_model_said(err, stage))
         session = Session(info, hosts, strategy=Strategy.PIPELINE)
-        stage.session = session
-        if not args.demo:
-            stage("probing the hosts")
-            err.write(f"Probing {len(hosts)} host(s)…\n")
-        facts = session.probe()
-        stage("planning")
-        session.make_plan()
-        if not args.demo:
-            stage("checking the nodes")
-            report = session.preflight()
-            if report is not None and not report.ok:
-                raise ClusterError("the checks failed; run `macmesh run --show-launch` to see why")
-            stage("copying the model")
-            session.copy()
-        nodes = session.rank_nodes()
-        if len(nodes) < 2:
-            raise ClusterError("the model's plan uses one Mac: there is no link to test")
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
+    follow(session, stage, err)
+    session.event.connect(lambda event: _say_testing(event, stage, err))
+    session.step_started.connect(lambda step: _say_starting(session, step, err))
     try:
-        stage("loading the model")
-        err.write(f"Starting {len(nodes)} rank(s) on {', '.join(nodes)}…\n")
-        session.launch()
-        session.wait_ready()
-        stage("testing the links")
-        err.write("Testing the links, 4 KiB to 64 MiB…\n")
-        event = session.wait_done(session.test_links(scale=scale))
+        tested = measure_links(session, scale)
+    except (ClusterError, ModelError, ValueError) as exc:
+        err.write(f"macmesh: {exc}\n")
+        return 2
     except JobError as exc:
         logs = session.job.run_dir if session.job is not None else "none"
         err.write(f"macmesh: the link test failed: {exc}\nLogs: {logs}\n")
         return 1
     finally:
         session.stop()
-    pairs = [(nodes[link["a"]], nodes[link["b"]]) for link in event.get("links", [])]
-    if args.demo:
-        stage("measuring loopback")
-        nominal: linktest.Nominal | dict[frozenset[str], linktest.Nominal]
-        nominal = linktest.loopback_nominal(scale)
-    else:
-        nominal = linktest.cable_nominals(build_topology(facts), pairs)
-    results = linktest.link_results(event, nodes, nominal)
-    reduced = linktest.all_sum_results(event)
-    document = {
-        "nodes": nodes,
-        "links": [result.to_dict() for result in results],
-        "all_sum": reduced,
-    }
-    spec = session.spec
-    record = RunRecord(
-        kind="linktest",
-        model=info.name,
-        nodes=nodes,
-        strategy=str(spec.rank_strategy) if spec else "pipeline",
-        backend=str(spec.rank_backend) if spec else "ring",
-        versions=local_versions(),
-        figures=document,
-    )
-    not_kept = keep(record)
-    if not_kept:
-        err.write(f"macmesh: {not_kept}\n")
+    if tested.not_kept:
+        err.write(f"macmesh: {tested.not_kept}\n")
     if args.json:
-        out.write(json.dumps(document) + "\n")
+        out.write(json.dumps(tested.to_dict()) + "\n")
     else:
-        for result in results:
+        for result in tested.results:
             out.write(result.describe() + "\n")
-        if reduced:
-            rate = bytes_per_s(reduced[-1]["bytes_per_s"])
-            out.write(f"all_sum over {len(nodes)} ranks: {rate}\n")
+        if tested.all_sum:
+            rate = bytes_per_s(tested.all_sum[-1]["bytes_per_s"])
+            out.write(f"all_sum over {len(tested.nodes)} ranks: {rate}\n")
     return 0
+
+
+def _say_starting(session: Session, step: str, err: TextIO) -> None:
+    if step == Step.LAUNCH:
+        nodes = session.rank_nodes()
+        err.write(f"Starting {len(nodes)} rank(s) on {', '.join(nodes)}…\n")
+        err.flush()
+
+
+def _say_testing(event: dict[str, Any], stage: Stage, err: TextIO) -> None:
+    """Once every rank is ready the links are measured: say so."""
+    if event["event"] == p.READY:
+        stage("testing the links")
+        err.write("Testing the links, 4 KiB to 64 MiB…\n")
+        err.flush()

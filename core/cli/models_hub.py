@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from core.cli.interrupt import INTERRUPTED
+from core.cli.interrupt import INTERRUPTED, first_interrupt_only
 from core.cli.plan import parse_node, this_machine
 from core.library.download import DownloadCancelled, DownloadProgress, download_model
 from core.library.fit import fit
@@ -25,14 +24,17 @@ from core.library.hub import (
     HubError,
     HubModel,
     header_copy,
+    interruptible,
     read_header_copy,
     repo_id_of,
+    revision_of,
 )
 from core.model.info import ModelError, read_model_info
 from core.plan.memory import Node
 from core.units import bytes_per_s, count, duration, size
 
 MAX_LIMIT = 100
+STOP_WAIT_S = 5.0  # after a Ctrl-C, how long the download is given to stop cleanly
 
 
 def _exit_code(stop: SystemExit) -> int:
@@ -72,11 +74,13 @@ def search_cli(argv: list[str], out: TextIO, err: TextIO) -> int:
         return _exit_code(stop)
     try:
         found = _search(args.query, args.author, args.limit)
+        copies = interruptible(lambda: _header_copies(found))
     except HubError as error:
         err.write(f"macmesh models search: {error}\n")
         return 2
-    with ThreadPoolExecutor(max_workers=4) as pool:  # the headers, over the network
-        copies = list(pool.map(_header_copy, found))
+    except KeyboardInterrupt:
+        err.write("macmesh: interrupted; the search stopped\n")
+        return INTERRUPTED
     rows = [_with_fit(model, copy, nodes) for model, copy in zip(found, copies, strict=True)]
     if args.json:
         out.write(json.dumps(rows, indent=2) + "\n")
@@ -96,6 +100,29 @@ def _search(query: str, author: str, limit: int) -> list[HubModel]:
     from core.library.hub import search_models
 
     return search_models(query, author=author or None, limit=limit)
+
+
+def _header_copies(found: list[HubModel]) -> list[tuple[str, Path, int] | HubError]:
+    """Every model's header copy, four at a time over the network. Daemon threads, not a
+    pool: after a Ctrl-C the command ends at once, not when the last request does."""
+    results: list[tuple[str, Path, int] | HubError | None] = [None] * len(found)
+    queue = list(enumerate(found))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index, model = queue.pop(0)
+            results[index] = _header_copy(model)
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(min(4, len(found)))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return [r if r is not None else HubError("not asked") for r in results]
 
 
 def _header_copy(model: HubModel) -> tuple[str, Path, int] | HubError:
@@ -159,6 +186,10 @@ def download_cli(argv: list[str], out: TextIO, err: TextIO) -> int:
         repo_id = repo_id_of(args.model)
         if repo_id is None:
             parser.error(f"{args.model!r} is not a Hugging Face model name (ORG/NAME)")
+        try:
+            revision_of(args.revision)
+        except HubError as error:
+            parser.error(str(error))
     except SystemExit as stop:
         return _exit_code(stop)
     cancel = threading.Event()
@@ -177,20 +208,26 @@ def download_cli(argv: list[str], out: TextIO, err: TextIO) -> int:
     err.write(f"Downloading {repo_id} into the Hugging Face cache…\n")
     thread.start()
     try:
-        while thread.is_alive():
-            thread.join(0.2)
+        with first_interrupt_only():
+            try:
+                while thread.is_alive():
+                    thread.join(0.2)
+            except KeyboardInterrupt:
+                cancel.set()
+                # the transfers stop at their next chunk; a request waiting on a silent
+                # Hub is left to its own deadline (a daemon thread): the line comes now
+                thread.join(STOP_WAIT_S)
+                raise
     except KeyboardInterrupt:
-        cancel.set()
-        thread.join()
         printer.end()
-        error = result.get("error")
-        message = str(error) if isinstance(error, DownloadCancelled) else "stopped"
+        stopped = result.get("error")
+        message = str(stopped) if isinstance(stopped, DownloadCancelled) else "stopped"
         err.write(f"macmesh: interrupted; {message}\n")
         return INTERRUPTED
     printer.end()
-    error = result.get("error")
-    if error is not None:
-        err.write(f"macmesh models download: {' '.join(str(error).split())}\n")
+    failed = result.get("error")
+    if failed is not None:
+        err.write(f"macmesh models download: {' '.join(str(failed).split())}\n")
         return 2
     path: Path = result["path"]
     try:

@@ -15,7 +15,7 @@ from typing import TextIO
 from core.cluster.netchange import NetworkChange
 from core.remote.ssh import SSHError
 from core.remote.targets import Target
-from core.run.netapply import NetworkChangeFailed, apply_change
+from core.run.checks.netapply import NetworkChangeFailed, apply_change
 
 AskPassword = Callable[[str], str]
 

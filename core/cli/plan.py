@@ -1,4 +1,5 @@
-"""``macmesh plan MODEL [--node NAME:MEM_GB ...]``: what fits where, and why.
+"""``macmesh plan MODEL [--node NAME:MEM_GB[@CHIP] ...]``: what fits where, why, and an
+estimate of how fast it would decode on those Macs.
 
 It reads the model folder (headers only) and plans it on the Macs given with ``--node``,
 or on this machine alone when none are given: the first question a person asks is "does
@@ -17,9 +18,12 @@ import subprocess
 import sys
 from typing import TextIO
 
+from core.cli.interrupt import INTERRUPTED
 from core.cli.options import add_split_argument
 from core.library.resolve import resolve_model
 from core.model.info import ModelError
+from core.plan.chips import CHIPS, normalise_chip
+from core.plan.estimate import estimate_plan
 from core.plan.memory import Link, Node, PlanOptions
 from core.plan.planner import make_plan
 from core.plan.report import format_plan, plan_to_dict
@@ -36,9 +40,19 @@ MAX_BATCH = 100_000
 
 
 def parse_node(text: str) -> Node:
-    """NAME:MEM_GB[:WIRED_LIMIT_MB] → Node; ValueError with the expected form otherwise."""
+    """NAME:MEM_GB[:WIRED_LIMIT_MB][@CHIP] → Node; ValueError with the expected form
+    otherwise. The chip ("M3 Ultra", "m4-max") gives the plan its speed estimate."""
+    chip = None
+    head, at, tail = text.rpartition("@")
+    if at and ":" not in tail:
+        chip = normalise_chip(tail)
+        if chip is None:
+            raise ValueError(
+                f"{text[:60]!r}: unknown chip {tail[:30]!r}; known: {', '.join(CHIPS)}"
+            )
+        text = head
     parts = text.split(":")
-    form = "expected NAME:MEM_GB or NAME:MEM_GB:WIRED_LIMIT_MB, e.g. studio:192 or mini:64:57344"
+    form = "expected NAME:MEM_GB[:WIRED_LIMIT_MB][@CHIP], e.g. studio:192@M3-Ultra or mini:64:57344"
     if len(parts) not in (2, 3) or not parts[0].strip():
         raise ValueError(f"{text!r}: {form}")
     try:
@@ -52,25 +66,28 @@ def parse_node(text: str) -> Node:
             f"{text[:60]!r}: memory must be more than 0 and at most {MAX_NODE_GB:,} GB, "
             f"the wired limit 0 to {MAX_WIRED_MB:,} MB"
         )
-    return Node(parts[0].strip(), int(memory * GIB), wired_limit_mb=wired)
+    return Node(parts[0].strip(), int(memory * GIB), wired_limit_mb=wired, chip=chip)
 
 
 def this_machine() -> Node:
     """This computer as a node: physical memory, and on macOS its iogpu.wired_limit_mb."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    wired = None
+    wired = chip = None
     if platform.system() == "Darwin":
         memory = int(_sysctl("hw.memsize") or memory)
         wired = int(_sysctl("iogpu.wired_limit_mb") or 0) or None
-    return Node(socket.gethostname().split(".")[0] or "this-mac", memory, wired_limit_mb=wired)
+        chip = _sysctl("machdep.cpu.brand_string", number=False)  # "Apple M3 Ultra"
+    name = socket.gethostname().split(".")[0] or "this-mac"
+    return Node(name, memory, wired_limit_mb=wired, chip=chip)
 
 
-def _sysctl(name: str) -> str | None:
+def _sysctl(name: str, *, number: bool = True) -> str | None:
     try:
         out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip().isdecimal() else None
+    value = out.stdout.strip()
+    return value if out.returncode == 0 and value and (value.isdecimal() or not number) else None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,8 +109,9 @@ def _parser() -> argparse.ArgumentParser:
         "--node",
         action="append",
         default=[],
-        metavar="NAME:MEM_GB[:WIRED_MB]",
-        help="a Mac and its memory in GB, optionally its iogpu.wired_limit_mb; repeat for each Mac",
+        metavar="NAME:MEM_GB[:WIRED_MB][@CHIP]",
+        help="a Mac and its memory in GB, optionally its iogpu.wired_limit_mb and its chip "
+        "(@M3-Ultra, @M4-Max, ...: it gives the plan a speed estimate); repeat for each Mac",
     )
     parser.add_argument(
         "--strategy",
@@ -163,6 +181,9 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
     except ModelError as error:
         print(f"macmesh plan: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while the Hub is asked (hf:ORG/NAME): one line
+        print("macmesh: interrupted; nothing was planned", file=sys.stderr)
+        return INTERRUPTED
     links = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
     options = PlanOptions(
         strategy=args.strategy,
@@ -171,7 +192,12 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
         margin_fraction=args.margin,
         split=args.split,
     )
-    plan = make_plan(model, nodes, links if args.rdma else (), options)
-    text = json.dumps(plan_to_dict(plan), indent=2) if args.json else format_plan(plan)
+    links = links if args.rdma else []
+    plan = make_plan(model, nodes, links, options)
+    estimate = estimate_plan(model, plan, nodes, links)
+    if args.json:
+        text = json.dumps(plan_to_dict(plan, estimate), indent=2)
+    else:
+        text = format_plan(plan, estimate)
     print(text, file=out)
     return 0 if plan.fits else 1

@@ -14,8 +14,7 @@ import argparse
 import json
 import os
 import sys
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TextIO
 
 from core.cli.answer import (
@@ -27,21 +26,18 @@ from core.cli.answer import (
 )
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.netchange import change_network
-from core.cli.options import add_adapter_argument, add_split_argument
+from core.cli.options import add_adapter_argument, add_split_argument, split_of
+from core.cli.steps import follow
 from core.cluster.hosts import parse_host
 from core.envvars import ENV_REMOTE_CACHE
 from core.library.resolve import resolve_model
-from core.model.info import ModelError, ModelInfo
-from core.plan.planner import Plan
-from core.plan.split import parse_split
-from core.remote.modelcopy import CopyProgress
+from core.model.info import ModelError
 from core.remote.targets import Target
-from core.run.launcher import JobSpec
+from core.run.checks.preflight import BACKENDS
 from core.run.placement import ClusterError, show_launch
-from core.run.preflight import BACKENDS, PreflightReport, format_report
 from core.run.session import Session, real_hosts
+from core.run.states import Step
 from core.settings import MODEL_SOURCES, load_settings
-from core.units import bytes_per_s, duration, size
 from core.worker.vocab import Backend, Strategy
 
 
@@ -70,23 +66,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "`macmesh models` lists (ORG/NAME), or hf:ORG/NAME once downloaded",
     )
     parser.add_argument("--hosts", required=True, help="[user@]host[:port],... in any order")
+    add_cluster_arguments(parser)
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument(
+        "--show-launch", action="store_true", help="print the equivalent mlx.launch; run nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a model runs on real Macs: what ``run`` and ``serve`` share (``open_session``)."""
     parser.add_argument(
         "--strategy",
         choices=(Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR),
         default=Strategy.AUTO,
     )
     parser.add_argument("--backend", choices=BACKENDS, default=Backend.AUTO)
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
-    parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--python", help="the Python on every node (default: this one's path)")
     parser.add_argument(
         "--cache-root",
         default=os.environ.get(ENV_REMOTE_CACHE) or None,
         help="MacMesh's folder on every node ({host} is replaced by the host); default the "
         f"node's cache folder, or ${ENV_REMOTE_CACHE}",
-    )
-    parser.add_argument(
-        "--show-launch", action="store_true", help="print the equivalent mlx.launch; run nothing"
     )
     parser.add_argument(
         "--verify",
@@ -110,7 +112,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="apply the network changes the checks offer for a faster path (each Mac's "
         "admin password is asked once); without it they are only shown, with their undo",
     )
-    parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
 def run_cli(argv: Sequence[str] | None = None) -> int:
@@ -130,12 +131,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             return interrupted(stage, err)
 
 
-def prepare(
+def open_session(
     args: argparse.Namespace, err: TextIO, stage: Stage, show_launch: bool = False
-) -> tuple[Session, ModelInfo, Plan, PreflightReport, JobSpec]:
-    """Probe, plan, check and copy (``show_launch``: check only) for ``args``' model and
-    hosts, saying each step on ``err``: what ``macmesh run`` and ``macmesh serve`` share.
-    ClusterError, ModelError or ValueError with the reason when a step cannot go on."""
+) -> Session:
+    """The session for ``args``' model on its hosts, started up to the copy (``show_launch``:
+    up to the checks, which try no path), each step said on ``err``: what ``macmesh run``
+    and ``macmesh serve`` share. ClusterError, ModelError or ValueError with the reason
+    when a step cannot go on."""
     info = resolve_model(args.model, to_run=True)
     hosts = [h for h in args.hosts.split(",") if h.strip()]
     targets = make_targets(hosts, args.python, args.cache_root)
@@ -145,49 +147,43 @@ def prepare(
         strategy=args.strategy,
         backend=args.backend,
         verify=args.verify,
-        split=parse_split(args.split) if getattr(args, "split", None) else None,
+        split=split_of(args),
         check_paths=not show_launch,  # runs nothing: the paths as probed
-        adapter=getattr(args, "adapter", None),
-        model_source=getattr(args, "model_source", None) or load_settings().model_source,
+        adapter=args.adapter,
+        model_source=args.model_source or load_settings().model_source,
     )
-    stage.session = session
-    stage("probing the hosts")  # before each step's line: a Ctrl-C after it names it
-    err.write(f"{info.summary()}\n{with_adapter(session)}Probing {len(targets)} host(s)…\n")
-    session.probe()
-    stage("planning")
-    plan = session.make_plan()
-    stage("checking the nodes")
-    err.write(f"{plan.reason}\nChecking the nodes…\n")
-    report = session.preflight()
+    follow(session, stage, err)
+    err.write(f"{info.summary()}\n{with_adapter(session)}")
+    checked = session.start(Step.PREFLIGHT)
+    report = session.report
     assert report is not None  # real hosts are always checked
-    err.write(format_report(report))
-    if getattr(args, "change_network", False) and report.backend.offers and not show_launch:
+    if args.change_network and report.backend.offers and not show_launch:
         targets_now = {t.name: t for t in session.targets}
         if change_network(report.backend.offers, targets_now, err):
             err.write("Checking the nodes again…\n")
-            session.probe(force=True)
-            report = session.preflight()
+            checked = session.check_again()
+            report = session.report
             assert report is not None
-            err.write(format_report(report))
-    if show_launch and report.backend.problem and args.backend != Backend.AUTO:
-        raise ClusterError(report.backend.reason)
-    if not show_launch:
-        if not report.ok:
-            raise ClusterError("the checks above failed; nothing was started")
-        session.copy_progress.connect(_progress_printer(err))
-        stage("copying the model")
-        session.copy()
-    spec = session.job_spec(checked=not show_launch)
-    return session, info, plan, report, spec
+    if show_launch:
+        if report.backend.problem and args.backend != Backend.AUTO:
+            raise ClusterError(report.backend.reason)
+        return session
+    if not checked or not report.ok:
+        raise ClusterError("the checks above failed; nothing was started")
+    session.start(Step.COPY)
+    return session
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
         check_max_tokens(args.max_tokens)
-        session, info, plan, report, spec = prepare(args, err, stage, args.show_launch)
+        session = open_session(args, err, stage, args.show_launch)
+        spec = session.job_spec(checked=not args.show_launch)
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
+    plan, report = session.plan, session.report
+    assert plan is not None and report is not None
     if args.show_launch:
         launch = show_launch(spec)
         if args.json:
@@ -200,7 +196,6 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
             out.write(" ".join(launch["command"]) + "\n")
             out.write("hostfile.json:\n" + json.dumps(launch["hostfile"], indent=2) + "\n")
         return 0
-    stage("loading the model")
     err.write(f"Starting {spec.nodes} rank(s) on {', '.join(plan.nodes_used)}…\n")
     about = {
         "strategy": spec.rank_strategy,
@@ -208,33 +203,10 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
         "hosts": list(plan.nodes_used),
         "backend": spec.rank_backend,
         "split": spec.split,
-        "model": info.name,
+        "model": session.info.name,
         **adapter_about(session),
         "preflight": [check.to_dict() for check in report.checks],
     }
     return launch_and_ask(
         session, args.prompt, args.max_tokens, about, "the cluster", out, err, args.json, stage
     )
-
-
-def _progress_printer(err: TextIO) -> Callable[[CopyProgress], None]:
-    """Copy progress on stderr: a line per node at each tenth, and when verified."""
-    shown: dict[str, tuple[str, int]] = {}
-    lock = threading.Lock()
-
-    def show(progress: CopyProgress) -> None:
-        step = (progress.phase, int(progress.fraction * 10))
-        with lock:
-            if shown.get(progress.node) == step:
-                return
-            shown[progress.node] = step
-            rate = f", {bytes_per_s(progress.rate)}" if progress.rate else ""
-            eta = f", about {duration(progress.eta_s)} left" if progress.eta_s else ""
-            err.write(
-                f"Copying the model to {progress.node}: {progress.phase} "
-                f"{size(progress.bytes_done)} of {size(progress.bytes_total)}"
-                f"{rate}{eta}\n"
-            )
-            err.flush()
-
-    return show

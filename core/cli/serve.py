@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -23,19 +22,21 @@ from types import FrameType
 from typing import TextIO
 
 from core import paths
+from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
-from core.envvars import ENV_REMOTE_CACHE
-from core.model.info import ModelError, ModelInfo, read_model_info
+from core.cli.run import add_cluster_arguments, open_session
+from core.cli.steps import follow
+from core.model.info import ModelError, read_model_info
 from core.run import demo
-from core.run.launcher import JobError
+from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
-from core.run.preflight import BACKENDS
 from core.run.session import Session, simulated_hosts
-from core.run.states import RunState
+from core.run.states import Step
 from core.serve.answers import DEFAULT_WAITING
 from core.serve.keys import Gate, KeyFileError, key_file
 from core.serve.server import APIServer, ServeError, ServerOptions, bind, is_loopback
-from core.worker.vocab import Backend, Strategy
+from core.serve.task import serve as serve_session
+from core.worker.vocab import Strategy
 
 DEFAULT_PORT = 8080
 KEY_FILE = "serve-api-key"  # in the user data folder, when --api-key-file is not given
@@ -46,19 +47,16 @@ class Terminated(BaseException):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", type=Path, nargs="?", help="the model folder (not with --demo)")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        help="the model (not with --demo): a folder, a name `macmesh models` lists, or "
+        "hf:ORG/NAME once downloaded",
+    )
     parser.add_argument("--demo", action="store_true", help="serve the demo cluster")
     parser.add_argument("--nodes", type=int, default=2, help="--demo: simulated Macs, 1-4")
     parser.add_argument("--hosts", help="[user@]host[:port],... (with MODEL)")
-    parser.add_argument(
-        "--strategy",
-        choices=(Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR),
-        default=Strategy.AUTO,
-    )
-    parser.add_argument("--backend", choices=BACKENDS, default=Backend.AUTO)
-    parser.add_argument("--python", help="the Python on every node (default: this one's path)")
-    parser.add_argument("--cache-root", default=os.environ.get(ENV_REMOTE_CACHE) or None)
-    parser.add_argument("--verify", action="store_true", help="hash every model file on the nodes")
+    add_cluster_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1", help="the address to serve on")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--api-key-file", type=Path, help="the key's file (made when missing)")
@@ -96,46 +94,31 @@ def serve(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.
 
 
 def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
-    server: APIServer | None = None
     try:
         _check(args)
         key, key_path, made = _key(args)
         stage("checking the address")
         bind(args.host, args.port).close()  # a taken port is said now, not after loading
-        session, info = _session(args, err, stage)
+        session = _session(args, err, stage)
         gate = Gate(open_=True) if args.no_key else Gate(key=key)
         server = APIServer(
             session,
-            info.name,
-            info.context_length,
+            session.info.name,
+            session.info.context_length,
             gate,
             ServerOptions(args.host, args.port, args.max_waiting),
             log=lambda line: _say(out, line),
         )
-        stage("loading the model")
         err.write(f"Starting {len(session.plan.ranks) if session.plan else '?'} rank(s)…\n")
         err.flush()
-        ended = threading.Event()
-        session.state_changed.connect(
-            lambda state, _detail: (
-                ended.set() if RunState(state) in (RunState.FAILED, RunState.STOPPED) else None
-            )
-        )
-        session.launch()
-        session.wait_ready()
-        stage("serving")
-        server.start()
-        keys = "no key needed (--no-key)" if args.no_key else f"key in {key_path}"
-        if made:
-            keys += " (new)"
-        _say(out, f"Serving {info.name} at {server.address} ({keys}). Ctrl-C stops.")
-        while not ended.wait(0.5):
-            pass
-        if session.state == RunState.FAILED:
-            logs = session.job.run_dir if session.job is not None else "none"
-            err.write(f"macmesh: the cluster failed: {session.job.message}\nLogs: {logs}\n")
-            return 1
-        return 0
+
+        def serving() -> None:
+            stage("serving")
+            keys = "no key needed (--no-key)" if args.no_key else f"key in {key_path}"
+            keys += " (new)" if made else ""
+            _say(out, f"Serving {session.info.name} at {server.address} ({keys}). Ctrl-C stops.")
+
+        ended = serve_session(session, server, serving)
     except (ClusterError, ModelError, ServeError, KeyFileError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
@@ -144,10 +127,12 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
         err.write(f"\nmacmesh: the cluster failed: {exc}\nLogs: {logs}\n")
         return 1
     finally:
-        if server is not None:
-            server.stop()
         if stage.session is not None:
             stage.session.stop()
+    if ended.failed:
+        err.write(f"macmesh: the cluster failed: {ended.message}\nLogs: {ended.logs or 'none'}\n")
+        return 1
+    return 0
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -176,29 +161,20 @@ def _key(args: argparse.Namespace) -> tuple[str | None, Path | None, bool]:
     return key, path, made
 
 
-def _session(args: argparse.Namespace, err: TextIO, stage: Stage) -> tuple[Session, ModelInfo]:
-    if args.demo:
-        info = read_model_info(_demo_model(err, stage))
-        stage("planning")
-        strategy = Strategy.PIPELINE if args.strategy == Strategy.AUTO else args.strategy
-        session = Session(info, simulated_hosts(demo.demo_facts(args.nodes)), strategy=strategy)
-        stage.session = session
-        plan = session.make_plan()
-        session.job_spec()
-        err.write(f"{info.summary()}\n{plan.reason}\n")
-        return session, info
-    from core.cli.run import prepare
-
-    session, info, _plan, _report, _spec = prepare(args, err, stage)
-    return session, info
-
-
-def _demo_model(err: TextIO, stage: Stage) -> Path:
-    if demo.needs_preparing():
-        stage("preparing the demo model")
-        err.write("Preparing the demo model (once)…\n")
-        err.flush()
-    return demo.demo_model()
+def _session(args: argparse.Namespace, err: TextIO, stage: Stage) -> Session:
+    """The session to serve, started up to the copy: the demo's, or ``run``'s on real
+    Macs (``open_session``: the same probe, plan, checks and copy)."""
+    if not args.demo:
+        return open_session(args, err, stage)
+    info = read_model_info(demo_model_said(err, stage))
+    strategy = Strategy.PIPELINE if args.strategy == Strategy.AUTO else args.strategy
+    session = Session(info, simulated_hosts(demo.demo_facts(args.nodes)), strategy=strategy)
+    follow(session, stage, err)
+    session.start(Step.COPY)
+    session.job_spec()
+    plan = session.plan
+    err.write(f"{info.summary()}\n{plan.reason if plan else ''}\n")
+    return session
 
 
 def _say(out: TextIO, line: str) -> None:

@@ -5,7 +5,7 @@ on which Mac, why, and how to undo it: IPv4 addresses on a Thunderbolt cable tha
 carries only IPv6 link-local addresses (MLX's ring takes IPv4 only), as
 ``mlx.distributed_config`` does with a /30 per cable; or the Thunderbolt Bridge off where
 it is the one thing between a Mac and RDMA. Nothing here runs anything: the commands
-are shown, and ``core.run.netapply`` applies one only when the person asks, with their
+are shown, and ``core.run.checks.netapply`` applies one only when the person asks, with their
 admin password used once. Changes made with ``ifconfig`` last until the Mac restarts.
 
 Pure functions over NodeFacts and the ring's links.

@@ -36,10 +36,20 @@ from pathlib import Path
 from typing import Any
 
 from core.library.entries import not_mlx_reason
-from core.library.hub import HubError, _api, call, check_online, endpoint_url, hub_errors
+from core.library.hub import (
+    HubError,
+    _api,
+    _siblings,
+    call,
+    check_online,
+    check_repo_id,
+    endpoint_url,
+    hub_errors,
+    revision_of,
+)
 from core.library.local import hub_cache_dir
 from core.units import size
-from core.worker.hubblob import RESUMABLE_BYTES, fetch_blob
+from core.worker.hubblob import check_commit, download_file
 
 # Kept free beyond the model's bytes: a full disk breaks more than the download.
 DISK_MARGIN = 1 << 30
@@ -92,7 +102,9 @@ def plan_download(
     cache: Path | None = None,
 ) -> tuple[str, list[RepoFile], list[RepoFile]]:
     """(commit, every file, the files not yet in the cache); HubError if it is not an
-    MLX model."""
+    MLX model, or the Hub's answer is not one (a commit, names and sizes: checked)."""
+    check_repo_id(repo_id)
+    revision = revision_of(revision)
     api = _api(endpoint)
     cache = cache or hub_cache_dir()
 
@@ -100,7 +112,8 @@ def plan_download(
         from huggingface_hub import try_to_load_from_cache
 
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
-        files = [RepoFile(s.rfilename, int(s.size or 0)) for s in info.siblings or []]
+        sha = check_commit(info.sha)  # a path in the cache (snapshots/<sha>): checked first
+        files = [RepoFile(name, file_size) for name, file_size in _siblings(info)]
         reason = not_mlx_reason([f.name for f in files])
         if reason:
             raise HubError(f"{repo_id}: {reason}.")
@@ -114,10 +127,10 @@ def plan_download(
             f
             for f in files
             if not isinstance(
-                try_to_load_from_cache(repo_id, f.name, cache_dir=cache, revision=info.sha), str
+                try_to_load_from_cache(repo_id, f.name, cache_dir=cache, revision=sha), str
             )
         ]
-        return str(info.sha), files, missing
+        return sha, files, missing
 
     return call(repo_id, endpoint, listing)
 
@@ -152,6 +165,7 @@ def download_model(
     for anything a person must act on.
     """
     check_online()
+    revision = revision_of(revision)
     from huggingface_hub import constants
 
     constants.DOWNLOAD_CHUNK_SIZE = CHUNK_BYTES  # type: ignore[assignment]
@@ -169,7 +183,7 @@ def download_model(
 
     with _LibraryNotes(tracker):
         # config.json by the name asked for: huggingface_hub then records refs/<revision>.
-        fetch(config or RepoFile("config.json", 0), revision or "main", counted=bool(config))
+        fetch(config or RepoFile("config.json", -1), revision or "main", counted=bool(config))
         if rest:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 futures = [pool.submit(fetch, file, sha) for file in rest]
@@ -195,26 +209,16 @@ def _fetch_with_retries(
     tracker: _Tracker,
     counted: bool,
 ) -> None:
-    from huggingface_hub import hf_hub_download
-
     for attempt in range(RETRIES + 1):
         tracker.check()
         try:
             with hub_errors(repo_id, endpoint):
-                if file.size > RESUMABLE_BYTES:
-                    fetch_blob(
-                        repo_id,
-                        file.name,
-                        revision,
-                        cache,
-                        endpoint=endpoint_url(endpoint),
-                        tqdm_class=tracker.bar_class(file),
-                    )
-                hf_hub_download(
+                download_file(
                     repo_id,
                     file.name,
-                    revision=revision,
-                    cache_dir=cache,
+                    revision,
+                    cache,
+                    size=file.size if file.size >= 0 else None,  # -1: config.json, cached
                     endpoint=endpoint_url(endpoint),
                     tqdm_class=tracker.bar_class(file),
                 )

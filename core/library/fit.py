@@ -13,18 +13,15 @@ from core.plan.planner import Plan, make_plan
 from core.worker.vocab import Strategy
 
 FITS = "fits"
-PIPELINE = "pipeline"
-TENSOR = "tensor"
 NO_FIT = "doesn't fit"
 
 
 def badge(plan: Plan) -> str:
+    """ "fits" on one Mac, else the strategy's own word ("pipeline", "tensor")."""
     if not plan.fits:
         return NO_FIT
-    if plan.strategy == Strategy.PIPELINE:
-        return PIPELINE
-    if plan.strategy == Strategy.TENSOR:
-        return TENSOR
+    if plan.strategy in (Strategy.PIPELINE, Strategy.TENSOR):
+        return plan.strategy.value
     return FITS
 
 

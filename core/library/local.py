@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from core import paths
 from core.library.entries import (
@@ -101,40 +102,76 @@ def hf_cache_entries(
     points at, else the newest)."""
     if not cache.is_dir():
         return []
-    from huggingface_hub import scan_cache_dir
-
-    try:
-        scan = scan_cache_dir(cache)
-    except (OSError, ValueError):
-        return []
+    repos, damaged, incomplete_files = _scan(cache)
     incomplete: dict[Path, int] = {}
-    for partial in scan.incomplete_files:
+    for partial in incomplete_files:
         repo_path = partial.file_path.parent.parent
         incomplete[repo_path] = incomplete.get(repo_path, 0) + 1
     entries = []
     listed = set()
-    for repo in scan.repos:
+    for repo in repos:
         if repo.repo_type != "model":
             continue
+        try:
+            entry = _repo_entry(repo, incomplete.get(repo.repo_path, 0), memo, checked)
+        except OSError as error:  # a loop or a vanished file met while reading it
+            damaged.append((repo.repo_path, str(error)))
+            continue
         listed.add(repo.repo_path.name)
-        entry = _repo_entry(repo, incomplete.get(repo.repo_path, 0), memo, checked)
         if entry is not None:
             entries.append(entry)
-    for warning in scan.warnings:  # repos huggingface_hub found corrupt
-        for repo_path in _repos_named_in(cache, str(warning)):
-            if repo_path.name in listed:
-                continue
-            listed.add(repo_path.name)
-            entries.append(
-                LibraryEntry(
-                    name=_repo_id(repo_path.name),
-                    source=Source.HUGGING_FACE,
-                    path=repo_path,
-                    state=State.BROKEN,
-                    reason=f"the cache entry is damaged ({warning}). Download the model again",
-                )
+    for repo_path, warning in damaged:  # repos huggingface_hub found corrupt
+        if repo_path.name in listed:
+            continue
+        listed.add(repo_path.name)
+        entries.append(
+            LibraryEntry(
+                name=_repo_id(repo_path.name),
+                source=Source.HUGGING_FACE,
+                path=repo_path,
+                state=State.BROKEN,
+                reason=f"the cache entry is damaged ({warning}). Download the model again",
             )
+        )
     return sorted(entries, key=lambda e: e.name.lower())
+
+
+def _scan(cache: Path) -> tuple[list[Any], list[tuple[Path, str]], list[Any]]:
+    """(the cache's repos, the damaged ones with why, the unfinished blobs). huggingface_hub's
+    ``scan_cache_dir`` stops at the first error it does not expect (a snapshot that is a
+    symlink loop raises OSError); then each repo is scanned alone, so one bad entry is
+    listed as damaged and the rest still show."""
+    from huggingface_hub import scan_cache_dir
+
+    try:
+        scan = scan_cache_dir(cache)
+    except (OSError, ValueError, RuntimeError):
+        pass
+    else:
+        damaged = [
+            (repo_path, str(warning))
+            for warning in scan.warnings
+            for repo_path in _repos_named_in(cache, str(warning))
+        ]
+        return list(scan.repos), damaged, list(scan.incomplete_files)
+    from huggingface_hub import CacheNotFound, CorruptedCacheException
+    from huggingface_hub.utils._cache_manager import _scan_cached_repo, _scan_incomplete_files
+
+    repos, damaged = [], []
+    try:
+        folders = sorted(p for p in cache.iterdir() if p.name.startswith(REPO_PREFIX))
+    except OSError:
+        return [], [], []
+    for folder in folders:
+        try:
+            repos.append(_scan_cached_repo(folder))
+        except (CorruptedCacheException, CacheNotFound, OSError, RuntimeError) as error:
+            damaged.append((folder, " ".join(str(error).split())[:200]))
+    try:
+        incomplete = list(_scan_incomplete_files(cache))
+    except OSError:
+        incomplete = []
+    return repos, damaged, incomplete
 
 
 def _repo_entry(

@@ -11,7 +11,7 @@ under ``core.paths.cache_dir()``, keyed by (absolute path, size, mtime_ns). Trus
 whose path, size and nanosecond mtime are unchanged has unchanged content. Every write
 moves the mtime, so only a deliberate ``touch`` back to the old time after an edit of the
 same length could fool it; the files on the *nodes* are never trusted this way (their
-hashes are computed there, see ``core.remote.modelcopy``).
+hashes are computed there, see ``core.remote.modelcheck``).
 """
 
 from __future__ import annotations

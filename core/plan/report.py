@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from core.plan.estimate import Estimate
 from core.plan.planner import Plan, RankPlan
 from core.units import BYTES_NOTE, size
 from core.worker.vocab import Strategy
@@ -15,10 +16,11 @@ from core.worker.vocab import Strategy
 _VERDICTS = {"fits": "fits", "does_not_fit": "does NOT fit", "invalid": "invalid"}
 
 
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """Everything in the Plan plus the derived numbers (usable, need, fits), JSON-able."""
+def plan_to_dict(plan: Plan, estimate: Estimate | None = None) -> dict[str, Any]:
+    """Everything in the Plan plus the derived numbers (usable, need, fits), JSON-able;
+    with ``estimate``, its speed estimate under "estimate" (labelled so, with its basis)."""
     even = plan.mlx_even_split
-    return {
+    result = {
         "model": plan.model,
         "requested": plan.requested,
         "strategy": plan.strategy,
@@ -46,6 +48,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "options": asdict(plan.options),
         "kv_bytes_per_token": plan.kv_bytes_per_token,
     }
+    if estimate is not None:
+        result["estimate"] = estimate.to_dict()
+    return result
 
 
 def _rank_dict(rank: RankPlan) -> dict[str, Any]:
@@ -59,8 +64,9 @@ def _rank_dict(rank: RankPlan) -> dict[str, Any]:
     }
 
 
-def format_plan(plan: Plan) -> str:
-    """The plan as a person reads it: verdict and reason, then one row per rank."""
+def format_plan(plan: Plan, estimate: Estimate | None = None) -> str:
+    """The plan as a person reads it: verdict and reason, one row per rank, and with
+    ``estimate`` its speed estimate and the basis of it."""
     lines = [f"{plan.model}: {plan.strategy} ({_VERDICTS[plan.verdict]})", plan.reason, ""]
     if plan.ranks:
         header = (
@@ -111,6 +117,10 @@ def format_plan(plan: Plan) -> str:
         f"Context {options.context_length} tokens, batch {options.batch}; KV cache "
         f"{size(plan.kv_bytes_per_token)} per token. {BYTES_NOTE}."
     )
+    if estimate is not None:
+        lines += ["", estimate.summary()]
+        if estimate.tokens_per_s is not None:
+            lines += [f"  {line}" for line in estimate.basis().splitlines()]
     return "\n".join(lines)
 
 

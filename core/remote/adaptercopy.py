@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from core.model.manifest import FileEntry, Manifest, ManifestError, sha256_file
-from core.remote.modelcopy import Cancel, CopyProgress, check, copy_model, remote_model_dir
+from core.remote.modelcheck import check, remote_model_dir
+from core.remote.modelcopy import Cancel, CopyProgress, copy_model
 from core.remote.targets import Target
 from core.remote.transport import ModelCopyError
 

@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shlex
 import threading
 import time
@@ -36,21 +37,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.model.manifest import Manifest
-from core.remote.modelcopy import (
-    CopyProgress,
-    CopyResult,
-    _session,
-    cache_root,
-    copy_model,
-    remote_model_dir,
-)
+from core.remote.modelcheck import cache_root, node_session, remote_model_dir
+from core.remote.modelcopy import CopyProgress, CopyResult, copy_model
 from core.remote.ssh import Connection, SSHError
 from core.remote.targets import Target
 from core.remote.transport import CopyCancelled, ModelCopyError
+from core.worker.hubblob import redact
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 REACH_TIMEOUT_S = 5.0
 PROGRESS_EVERY_S = 0.1
 
@@ -70,7 +67,7 @@ def hub_origin(model_dir: Path | str) -> HubOrigin | None:
     if snapshots.name != "snapshots" or not repo.name.startswith("models--"):
         return None
     parts = repo.name[len("models--") :].split("--")
-    if len(parts) != 2 or not all(parts) or len(folder.name) != 40:
+    if len(parts) != 2 or not all(parts) or not _COMMIT.fullmatch(folder.name):
         return None
     return HubOrigin("/".join(parts), folder.name)
 
@@ -85,7 +82,8 @@ def hub_host(endpoint: str | None = None) -> str:
     from urllib.parse import urlparse
 
     url = endpoint or hub_endpoint()
-    return urlparse(url).netloc or url
+    parsed = urlparse(url)
+    return parsed.netloc.rpartition("@")[2] or redact(url)
 
 
 # Run by the node's Python: HEAD the repo's revision on the Hub. Prints "ok" or why not.
@@ -102,14 +100,14 @@ except Exception as error:
     print(f"{type(error).__name__}: {getattr(error, 'reason', None) or error}")
 """
 
-# Run by the node's Python after core/worker/hubblob.py's source (``fetch_blob``,
-# ``RESUMABLE_BYTES``): download the files named in the spec with huggingface_hub,
+# Run by the node's Python after core/worker/hubblob.py's source (``download_file``, its
+# checks and bounds): download the files named in the spec with huggingface_hub,
 # hard-link them into the staging folder, print "@@bytes N" and "@@file NAME" lines.
 _FETCH = r"""
 import json, os, shutil, sys, threading, time
 spec = json.loads(sys.argv[1])
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-from huggingface_hub import hf_hub_download
+check_commit(spec["revision"])
 lock = threading.Lock()
 state = {"done": 0, "last": 0.0}
 def say(line):
@@ -141,10 +139,11 @@ for name, size in spec["files"]:
         with lock: state["done"] += size
         continue
     before = state["done"]
-    if size > RESUMABLE_BYTES:
-        fetch_blob(spec["repo"], name, spec["revision"], spec["cache"], tqdm_class=Bar)
-    path = hf_hub_download(spec["repo"], name, revision=spec["revision"],
-                           cache_dir=spec["cache"], tqdm_class=Bar)
+    try:
+        path = download_file(spec["repo"], name, spec["revision"], spec["cache"], size=size,
+                             tqdm_class=Bar)
+    except (HubAnswerError, DiskFull) as error:
+        sys.stderr.write(redact(str(error)) + "\n"); sys.exit(3)
     with lock: state["done"] = before + size
     os.makedirs(os.path.dirname(staged), exist_ok=True)
     if os.path.lexists(staged): os.unlink(staged)
@@ -194,14 +193,14 @@ def reach_hub(
         str(REACH_TIMEOUT_S),
     )
     try:
-        with _session(target, connection) as conn:
+        with node_session(target, connection) as conn:
             result = conn.run(argv, timeout=REACH_TIMEOUT_S + 30)
     except SSHError as error:
         return str(error)
     said = (result.stdout.strip().splitlines() or [""])[-1]
     if result.rc == 0 and said == "ok":
         return None
-    return said or (result.stderr.strip().splitlines() or [f"exit status {result.rc}"])[-1]
+    return redact(said or (result.stderr.strip().splitlines() or [f"exit status {result.rc}"])[-1])
 
 
 def fetch_from_hub(
@@ -221,7 +220,7 @@ def fetch_from_hub(
     endpoint = endpoint or hub_endpoint()
     cancel = cancel or threading.Event()
     started = time.monotonic()
-    with _session(target, connection) as conn:
+    with node_session(target, connection) as conn:
         root = cache_root(target, conn)
         folder = remote_model_dir(target, manifest, conn)
         spec = {
@@ -322,5 +321,5 @@ def _download(
         said = next((line for line in reversed(stderr) if line.strip()), f"exit status {rc}")
         raise ModelCopyError(
             f"{target.name} could not download its part of {manifest.name} from "
-            f"{hub_host()}: {said.strip()[:200]}"
+            f"{hub_host()}: {redact(said.strip())[:200]}"
         )

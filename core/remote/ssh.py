@@ -40,6 +40,10 @@ from core.remote.keys import (
 )
 
 log = logging.getLogger(__name__)
+# paramiko's transport thread logs each failed handshake at ERROR, traceback and all, to
+# stderr when nothing else handles it; every failure also reaches the caller, which this
+# module turns into one line. So its log stays quiet.
+logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 DEFAULT_TIMEOUT = 10.0
 _PID_MARK = "MACMESH-PGID"
@@ -340,12 +344,14 @@ class Connection:
                     self.host, key.fingerprint, "revoked", self.known_hosts, self.port
                 )
         except BaseException as error:
+            transport = client.get_transport()
+            greeted = bool(transport is not None and transport.remote_version)
             client.close()
             sock.close()
             if isinstance(error, SSHError | KeyboardInterrupt | SystemExit):
                 raise
             late = time.monotonic() >= deadline
-            raise self._ssh_error(error, password is not None, late) from error
+            raise self._ssh_error(error, password is not None, late, greeted) from error
         return client
 
     def _socket_error(self, error: OSError) -> SSHError:
@@ -368,9 +374,12 @@ class Connection:
             )
         return SSHError(host, f"Cannot connect to {host} port {port}: {error}.")
 
-    def _ssh_error(self, error: BaseException, with_password: bool, late: bool) -> SSHError:
+    def _ssh_error(
+        self, error: BaseException, with_password: bool, late: bool, greeted: bool = True
+    ) -> SSHError:
         """``late``: the deadline had passed (paramiko's handshake may end its wait quietly
-        and then fail with "No existing session")."""
+        and then fail with "No existing session"). ``greeted``: the host sent its SSH
+        version line (the connection itself was taken: else ``_socket_error``)."""
         host, user = self.host, self.user
         if isinstance(error, paramiko.BadHostKeyException):
             return HostKeyChanged(
@@ -407,7 +416,15 @@ class Connection:
             )
         cause = error.__context__ or error.__cause__
         timed_out = isinstance(error, TimeoutError) or isinstance(cause, TimeoutError)
-        if late or timed_out or "timed out" in str(error).lower():
+        timed_out = late or timed_out or "timed out" in str(error).lower()
+        if timed_out and not greeted:  # connected, but no "SSH-2.0-..." came
+            return SSHTimeout(
+                host,
+                f"{host} did not answer within {self.timeout:g} s: it took the connection on "
+                f"port {self.port} but sent no SSH greeting. Is an SSH server (Remote Login) "
+                "what listens on that port?",
+            )
+        if timed_out:
             return SSHTimeout(host, self._silent())
         if isinstance(error, OSError) and error.errno in _UNREACHABLE:
             return self._socket_error(error)

@@ -24,14 +24,14 @@ from core.cluster.probe.facts import NodeFacts
 from core.cluster.probe.remote import probe_over_ssh
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
-from core.remote.modelcopy import remote_model_dir
+from core.remote.modelcheck import remote_model_dir
 from core.remote.ship import worker_bundle
 from core.remote.ssh import SSHError, UnknownHostKey
 from core.remote.targets import Target
-from core.run import mlxenv
-from core.run.backend_choice import BackendChoice, choose_backend
-from core.run.launcher import JobSpec
-from core.run.preflight import PreflightReport
+from core.run.checks.backend_choice import BackendChoice, choose_backend
+from core.run.checks.report import PreflightReport
+from core.run.job import mlxenv
+from core.run.job.launcher import JobSpec
 from core.worker.vocab import Backend, Strategy
 
 
@@ -130,7 +130,7 @@ def demo_launch(spec: JobSpec) -> dict[str, Any]:
     """``mlx.launch`` for the demo's local ranks: ``-n N --backend ring`` on this
     machine (mlx.launch writes the loopback hostfile itself, so there is none to show)."""
     command = [
-        "mlx.launch", "-n", str(spec.nodes), "--backend", "ring", "--python", spec.python,
+        "mlx.launch", "-n", str(spec.nodes), "--backend", Backend.RING, "--python", spec.python,
         "--", "-m", "core.worker", *spec.worker_args(0),
     ]  # fmt: skip
     return {"command": command, "hostfile": None, "local": True}

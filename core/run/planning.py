@@ -7,13 +7,17 @@ on the GUI thread with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from core.cluster.probe.facts import NodeFacts
 from core.cluster.rdma import node_verdict
 from core.model.info import ModelInfo
+from core.plan.estimate import Estimate, estimate_plan, rdma_mesh
 from core.plan.memory import Node, PlanOptions
 from core.plan.planner import Plan, make_plan
+from core.units import rate
 from core.worker import protocol as p
 from core.worker.vocab import Strategy
 
@@ -52,3 +56,64 @@ def plan_on(
         strategy=chosen, split=None if split is None else tuple(split), batch=p.DEFAULT_BATCH
     )
     return make_plan(info, nodes, options=options)
+
+
+def estimate_on(info: ModelInfo, plan: Plan, facts: Sequence[NodeFacts]) -> Estimate:
+    """The speed **estimate** for ``plan`` on the real Macs ``facts`` name (their chips;
+    RDMA links when every one of them has RDMA on): what the demo's simulated Macs, which
+    share this machine, would do as real Macs (core/plan/estimate.py)."""
+    used = set(plan.nodes_used)
+    nodes = [planner_node(f) for f in facts if f.name in used]
+    return estimate_plan(info, plan, nodes, rdma_mesh(nodes))
+
+
+RUN_LABELS = ("one Mac", "cluster")  # the compare task's runs, as their figures name them
+
+
+@dataclass(frozen=True)
+class EstimateBeside:
+    """What Compare shows beside its measured figures: the estimate for the real Macs
+    each run names (by the run's label), and whether the Macs were the demo's simulated
+    ones, which share this machine's cores and loopback."""
+
+    estimates: dict[str, Estimate]
+    simulated: bool
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+    def note(self, macs: int) -> str:
+        """The demo's caveat, plainly; "" for real Macs."""
+        if not self.simulated:
+            return ""
+        return (
+            f"Simulated Macs: the {macs} demo Macs share this machine's {self.cores} cores "
+            "and its loopback, so the measured figures and their ratio say nothing about "
+            "real Macs; the estimate is for the real Macs they name (docs/estimate.md)."
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "simulated": self.simulated,
+            "estimate": {what: e.to_dict() for what, e in self.estimates.items()},
+        }
+
+
+def estimates_beside(
+    info: ModelInfo,
+    runs: Mapping[str, tuple[Plan | None, Sequence[NodeFacts]]],
+    *,
+    simulated: bool,
+) -> EstimateBeside:
+    """Each run's estimate from its plan and its Macs' facts (a run not planned: none)."""
+    estimates = {
+        what: estimate_on(info, plan, facts) for what, (plan, facts) in runs.items() if plan
+    }
+    return EstimateBeside(estimates, simulated)
+
+
+def estimate_cell(estimate: Estimate | None) -> str:
+    """A run's estimate in a table: "15.9 tokens/s (est.)", or why there is none."""
+    if estimate is None:
+        return "—"
+    if estimate.tokens_per_s is None:
+        return f"none: {estimate.reason}"
+    return f"{rate(estimate.tokens_per_s)} tokens/s (est.)"

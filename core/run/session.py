@@ -1,11 +1,13 @@
-"""One Start, from the nodes to a running job and back: the one object behind
-``macmesh run``, ``macmesh demo --headless`` and the window's Start.
+"""One Start, from the nodes to a running job and back: the one object that knows the
+order of the steps. Every kind of job is a task over a session (``core.run.tasks``:
+chat, compare, link test, fine-tune; ``core.serve.task``: serve); the command line and
+the window drive the same tasks.
 
 A session is one model on some hosts: real Macs (``Host`` with a ``Target``) or the
 demo's simulated Macs (no target: their ranks run on this machine, and what needs SSH,
 the probe, the checks and the copy, is skipped). Each step blocks; the caller runs them
-in order on one worker thread (the window on its bridge's serial queue, the command line
-on its main thread); ``start()`` runs the first five:
+on one worker thread (the window on its bridge's serial queue, the command line on its
+main thread) with ``start(until=...)``, which runs them in order, each once:
 
 - ``probe(force=False)``: every host's facts. Facts a scanner probed within ``fresh_s``
   (60 s) are reused; the others are probed over SSH, in parallel (``force``: all).
@@ -13,12 +15,15 @@ on its main thread); ``start()`` runs the first five:
   the probed facts for ``strategy``.
 - ``preflight()``: every check with its fix, and the backend (reusing the probed facts;
   ``verify``: every model file on the nodes hashed there, not only sized).
-- ``copy()``: each node's missing part of the model (and files found damaged), every node
-  at once.
+- ``copy()``: each node's missing part of the model (and files found damaged), the
+  adapter and a fine-tune's data, every node at once.
 - ``launch()``: the job's ranks start (it returns once they are starting).
-- ``ask(...)``: a request; its tokens arrive as ``event``s. ``cancel_answer(request)``: that
-  answer ends at its next token, the job serves on. ``test_links()``: the link test on the
-  running job. ``stop()``: every rank ends.
+
+A task stops at a step (``start(Step.PLAN)``), does its own part (a fine-tune checks its
+fit, ``macmesh run --change-network`` changes the network then ``check_again()``), and
+calls ``start()`` again to go on. On the running job: ``ask(...)`` (its tokens arrive
+as ``event``s), ``cancel_answer(request)`` (that answer ends at its next token, the job
+serves on), ``test_links()``, ``stop()`` (every rank ends).
 
 ``cancel()`` (any thread) ends the running step at its next boundary (a copy between
 chunks; what arrived is kept and the next copy resumes); ``start()`` then runs no
@@ -35,11 +40,14 @@ Signals, and the thread each fires on:
 - ``checked(report)``: the ``PreflightReport``, on the preflight step's thread.
 - ``copy_progress(progress)``: ``CopyProgress``, on the copying threads (one per node).
 - ``event(event)``: every worker event, on the job's reader threads.
+- ``step_started(step)``: a ``Step`` begins, on the thread running it (the command line
+  says each step on it: ``core.cli.steps``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -57,13 +65,16 @@ from core.model.info import ModelInfo
 from core.model.manifest import ManifestError
 from core.plan.planner import Plan
 from core.remote.adaptercopy import adapter_folder, put_adapter
+from core.remote.folders import put_folder
 from core.remote.hubfetch import fetch_or_copy
 from core.remote.modelcopy import CopyResult, copy_model
 from core.remote.ssh import SSHError
 from core.remote.targets import Target
 from core.remote.transport import CopyCancelled, ModelCopyError
 from core.run import placement
-from core.run.launcher import Job, JobError, JobSpec
+from core.run.checks.preflight import run_preflight
+from core.run.checks.report import PreflightReport
+from core.run.job.launcher import Job, JobError, JobSpec
 from core.run.placement import (
     ClusterError,
     demo_launch,
@@ -73,9 +84,9 @@ from core.run.placement import (
     planned_launch,
 )
 from core.run.planning import plan_on
-from core.run.preflight import PreflightReport, run_preflight
 from core.run.states import RunState, Step
-from core.worker.vocab import Backend, JobState, Strategy, Task
+from core.worker import protocol as p
+from core.worker.vocab import Backend, JobState, ModelSource, Strategy, Task
 
 __all__ = ["FRESH_S", "ClusterError", "CopyCancelled", "Host", "Session"]
 
@@ -123,7 +134,8 @@ class Session:
     state_changed = Signal(str, str)  # RunState, detail
     checked = Signal(object)  # PreflightReport
     copy_progress = Signal(object)  # CopyProgress
-    event = Signal(dict)  # a worker event
+    event = Signal(dict)  # a worker event (a protocol.Event)
+    step_started = Signal(str)  # Step: a step begins (the demo's skipped steps: none)
 
     def __init__(
         self,
@@ -133,7 +145,7 @@ class Session:
         plan: Plan | None = None,
         strategy: Strategy | str = Strategy.AUTO,
         backend: Backend | str = Backend.AUTO,
-        job_factory: Callable[[JobSpec], Any] | None = None,
+        job_factory: Callable[[JobSpec], Job] | None = None,
         fresh_s: float = FRESH_S,
         verify: bool = False,
         split: Sequence[int] | None = None,
@@ -141,7 +153,7 @@ class Session:
         job_fields: dict[str, Any] | None = None,
         check_paths: bool = True,
         adapter: Path | str | None = None,
-        model_source: str = "auto",
+        model_source: ModelSource | str = ModelSource.AUTO,
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -166,14 +178,14 @@ class Session:
         # the JobSpec's fine-tune fields (data, tune_settings, out) in ``job_fields``.
         self.task = Task(task)
         self.job_fields = dict(job_fields or {})
-        self.model_source = model_source  # auto | hub | this-mac (core.run.modelsource)
+        self.model_source = model_source  # auto | hub | this-mac (core.run.checks.modelsource)
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
         self.probed: tuple[str, ...] = ()  # the hosts the last probe() asked over SSH
         self.report: PreflightReport | None = None
         self.copies: list[CopyResult] = []
-        self.job: Any = None
+        self.job: Job | None = None
         self.spec: JobSpec | None = None  # what launch() runs, once worked out
         self.state = RunState.IDLE
         self.step: Step | None = None  # the step running, or the last one run
@@ -187,6 +199,8 @@ class Session:
         # base + adapter (``core.model.adapter``: AdapterError here when it does not fit)
         self.adapter: AdapterUse | None = check_adapter(info, adapter) if adapter else None
         self.adapter_folders: dict[str, str] = {}  # node → the adapter's folder there
+        self.data_folders: dict[str, str] = {}  # node → a fine-tune's data folder there
+        self.remote_out: str | None = None  # a fine-tune's adapter on rank 0's node
 
     # -- state -----------------------------------------------------------------------
 
@@ -207,9 +221,12 @@ class Session:
             self.state_changed.emit(state.value, detail)
 
     @contextlib.contextmanager
-    def _step(self, step: Step, state: RunState | None) -> Iterator[None]:
+    def _step(self, step: Step, state: RunState | None, part: bool = False) -> Iterator[None]:
         """Run one step: its state first (none for the demo's skipped steps); a failure
-        becomes NOT_READY with the reason, then propagates."""
+        becomes NOT_READY with the reason, then propagates. ``part``: one part of the step
+        (the copy's adapter, its data): the step is said to begin, and done, only once."""
+        if self.step is not step:
+            self.step_started.emit(step.value)
         self.step = step
         if state is not None:
             self._set(state)
@@ -225,24 +242,36 @@ class Session:
         except BaseException:  # Ctrl-C on the step's thread: the session is cancelled
             self._cancel.set()
             raise
-        self.completed.add(step)
+        if not part:
+            self.completed.add(step)
 
     # -- the steps ---------------------------------------------------------------------
 
-    def start(self, reprobe: bool = False) -> bool:
-        """probe → plan → preflight → copy → launch. True once the ranks are starting;
-        False when a check failed (NOT_READY, ``report``) or after ``cancel()``
-        (STOPPED). A step that cannot run raises (NOT_READY, ``error``)."""
-        steps = (partial(self.probe, reprobe), self.make_plan, self.preflight, self.copy)
+    def start(self, until: Step = Step.LAUNCH, *, reprobe: bool = False) -> bool:
+        """The steps in their order, probe → plan → preflight → copy → launch, each run
+        once: a step already done is not run again, so a task may stop at ``until``, do
+        its own part (print the plan, check a fine-tune's fit) and call ``start()`` again
+        to go on. ``reprobe``: every host probed again (e.g. after a network change).
+        True once ``until`` is done (for LAUNCH: the ranks are starting); False when a
+        check failed (NOT_READY, ``report``) or after ``cancel()`` (STOPPED, every rank
+        this Start began ended). A step that cannot run raises (NOT_READY, ``error``)."""
+        steps: dict[Step, Callable[[], object]] = {
+            Step.PROBE: partial(self.probe, reprobe),
+            Step.PLAN: self.make_plan,
+            Step.PREFLIGHT: self.preflight,
+            Step.COPY: self.copy,
+            Step.LAUNCH: self.launch,
+        }
         try:
-            for step in steps:
+            for step, run in steps.items():
                 if self.cancelled:
                     break
-                step()
+                if step not in self.completed or (step is Step.PROBE and reprobe):
+                    run()
                 if self.state == RunState.NOT_READY:
                     return False
-            if not self.cancelled:
-                self.launch()
+                if step is until:
+                    break
         except CopyCancelled:
             pass
         except Exception:
@@ -252,6 +281,13 @@ class Session:
             self.stop()
             return False
         return True
+
+    def check_again(self) -> bool:
+        """Probe every host anew and run the checks again (after a network change);
+        False when a check failed."""
+        self.completed -= {Step.PROBE, Step.PREFLIGHT}
+        self.report = None
+        return self.start(Step.PREFLIGHT, reprobe=True)
 
     def probe(self, force: bool = False) -> list[NodeFacts]:
         """Every host's facts, in host order: a scanner's when fresh, else probed over
@@ -301,6 +337,7 @@ class Session:
         """Every check for the plan on the nodes it uses, with the backend; None for the
         demo. A failed check: NOT_READY (the report says which, with its fix)."""
         if self.demo:
+            self.completed.add(Step.PREFLIGHT)
             return None
         with self._step(Step.PREFLIGHT, RunState.CHECKING):
             plan = self._planned()
@@ -326,21 +363,28 @@ class Session:
         """Copy each node's missing part, every node at once. ``CopyCancelled`` after
         ``cancel()`` (STOPPED); ClusterError naming each node whose copy failed."""
         if self.demo:
+            self.completed.add(Step.COPY)
             return []
         report = self._checked()
         self._put_adapter()
+        self._put_data()
         by_name = {t.name: t for t in self.targets}
         todo = [(by_name[name], report.manifests[name]) for name in report.copies_needed]
         if not todo:
+            self.completed.add(Step.COPY)
             return []
         with self._step(Step.COPY, RunState.COPYING):
             pool = ThreadPoolExecutor(len(todo), thread_name_prefix="model-copy")
             try:
                 source, progress = self.info.path, self.copy_progress.emit
-                from_hub = partial(fetch_or_copy, fallback=self.model_source != "hub")
+                from_hub = partial(fetch_or_copy, fallback=self.model_source != ModelSource.HUB)
                 futures = [
                     pool.submit(
-                        from_hub if report.sources.get(target.name) == "hub" else copy_model,
+                        (
+                            from_hub
+                            if report.sources.get(target.name) == ModelSource.HUB
+                            else copy_model
+                        ),
                         target,
                         part,
                         source,
@@ -375,7 +419,7 @@ class Session:
             self.copies = results
             return results
 
-    def launch(self) -> Any:
+    def launch(self) -> Job:
         """Start the job's ranks: returns once they are starting (``wait_ready``).
         LOADING; FAILED when they cannot be started (then raises)."""
         with self._step(Step.LAUNCH, RunState.LOADING):
@@ -425,7 +469,7 @@ class Session:
         return bool(self._running().cancel(request))
 
     def test_links(self, sizes: Sequence[int] | None = None, scale: float = 1.0) -> str:
-        """Measure every link the job uses (``core.run.linktest``); ``wait_done`` gives
+        """Measure every link the job uses (``core.run.tasks.linktest``); ``wait_done`` gives
         the ranks' ``link_test`` event."""
         return str(self._running().link_test(sizes, scale=scale))
 
@@ -436,6 +480,13 @@ class Session:
     def wait_done(self, request: str, timeout: float | None = None) -> dict[str, Any]:
         """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
         return dict(self._running().wait_done(request, timeout))
+
+    def wait_answer(self, request: str, timeout: float | None = None) -> p.Done:
+        """The answer ``request``'s ``done`` event, typed (``wait_done`` for an ``ask``)."""
+        done = self._running().wait_done(request, timeout)
+        if done["event"] != p.DONE:
+            raise JobError(f"{request} is a link test, not an answer")
+        return done.copy()
 
     def stop(self) -> None:
         """End every rank (blocking) and whatever step is left; STOPPED once the ranks
@@ -457,6 +508,7 @@ class Session:
         plan = self._planned()
         fields: dict[str, Any] = {"task": self.task, **self.job_fields}
         fields.update(self._adapter_fields(plan))
+        fields.update(self._data_fields(plan))
         if self.demo:
             spec = job_spec(self.info, plan, **fields)
         else:
@@ -483,28 +535,65 @@ class Session:
         return self.adapter.name if self.adapter is not None else ""
 
     def _put_adapter(self) -> None:
-        """The adapter on every node the plan uses (copied where missing), in parallel;
-        ClusterError naming each node where that failed."""
+        """The adapter on every node the plan uses (copied where missing)."""
         use = self.adapter
         if use is None:
             return
-        with self._step(Step.COPY, RunState.COPYING):
-            used = in_rank_order(self._planned(), self.targets)
-            with ThreadPoolExecutor(max(1, len(used)), thread_name_prefix="adapter-copy") as pool:
-                futures = {
-                    t.name: pool.submit(
-                        put_adapter, t, use.path, use.files, self.copy_progress.emit, self._cancel
-                    )
-                    for t in used
-                }
-            problems = []
-            for name, future in futures.items():
-                try:
-                    self.adapter_folders[name] = future.result()
-                except (ModelCopyError, ManifestError, SSHError, OSError) as exc:
-                    problems.append(f"The adapter could not be copied to {name}: {exc}")
-            if problems:
-                raise ClusterError("\n".join(problems))
+        with self._step(Step.COPY, RunState.COPYING, part=True):
+            self.adapter_folders = self._on_each_node(
+                in_rank_order(self._planned(), self.targets),
+                lambda t: put_adapter(
+                    t, use.path, use.files, self.copy_progress.emit, self._cancel
+                ),
+                "The adapter could not be copied to {node}: {error}",
+            )
+
+    def _put_data(self) -> None:
+        """A fine-tune's data on every node the plan uses (copied where missing)."""
+        data = self.job_fields.get("data") if self.task is Task.FINETUNE else None
+        if data is None:
+            return
+        with self._step(Step.COPY, RunState.COPYING, part=True):
+            self.data_folders = self._on_each_node(
+                in_rank_order(self._planned(), self.targets),
+                lambda t: put_folder(t, Path(data), self.copy_progress.emit, self._cancel),
+                "{node}: the data could not be copied: {error}",
+            )
+
+    def _on_each_node(
+        self, targets: Sequence[Target], work: Callable[[Target], str], failed: str
+    ) -> dict[str, str]:
+        """``work`` on every target at once: node → what it gave. ClusterError with a
+        ``failed`` line (``{node}``, ``{error}``) per node where it failed."""
+        with ThreadPoolExecutor(max(1, len(targets)), thread_name_prefix="node-copy") as pool:
+            futures = {t.name: pool.submit(work, t) for t in targets}
+        done, problems = {}, []
+        for name, future in futures.items():
+            try:
+                done[name] = future.result()
+            except (ModelCopyError, ManifestError, SSHError, OSError) as exc:
+                problems.append(failed.format(node=name, error=exc))
+        if problems:
+            raise ClusterError("\n".join(problems))
+        return done
+
+    def _data_fields(self, plan: Plan) -> dict[str, Any]:
+        """A fine-tune's fields where nodes hold its data elsewhere: each rank's data
+        folder and, when rank 0 is another Mac, the adapter folder beside its data
+        there (``remote_out``: fetched here when the job ends)."""
+        data = self.job_fields.get("data")
+        if not self.data_folders or data is None:
+            return {}
+        used = in_rank_order(plan, self.targets)
+        fields: dict[str, Any] = {
+            "rank_data": [Path(self.data_folders.get(t.name, str(data))) for t in used]
+        }
+        if not used[0].local:
+            if self.remote_out is None:
+                folder = self.data_folders[used[0].name]
+                self.remote_out = f"{folder}.adapter-{secrets.token_hex(4)}"
+            fields["out"] = Path(self.remote_out)
+        return fields
 
     def _adapter_fields(self, plan: Plan) -> dict[str, Any]:
         """The JobSpec's adapter fields: each rank's folder on its node (where it was
@@ -550,12 +639,12 @@ class Session:
             raise ClusterError("The checks failed; nothing was started.")
         return report
 
-    def _running(self) -> Any:
+    def _running(self) -> Job:
         if self.job is None:
             raise JobError("nothing was started")
         return self.job
 
-    def _on_event(self, event: dict[str, Any]) -> None:
+    def _on_event(self, event: p.Event) -> None:
         """On a job's reader thread: pass the event on."""
         self.event.emit(event)
 

@@ -1,8 +1,10 @@
 """The HTTP routes (Starlette): OpenAI's ``/v1/models``, ``/v1/chat/completions`` and
-``/v1/completions``, with their streaming; every refusal in OpenAI's error shape.
+``/v1/completions``, with their streaming; every refusal in the error shape of its
+route's dialect (``dialects.error_body``), a 500 included.
 
 Nothing here parses HTTP (uvicorn does); a client that leaves is noticed by listening for
-the ASGI ``http.disconnect`` while it waits or streams, and cancels its answer.
+the ASGI ``http.disconnect`` while it waits or streams, and cancels its answer; one that
+leaves while its body is read (a truncated body) is logged as gone, never a 500.
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
-from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from core.serve import shaping
-from core.serve.answers import Answer, Answerer, failure
+from core.serve.answers import Answer, Answerer, AnswerEvent, failure
+from core.serve.dialects import error_body
 from core.serve.errors import APIError, unauthorized
 from core.serve.keys import Gate
 from core.serve.requests import Ask, chat_request, completion_request, parse_json
@@ -91,7 +94,7 @@ class API:
 
     async def begin(
         self, request: Request, ask: Ask, client: str
-    ) -> tuple[Answer, dict[str, Any]] | Response:
+    ) -> tuple[Answer, AnswerEvent] | Response:
         """Queue the answer and wait for its first event (a token, or its end): a refusal
         (an APIError) before any byte of the answer is sent. A client gone: LEFT."""
         answer = self.s.answers.submit(ask, client)
@@ -105,8 +108,8 @@ class API:
         return answer, first
 
     async def whole(
-        self, request: Request, answer: Answer, first: dict[str, Any]
-    ) -> dict[str, Any] | Response:
+        self, request: Request, answer: Answer, first: AnswerEvent
+    ) -> p.Done | Response:
         """The answer's ``done`` event (an APIError if it failed; LEFT if the client went)."""
         event = first
         while event["event"] != p.DONE:
@@ -119,9 +122,7 @@ class API:
             event = got
         return event
 
-    async def events(
-        self, answer: Answer, first: dict[str, Any]
-    ) -> AsyncGenerator[dict[str, Any], None]:
+    async def events(self, answer: Answer, first: AnswerEvent) -> AsyncGenerator[AnswerEvent, None]:
         """The answer's events from ``first`` to its ``done`` or ``error``; a stream that
         is closed early (its client left) cancels the answer."""
         try:
@@ -135,7 +136,7 @@ class API:
             if not answer.ended.is_set():
                 self.s.answers.cancel(answer)  # the client left mid-answer
 
-    async def stream(self, answer: Answer, first: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def stream(self, answer: Answer, first: AnswerEvent) -> AsyncIterator[bytes]:
         ask, model, created = answer.ask, self.s.model, answer.created
         usage = ask.include_usage
         if ask.chat:
@@ -146,12 +147,11 @@ class API:
         events = self.events(answer, first)
         try:
             async for event in events:
-                kind = event["event"]
-                if kind == p.TOKEN and event.get("text"):
-                    yield shaping.sse(self._piece(answer, str(event["text"])))
-                elif kind == p.ERROR:
+                if event["event"] == p.TOKEN and event["text"]:
+                    yield shaping.sse(self._piece(answer, event["text"]))
+                elif event["event"] == p.ERROR:
                     yield shaping.sse(failure(event).body())
-                elif kind == p.DONE:
+                elif event["event"] == p.DONE:
                     finish = shaping.finish_reason(event)
                     if ask.chat:
                         chunk = shaping.chat_chunk(
@@ -256,33 +256,86 @@ class EventStream(Response):
                 await aclose()
 
 
+def refusal(path: str, error: APIError) -> Response:
+    """``error`` as the response of the route at ``path``, in its dialect."""
+    return JSONResponse(error_body(path, error), status_code=error.status, headers=error.headers)
+
+
 async def api_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, APIError)
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+    return refusal(request.url.path, error)
 
 
 async def http_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     code = "not_found" if error.status_code == 404 else None
     message = (
-        f"No route {request.method} {request.url.path}: the API is under /v1 "
-        "(GET /v1/models, POST /v1/chat/completions, POST /v1/completions)."
+        f"No route {request.method} {quote(request.url.path)}: the API is under /v1 "
+        "(GET /v1/models, POST /v1/chat/completions, POST /v1/completions, "
+        "POST /v1/messages) and /api (POST /api/chat, GET /api/tags)."
         if error.status_code in (404, 405)
         else str(error.detail)
     )
-    body = APIError(error.status_code, message, code=code).body()
-    return JSONResponse(body, status_code=error.status_code, headers=error.headers)
+    headers = dict(error.headers or {})
+    refused = APIError(error.status_code, message, code=code, headers=headers)
+    return refusal(request.url.path, refused)
+
+
+async def client_left(request: Request, error: Exception) -> Response:
+    """The client closed before its body was all sent: nobody to answer (logged LEFT)."""
+    return Response(status_code=LEFT)
 
 
 async def unexpected(request: Request, error: Exception) -> Response:
-    body = APIError(500, f"{type(error).__name__}: {error}", kind="server_error").body()
-    return JSONResponse(body, status_code=500)
+    failed = APIError(500, f"{type(error).__name__}: {error}", kind="server_error")
+    return refusal(request.url.path, failed)
+
+
+class OneBodyLength:
+    """A request with both ``Content-Length`` and ``Transfer-Encoding`` is refused (400)
+    and its connection closed: the two frame the body differently, which is how a second
+    request is smuggled inside the first's body (h11 trusts the chunking and would read
+    the rest as the connection's next request)."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            names = {name for name, _value in scope["headers"]}
+            if b"content-length" in names and b"transfer-encoding" in names:
+                error = APIError(
+                    400,
+                    "The request has both Content-Length and Transfer-Encoding: send one.",
+                    headers={"Connection": "close"},
+                )
+                await refusal(scope["path"], error)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def loggable(text: str) -> str:
+    """Client text made safe for one log line: control characters, line breaks and other
+    invisible characters as ``\\xNN`` / ``\\uNNNN`` (a backslash doubled), so no request
+    can forge a line or send the terminal an escape sequence."""
+    return "".join(
+        c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
+
+
+def loggable_path(path: str) -> str:
+    """A request's (percent-decoded) path percent-encoded again for the log: newlines,
+    spaces, escapes and non-ASCII as %XX, so it is one field of one line."""
+    return quote(path, safe="/:@!$&'()*+,;=-._~", errors="backslashreplace")
 
 
 class Logged:
     """One log line per request, once its response has ended: who, what, status, time."""
 
-    def __init__(self, app: Starlette, served: Served) -> None:
+    def __init__(
+        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], served: Served
+    ) -> None:
         self.app, self.served = app, served
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -303,15 +356,15 @@ class Logged:
             answer = state.get("answer")
             peer = scope.get("client") or ("?", 0)
             parts = [
-                f"{peer[0]}",
-                str(state.get("client", "-")),
-                f"{scope['method']} {scope['path']}",
+                loggable(str(peer[0])),
+                loggable(str(state.get("client", "-"))),
+                f"{loggable(scope['method'])} {loggable_path(scope['path'])}",
                 str(status[0] or LEFT),
                 f"{time.monotonic() - started:.2f} s",
             ]
             if isinstance(answer, Answer):
-                done = answer.done or {}
-                parts.insert(4, f"{done.get('generation_tokens', 0)} tokens")
+                done = answer.done
+                parts.insert(4, f"{done['generation_tokens'] if done else 0} tokens")
                 if answer.cancelled:
                     parts.insert(5, "cancelled")
                 answers = self.served.answers

@@ -10,6 +10,7 @@ the context is found by the ranks (they hold the tokenizer) and is a 400 too.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,9 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 MAX_STOPS = 4  # as OpenAI
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
 FALLBACK_CONTEXT = 4096  # a model whose config does not say its context
+# A \uD800-\uDFFF escape: the only way a lone surrogate gets into a body (raw UTF-8 cannot
+# carry one); when there is none, the body needs no second look.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 
 
 @dataclass(frozen=True)
@@ -39,15 +43,33 @@ class Ask:
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 saying what is wrong with it."""
+    """The body as a JSON object, or a 400 saying what is wrong with it: not JSON, nested
+    deeper than Python's parser goes, or holding a lone surrogate ("\\ud800", which no
+    answer could encode)."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
         raise bad_request(
             f"The request body is not valid JSON ({error}). Send a JSON object."
         ) from None
+    except RecursionError:
+        raise bad_request(
+            "The request body is nested too deeply. Send a flat JSON object."
+        ) from None
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            json.dumps(body, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise bad_request(
+                "The request body holds a lone surrogate (such as \\ud800): every text must "
+                "be valid Unicode."
+            ) from None
+        except RecursionError:
+            raise bad_request(
+                "The request body is nested too deeply. Send a flat JSON object."
+            ) from None
     return body
 
 

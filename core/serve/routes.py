@@ -1,6 +1,7 @@
 """The routes: OpenAI's (``app.API``), Anthropic's ``/v1/messages`` and Ollama's
 ``/api/chat`` and ``/api/tags`` (``dialects``) over the same queue and answers; and the
-Starlette application with its error handlers and the one-line-per-request log."""
+Starlette application with its error handlers (each refusal in its route's dialect), the
+refusal of ambiguous body framing, and the one-line-per-request log."""
 
 from __future__ import annotations
 
@@ -8,22 +9,23 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.serve import dialects as d
-from core.serve.answers import Answer, failure
+from core.serve.answers import Answer, AnswerEvent, failure
 from core.serve.app import (
     API,
     EventStream,
     Logged,
+    OneBodyLength,
     Served,
     api_error,
+    client_left,
     http_error,
     read_body,
     unexpected,
@@ -37,32 +39,27 @@ class Routes(API):
     """Every route the server has."""
 
     async def messages(self, request: Request) -> Response:
-        try:
-            client = self.client(request)
-            body = parse_json(await read_body(request))
-            ask = d.anthropic_request(body, self.s.model, self.s.context)
-            got = await self.begin(request, ask, client)
-            if isinstance(got, Response):
-                return got
-            answer, first = got
-            if ask.stream:
-                return EventStream(self._anthropic_stream(answer, first))
-            done = await self.whole(request, answer, first)
-            if isinstance(done, Response):
-                return done
-            return JSONResponse(d.anthropic_message(answer.id, self.s.model, done))
-        except APIError as error:
-            return JSONResponse(d.anthropic_error(error), error.status, headers=error.headers)
+        client = self.client(request)
+        body = parse_json(await read_body(request))
+        ask = d.anthropic_request(body, self.s.model, self.s.context)
+        got = await self.begin(request, ask, client)
+        if isinstance(got, Response):
+            return got
+        answer, first = got
+        if ask.stream:
+            return EventStream(self._anthropic_stream(answer, first))
+        done = await self.whole(request, answer, first)
+        if isinstance(done, Response):
+            return done
+        return JSONResponse(d.anthropic_message(answer.id, self.s.model, done))
 
-    async def _anthropic_stream(
-        self, answer: Answer, first: dict[str, Any]
-    ) -> AsyncIterator[bytes]:
+    async def _anthropic_stream(self, answer: Answer, first: AnswerEvent) -> AsyncIterator[bytes]:
         yield d.anthropic_start(answer.id, self.s.model)
         events = self.events(answer, first)
         try:
             async for event in events:
-                if event["event"] == p.TOKEN and event.get("text"):
-                    yield d.anthropic_delta(str(event["text"]))
+                if event["event"] == p.TOKEN and event["text"]:
+                    yield d.anthropic_delta(event["text"])
                 elif event["event"] == p.ERROR:
                     yield d.anthropic_sse(
                         "error", {"error": d.anthropic_error(failure(event))["error"]}
@@ -73,44 +70,34 @@ class Routes(API):
             await events.aclose()
 
     async def ollama_tags(self, request: Request) -> Response:
-        try:
-            self.client(request)
-        except APIError as error:
-            return JSONResponse(d.ollama_error(error), error.status)
+        self.client(request)
         return JSONResponse(d.ollama_tags(self.s.model, 0))
 
     async def ollama_chat(self, request: Request) -> Response:
-        try:
-            client = self.client(request)
-            body = parse_json(await read_body(request))
-            ask = d.ollama_request(body, self.s.model, self.s.context)
-            started = time.monotonic()
-            got = await self.begin(request, ask, client)
-            if isinstance(got, Response):
-                return got
-            answer, first = got
-            if ask.stream:
-                return EventStream(
-                    self._ollama_stream(answer, first, started), "application/x-ndjson"
-                )
-            done = await self.whole(request, answer, first)
-            if isinstance(done, Response):
-                return done
-            elapsed = time.monotonic() - started
-            return JSONResponse(
-                d.ollama_done(self.s.model, done, elapsed, str(done.get("text", "")))
-            )
-        except APIError as error:
-            return JSONResponse(d.ollama_error(error), error.status, headers=error.headers)
+        client = self.client(request)
+        body = parse_json(await read_body(request))
+        ask = d.ollama_request(body, self.s.model, self.s.context)
+        started = time.monotonic()
+        got = await self.begin(request, ask, client)
+        if isinstance(got, Response):
+            return got
+        answer, first = got
+        if ask.stream:
+            return EventStream(self._ollama_stream(answer, first, started), "application/x-ndjson")
+        done = await self.whole(request, answer, first)
+        if isinstance(done, Response):
+            return done
+        elapsed = time.monotonic() - started
+        return JSONResponse(d.ollama_done(self.s.model, done, elapsed, done["text"]))
 
     async def _ollama_stream(
-        self, answer: Answer, first: dict[str, Any], started: float
+        self, answer: Answer, first: AnswerEvent, started: float
     ) -> AsyncIterator[bytes]:
         events = self.events(answer, first)
         try:
             async for event in events:
-                if event["event"] == p.TOKEN and event.get("text"):
-                    yield d.ollama_piece(self.s.model, str(event["text"]))
+                if event["event"] == p.TOKEN and event["text"]:
+                    yield d.ollama_piece(self.s.model, event["text"])
                 elif event["event"] == p.ERROR:
                     yield (json.dumps(d.ollama_error(failure(event))) + "\n").encode()
                 elif event["event"] == p.DONE:
@@ -143,8 +130,9 @@ def create_app(served: Served) -> Starlette:
         exception_handlers={
             APIError: api_error,
             HTTPException: http_error,
+            ClientDisconnect: client_left,
             Exception: unexpected,
         },
         lifespan=lifespan,
     )
-    return Logged(app, served)  # type: ignore[return-value]
+    return Logged(OneBodyLength(app), served)  # type: ignore[return-value]

@@ -1,5 +1,9 @@
 """The API server: uvicorn on a socket MacMesh binds itself (a taken port is one clear
-line, not uvicorn's exit), on its own thread with its own event loop, stopped cleanly.
+line, not uvicorn's exit), on its own thread with its own event loop, stopped cleanly:
+every open answer ends with its dialect's final event before the connections close, so
+no stream is cut and no task is cancelled mid-answer (a CancelledError traceback).
+
+Slow and hostile clients are bounded by ``connections`` (deadlines, connection limits).
 
 Exposure: on loopback a key is required unless the person turned that off; on any other
 address (sharing on the network) a key is always required.
@@ -7,25 +11,36 @@ address (sharing on the network) a key is always required.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import uvicorn
 
 from core.run.session import Session
 from core.serve.answers import DEFAULT_WAITING, Answerer
 from core.serve.app import Served
+from core.serve.connections import (
+    ConnectionGuard,
+    ConnectionLimits,
+    guarded_protocol,
+    quiet_accept_errors,
+    quiet_client_warnings,
+)
 from core.serve.keys import Gate
+from core.serve.records import ApiRecords
 from core.serve.routes import create_app
 from core.worker import protocol as p
 
 START_WITHIN_S = 20.0
 STOP_WITHIN_S = 5.0
+LISTEN_QUEUE = 1024  # connections the kernel holds until they are accepted
+FLUSH_WITHIN_S = 1.0  # for open streams to send their final event, at stop
 
 
 class ServeError(Exception):
@@ -44,6 +59,7 @@ class ServerOptions:
     host: str = "127.0.0.1"
     port: int = 8080  # 0: any free port
     max_waiting: int = DEFAULT_WAITING
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     # Requests with the ranks at once: the job's batch (JobSpec.batch, the same default).
     max_running: int = p.DEFAULT_BATCH
 
@@ -67,11 +83,14 @@ class APIServer:
                 f"Sharing on the network ({self.options.host}) always needs an API key; "
                 "keys can only be turned off on 127.0.0.1."
             )
+        self.records: ApiRecords | None = None  # every answer kept, while serving
+        self._on_sent = on_sent
         self.answers = Answerer(
-            session, self.options.max_waiting, on_sent, self.options.max_running
+            session, self.options.max_waiting, self._sent, self.options.max_running
         )
         self.served = Served(model, context, gate, self.answers, log)
-        self._server: uvicorn.Server | None = None
+        self.guard = ConnectionGuard(self.options.limits.within_files())
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
         self.port = self.options.port
@@ -86,19 +105,33 @@ class APIServer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def _sent(self, request: str, started: float, client: str) -> None:
+        """On a pool thread: a request went to the ranks (kept once answered)."""
+        if self.records is not None:
+            self.records.sent(request, started, client)
+        if self._on_sent is not None:
+            self._on_sent(request, started, client)
+
     def start(self) -> None:
         """Bind, then serve on a thread; returns once connections are accepted."""
         self._socket = bind(self.options.host, self.options.port)
+        self.records = ApiRecords(self.answers.session)
         self.port = int(self._socket.getsockname()[1])
         config = uvicorn.Config(
             create_app(self.served),
+            http=guarded_protocol(self.guard),
+            ws="none",  # the API has no WebSocket route
+            log_config=None,  # uvicorn's records go where MacMesh's go; logging untouched
             log_level="warning",
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=2,
             server_header=False,
+            limit_concurrency=None,  # the guard bounds connections; slow heads cannot starve
+            backlog=max(8, self.guard.limits.total // 4),  # accepts at once (files too)
         )
-        server = uvicorn.Server(config)
+        quiet_client_warnings()
+        server = _Server(config, self.served)
         self._server = server
         sockets = [self._socket]
         self._thread = threading.Thread(
@@ -113,7 +146,7 @@ class APIServer:
             time.sleep(0.02)
 
     def stop(self) -> None:
-        """Stop accepting, end open streams (their answers are cancelled), join."""
+        """Stop accepting, end every open answer with its final event, close, join."""
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -124,7 +157,45 @@ class APIServer:
         if self._socket is not None:
             with contextlib.suppress(OSError):
                 self._socket.close()
+        if self.records is not None:
+            self.records.close()
+            self.records = None
         self._thread = self._server = self._socket = None
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopping in the API's order: no new connection; every open answer
+    ended ("The server is stopping", a 503 in each dialect) so streams send their final
+    event; then whoever is left (a client not reading, a half-sent body) is closed, so
+    uvicorn's graceful wait never has to cancel a task mid-answer."""
+
+    def __init__(self, config: uvicorn.Config, served: Served) -> None:
+        super().__init__(config)
+        self.served = served
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(quiet_accept_errors(self.served.log))
+        await super().startup(sockets)
+        for sock in sockets or []:
+            # uvicorn's backlog is both the kernel's queue and how many asyncio accepts in
+            # one go (kept small: each takes a file); the kernel's queue can be long.
+            sock.listen(LISTEN_QUEUE)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for listening in getattr(self, "servers", []):
+            listening.close()
+        await self.served.answers.close()
+        connections = self.server_state.connections
+        for connection in list(connections):
+            connection.shutdown()  # idle ones close; busy ones close once answered
+        deadline = time.monotonic() + FLUSH_WITHIN_S
+        while connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for connection in list(connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.abort()
+        await super().shutdown(sockets)
 
 
 def bind(host: str, port: int) -> socket.socket:

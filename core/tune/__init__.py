@@ -11,6 +11,6 @@ The pure parts live here, below ``core.run`` and beside ``core.library``:
 - ``adapters``: the trained adapters kept in the user data folder, with their base
   model, data hash and final losses.
 
-The job itself is ``core.run.finetune`` (the controller) and ``core.worker.finetune``
+The job itself is ``core.run.tasks.finetune`` (the controller) and ``core.worker.finetune``
 (each rank, running ``mlx_lm.tuner.train``).
 """

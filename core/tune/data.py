@@ -173,8 +173,15 @@ def read_data(path: Path | str) -> TrainingData:
         raise DataError(f"{path} does not exist")
     if path.is_dir():
         train_file = path / TRAIN_FILE
+        for named in (train_file, path / VALID_FILE):
+            if named.exists() and not named.is_file():  # a folder (or a device) so named
+                kind = "a folder" if named.is_dir() else "not a regular file"
+                raise DataError(
+                    f"{named} is {kind}: a fine-tune needs {named.name} to be a file, "
+                    "one JSON example per line"
+                )
         if not train_file.is_file():
-            others = sorted(p.name for p in path.glob("*.jsonl"))
+            others = sorted(p.name for p in path.glob("*.jsonl") if p.is_file())
             hint = f" (it holds {', '.join(others[:3])}: rename the training one)" if others else ""
             raise DataError(
                 f"{path} holds no {TRAIN_FILE}{hint}: a fine-tune needs {TRAIN_FILE} and "

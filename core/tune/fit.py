@@ -43,6 +43,7 @@ from core.plan.memory import Node as PlanNode
 from core.plan.memory import PlanOptions, float_weight_bytes, node_budget
 from core.tune.settings import TuneSettings
 from core.units import size
+from core.worker.vocab import Strategy
 
 #: LoRA parameters, their gradients and Adam's two moments: float32 each.
 LORA_COPIES = 4
@@ -95,6 +96,14 @@ class TrainingFit:
 
     def node(self, name: str) -> NodeFit:
         return next(n for n in self.nodes if n.name == name)
+
+
+def tune_strategy(nodes: int) -> Strategy:
+    """The strategy a fine-tune's session is planned with on ``nodes`` Macs: a pipeline
+    over several puts one rank on each (then every rank takes the whole model, data
+    parallel), one Mac runs single. Its "Compare with base" runs on the same Macs the
+    same way, so both say it here."""
+    return Strategy.PIPELINE if nodes > 1 else Strategy.SINGLE
 
 
 def lora_parameters(info: ModelInfo, settings: TuneSettings) -> int:

@@ -1,6 +1,11 @@
 import os
 import sys
 
+from core.worker.lifeline import tie_to_controller
+
+# First, before anything slow: a local rank ends with its controller (see lifeline.py).
+tie_to_controller()
+
 if sys.argv[1:] == ["--version"]:
     # Answer before importing the worker proper: mlx-lm takes seconds to import.
     from core.worker.version import print_version

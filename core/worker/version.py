@@ -71,7 +71,7 @@ def version_info() -> dict[str, Any]:
         "executable": sys.executable,
         "mlx": package_version("mlx", "mlx.core"),
         "mlx_lm": package_version("mlx-lm", "mlx_lm"),
-        # What a CPU rank there needs (core.run.cpu): its system, cores and fast BLAS.
+        # What a CPU rank there needs (core.run.job.cpu): its system, cores and fast BLAS.
         "system": platform.system(),
         "cores": os.cpu_count(),
         "blas": find_openblas(),

@@ -1,4 +1,4 @@
-"""The words every stage shares: strategy, backend, job state, loading stage.
+"""The words every stage shares: strategy, backend, job state, loading stage, model source.
 
 Standard library only (it travels with the worker to every node) and light to import,
 so the GUI and the command line import it at the top instead of copying its values.
@@ -47,6 +47,16 @@ class Backend(StrEnum):
     def is_ring(self) -> bool:
         """Collectives pass between neighbours only (traffic goes to rank ± 1)."""
         return self in (Backend.RING, Backend.JACCL_RING)
+
+
+class ModelSource(StrEnum):
+    """Where nodes lacking part of a model get it (the ``model_source`` setting,
+    ``macmesh run --model-source``; preflight decides per node, ``core.run.checks.modelsource``).
+    ``AUTO`` is only ever a request: each node ends with ``HUB`` or ``THIS_MAC``."""
+
+    AUTO = "auto"  # the Hub when the node reaches it and the model came from there
+    HUB = "hub"  # the node downloads its files from Hugging Face itself
+    THIS_MAC = "this-mac"  # this Mac copies them over the network
 
 
 class JobState(StrEnum):

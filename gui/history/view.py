@@ -1,7 +1,7 @@
 """The History view: past runs (newest first), the selected run's figures and plots, and
 Export (CSV of the series, JSON of everything, PNG of the plots as shown).
 
-The runs live in ``core.run.history.History`` (SQLite in the user data folder); this
+The runs live in ``core.run.measure.history.History`` (SQLite in the user data folder); this
 view reads it off the GUI thread and shows what it read. Nothing here computes a figure.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import time
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -27,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import units
-from core.run.history import History, RunRecord
+from core.run.measure.history import History, RunRecord
 from gui.bridge import Bridge
 from gui.history.run_plots import RunPlots
 from gui.widgets import Card, label
@@ -104,6 +103,7 @@ class HistoryView(Card):
         self.records: list[RunRecord] = []
         self.current: RunRecord | None = None
         self._wanted: int | None = None
+        self._reading: History | None = None  # the history the list was last read from
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.clicked.connect(self.refresh)
         self.export_button = QPushButton("Export…")
@@ -146,7 +146,8 @@ class HistoryView(Card):
     def refresh(self) -> None:
         """Read the list of runs off the GUI thread."""
         self.status.setText("Reading the history…")
-        self._bridge.run_in_background(lambda: self.history().runs(), self._show_list, self._error)
+        history = self._reading = self.history()
+        self._bridge.run_in_background(history.runs, self._show_list, self._error)
 
     def _show_list(self, records: list[RunRecord]) -> None:
         self.records = records
@@ -163,11 +164,14 @@ class HistoryView(Card):
             for column, text in enumerate(cells):
                 self.table.setItem(row, column, QTableWidgetItem(text))
         count = len(records)
-        self.status.setText(
+        said = (
             f"{count} run{'s' * (count != 1)} kept in {self.history().path}"
             if count
             else "No runs yet: an answer, a compare or a link test is kept here."
         )
+        # A damaged file set aside is said, not passed off as an empty history.
+        notice = self._reading.notice if self._reading is not None else None
+        self.status.setText(f"{notice}\n{said}" if notice else said)
         self.loaded.emit(count)
         if records and not self.table.selectedItems():
             self.table.selectRow(0)
@@ -228,15 +232,15 @@ class HistoryView(Card):
         return written
 
 
-def history_window(bridge: Bridge, parent: QWidget, path: Path | None = None) -> Any:
+class HistoryWindow(QWidget):
     """The History view in a window of its own (a child of ``parent``: it closes with
     the main window)."""
-    window = QWidget(parent, Qt.WindowType.Window)
-    window.setWindowTitle("MacMesh · History")
-    layout = QHBoxLayout(window)
-    layout.setContentsMargins(14, 14, 14, 14)
-    view = HistoryView(bridge, path)
-    layout.addWidget(view)
-    window.view = view  # type: ignore[attr-defined]
-    window.resize(1000, 760)
-    return window
+
+    def __init__(self, bridge: Bridge, parent: QWidget, path: Path | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.setWindowTitle("MacMesh · History")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(14, 14, 14, 14)
+        self.view = HistoryView(bridge, path)
+        layout.addWidget(self.view)
+        self.resize(1000, 760)

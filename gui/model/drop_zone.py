@@ -7,13 +7,12 @@ state, so changing the model is always one drag away.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QMimeData, Qt, Signal
-from PySide6.QtGui import QDragEnterEvent, QDragLeaveEvent, QDropEvent
+from PySide6.QtCore import QMimeData, Qt, QUrl, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
-    QFrame,
     QHBoxLayout,
     QProgressBar,
     QPushButton,
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from core.library.hub import repo_id_of
 from core.model.info import ModelInfo
+from gui.drop_frame import DropFrame
 from gui.model.facts import ModelFacts
 from gui.style import set_role
 from gui.widgets import label
@@ -32,7 +32,7 @@ EMPTY, BUSY, LOADED, ERROR = range(4)
 MODEL_FILES = ("config.json", ".safetensors", ".json")
 
 
-def folder_from_urls(urls: list) -> Path | None:
+def folder_from_urls(urls: list[QUrl]) -> Path | None:
     """The model folder a drop means: the first local path; a dropped file inside a model
     folder (config.json, a .safetensors) stands for its folder."""
     for url in urls:
@@ -62,15 +62,13 @@ def _folder_in(mime: QMimeData) -> Path | None:
     return folder_from_urls(mime.urls()) if mime.hasUrls() else None
 
 
-class DropZone(QFrame):
+class DropZone(DropFrame):
     folder_chosen = Signal(Path)
     demo_requested = Signal()
     hub_link_dropped = Signal(str)  # org/name
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        set_role(self, "drop-zone")
-        self.setAcceptDrops(True)
         self.setMinimumHeight(150)
         self.pages = QStackedWidget()
         self.pages.addWidget(self._empty_page())
@@ -197,32 +195,12 @@ class DropZone(QFrame):
         if folder:
             self.folder_chosen.emit(Path(folder))
 
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        mime = event.mimeData()
-        if _folder_in(mime) or repo_from_mime(mime):
-            event.acceptProposedAction()
-            self._set_active(True)
-        else:
-            event.ignore()
-
-    def dragLeaveEvent(self, event: QDragLeaveEvent) -> None:
-        self._set_active(False)
-        super().dragLeaveEvent(event)
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        self._set_active(False)
-        folder = _folder_in(event.mimeData())
-        repo_id = None if folder else repo_from_mime(event.mimeData())
-        if folder is None and repo_id is None:
-            event.ignore()
-            return
-        event.acceptProposedAction()
+    def drop_action(self, mime: QMimeData) -> Callable[[], None] | None:
+        """A dropped folder (or a file in one) is chosen; else a dropped Hub link."""
+        folder = _folder_in(mime)
         if folder is not None:
-            self.folder_chosen.emit(folder)
-        elif repo_id is not None:
-            self.hub_link_dropped.emit(repo_id)
-
-    def _set_active(self, active: bool) -> None:
-        self.setProperty("active", "true" if active else "false")
-        self.style().unpolish(self)
-        self.style().polish(self)
+            return lambda: self.folder_chosen.emit(folder)
+        repo_id = repo_from_mime(mime)
+        if repo_id is not None:
+            return lambda: self.hub_link_dropped.emit(repo_id)
+        return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QGridLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from core import units
 from core.model.info import ModelInfo
@@ -22,7 +22,7 @@ class ModelFacts(QWidget):
         grid = QGridLayout()
         grid.setHorizontalSpacing(14)
         grid.setVerticalSpacing(4)
-        self.values: dict[str, object] = {}
+        self.values: dict[str, QLabel] = {}
         for i, fact in enumerate(FACTS):
             row, column = divmod(i, 3)
             name = label(fact, "fact-name")
@@ -47,10 +47,10 @@ class ModelFacts(QWidget):
             "Size": units.size(info.bytes_on_disk),
         }
         for fact, text in texts.items():
-            self.values[fact].setText(text)  # type: ignore[attr-defined]
+            self.values[fact].setText(text)
         self.values["Size"].setToolTip(units.BYTES_NOTE)
 
     def text(self) -> str:
         """Everything shown, as one string (tests and accessibility)."""
-        facts = [f"{k}: {v.text()}" for k, v in self.values.items()]  # type: ignore[attr-defined]
+        facts = [f"{k}: {v.text()}" for k, v in self.values.items()]
         return "\n".join([self.name.text(), *facts])

@@ -14,9 +14,11 @@ thread (milliseconds; MLX prefers its imports off worker threads).
 
 from __future__ import annotations
 
+import functools
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -63,6 +65,20 @@ ROLE = Qt.ItemDataRole.UserRole
 NO_CLUSTER = "–"
 
 
+@dataclass(frozen=True)
+class Choice:
+    """What a row stands for (kept on its item): a model on this Mac or on Hugging Face."""
+
+    kind: Literal["local", "hub"]
+    name: str  # the folder's name, or the repo id
+    folder: Path | None  # where it is on this Mac (a Hugging Face model once downloaded)
+    ok: bool  # usable as it is
+
+
+# A row: the texts of its columns, what it stands for, its tooltip.
+Row = tuple[tuple[str, str, str, str], Choice, str]
+
+
 class LibraryView(QFrame):
     model_chosen = Signal(Path, str)  # a usable model folder on this Mac, and its name
 
@@ -78,6 +94,7 @@ class LibraryView(QFrame):
         self._generation = 0
         self._cancel: threading.Event | None = None
         self.downloading: str | None = None
+        self._hub_message = ""  # the Hugging Face tab's last message, shown on that tab
 
         self.tabs = QTabBar()
         self.tabs.addTab("On this Mac")
@@ -107,6 +124,11 @@ class LibraryView(QFrame):
         self.download_button.clicked.connect(self.download_selected)
         self.add_button = QPushButton("Add a folder…")
         self.add_button.clicked.connect(self._add_folder)
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.setToolTip(
+            "Take the folder you added out of the library (nothing is deleted)"
+        )
+        self.remove_button.clicked.connect(self.remove_selected)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(False)
@@ -116,7 +138,7 @@ class LibraryView(QFrame):
 
         buttons = QHBoxLayout()
         buttons.setSpacing(8)
-        for button in (self.use_button, self.download_button, self.add_button):
+        for button in (self.use_button, self.download_button, self.add_button, self.remove_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
         progress_row = QHBoxLayout()
@@ -129,8 +151,8 @@ class LibraryView(QFrame):
         layout.setSpacing(6)
         layout.addWidget(self.tabs)
         layout.addWidget(self.search)
+        layout.addWidget(self.status)  # under what was typed, not below the fold
         layout.addWidget(self.table, 1)
-        layout.addWidget(self.status)
         layout.addLayout(progress_row)
         layout.addWidget(self.progress_text)
         layout.addLayout(buttons)
@@ -189,12 +211,12 @@ class LibraryView(QFrame):
     def use_selected(self) -> None:
         folder, data = self._selected_folder(), self._selected()
         if folder is not None and data is not None:
-            self.model_chosen.emit(folder, data["name"])
+            self.model_chosen.emit(folder, data.name)
 
     def download_selected(self) -> None:
         data = self._selected()
-        if data and data["kind"] == "hub":
-            self.download(data["name"])
+        if data and data.kind == "hub":
+            self.download(data.name)
 
     def download(self, repo_id: str) -> None:
         if self.downloading:
@@ -251,23 +273,25 @@ class LibraryView(QFrame):
             return
         self._hub = found
         if repo_id and not any(m.repo_id == repo_id for m in found):
-            self._say(f"{repo_id} was not found among Hugging Face's models.")
+            self._say_hub(f"{repo_id} was not found among Hugging Face's models.")
         else:
-            self._say(f"{len(found)} model{'s' * (len(found) != 1)} on Hugging Face.")
+            self._say_hub(f"{len(found)} model{'s' * (len(found) != 1)} on Hugging Face.")
         self._render()
         for model in found:
             if model.repo_id not in self._hub_info:
                 self._bridge.run_in_background(
-                    lambda repo=model.repo_id: header_copy(repo),
+                    functools.partial(header_copy, model.repo_id),
                     self._headers_read,
-                    lambda error, repo=model.repo_id: self._headers_failed(repo, error),
+                    functools.partial(self._headers_failed, model.repo_id),
                 )
 
     def _hub_failed(self, generation: int, error: BaseException) -> None:
         if generation == self._generation:
             self._hub = []
             self._render()
-            self._say(str(error) if isinstance(error, ModelError) else f"Search failed: {error}")
+            self._say_hub(
+                str(error) if isinstance(error, ModelError) else f"Search failed: {error}"
+            )
 
     def _headers_read(self, copy: tuple[str, Path, int]) -> None:
         try:
@@ -325,7 +349,10 @@ class LibraryView(QFrame):
             else "Filter the models on this Mac"
         )
         self.add_button.setVisible(not hub)
+        self.remove_button.setVisible(not hub)
         self.download_button.setVisible(hub)
+        # What Hugging Face said belongs to its tab: this Mac's models go without it.
+        self._say(self._hub_message if hub else "")
         if hub and offline():
             self._say(OFFLINE_MESSAGE)
         self._render()
@@ -341,13 +368,13 @@ class LibraryView(QFrame):
                 item.setToolTip(column, tooltip)
             item.setTextAlignment(SIZE, Qt.AlignmentFlag.AlignRight)
             self.table.addTopLevelItem(item)
-            if selected and data["name"] == selected["name"]:
+            if selected and data.name == selected.name:
                 item.setSelected(True)
         self._filter(self.search.text())
         self._update_buttons()
 
-    def _local_rows(self) -> list[tuple[tuple[str, ...], dict[str, Any], str]]:
-        rows = []
+    def _local_rows(self) -> list[Row]:
+        rows: list[Row] = []
         for entry in self._local:
             if entry.info is not None:
                 badge, reason = self._badge(entry.info)
@@ -357,12 +384,12 @@ class LibraryView(QFrame):
             else:
                 badge = "not MLX" if entry.state is State.NOT_MLX else "broken"
                 arch, tip = "–", f"{entry.name}: {entry.reason}"
-            data = {"kind": "local", "name": entry.name, "folder": entry.path, "ok": entry.usable}
+            data = Choice("local", entry.name, entry.path, entry.usable)
             rows.append(((entry.name, size(entry.size_bytes), arch, badge), data, tip))
         return rows
 
-    def _hub_rows(self) -> list[tuple[tuple[str, ...], dict[str, Any], str]]:
-        rows = []
+    def _hub_rows(self) -> list[Row]:
+        rows: list[Row] = []
         for model in self._hub:
             info = self._hub_info.get(model.repo_id)
             if isinstance(info, ModelInfo):
@@ -373,7 +400,7 @@ class LibraryView(QFrame):
                 tip = info or "Reading its safetensors headers…"
             shown = size(model.size_bytes) if model.size_bytes else "–"
             folder = self._downloaded.get(model.repo_id)
-            data = {"kind": "hub", "name": model.repo_id, "folder": folder, "ok": bool(folder)}
+            data = Choice("hub", model.repo_id, folder, bool(folder))
             name = model.repo_id + (" · gated" if model.gated else "")
             rows.append(((name, shown, arch, badge), data, f"{model.downloads:,} downloads\n{tip}"))
         return rows
@@ -392,6 +419,8 @@ class LibraryView(QFrame):
         needle = text.strip().lower()
         for index in range(self.table.topLevelItemCount()):
             item = self.table.topLevelItem(index)
+            if item is None:
+                continue
             item.setHidden(bool(needle) and needle not in item.text(NAME).lower())
 
     def _search_pressed(self) -> None:
@@ -401,21 +430,22 @@ class LibraryView(QFrame):
                 return
             self.search_hub(text)
 
-    def _selected(self) -> dict[str, Any] | None:
+    def _selected(self) -> Choice | None:
         items = self.table.selectedItems()
         data = items[0].data(NAME, ROLE) if items else None
-        return data if isinstance(data, dict) else None
+        return data if isinstance(data, Choice) else None
 
     def _selected_folder(self) -> Path | None:
         data = self._selected()
-        return data["folder"] if data and data["ok"] else None
+        return data.folder if data and data.ok else None
 
     def _update_buttons(self) -> None:
         data = self._selected()
         self.use_button.setEnabled(self._selected_folder() is not None)
         self.download_button.setEnabled(
-            bool(data and data["kind"] == "hub" and not data["ok"]) and not self.downloading
+            bool(data and data.kind == "hub" and not data.ok) and not self.downloading
         )
+        self.remove_button.setEnabled(self._added_by_hand(data) is not None)
 
     def _show_progress(self, shown: bool) -> None:
         for widget in self._progress_widgets:
@@ -424,6 +454,32 @@ class LibraryView(QFrame):
     def _say(self, text: str) -> None:
         self.status.setText(text)
         self.status.setVisible(bool(text))
+        if self.tabs.currentIndex() == HUB:
+            self._hub_message = text
+
+    def _say_hub(self, text: str) -> None:
+        """A search's outcome: said on the Hugging Face tab (at once when it is shown)."""
+        self._hub_message = text
+        if self.tabs.currentIndex() == HUB:
+            self._say(text)
+
+    def _added_by_hand(self, data: Choice | None) -> str | None:
+        """The library folder (as saved) a local row stands for, when one was added with
+        "Add a folder…" (models in the Hugging Face or LM Studio caches are not)."""
+        if data is None or data.kind != "local" or data.folder is None:
+            return None
+        return next((f for f in load_settings().library_folders if Path(f) == data.folder), None)
+
+    def remove_selected(self) -> None:
+        """Take the selected added folder out of the library; its files stay."""
+        folder = self._added_by_hand(self._selected())
+        if folder is None:
+            return
+        settings = load_settings()
+        kept = tuple(f for f in settings.library_folders if f != folder)
+        save_settings(settings.updated(library_folders=kept))
+        self._say("")
+        self.refresh_local()
 
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a model folder to the library")

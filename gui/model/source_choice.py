@@ -12,19 +12,20 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QWidget
 
-from gui.widgets import label
+from core.worker.vocab import ModelSource
+from gui.widgets import label, wheel_needs_focus
 
 CHOICES = {
-    "auto": "Hugging Face, else this Mac",
-    "hub": "Hugging Face",
-    "this-mac": "This Mac",
+    ModelSource.AUTO: "Hugging Face, else this Mac",
+    ModelSource.HUB: "Hugging Face",
+    ModelSource.THIS_MAC: "This Mac",
 }
 TIPS = {
-    "auto": "Each node downloads its own files from Hugging Face when the model came from "
-    "there and the node reaches it; otherwise this Mac copies them over the network.",
-    "hub": "Each node downloads its own files from Hugging Face; a node that cannot (no "
+    ModelSource.AUTO: "Each node downloads its own files from Hugging Face when the model "
+    "came from there and the node reaches it; otherwise this Mac copies them over the network.",
+    ModelSource.HUB: "Each node downloads its own files from Hugging Face; a node that cannot (no "
     "network, or a model not from Hugging Face) fails the checks and says why.",
-    "this-mac": "This Mac copies each node's files; Hugging Face is never asked "
+    ModelSource.THIS_MAC: "This Mac copies each node's files; Hugging Face is never asked "
     "(offline studios, or a slow internet link).",
 }
 
@@ -44,10 +45,11 @@ class ModelSourceChooser(QWidget):
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
         self.combo.setMinimumContentsLength(12)
+        wheel_needs_focus(self.combo)  # scrolling the column past it must not change it
         for value, text in CHOICES.items():
-            self.combo.addItem(text, value)
+            self.combo.addItem(text, value.value)
             self.combo.setItemData(self.combo.count() - 1, TIPS[value], Qt.ItemDataRole.ToolTipRole)
-        self.combo.setToolTip(TIPS["auto"])
+        self.combo.setToolTip(TIPS[ModelSource.AUTO])
         self.combo.activated.connect(self._chosen)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
@@ -55,12 +57,12 @@ class ModelSourceChooser(QWidget):
         row.addWidget(label("Nodes get the model from", "secondary"))
         row.addWidget(self.combo, 1)
 
-    def selected(self) -> str:
-        return str(self.combo.currentData())
+    def selected(self) -> ModelSource:
+        return ModelSource(self.combo.currentData())
 
     def select(self, value: str) -> None:
         """Show ``value`` (a remembered setting); an unknown one shows auto."""
-        index = self.combo.findData(value if value in CHOICES else "auto")
+        index = self.combo.findData(value if value in CHOICES else ModelSource.AUTO.value)
         self.combo.setCurrentIndex(index)
         self.combo.setToolTip(TIPS[self.selected()])
 

@@ -8,6 +8,8 @@ reason, rather than silently running something else.
 
 from __future__ import annotations
 
+import functools
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QButtonGroup, QFrame, QHBoxLayout, QRadioButton, QVBoxLayout, QWidget
@@ -103,10 +105,12 @@ class StrategyChooser(QWidget):
             option = StrategyOption(choice)
             self.options[choice] = option
             self.group.addButton(option.radio)
-            option.radio.toggled.connect(
-                lambda checked, c=choice: checked and self.strategy_changed.emit(c)
-            )
+            option.radio.toggled.connect(functools.partial(self._toggled, choice))
             layout.addWidget(option)
+
+    def _toggled(self, choice: Strategy, checked: bool) -> None:
+        if checked:
+            self.strategy_changed.emit(choice)
 
     def selected(self) -> Strategy:
         return next((c for c, o in self.options.items() if o.radio.isChecked()), Strategy.AUTO)
@@ -114,7 +118,7 @@ class StrategyChooser(QWidget):
     def select(self, choice: Strategy | str) -> None:
         """Select ``choice`` even if it cannot work now (see the module docstring)."""
         if choice in self.options:
-            self.options[choice].radio.setChecked(True)
+            self.options[Strategy(choice)].radio.setChecked(True)
 
     def show_plans(self, plans: dict[Strategy, Plan] | None) -> None:
         for choice, option in self.options.items():

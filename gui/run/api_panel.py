@@ -7,7 +7,7 @@ its blocking calls go to the bridge's pool, its ``changed`` comes back through t
 from __future__ import annotations
 
 from PySide6.QtCore import QThreadPool, QTimer
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -52,13 +52,18 @@ class ApiPanel(QFrame):
         self.port.setRange(1, 65535)
         self.port.setToolTip("The API's port")
         self.status = label("", "secondary", wrap=True, selectable=True)
+        # Two rows, so the panel fits the Run pane at a 1280-pixel-wide window.
         top = QHBoxLayout()
         top.setSpacing(10)
-        for widget in (self.enabled, self.share, self.require_key):
-            top.addWidget(widget)
+        top.addWidget(self.enabled)
+        top.addWidget(self.share)
         top.addStretch(1)
-        top.addWidget(label("Port", "secondary"))
-        top.addWidget(self.port)
+        access = QHBoxLayout()
+        access.setSpacing(10)
+        access.addWidget(self.require_key)
+        access.addStretch(1)
+        access.addWidget(label("Port", "secondary"))
+        access.addWidget(self.port)
         self.new_key = QPushButton("New key")
         self.key = QLineEdit()
         self.key.setReadOnly(True)
@@ -95,6 +100,7 @@ class ApiPanel(QFrame):
         layout.setContentsMargins(12, 10, 12, 10)
         layout.setSpacing(8)
         layout.addLayout(top)
+        layout.addLayout(access)
         layout.addWidget(self.status)
         layout.addLayout(keys)
         layout.addWidget(self.examples)
@@ -114,7 +120,7 @@ class ApiPanel(QFrame):
         self.timer.start()
         self.refresh()
 
-    def closeEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.service.changed.disconnect(self._changed_elsewhere)
         super().closeEvent(event)
 

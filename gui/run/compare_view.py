@@ -1,9 +1,12 @@
 """Compare in the window: one Mac, then the cluster, side by side, the headline large.
 
-``CompareRunner`` runs ``core.run.compare.compare`` on a bridge thread (two whole
+``CompareRunner`` runs ``core.run.tasks.compare.compare`` on a bridge thread (two whole
 sessions, one after the other) and keeps the result as a "compare" run; Stop cancels the
 session running and skips the rest. ``CompareView`` shows a ``Comparison``: generation
-tokens/s, prompt tokens/s, time to first token and memory per node for each run.
+tokens/s, prompt tokens/s, time to first token and memory per node for each run, and
+beside them the **estimate** for the real Macs each run names (its basis in the cell's
+tooltip). On the demo it says plainly that the Macs are simulated: they share this
+machine's cores and loopback, so what they measure says nothing about real Macs.
 """
 
 from __future__ import annotations
@@ -15,18 +18,20 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from core import units
+from core.worker.vocab import Strategy
 from gui import style
 from gui.bridge import Bridge
 from gui.session_stopper import SessionStopper
 from gui.style import set_role
-from gui.widgets import label, section
+from gui.widgets import clear_layout, label, section
 
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
     from core.plan.planner import Plan
-    from core.run.compare import Comparison, RunFigures
-    from core.run.launcher import JobSpec
+    from core.run.job.launcher import JobSpec
+    from core.run.planning import EstimateBeside
     from core.run.session import Host, Session
+    from core.run.tasks.compare import Comparison, RunFigures
 
 WHAT_WORDS = {
     "probing": "Compare: looking at the Macs…",
@@ -39,10 +44,20 @@ class CompareCancelled(Exception):
     """Stop was pressed during a comparison."""
 
 
-def rows(result: Comparison) -> list[tuple[str, list[str]]]:
-    """The side-by-side table: a row per figure, a column per run."""
+SIMULATED = "On simulated Macs: "
+
+
+def headline(result: Comparison, beside: EstimateBeside | None) -> str:
+    """The result's headline; on the demo, said to be measured on simulated Macs."""
+    simulated = beside is not None and beside.simulated
+    return f"{SIMULATED}{result.headline()}" if simulated else result.headline()
+
+
+def rows(result: Comparison, beside: EstimateBeside | None = None) -> list[tuple[str, list[str]]]:
+    """The side-by-side table: a row per figure, a column per run; the estimate for the
+    real Macs last (before memory) when there is one."""
     runs: list[RunFigures] = [r for r in (result.single, result.cluster) if r is not None]
-    return [
+    table = [
         ("", [f"{r.label[:1].upper() + r.label[1:]} · {', '.join(r.nodes)}" for r in runs]),
         ("Generation", [f"{units.rate(r.generation_tps)} tokens/s" for r in runs]),
         ("Prompt", [f"{units.rate(r.prompt_tps)} tokens/s" for r in runs]),
@@ -52,11 +67,24 @@ def rows(result: Comparison) -> list[tuple[str, list[str]]]:
             ["\n".join(f"{n}: {units.size(b)}" for n, b in r.memory_bytes.items()) for r in runs],
         ),
     ]
+    if beside is not None and beside.estimates:
+        from core.run.planning import estimate_cell
+
+        cells = [estimate_cell(beside.estimates.get(r.label)) for r in runs]
+        table.insert(len(table) - 1, ("Estimate, real Macs", cells))
+    return table
+
+
+def basis(result: Comparison, beside: EstimateBeside | None, column: int) -> str:
+    """The tooltip of a run's estimate: where its number comes from."""
+    runs = [r for r in (result.single, result.cluster) if r is not None]
+    estimate = beside.estimates.get(runs[column].label) if beside is not None else None
+    return estimate.basis() if estimate is not None else ""
 
 
 class CompareRunner(QObject):
     progress = Signal(str)
-    finished = Signal(object)  # core.run.compare.Comparison
+    finished = Signal(object)  # core.run.tasks.compare.Comparison
     failed = Signal(str)
     busy_changed = Signal(bool)
 
@@ -71,6 +99,7 @@ class CompareRunner(QObject):
         self._queue = bridge.serial_queue()
         self._job_factory = job_factory
         self.busy = False
+        self.beside: EstimateBeside | None = None  # the last result's estimates
         self._stopper = SessionStopper(bridge, CompareCancelled)
 
     def start(
@@ -83,23 +112,25 @@ class CompareRunner(QObject):
     ) -> None:
         if self.busy:
             return
-        from core.run.compare import compare
-        from core.run.history import RunRecord, keep, local_versions
         from core.run.session import Host
+        from core.run.tasks.compare import compare
 
         chosen = list(hosts) if hosts is not None else [Host(n) for n in plan.nodes_used]
-        split = plan.split if plan.strategy == "pipeline" else None
+        split = plan.split if plan.strategy == Strategy.PIPELINE else None
         self._stopper.reset()
         self._set_busy(True)
         self.progress.emit(WHAT_WORDS["probing"])
 
+        sessions: dict[str, Session] = {}
+
         def on_session(session: Session, what: str) -> None:
             self._stopper.hold(session)
+            sessions[what] = session
             nodes = ", ".join(h.name for h in session.hosts)
             words = WHAT_WORDS.get(what, what).format(nodes=nodes)
             self._bridge.run_on_main(lambda: self.progress.emit(words))
 
-        def work() -> tuple[Comparison, str | None]:
+        def work() -> tuple[Comparison, EstimateBeside]:
             result = compare(
                 info,
                 chosen,
@@ -112,17 +143,15 @@ class CompareRunner(QObject):
             )
             if self._stopper.stopped:
                 raise CompareCancelled
-            record = RunRecord(
-                kind="compare",
-                model=info.name,
-                nodes=result.cluster.nodes,
-                strategy=result.strategy,
-                backend="ring" if chosen[0].simulated else "auto",
-                split=list(split) if split else None,
-                versions=local_versions(),
-                figures=result.to_dict(),
+            from core.run.planning import RUN_LABELS, estimates_beside
+
+            runs = {w: (x.plan, list(x.facts.values())) for w, x in sessions.items()}
+            beside = estimates_beside(
+                info,
+                {w: run for w, run in runs.items() if w in RUN_LABELS},
+                simulated=any(x.demo for x in sessions.values()),
             )
-            return result, keep(record)
+            return result, beside
 
         self._bridge.run_in_background(work, self._done, self._failed, queue=self._queue)
 
@@ -133,11 +162,11 @@ class CompareRunner(QObject):
         self.progress.emit("Stopping the comparison…")
         self._stopper.stop()
 
-    def _done(self, outcome: tuple[Comparison, str | None]) -> None:
-        result, problem = outcome
+    def _done(self, outcome: tuple[Comparison, EstimateBeside]) -> None:
+        result, self.beside = outcome
         self._set_busy(False)
-        if problem:
-            self._bridge.failed.emit(problem)
+        if result.not_kept:
+            self._bridge.failed.emit(result.not_kept)
         self.finished.emit(result)
 
     def _failed(self, error: BaseException) -> None:
@@ -166,6 +195,7 @@ class CompareView(QFrame):
         self.compact = compact  # no memory row: presentation mode's room is the headline's
         set_role(self, "subcard")
         self.result: Comparison | None = None
+        self.beside: EstimateBeside | None = None
         self.headline = label("", None, wrap=True)
         self.headline.setFont(style.number_font(headline_px))
         # Its own style sheet: the theme's label rules would set a smaller size.
@@ -188,24 +218,30 @@ class CompareView(QFrame):
         layout.addLayout(self.grid)
         layout.addWidget(self.notes)
         self.cells: dict[tuple[int, int], str] = {}
+        self.tooltips: dict[tuple[int, int], str] = {}  # the estimate cells' basis
 
-    def show_result(self, result: Comparison) -> None:
-        self.result = result
-        self.headline.setText(result.headline())
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+    def show_result(self, result: Comparison, beside: EstimateBeside | None = None) -> None:
+        """The result, with the estimate for the real Macs beside it when there is one."""
+        self.result, self.beside = result, beside
+        self.headline.setText(headline(result, beside))
+        clear_layout(self.grid)
         self.cells = {}
-        shown = rows(result)
+        shown = rows(result, beside)
+        self.tooltips = {}
         for r, (name, cells) in enumerate(shown[:-1] if self.compact else shown):
             self.grid.addWidget(label(name, "secondary"), r, 0, Qt.AlignmentFlag.AlignTop)
             for c, text in enumerate(cells):
                 cell = label(text, "fact-value" if r else "fact-name")
+                if name.startswith("Estimate"):
+                    cell.setToolTip(basis(result, beside, c))
+                    self.tooltips[(r, c)] = cell.toolTip()
                 self.grid.addWidget(cell, r, c + 1, Qt.AlignmentFlag.AlignTop)
                 self.cells[(r, c)] = text
-        self.notes.setText(" ".join(result.notes))
-        self.notes.setVisible(bool(result.notes))
+        notes = list(result.notes)
+        if beside is not None and beside.simulated:
+            notes.append(beside.note(len(result.cluster.nodes)))
+        self.notes.setText(" ".join(notes))
+        self.notes.setVisible(bool(notes))
         self.show()
 
     def _close(self) -> None:

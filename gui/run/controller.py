@@ -29,16 +29,16 @@ from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.run.states import RunState, Step
 from core.worker import protocol as p
-from core.worker.vocab import LoadingStage
+from core.worker.vocab import Backend, LoadingStage
 from gui.bridge import Bridge, JobRelay
 from gui.run.progress import STAGE_WORDS, STEPS
 
 if TYPE_CHECKING:
     from core.remote.modelcopy import CopyProgress
-    from core.run.launcher import JobSpec
-    from core.run.preflight import PreflightReport
+    from core.run.checks.report import PreflightReport
+    from core.run.job.launcher import JobSpec
+    from core.run.measure.telemetry import Telemetry
     from core.run.session import Host, Session
-    from core.run.telemetry import Telemetry
 
 __all__ = ["STEPS", "RunController", "RunState"]
 
@@ -60,14 +60,15 @@ class RunController(QObject):
     rank_progress = Signal(int, str, int)  # rank, what it is doing, step of STEPS
     question = Signal(str)  # a prompt was sent (or queued until the model is loaded)
     token = Signal(str, str)  # request id, text piece
-    answer_done = Signal(str, object)  # request id, the done event
+    answer_done = Signal(str, object)  # request id, its figures (telemetry.answer_figures)
     failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
-    preflight_done = Signal(object)  # core.run.preflight.PreflightReport
+    preflight_done = Signal(object)  # core.run.checks.report.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
     setup_failed = Signal(str)  # the checks or the copy could not run: why, and what to do
     recorded = Signal(object)  # a run was kept in the history: its RunRecord
-    links_tested = Signal(object)  # core.run.linktest.LinkTest
+    links_tested = Signal(object)  # core.run.tasks.linktest.LinkTest
     links_failed = Signal(str)  # why the link test could not run
+    link_progress = Signal(dict)  # a link test's step done (core.worker.linktest.Progress)
     api_asked = Signal(str, str)  # request id, the API client who asked it
 
     def __init__(
@@ -87,7 +88,7 @@ class RunController(QObject):
         self.info: ModelInfo | None = None
         self.plan: Plan | None = None
         self.report: PreflightReport | None = None
-        self.backend = "auto"  # for real Macs: auto, jaccl, jaccl-ring or ring
+        self.backend = Backend.AUTO  # for real Macs: auto, jaccl, jaccl-ring or ring
         self.adapter: Path | None = None  # a fine-tuned adapter applied to the model
         self.t0 = time.monotonic()
         self.averages: list[tuple[float, float, float]] = []  # (start, end, tokens/s)
@@ -102,7 +103,7 @@ class RunController(QObject):
 
     @property
     def job(self) -> Any:
-        """The session's job once launched (``core.run.launcher.Job``), else None."""
+        """The session's job once launched (``core.run.job.launcher.Job``), else None."""
         return self.session.job if self.session is not None else None
 
     # -- commands -------------------------------------------------------------------------
@@ -121,8 +122,8 @@ class RunController(QObject):
         if self.state.active:
             return
         self._detach()
+        from core.run.measure.telemetry import Telemetry
         from core.run.session import ClusterError, Host, Session  # numpy...: at the first Start
-        from core.run.telemetry import Telemetry
         from core.settings import load_settings
 
         chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
@@ -170,7 +171,7 @@ class RunController(QObject):
             count = len(plan.nodes_used)
             self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
         self._bridge.run_in_background(
-            partial(session.start, reprobe),
+            partial(session.start, reprobe=reprobe),
             None,
             lambda error: self._start_error(session, error),
             queue=self._queue,
@@ -209,39 +210,22 @@ class RunController(QObject):
         return True
 
     def test_links(self) -> bool:
-        """Measure every link of the running job (``core.run.linktest``), off the GUI
+        """Measure every link of the running job (``core.run.tasks.linktest``), off the GUI
         thread on the job's queue; ``links_tested`` then, and a "linktest" run kept.
         Only while the cluster is ready (not answering): False otherwise."""
         session = self.session
         if session is None or self.state != RunState.READY or self.testing_links:
             return False
-        from core.run.history import RunRecord, keep, local_versions
-        from core.run.linktest import test_session_links
+        from core.run.tasks.linktest import LinkTest, LinkTestStopped, measure_links
 
         self.testing_links = True
-        plan, scale = self.plan, self.link_scale
+        scale = self.link_scale
         self._set_state(RunState.GENERATING, "Testing the links, 4 KiB to 64 MiB…")
 
-        def work() -> tuple[Any, str | None]:
-            tested = test_session_links(session, scale)
-            spec = session.spec
-            record = RunRecord(
-                kind="linktest",
-                model=self.info.name if self.info else "",
-                nodes=tested.nodes,
-                strategy=str(plan.strategy) if plan else "",
-                backend=str(spec.rank_backend) if spec else "",
-                split=list(plan.split) if plan and plan.split else None,
-                versions=local_versions(),
-                figures=tested.to_dict(),
-            )
-            return tested, keep(record)
-
-        def done(result: tuple[Any, str | None]) -> None:
-            tested, problem = result
+        def done(tested: LinkTest) -> None:
             self.testing_links = False
-            if problem:
-                self._bridge.failed.emit(problem)
+            if tested.not_kept:
+                self._bridge.failed.emit(tested.not_kept)
             if session is self.session and self.state == RunState.GENERATING:
                 count = len(tested.results)
                 self._set_state(
@@ -251,12 +235,15 @@ class RunController(QObject):
 
         def failed(error: BaseException) -> None:
             self.testing_links = False
-            message = f"The link test failed: {error}".splitlines()[0]
+            failed = not isinstance(error, LinkTestStopped)
+            message = (f"The link test failed: {error}" if failed else str(error)).splitlines()[0]
             if session is self.session and self.state == RunState.GENERATING:
                 self._set_state(RunState.READY, message)
             self.links_failed.emit(message)
 
-        self._bridge.run_in_background(work, done, failed, queue=self._queue)
+        self._bridge.run_in_background(
+            lambda: measure_links(session, scale), done, failed, queue=self._queue
+        )
         return True
 
     def stop_answer(self) -> bool:
@@ -276,7 +263,8 @@ class RunController(QObject):
 
     def api_request(self, request: str, started: float, client: str) -> None:
         """A request the API sent to this session (GUI thread): it streams into the chat
-        under who asked, and into the plots like a chat answer; not into the history."""
+        under who asked, and into the plots like a chat answer (the API keeps it in the
+        history: ``core.serve.records``)."""
         if self.telemetry is not None:
             self.telemetry.request_started(request, started)
         self._api[request] = client
@@ -444,71 +432,73 @@ class RunController(QObject):
             self._history.pop()
             self._set_state(RunState.READY, f"The prompt was not sent: {error}")
 
-    def _on_event(self, event: dict) -> None:
-        kind, rank = event.get("event"), int(event.get("rank", 0))
-        if kind == p.TOKEN and rank == 0:
-            request = str(event.get("request"))
+    def _on_event(self, event: p.Event) -> None:
+        rank = event["rank"]
+        if event["event"] == p.TOKEN and rank == 0:
+            request = event["request"]
             self._first_token.setdefault(request, time.monotonic())
-            self.token.emit(request, str(event.get("text", "")))
-        elif kind == p.DONE and rank == 0:
+            self.token.emit(request, event["text"])
+        elif event["event"] == p.DONE and rank == 0:
             self._answered(event)
-        elif kind == p.HELLO:
+        elif event["event"] == p.LINK_PROGRESS and event["rank"] == 0 and self.testing_links:
+            self.link_progress.emit(event)
+        elif event["event"] == p.HELLO:
             self.rank_progress.emit(rank, "joined the cluster", LoadingStage.JOINING.step)
-        elif kind == p.LOADING:
-            stage = str(event.get("stage"))
-            if stage in STAGE_WORDS:
-                self.rank_progress.emit(rank, STAGE_WORDS[stage], LoadingStage(stage).step)
-        elif kind == p.LOADED:
-            memory = event.get("memory_bytes")
-            size = f" · {units.size(memory)}" if isinstance(memory, int) else ""
-            done = f"loaded in {event.get('load_s', 0):.1f} s{size}"
+        elif event["event"] == p.LOADING:
+            if event["stage"] in STAGE_WORDS:
+                stage = LoadingStage(event["stage"])
+                self.rank_progress.emit(rank, STAGE_WORDS[stage], stage.step)
+        elif event["event"] == p.LOADED:
+            size = f" · {units.size(event['memory_bytes'])}"
+            done = f"loaded in {event['load_s']:.1f} s{size}"
             self.rank_progress.emit(rank, done, LoadingStage.SYNCHRONISING.step)
-        elif kind == p.READY and self.job is not None:
+        elif event["event"] == p.READY and self.job is not None:
             for each in range(self.job.spec.nodes):
                 self.rank_progress.emit(each, "ready", STEPS)
 
-    def _answered(self, event: dict) -> None:
-        request = str(event.get("request"))
+    def _answered(self, event: p.Done) -> None:
+        request = event["request"]
         if request == self._answering:
             self._answering = None
         from_api = self._api.pop(request, None) is not None
         if not from_api:  # an API answer is not the chat's turn
-            self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
+            self._history.append({"role": "assistant", "content": event["text"]})
+        from core.run.measure.telemetry import answer_figures
+
         summary = next(
             (r for r in (self.telemetry.requests() if self.telemetry else []) if r.id == request),
             None,
         )
+        figures = answer_figures(event, summary)  # the numbers every surface shows
         start = self._first_token.pop(request, None)
-        if summary and summary.avg_tps and start is not None:
-            self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
+        tps = figures["generation_tps"]
+        if tps and start is not None:
+            self.averages.append((start - self.t0, time.monotonic() - self.t0, tps))
             del self.averages[:-MAX_AVERAGES]
-        self.answer_done.emit(request, event)
-        self._keep_answer(event, summary, "api" if from_api else "chat")
+        self.answer_done.emit(request, figures)
+        if not from_api:  # the API keeps its own answers (core.serve.records)
+            self._keep_answer(event)
 
-    def _keep_answer(self, event: dict, summary: Any, kind: str = "chat") -> None:
-        """The answer joins the run history as a "chat" run (or "api": asked through the
-        API), as ``macmesh run`` keeps it; the write happens off the GUI thread, a
-        failure is one line in the status."""
-        from core.run.history import answer_figures, chat_record, keep
+    def _keep_answer(self, event: p.Done) -> None:
+        """The answer joins the run history as the chat task keeps one; the write
+        happens off the GUI thread, a failure is one line in the status."""
+        from core.run.tasks.chat import keep_answer
 
-        session, telemetry, plan = self.session, self.telemetry, self.plan
-        if session is None or telemetry is None or plan is None:
+        session, telemetry, began = self.session, self.telemetry, self.t0
+        if session is None or telemetry is None:
             return
-        about = {
-            "model": self.info.name if self.info else plan.model,
-            "strategy": str(plan.strategy),
-            "split": list(plan.split) if plan.split else None,
-        }
-        record = chat_record(session, about, answer_figures(event, summary), telemetry, self.t0)
-        record.kind = kind
+        done_at = time.monotonic()
 
-        def kept(problem: str | None) -> None:
+        def kept(outcome: tuple[Any, str | None]) -> None:
+            record, problem = outcome
             if problem:
                 self._bridge.failed.emit(problem)
             else:
                 self.recorded.emit(record)
 
-        self._bridge.run_in_background(lambda: keep(record), kept)
+        self._bridge.run_in_background(
+            lambda: keep_answer(session, event, telemetry, began, done_at=done_at), kept
+        )
 
     def _fail(self, message: str) -> None:
         self._pending = None

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.run.rank_status import LOG_LINES
+from core.run.job.rank_status import LOG_LINES
 from gui import style
 from gui.style import set_role
 from gui.widgets import label

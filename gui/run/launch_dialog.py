@@ -30,7 +30,7 @@ from gui.widgets import label, section
 COPIED_MS = 1500
 
 
-def command_text(launch: dict) -> str:
+def command_text(launch: dict[str, Any]) -> str:
     """The command as one shell command, an option (with its value) per line."""
     lines: list[list[str]] = []
     for word in launch["command"]:
@@ -41,7 +41,7 @@ def command_text(launch: dict) -> str:
     return " \\\n  ".join(" ".join(line) for line in lines)
 
 
-def hostfile_text(launch: dict) -> str:
+def hostfile_text(launch: dict[str, Any]) -> str:
     hostfile = launch.get("hostfile")
     return json.dumps(hostfile, indent=2) if hostfile else ""
 
@@ -49,7 +49,7 @@ def hostfile_text(launch: dict) -> str:
 class LaunchDialog(QDialog):
     """The equivalent ``mlx.launch`` for the current plan."""
 
-    def __init__(self, launch: dict, parent: QWidget | None = None) -> None:
+    def __init__(self, launch: dict[str, Any], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.setWindowTitle("Equivalent mlx.launch command")
@@ -105,7 +105,7 @@ class LaunchDialog(QDialog):
         return button
 
 
-def _intro(launch: dict) -> str:
+def _intro(launch: dict[str, Any]) -> str:
     if launch.get("local"):
         return (
             "The demo's ranks run on this Mac, so mlx.launch needs no hostfile: -n starts "
@@ -121,7 +121,7 @@ def _intro(launch: dict) -> str:
     ).strip()
 
 
-def show_launch_dialog(launch: dict, parent: Any = None) -> LaunchDialog:
+def show_launch_dialog(launch: dict[str, Any], parent: QWidget | None = None) -> LaunchDialog:
     dialog = LaunchDialog(launch, parent)
     dialog.show()
     return dialog

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QFontMetrics, QPainter, QPaintEvent
+from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPaintEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from core import units
 from gui import style
 
 if TYPE_CHECKING:
-    from core.run.telemetry import Headline
+    from core.run.measure.telemetry import Headline
 
 VALUE_PX, UNIT_PX, CAPTION_PX, NOTE_PX = 40, 15, 12, 12
 GAP, PAD_X, PAD_Y, RADIUS = 10, 14, 10, 12
@@ -107,7 +107,7 @@ class BigNumbers(QWidget):
     # -- painting ------------------------------------------------------------------------
 
     def _fonts(self) -> None:
-        self.caption_font = style.ui_font(CAPTION_PX, style.QFont.Weight.DemiBold)
+        self.caption_font = style.ui_font(CAPTION_PX, QFont.Weight.DemiBold)
         self.value_font = style.number_font(VALUE_PX)
         self.unit_font = style.ui_font(UNIT_PX)
         self.note_font = style.ui_font(NOTE_PX)

@@ -4,32 +4,53 @@ Data never pushes a redraw: ``refresh`` is called by the Run pane's timer at a f
 rate, reads copies from ``Telemetry`` and hands pyqtgraph only the samples in (and just
 around) the visible time window, so a redraw costs the same after a minute or an hour.
 Times are seconds since Start (Telemetry's clock is ``time.monotonic()``). The view
-follows the newest data until the person pans or zooms; "Back to live" resumes it.
+follows the present (time moves on while the cluster idles) until the person pans or
+zooms; "Back to live" resumes it. Every line holds at zero or breaks across idle time
+(``gui.run.plot_data``), and each y axis fits what its view shows: after a link test at
+GB/s has left the view (or the person looks at a chat answer alone), KB/s of chat
+traffic fill the plot instead of lying flat on its floor.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QResizeEvent
-from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QPushButton, QVBoxLayout, QWidget
 
 from core.plan.planner import Plan
-from core.run.telemetry import Telemetry
+from core.run.measure.telemetry import Telemetry
 from gui import style
-from gui.run.plot_data import axis_top, break_gaps, hold_zero, peak_downsample
+from gui.plot_style import (
+    LABEL_PX,
+    Y_FOOT,
+    bare_curve,
+    center_hint,
+    key_html,
+    live_plot,
+    plot_header,
+    theme_plot,
+)
+from gui.run.plot_data import (
+    axis_top,
+    break_gaps,
+    hold_zero,
+    peak_downsample,
+    visible_peak,
+    zero_idle,
+)
 from gui.style import Theme, set_role
-from gui.widgets import label, section
+from gui.widgets import label
 
 WINDOW_S = 180.0  # what the plots show while following: the last three minutes
 MIN_WINDOW_S = 30.0
 MARGIN = 0.05  # share of the window kept beyond each edge, so lines run off the plot
-Y_FOOT = 0.04  # share of the y range below 0
 LINK_EVERY = 2  # ticks between link redraws
 STEPS_PER_WINDOW = 90  # the followed window moves in steps of 1/90 of it (2 s of 3 min)
 
@@ -45,7 +66,7 @@ class LiveSource(Protocol):
     def rank_names(self) -> dict[int, str]: ...
 
 
-class TimeAxis(pg.AxisItem):
+class TimeAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped: Any
     """Seconds since Start as m:ss."""
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
@@ -53,29 +74,20 @@ class TimeAxis(pg.AxisItem):
 
 
 def _plot(y_label: str, units: str | None, time_axis: bool = True) -> pg.PlotWidget:
-    axes = {"bottom": TimeAxis(orientation="bottom")} if time_axis else {}
-    widget = pg.PlotWidget(axisItems=axes)
-    item = widget.getPlotItem()
-    item.setMenuEnabled(False)
-    item.hideButtons()
     # Clipping to the view and peak downsampling happen in _set_window, once per tick:
-    # pyqtgraph's own would redo them (and repaint again) on every range change.
-    item.showGrid(x=False, y=True, alpha=0.12)  # vertical lines would redraw as time scrolls
-    # Axes change at most once a second (the time axis moves in whole steps, the value axis
-    # keeps its top while it can): between changes they are blitted from a pixmap.
-    for name in ("left", "bottom"):
-        item.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    # pyqtgraph's own would redo them (and repaint again) on every range change. Axes
+    # change at most once a second (the time axis moves in whole steps, the value axis
+    # keeps its top while it can), so live_plot's cached axes rarely redraw.
+    axes = {"bottom": TimeAxis(orientation="bottom")} if time_axis else None
+    widget = live_plot(y_label, axes)
+    item = widget.getPlotItem()
     item.setLabel("left", y_label, units=units)
     item.getViewBox().setMouseEnabled(x=time_axis, y=False)
-    widget.setMinimumHeight(110)
-    # The plot paints its whole area: without this every redraw repaints the cards behind.
-    widget.viewport().setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
     if time_axis:
         widget.setToolTip(
             "The last 3 minutes, following the newest data. Drag or scroll to "
             'look back; "Back to live" follows again.'
         )
-    widget.setProperty("y_label", y_label)
     widget.setProperty("units", units)
     return widget
 
@@ -90,13 +102,12 @@ class LivePlots(QWidget):
         self._newest = 0.0
         self.tokens = _plot("", None)
         item = self.tokens.getPlotItem()
-        self.instant, self.smoothed, self.average = (_curve(item) for _ in range(3))
+        self.instant, self.smoothed, self.average = (bare_curve(item) for _ in range(3))
         self.links = _plot("", "B/s")
         self.links.setXLink(self.tokens)
         self.link_curves: dict[str, pg.PlotCurveItem] = {}
         self._link_names: dict[str, str] = {}
         self.memory = _plot("", "B", time_axis=False)
-        self.memory.getPlotItem().showGrid(x=False, y=True, alpha=0.12)
         self.planned_bars = pg.BarGraphItem(x=[], height=[], width=0.36)
         self.used_bars = pg.BarGraphItem(x=[], height=[], width=0.36)
         mem_item = self.memory.getPlotItem()
@@ -116,11 +127,13 @@ class LivePlots(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)
-        layout.addLayout(_header("Tokens per second", self.token_key, self.live_button))
+        layout.addLayout(plot_header("Tokens per second", self.token_key, self.live_button))
         layout.addWidget(self.tokens, 3)
-        layout.addLayout(_header("Link bandwidth · bytes moved by MLX collectives", self.link_key))
+        layout.addLayout(
+            plot_header("Link bandwidth · bytes moved by MLX collectives", self.link_key)
+        )
         layout.addWidget(self.links, 3)
-        layout.addLayout(_header("Memory per node", self.memory_key))
+        layout.addLayout(plot_header("Memory per node", self.memory_key))
         layout.addWidget(self.memory, 2)
         self.empty_hint = label(
             "Press Start: tokens per second, link traffic and memory "
@@ -165,8 +178,12 @@ class LivePlots(QWidget):
             )
             - t0
         )
+        now = telemetry.now()
+        if now is not None:  # the present, not the last sample: idle time passes on screen
+            newest = max(newest, now - t0)
         newest = max(newest, self._newest)
         self._newest = newest
+        present = None if now is None else now - t0
         if self.following:  # the window moves in whole steps: the axes redraw once a step
             step = self._window / STEPS_PER_WINDOW
             high = max(math.ceil(newest / step) * step + step, MIN_WINDOW_S)
@@ -175,10 +192,13 @@ class LivePlots(QWidget):
             low, high = self.tokens.getPlotItem().getViewBox().viewRange()[0]
         span = max(high - low, 1.0)
         lo, hi = t0 + low - MARGIN * span, t0 + high + MARGIN * span
+        view = (low, high)
         peak = max(
-            _set_window(self.instant, rates.instant, lo, hi, t0, break_gaps),
-            _set_window(self.smoothed, rates.smoothed, lo, hi, t0, hold_zero),
-            self._set_averages(source.averages, low - MARGIN * span, high + MARGIN * span),
+            _set_window(self.instant, rates.instant, lo, hi, t0, view, break_gaps),
+            _set_window(
+                self.smoothed, rates.smoothed, lo, hi, t0, view, partial(hold_zero, now=present)
+            ),
+            self._set_averages(source.averages, low, high),
         )
         self._tokens_top = axis_top(self._tokens_top, peak, 1.0)
         self._set_view(self.tokens, (low, high) if self.following else None, self._tokens_top)
@@ -187,7 +207,8 @@ class LivePlots(QWidget):
             link_peak = 0.0
             for link, series in links.items():
                 curve = self.link_curves.get(link) or self._add_link(link, names)
-                link_peak = max(link_peak, _set_window(curve, series, lo, hi, t0))
+                shape = partial(zero_idle, now=present)
+                link_peak = max(link_peak, _set_window(curve, series, lo, hi, t0, view, shape))
             self._links_top = axis_top(self._links_top, link_peak, 1000.0)
             self._set_view(self.links, None, self._links_top)
         for widget in (self.tokens, self.links):
@@ -198,8 +219,7 @@ class LivePlots(QWidget):
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
-        width = min(360, self.width() - 40)
-        self.empty_hint.setGeometry((self.width() - width) // 2, self.height() // 2 - 30, width, 60)
+        center_hint(self.empty_hint, self)
 
     def _show_values(self, shown: bool) -> None:
         """No numbers on empty axes (0.2, 0.4 ... of nothing); a hint instead."""
@@ -216,7 +236,7 @@ class LivePlots(QWidget):
     def clear(self) -> None:
         for curve in (self.instant, self.smoothed, self.average, *self.link_curves.values()):
             curve.setData([], [])
-            curve._drawn_key = None  # type: ignore[attr-defined]
+            curve._drawn_key = None
         for link in list(self.link_curves):
             self.links.getPlotItem().removeItem(self.link_curves.pop(link))
         self._link_names = {}
@@ -243,14 +263,18 @@ class LivePlots(QWidget):
     def _set_averages(
         self, averages: list[tuple[float, float, float]], lo: float, hi: float
     ) -> float:
-        shown = [(a, b, v) for a, b, v in averages if b >= lo and a <= hi]
+        """The answers' averages as segments; the largest of those the view (``lo`` to
+        ``hi``) shows."""
+        span = max(hi - lo, 1.0)
+        near = [(a, b, v) for a, b, v in averages if b >= lo - MARGIN * span]
+        shown = [(a, b, v) for a, b, v in near if a <= hi + MARGIN * span]
         if not shown:
             self.average.setData([], [])
             return 0.0
         x = np.array([[a, b, np.nan] for a, b, _ in shown]).ravel()
         y = np.array([[v, v, np.nan] for _, _, v in shown]).ravel()
         self.average.setData(x, y, connect="finite")
-        return max(v for _, _, v in shown)
+        return max((v for a, b, v in shown if b >= lo and a <= hi), default=0.0)
 
     def _set_view(self, widget: pg.PlotWidget, x: tuple[float, float] | None, top: float) -> None:
         """One range change per tick (each is a repaint), and only when it moved. The y
@@ -268,7 +292,7 @@ class LivePlots(QWidget):
         name = " ↔ ".join(names.get(int(r), f"rank {r}") if r.isdigit() else r for r in (a, b))
         theme = style.current()
         color = theme.series[(len(self.link_curves) + 1) % len(theme.series)]
-        curve = _curve(self.links.getPlotItem(), pg.mkPen(color, width=2))
+        curve = bare_curve(self.links.getPlotItem(), pg.mkPen(color, width=2))
         self.link_curves[link] = curve
         self._link_names[link] = name
         self._update_keys(theme)
@@ -300,28 +324,15 @@ class LivePlots(QWidget):
             curve.setPen(pg.mkPen(series[(i + 1) % len(series)], width=2))
         self.planned_bars.setOpts(brush=theme.qcolor("text3", 140), pen=pg.mkPen(None))
         self.used_bars.setOpts(brush=theme.qcolor("accent"), pen=pg.mkPen(None))
-        tick_font = style.ui_font(11)
         for widget in (self.tokens, self.links, self.memory):
-            widget.setBackground(theme.card)
-            item = widget.getPlotItem()
-            for name in ("left", "bottom"):
-                axis = item.getAxis(name)
-                axis.setPen(pg.mkPen(theme.border))
-                axis.setTextPen(pg.mkPen(theme.text2))
-                axis.setStyle(tickFont=tick_font)
-            item.setLabel(
-                "left",
-                widget.property("y_label"),
-                units=widget.property("units"),
-                **{"color": theme.text2, "font-size": "11px"},
-            )
+            theme_plot(widget, theme, tick_px=LABEL_PX)
         self._update_keys(theme)
 
     def _update_keys(self, theme: Theme) -> None:
         """The legends, as coloured keys in each plot's heading (never over the data)."""
         series = theme.series
         self.token_key.setText(
-            _key(
+            key_html(
                 [
                     (theme.accent, "smoothed"),
                     (_faded(theme.accent), "per token"),
@@ -331,7 +342,7 @@ class LivePlots(QWidget):
             )
         )
         self.link_key.setText(
-            _key(
+            key_html(
                 [
                     (series[(i + 1) % len(series)], name)
                     for i, name in enumerate(self._link_names.values())
@@ -339,7 +350,7 @@ class LivePlots(QWidget):
                 theme,
             )
         )
-        self.memory_key.setText(_key([(theme.text3, "planned"), (theme.accent, "used")], theme))
+        self.memory_key.setText(key_html([(theme.text3, "planned"), (theme.accent, "used")], theme))
 
 
 Shape = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -351,58 +362,33 @@ def _set_window(
     lo: float,
     hi: float,
     t0: float,
+    view: tuple[float, float],
     shape: Shape | None = None,
 ) -> float:
     """Hands the curve the samples between ``lo`` and ``hi`` (absolute times), plus one on
-    each side; returns their largest value (0 when none)."""
+    each side, shaped; returns the largest value the line takes in ``view`` (seconds since
+    Start: what the plot shows), 0 when none."""
     t, v = series
-    key = (len(t), float(t[-1]) if len(t) else None, lo, hi)
+    key = (len(t), float(t[-1]) if len(t) else None, lo, hi, view)
     if getattr(curve, "_drawn_key", None) == key:  # nothing new in view: no repaint
         return getattr(curve, "_drawn_peak", 0.0)
-    curve._drawn_key = key  # type: ignore[attr-defined]
+    curve._drawn_key = key
     if not len(t):
         curve.setData([], [])
-        curve._drawn_peak = 0.0  # type: ignore[attr-defined]
+        curve._drawn_peak = 0.0
         return 0.0
     start = max(0, int(np.searchsorted(t, lo)) - 1)
     end = min(len(t), int(np.searchsorted(t, hi, side="right")) + 1)
     x, y = t[start:end] - t0, v[start:end]
     if shape is not None:
         x, y = shape(x, y)
+    peak = visible_peak(x, y, *view)
     box = curve.getViewBox()
     x, y = peak_downsample(x, y, max(200.0, box.width() if box is not None else 2000.0))
     finite = bool(np.isfinite(y).all())
     curve.setData(x, y, connect="all" if finite else "finite", skipFiniteCheck=finite)
-    finite = y[np.isfinite(y)]
-    peak = float(finite.max()) if len(finite) else 0.0
-    curve._drawn_peak = peak  # type: ignore[attr-defined]
+    curve._drawn_peak = peak
     return peak
-
-
-def _curve(plot: pg.PlotItem, pen: Any = None) -> pg.PlotCurveItem:
-    """A bare curve: the data arrives windowed and downsampled (see ``_set_window``), so
-    PlotDataItem's own clipping and downsampling layers would only add work."""
-    curve = pg.PlotCurveItem(pen=pen, connect="finite")
-    plot.addItem(curve)
-    return curve
-
-
-def _header(title: str, *widgets: QWidget) -> QHBoxLayout:
-    row = QHBoxLayout()
-    row.setSpacing(10)
-    row.addWidget(section(title))
-    row.addStretch(1)
-    for widget in widgets:
-        row.addWidget(widget)
-    return row
-
-
-def _key(entries: list[tuple[str, str]], theme: Theme) -> str:
-    return "&nbsp;&nbsp;&nbsp;".join(
-        f'<span style="color:{color}; font-weight:700">▬</span>&nbsp;'
-        f'<span style="color:{theme.text2}">{name}</span>'
-        for color, name in entries
-    )
 
 
 def _faded(color: str) -> str:

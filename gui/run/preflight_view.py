@@ -2,7 +2,7 @@
 by Mac, each with its result and (when it is not ok) what to do; then one bar per Mac
 that receives the model, with bytes, speed and time left.
 
-It only shows what ``RunController`` hands it (``core.run.preflight.PreflightReport``,
+It only shows what ``RunController`` hands it (``core.run.checks.report.PreflightReport``,
 ``core.remote.modelcopy.CopyProgress``): no logic beyond wording. Its Verify button asks
 for the checks again with every model file hashed on the Macs (``verify_requested``: the
 pane starts again with the session's ``verify``).
@@ -15,9 +15,11 @@ from typing import Any
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QFrame,
     QGridLayout,
     QHBoxLayout,
+    QLabel,
     QLayout,
     QProgressBar,
     QPushButton,
@@ -28,9 +30,9 @@ from PySide6.QtWidgets import (
 
 from core import units
 from gui.style import set_role
-from gui.widgets import Badge, label, section
+from gui.widgets import Badge, clear_layout, label, layout_widgets, section
 
-CLUSTER = "cluster"  # core.run.preflight.CLUSTER: checks about all the Macs together
+CLUSTER = "cluster"  # core.run.checks.report.CLUSTER: checks about all the Macs together
 ICONS = {"ok": "✓", "warn": "!", "fail": "✕"}
 NAMES = {
     "ssh": "Reachable",
@@ -104,12 +106,12 @@ class PreflightView(QFrame):
         self.rows.setHorizontalSpacing(10)
         self.rows.setVerticalSpacing(4)
         self.rows.setColumnStretch(2, 1)
-        self.scroll = QScrollArea()
-        self.scroll.setWidget(self.rows_widget)
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        outer.addWidget(self.scroll)
+        self.rows_area = QScrollArea()
+        self.rows_area.setWidget(self.rows_widget)
+        self.rows_area.setWidgetResizable(True)
+        self.rows_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.rows_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer.addWidget(self.rows_area)
         self.error = label("", "error-text", wrap=True, selectable=True)
         self.error.setTextFormat(Qt.TextFormat.PlainText)
         self.error.hide()
@@ -249,9 +251,8 @@ class PreflightView(QFrame):
     def text(self) -> str:
         """Everything the view says, for tests and accessibility."""
         parts = [self.badge.text(), self.backend.text(), self.intro.text()]
-        for i in range(self.rows.count()):
-            widget = self.rows.itemAt(i).widget()
-            if widget is not None and hasattr(widget, "text"):
+        for widget in layout_widgets(self.rows):
+            if isinstance(widget, QLabel | QAbstractButton):  # the Change… buttons too
                 parts.append(widget.text())
         parts += list(self.copy_text().values())
         if self.error.isVisible() or self.error.text():
@@ -267,38 +268,29 @@ class PreflightView(QFrame):
 
     def _fit(self) -> None:
         """As tall as the rows when there is room, else it scrolls."""
-        for i in range(self.rows.count()):  # new children show only on the next loop turn,
-            widget = self.rows.itemAt(i).widget()  # and hidden ones take no room: show now
-            if widget is not None:
-                widget.show()
+        # New children show only on the next loop turn, and hidden ones take no room: show now.
+        for widget in layout_widgets(self.rows):
+            widget.show()
         self.rows.invalidate()
         self.rows.activate()
-        width = self.scroll.viewport().width()
+        width = self.rows_area.viewport().width()
         height = (
             self.rows.heightForWidth(width)
             if self.rows.hasHeightForWidth() and width > 100
             else self.rows.sizeHint().height()
         )
-        self.scroll.setMaximumHeight(max(height + 6, 1))  # no taller than its rows...
-        self.scroll.setMinimumHeight(min(height, MIN_HEIGHT))  # ...and scrolls when short
+        self.rows_area.setMaximumHeight(max(height + 6, 1))  # no taller than its rows...
+        self.rows_area.setMinimumHeight(min(height, MIN_HEIGHT))  # ...and scrolls when short
 
     def _clear_rows(self) -> None:
         self.checks = []
         self.change_buttons = {}
-        while self.rows.count():
-            item = self.rows.takeAt(0)
-            if item.widget():
-                item.widget().hide()  # gone from view now, deleted at the next loop turn
-                item.widget().deleteLater()
-        self.scroll.setMinimumHeight(0)
-        self.scroll.setMaximumHeight(1)
+        clear_layout(self.rows, hide=True)  # gone from view now, deleted at the next loop turn
+        self.rows_area.setMinimumHeight(0)
+        self.rows_area.setMaximumHeight(1)
 
     def _clear_copies(self) -> None:
-        while self.copy_grid.count():
-            item = self.copy_grid.takeAt(0)
-            if item.widget():
-                item.widget().hide()
-                item.widget().deleteLater()
+        clear_layout(self.copy_grid, hide=True)
         self.copy_rows = {}
         self.copy_box.hide()
 

@@ -18,13 +18,13 @@ from PySide6.QtWidgets import QHBoxLayout, QVBoxLayout, QWidget
 from core import units
 from core.run.states import RunState
 from gui import style
-from gui.nodes.link_captions import traffic_captions
-from gui.nodes.topology_view import TopologyView
+from gui.cluster.link_captions import traffic_captions
+from gui.cluster.topology_view import TopologyView
 from gui.run.compare_view import CompareView
-from gui.widgets import label
+from gui.widgets import label, layout_widgets
 
 if TYPE_CHECKING:
-    from gui.nodes.topology_diagram import Diagram
+    from gui.cluster.topology_diagram import Diagram
     from gui.run.pane import RunPane
 
 REDRAW_HZ = 5
@@ -92,15 +92,18 @@ class PresentationView(QWidget):
     def _hide_memory(self) -> None:
         """Two plots only: tokens/s and the links (memory is the Model pane's story)."""
         layout = self.plots.layout()
+        if layout is None:  # LivePlots always sets its column
+            return
         for index in range(layout.count() - 2, layout.count()):
             item = layout.itemAt(index)
-            widgets = [item.widget()] if item.widget() else []
-            inner = item.layout()
+            if item is None:
+                continue
+            widget, inner = item.widget(), item.layout()
+            widgets = [widget] if widget is not None else []
             if inner is not None:
-                widgets += [inner.itemAt(i).widget() for i in range(inner.count())]
-            for widget in widgets:
-                if widget is not None:
-                    widget.hide()
+                widgets += layout_widgets(inner)
+            for each in widgets:
+                each.hide()
 
     def _restyle(self, theme: Any) -> None:
         self.setStyleSheet(f"#presentation {{ background: {theme.window}; }}")
@@ -134,7 +137,7 @@ class PresentationView(QWidget):
         c = self.run.controller
         result = self.run.comparison.result
         if result is not None and self.comparison.result is not result:
-            self.comparison.show_result(result)
+            self.comparison.show_result(result, self.run.comparison.beside)
         info, plan = self.run.shown_plan()
         self.what.setText(
             f"{info.name if info else ''} · {plan.strategy} on {len(plan.ranks)} "

@@ -6,10 +6,10 @@ person reads for each are here, so rewording one never moves a bar.
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QGridLayout, QProgressBar, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QWidget
 
 from core.worker.vocab import LoadingStage
-from gui.widgets import label
+from gui.widgets import clear_layout, label
 
 # A bar's value is the stage a rank has begun (LoadingStage.step); full when it is ready.
 STEPS = len(LoadingStage)
@@ -32,14 +32,11 @@ class RankProgress(QWidget):
         self.grid.setHorizontalSpacing(12)
         self.grid.setVerticalSpacing(6)
         self.grid.setColumnStretch(1, 1)
-        self.rows: dict[int, tuple[object, QProgressBar, object]] = {}
+        self.rows: dict[int, tuple[QLabel, QProgressBar, QLabel]] = {}
 
     def reset(self, names: dict[int, str]) -> None:
         """One row per rank: the node's name, a bar, the stage in words."""
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            if item.widget():
-                item.widget().deleteLater()
+        clear_layout(self.grid)
         self.rows = {}
         for row, (rank, name) in enumerate(sorted(names.items())):
             name_label = label(f"{name}  ·  rank {rank}", "fact-value")
@@ -61,7 +58,7 @@ class RankProgress(QWidget):
         _name, bar, stage_label = row
         bar.setValue(max(bar.value(), min(step, STEPS)))
         _set_flag(bar, "done", step >= STEPS)
-        stage_label.setText(stage)  # type: ignore[attr-defined]
+        stage_label.setText(stage)
 
     def mark_failed(self) -> None:
         for _name, bar, _stage in self.rows.values():
@@ -69,7 +66,7 @@ class RankProgress(QWidget):
                 _set_flag(bar, "failed", True)
 
     def stages(self) -> dict[int, str]:
-        return {rank: row[2].text() for rank, row in self.rows.items()}  # type: ignore[attr-defined]
+        return {rank: row[2].text() for rank, row in self.rows.items()}
 
 
 def _set_flag(bar: QProgressBar, name: str, on: bool) -> None:

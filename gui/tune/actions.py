@@ -1,6 +1,6 @@
 """What the Fine-tune view does with a finished adapter, off the GUI thread:
 
-- Compare with base: ``core.run.compare.compare_adapter`` (the same question to the base
+- Compare with base: ``core.run.tasks.compare.compare_adapter`` (the same question to the base
   model, then to base + adapter, on the same Macs; two whole sessions);
 - Fuse: ``core.tune.fuse.fuse_adapter`` (mlx-lm's fuse in a subprocess, into a model
   folder the library lists).
@@ -37,7 +37,7 @@ class ActionStopped(Exception):
 
 class AdapterActions(QObject):
     progress = Signal(str)
-    compared = Signal(object)  # core.run.compare.AdapterComparison
+    compared = Signal(object)  # core.run.tasks.compare.AdapterComparison
     fused = Signal(object)  # core.tune.fuse.Fused
     failed = Signal(str)
     busy_changed = Signal(bool)
@@ -60,9 +60,10 @@ class AdapterActions(QObject):
     ) -> bool:
         if self.busy:
             return False
-        from core.run.compare import compare_adapter
+        from core.run.tasks.compare import compare_adapter
+        from core.tune.fit import tune_strategy
 
-        strategy = "pipeline" if len(hosts) > 1 else "single"
+        strategy = tune_strategy(len(hosts))
         self._begin("Compare: starting the base model…")
 
         def on_session(session: Session, what: str) -> None:

@@ -9,7 +9,15 @@ import html
 import re
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gui import style
 from gui.style import set_role
@@ -33,8 +41,8 @@ class AnswersView(QFrame):
         super().__init__(parent)
         set_role(self, "subcard")
         self.question = label("", "model-name", wrap=True)
-        self.answers: dict[str, QWidget] = {}
-        self.titles: dict[str, QWidget] = {}
+        self.answers: dict[str, QLabel] = {}
+        self.titles: dict[str, QLabel] = {}
         grid = QGridLayout()
         grid.setHorizontalSpacing(18)
         grid.setVerticalSpacing(4)

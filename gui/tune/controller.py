@@ -1,6 +1,6 @@
 """One fine-tune as the window sees it: start, stop, and its news as Qt signals.
 
-The work is a ``core.run.finetune.FineTune`` (the object behind ``macmesh finetune``).
+The work is a ``core.run.tasks.finetune.FineTune`` (the object behind ``macmesh finetune``).
 Its psygnal signals fire on the job's threads; they reach this object only through the
 bridge (``run_on_main``), and news of a fine-tune that is no longer the current one is
 dropped. ``FineTune.start`` blocks (data checks, probe, fit, preflight, copy, launch), so
@@ -42,7 +42,7 @@ def one_line(error: BaseException) -> str:
 
 class TuneController(QObject):
     state_changed = Signal(str, str)  # RunState value, detail
-    report = Signal(object)  # core.run.finetune.TrainReport
+    report = Signal(object)  # core.run.tasks.finetune.TrainReport
     validated = Signal(int, float)  # iteration, validation loss
     checkpoint = Signal(int, str)  # iteration, path
     finished = Signal(object)  # core.tune.adapters.Adapter, or None
@@ -76,7 +76,7 @@ class TuneController(QObject):
             return False
         factory = self._factory
         if factory is None:
-            from core.run.finetune import FineTune  # mlx, numpy...: at the first Start
+            from core.run.tasks.finetune import FineTune  # mlx, numpy...: at the first Start
 
             factory = FineTune
         try:

@@ -8,13 +8,13 @@ this box only shows states: empty, busy, read (a summary), refused (the problems
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QMimeData, Signal
-from PySide6.QtGui import QDragEnterEvent, QDragLeaveEvent, QDropEvent
-from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
-from gui.style import set_role
+from gui.drop_frame import DropFrame
 from gui.widgets import label
 
 FORMAT_WORDS = {
@@ -50,14 +50,12 @@ def split_words(train: int, held: int) -> str:
     )
 
 
-class DataBox(QFrame):
+class DataBox(DropFrame):
     path_chosen = Signal(Path)
     demo_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        set_role(self, "drop-zone")
-        self.setAcceptDrops(True)
         self.title = label("Drop a folder or a .jsonl file here", "model-name")
         self.title.setWordWrap(True)
         self.detail = label(
@@ -157,27 +155,6 @@ class DataBox(QFrame):
         if path:
             self.path_chosen.emit(Path(path))
 
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if data_path_from(event.mimeData()) is not None:
-            event.acceptProposedAction()
-            self._set_active(True)
-        else:
-            event.ignore()
-
-    def dragLeaveEvent(self, event: QDragLeaveEvent) -> None:
-        self._set_active(False)
-        super().dragLeaveEvent(event)
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        self._set_active(False)
-        path = data_path_from(event.mimeData())
-        if path is None:
-            event.ignore()
-            return
-        event.acceptProposedAction()
-        self.path_chosen.emit(path)
-
-    def _set_active(self, active: bool) -> None:
-        self.setProperty("active", "true" if active else "false")
-        self.style().unpolish(self)
-        self.style().polish(self)
+    def drop_action(self, mime: QMimeData) -> Callable[[], None] | None:
+        path = data_path_from(mime)
+        return None if path is None else lambda: self.path_chosen.emit(path)

@@ -11,19 +11,27 @@ curves fill the plot from left to right as training goes.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from gui import style
-from gui.run.plot_data import axis_top, peak_downsample
+from gui.plot_style import (
+    LABEL_PX,
+    Y_FOOT,
+    bare_curve,
+    center_hint,
+    key_html,
+    label_style,
+    live_plot,
+    plot_header,
+    theme_plot,
+)
+from gui.run.plot_data import axis_top, finite_peak, peak_downsample
 from gui.style import Theme
-from gui.widgets import label, section
+from gui.widgets import label
 
-Y_FOOT = 0.04  # share of the y range below 0, so the 0 tick keeps its label
 FIRST_CAPACITY = 1024
 AXIS_WIDTH = 56
 X_MARGIN = 0.015  # share of the iterations left empty at each end
@@ -78,26 +86,12 @@ def in_view(
 
 
 def _plot(y_label: str) -> pg.PlotWidget:
-    widget = pg.PlotWidget()
+    widget = live_plot(y_label)
     item = widget.getPlotItem()
-    item.setMenuEnabled(False)
-    item.hideButtons()
-    item.showGrid(x=False, y=True, alpha=0.12)
-    for name in ("left", "bottom"):
-        item.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
     item.getAxis("left").setWidth(AXIS_WIDTH)  # both plots' x axes line up
     item.getViewBox().setMouseEnabled(x=False, y=False)
     item.getViewBox().disableAutoRange()
-    widget.setMinimumHeight(110)
-    widget.viewport().setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
-    widget.setProperty("y_label", y_label)
     return widget
-
-
-def _curve(plot: pg.PlotWidget) -> pg.PlotCurveItem:
-    curve = pg.PlotCurveItem(connect="finite")
-    plot.getPlotItem().addItem(curve)
-    return curve
 
 
 class LossPlot(QWidget):
@@ -112,20 +106,20 @@ class LossPlot(QWidget):
         self._drawn = -1
         self._loss_top = self._rate_top = 1.0
         self.loss = _plot("loss")
-        self.train_curve = _curve(self.loss)
+        self.train_curve = bare_curve(self.loss.getPlotItem())
         self.valid_curve = pg.PlotDataItem(symbol="o", symbolSize=7)
         self.loss.getPlotItem().addItem(self.valid_curve)
         self.rate = _plot("tokens/s")
         self.rate.setXLink(self.loss)
-        self.rate_curve = _curve(self.rate)
+        self.rate_curve = bare_curve(self.rate.getPlotItem())
         self.loss_key = label("", "hint")
         self.rate_key = label("", "hint")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)
-        layout.addLayout(_header("Loss", self.loss_key))
+        layout.addLayout(plot_header("Loss", self.loss_key))
         layout.addWidget(self.loss, 3)
-        layout.addLayout(_header("Trained tokens per second", self.rate_key))
+        layout.addLayout(plot_header("Trained tokens per second", self.rate_key))
         layout.addWidget(self.rate, 2)
         self.empty_hint = label(
             "Press Start: the loss and the tokens per second appear here, step by step.",
@@ -185,14 +179,14 @@ class LossPlot(QWidget):
         x, y = in_view(its, self.train.column(1), lo, hi, pixels)
         finite = bool(np.isfinite(y).all())
         self.train_curve.setData(x, y, skipFiniteCheck=finite)
-        loss_peak = _peak(y)
+        loss_peak = finite_peak(y)
         vx, vy = self.valid.column(0), self.valid.column(1)
         self.valid_curve.setData(vx, vy)
-        loss_peak = max(loss_peak, _peak(vy))
+        loss_peak = max(loss_peak, finite_peak(vy))
         x, y = in_view(its, self.train.column(2), lo, hi, pixels)
         self.rate_curve.setData(x, y, skipFiniteCheck=bool(np.isfinite(y).all()))
         self._loss_top = loss_top(self._loss_top, loss_peak)
-        self._rate_top = axis_top(self._rate_top, _peak(y), 1.0)
+        self._rate_top = axis_top(self._rate_top, finite_peak(y), 1.0)
         self._set_y(self.loss, self._loss_top)
         self._set_y(self.rate, self._rate_top)
         self._update_keys(style.current())
@@ -215,8 +209,7 @@ class LossPlot(QWidget):
 
     def resizeEvent(self, event: object) -> None:
         super().resizeEvent(event)  # type: ignore[arg-type]
-        width = min(360, self.width() - 40)
-        self.empty_hint.setGeometry((self.width() - width) // 2, self.height() // 2 - 30, width, 60)
+        center_hint(self.empty_hint, self)
         self.version += 1  # more or fewer pixels: downsample again
 
     def _show_values(self, shown: bool) -> None:
@@ -235,27 +228,15 @@ class LossPlot(QWidget):
         self.valid_curve.setSymbolBrush(pg.mkBrush(valid))
         self.valid_curve.setSymbolPen(pg.mkPen(theme.card, width=1.5))
         self.rate_curve.setPen(pg.mkPen(series[1], width=2))
-        tick_font = style.ui_font(11)
         for widget in (self.loss, self.rate):
-            widget.setBackground(theme.card)
-            item = widget.getPlotItem()
-            for name in ("left", "bottom"):
-                axis = item.getAxis(name)
-                axis.setPen(pg.mkPen(theme.border))
-                axis.setTextPen(pg.mkPen(theme.text2))
-                axis.setStyle(tickFont=tick_font)
-            item.setLabel(
-                "left", widget.property("y_label"), **{"color": theme.text2, "font-size": "11px"}
-            )
-        self.rate.getPlotItem().setLabel(
-            "bottom", "iteration", **{"color": theme.text2, "font-size": "11px"}
-        )
+            theme_plot(widget, theme, tick_px=LABEL_PX)
+        self.rate.getPlotItem().setLabel("bottom", "iteration", **label_style(theme))
         self._update_keys(theme)
 
     def _update_keys(self, theme: Theme) -> None:
         train, valid, rate = self.train.last(1), self.valid.last(1), self.train.last(2)
         self.loss_key.setText(
-            _key(
+            key_html(
                 [
                     (theme.accent, "train", train),
                     (theme.series[2], "validation", valid),
@@ -263,33 +244,4 @@ class LossPlot(QWidget):
                 theme,
             )
         )
-        self.rate_key.setText(_key([(theme.series[1], "tokens/s", rate)], theme, decimals=0))
-
-
-def _peak(y: np.ndarray) -> float:
-    finite = y[np.isfinite(y)]
-    return float(finite.max()) if len(finite) else 0.0
-
-
-def _header(title: str, key: QWidget) -> QHBoxLayout:
-    row = QHBoxLayout()
-    row.setSpacing(10)
-    row.addWidget(section(title))
-    row.addStretch(1)
-    row.addWidget(key)
-    return row
-
-
-def _key(entries: list[tuple[str, str, float | None]], theme: Theme, decimals: int = 3) -> str:
-    """Coloured keys with the newest value each, in the plot's heading."""
-
-    def value(v: float | None) -> str:
-        if v is None or not math.isfinite(v):
-            return ""
-        return f"&nbsp;<b style='color:{theme.text}'>{v:,.{decimals}f}</b>"
-
-    return "&nbsp;&nbsp;&nbsp;".join(
-        f'<span style="color:{color}; font-weight:700">▬</span>&nbsp;'
-        f'<span style="color:{theme.text2}">{name}</span>{value(v)}'
-        for color, name, v in entries
-    )
+        self.rate_key.setText(key_html([(theme.series[1], "tokens/s", rate)], theme, decimals=0))

@@ -6,7 +6,7 @@ explained). Right: Start/Stop, the state line and the ETA, the loss and tokens/s
 memory per node, and once done the adapter with what to do with it.
 
 It is a thin layer: ``core.tune.data.read_data`` reads the data (off the GUI thread),
-``TuneSettings.check`` refuses settings, ``core.run.finetune.FineTune`` does the rest
+``TuneSettings.check`` refuses settings, ``core.run.tasks.finetune.FineTune`` does the rest
 through ``TuneController``. The core modules are imported when first used.
 """
 
@@ -67,6 +67,9 @@ def eta_text(eta_s: float | None) -> str:
 class FineTuneView(Card):
     running_changed = Signal(bool)  # the fine-tune holds the Macs: other panes lock
     data_read = Signal(object)  # the TrainingData shown, or None when refused
+    # Compare with base and Fuse. The name hides QWidget.actions() (this view has no
+    # QAction); the tests reach the actions by it.
+    actions: AdapterActions  # type: ignore[assignment]  # hides QWidget.actions on purpose
 
     def __init__(
         self, bridge: Bridge, factory: Factory | None = None, parent: QWidget | None = None
@@ -221,6 +224,7 @@ class FineTuneView(Card):
         self.adapter = None
         self._done_words = ""
         self._failure = ""  # why the last fine-tune failed, in one line
+        self._kept = ("", False)
         self.adapter_panel.hide()
         self.answers.hide()
         self.progress.setText("")
@@ -375,16 +379,20 @@ class FineTuneView(Card):
         tune_error = getattr(self.controller.tune, "error", "") or ""
         if self._failure and tune_error:  # the fine-tune's words (with the rank's Mac) may
             self._failure = tune_error.splitlines()[0]  # come after the job's own
+        self._kept = (name, stopped)
+        self._done_words = self._result_words()
+        self.status.setText(self._done_words)
+
+    def _result_words(self) -> str:
+        """The state line once an adapter is kept: why the run failed first, if it did."""
+        name, stopped = self._kept
         if self._failure:  # why it ended stays in front; the adapter follows it
-            words = (
+            return (
                 f"{self._failure.rstrip('.')}. The last checkpoint is kept as the adapter {name}."
             )
-        elif stopped:
-            words = f"Stopped: the last checkpoint is kept as the adapter {name}."
-        else:
-            words = f"Done: the adapter {name} is saved."
-        self._done_words = words
-        self.status.setText(words)
+        if stopped:
+            return f"Stopped: the last checkpoint is kept as the adapter {name}."
+        return f"Done: the adapter {name} is saved."
 
     def show_comparison(
         self, question: str, base_answer: str, adapter_answer: str, fact: str | None = None
@@ -494,16 +502,16 @@ class FineTuneView(Card):
             self.status.setText(self._state_words(RunState.IDLE))
 
 
-def fine_tune_window(bridge: Bridge, parent: QWidget, factory: Factory | None = None) -> QWidget:
+class FineTuneWindow(QWidget):
     """The Fine-tune view in a window of its own (a child of ``parent``: it closes with
     the main window)."""
-    window = QWidget(parent, Qt.WindowType.Window)
-    window.setObjectName("central")
-    window.setWindowTitle("MacMesh · Fine-tune")
-    layout = QHBoxLayout(window)
-    layout.setContentsMargins(14, 14, 14, 14)
-    view = FineTuneView(bridge, factory)
-    layout.addWidget(view)
-    window.view = view  # type: ignore[attr-defined]
-    window.resize(1280, 860)
-    return window
+
+    def __init__(self, bridge: Bridge, parent: QWidget, factory: Factory | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.setObjectName("central")
+        self.setWindowTitle("MacMesh · Fine-tune")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(14, 14, 14, 14)
+        self.view = FineTuneView(bridge, factory)
+        layout.addWidget(self.view)
+        self.resize(1280, 860)

@@ -19,7 +19,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from core.run.launcher import Job, JobSpec
+from core.run.job.launcher import Job, JobSpec
 
 
 def synthetic_adapter(model: Path, out: Path, rank: int = 8) -> Path:

@@ -20,9 +20,9 @@ from pathlib import Path
 from unittest import mock
 
 from core.envvars import ENV_CPU_FAST
-from core.run import cpu
-from core.run.launcher import Job, JobSpec
-from core.run.telemetry import rank_facts
+from core.run.job import cpu
+from core.run.job.launcher import Job, JobSpec
+from core.run.measure.telemetry import rank_facts
 from core.worker import protocol as p
 
 ROUNDS = 3

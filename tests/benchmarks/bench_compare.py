@@ -10,8 +10,8 @@ from pathlib import Path
 
 from core.model.info import read_model_info
 from core.run import demo
-from core.run.compare import compare
 from core.run.session import simulated_hosts
+from core.run.tasks.compare import compare
 
 ROUNDS = 2
 

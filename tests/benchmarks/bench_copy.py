@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from core.model.manifest import HashCache, build_manifest
-from core.remote import modelcopy
+from core.remote import modelcheck, modelcopy
 from core.remote.targets import Target
 from tests.helpers.sshd import SSHServer, running_sshd
 
@@ -125,7 +125,7 @@ def _resume(target: Target, manifest, model: Path) -> dict:
 
     with contextlib.suppress(modelcopy.CopyCancelled):
         modelcopy.copy_model(target, manifest, model, progress=halfway, cancel=cancel)
-    staging = Path(modelcopy.remote_model_dir(target, manifest) + ".partial")
+    staging = Path(modelcheck.remote_model_dir(target, manifest) + ".partial")
     arrived = sum(f.stat().st_size for f in staging.rglob("*") if f.is_file())
     result = modelcopy.copy_model(target, manifest, model)
     resent = result.sent_bytes - (manifest.total_bytes - arrived)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psutil
 
-from core.run import mlxenv
-from core.run.launcher import Job, JobSpec
-from core.run.telemetry import Telemetry
+from core.run.job import mlxenv
+from core.run.job.launcher import Job, JobSpec
+from core.run.measure.telemetry import Telemetry
 from tests.benchmarks.launch_compare import PROMPT, compare, macmesh_run, mlx_launch_run
 
 

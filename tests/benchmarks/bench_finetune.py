@@ -24,8 +24,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from core.run import cpu, mlxenv
-from core.run.launcher import Job, JobSpec
+from core.run.job import cpu, mlxenv
+from core.run.job.launcher import Job, JobSpec
 from core.worker import protocol as p
 from core.worker.vocab import Task
 from tests.helpers.tune_data import write_chat_data

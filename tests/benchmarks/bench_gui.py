@@ -257,7 +257,7 @@ def measure(model: Path) -> dict:
 
     from core.model.info import read_model_info
     from core.plan.planner import Plan
-    from core.run.telemetry import Telemetry
+    from core.run.measure.telemetry import Telemetry
     from gui.app import configure
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

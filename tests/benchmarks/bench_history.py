@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.run.history import History, RunRecord
+from core.run.measure.history import History, RunRecord
 
 RUNS = 1000
 SAMPLES = 200  # per series, per run (a minute and a half at 2 samples/s)

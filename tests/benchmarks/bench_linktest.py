@@ -9,8 +9,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from core.run import linktest
-from core.run.launcher import Job, JobSpec
+from core.run.job.launcher import Job, JobSpec
+from core.run.measure import links as linktest
 
 ROUNDS = 3
 

@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 from core.remote.ship import SOURCE_ROOT
-from core.run import mlxenv
-from core.run.launcher import JobSpec
+from core.run.job import mlxenv
+from core.run.job.launcher import JobSpec
 from tests.benchmarks.launch_compare import compare, macmesh_run, mlx_launch_run
 from tests.helpers.remote import loopback_targets, wait_nothing_left
 from tests.helpers.sshd import SSHServer, running_sshd

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from tests.helpers.netns import TwoNetworks, lan_shaping, netns_missing, two_networks
+from tests.helpers.sshd import sshd_missing
 
 RAW_MIB = 32
 ALL_SUM_MIB = 16
@@ -125,7 +126,7 @@ def _tokens(net: TwoNetworks, model: Path, root: Path, cut: bool, max_tokens: in
 
 
 def bench_ring_path(model: Path, rounds: int | None = None, max_tokens: int = 24) -> dict:
-    missing = netns_missing()
+    missing = sshd_missing() or netns_missing()
     if missing:
         return {"skipped": missing}
     rounds = rounds or int(os.environ.get("MACMESH_BENCH_RING_ROUNDS", "2"))

@@ -127,8 +127,7 @@ def _rss_mb() -> float:
 def bench_serve(model: Path, rounds: int = 3, max_tokens: int = 48) -> dict[str, Any]:
     info = read_model_info(model)
     session = Session(info, simulated_hosts(demo_facts(2)), strategy="pipeline")
-    session.make_plan()
-    session.launch()
+    session.start()
     server = APIServer(
         session,
         info.name,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.run.launcher import Job, JobSpec
+from core.run.job.launcher import Job, JobSpec
 from core.worker import protocol as p
 
 PROMPT = "Write a short story about a lighthouse keeper."

@@ -138,7 +138,7 @@ def _flat(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
 def token_profile(model_path: Path, local_ranks: int = 2) -> dict[str, Any]:
     """The profile, measured in a child process with a CPU rank's environment (one of
     ``local_ranks`` on this machine, as the 2-rank demo has it)."""
-    from core.run import cpu
+    from core.run.job import cpu
 
     env = {**os.environ, CHILD: str(model_path)}
     env.update(cpu.local_cpu_env(local_ranks, env))

@@ -42,6 +42,12 @@ def test_compare_on_two_demo_macs_runs_one_rank_then_two_and_gives_the_ratio(
         cluster["generation_tps"] / single["generation_tps"], abs=1e-3
     )
     assert result["headline"].endswith("on 2 Macs") or "on 2 Macs:" in result["headline"]
+    # The demo says its Macs are simulated, and estimates the real Macs they name.
+    assert result["simulated"] is True
+    for run_label in ("one Mac", "cluster"):
+        estimate = result["estimate"][run_label]
+        assert estimate["label"] == "estimate" and estimate["tokens_per_s"] > 0
+        assert estimate["nodes"][0]["chip"] in ("M3 Ultra", "M4 Max")
     assert "On one Mac (" in run.stderr and "On the cluster (" in run.stderr
     kept = subprocess.run(
         [sys.executable, "-m", "gui.cli", "history", "--json"],

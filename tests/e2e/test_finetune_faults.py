@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.run.launcher import Job, JobSpec, JobState
+from core.run.job.launcher import Job, JobSpec, JobState
 from core.worker.vocab import Task
 from tests.helpers.jobs import assert_no_ranks_left, wait_finished
 from tests.helpers.tune_data import write_chat_data

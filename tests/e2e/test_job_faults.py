@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from core.run import launcher, mlxenv
-from core.run.launcher import Job, JobError, JobSpec, JobState
+from core.run.job import launcher, mlxenv
+from core.run.job.launcher import Job, JobError, JobSpec, JobState
 from core.worker import protocol as p
+from tests.helpers.held_rank import HOLDING, held_python
 from tests.helpers.jobs import _alive, assert_no_ranks_left, generating, run_job, wait_finished
 
 pytestmark = pytest.mark.slow
@@ -169,15 +170,37 @@ def test_a_model_that_cannot_load_fails_with_its_reason(tmp_path: Path) -> None:
     assert_no_ranks_left(job)
 
 
-def test_ranks_end_when_the_controller_is_killed(tiny_models, tmp_path: Path) -> None:
+@pytest.mark.parametrize("hold", [None, "mlx", "gil"])
+def test_ranks_end_when_the_controller_is_killed(
+    tiny_models, tmp_path: Path, hold: str | None
+) -> None:
+    """SIGKILL to the controller while every rank generates (None), or is inside a long
+    native call: MLX matmuls, or a call that keeps the GIL so that no thread of the rank
+    (its stdin reader included) can run (tests/helpers/held_rank.py). Every rank is gone
+    within seconds: the ranks' lifeline (core/worker/lifeline.py) needs no GIL."""
+    python = sys.executable if hold is None else held_python(tmp_path, hold)
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import sys, threading, time
         from pathlib import Path
-        from core.run.launcher import Job, JobSpec
-        job = Job(JobSpec(model=Path({str(tiny_models["llama"])!r}), nodes=2)).start()
+        from core.run.job.launcher import Job, JobSpec
+        held = set()
+        all_held = threading.Event()
+
+        def on_log(rank, line):
+            if line == {HOLDING!r}:
+                held.add(rank)
+                if len(held) == 2:
+                    all_held.set()
+
+        spec = JobSpec(model=Path({str(tiny_models["llama"])!r}), nodes=2, python={python!r})
+        job = Job(spec)
+        job.log.connect(on_log)
+        job.start()
         job.wait_ready(120)
         job.generate("a long story", max_tokens=100000)
+        if {hold is not None!r}:
+            assert all_held.wait(60), "the ranks never held"
         print(" ".join(str(s.pid) for s in job.ranks), flush=True)
         time.sleep(300)
         """
@@ -188,9 +211,10 @@ def test_ranks_end_when_the_controller_is_killed(tiny_models, tmp_path: Path) ->
     try:
         pids = [int(pid) for pid in controller.stdout.readline().split()]
         assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+        time.sleep(0.5)  # well inside the call
         controller.kill()
         controller.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 5
         while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not [pid for pid in pids if _alive(pid)], "ranks outlived their controller"

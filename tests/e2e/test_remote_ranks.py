@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from core.remote.targets import Target
-from core.run import launcher, mlxenv
-from core.run.launcher import Job, JobError, JobSpec, JobState
+from core.run.job import launcher, mlxenv
+from core.run.job.launcher import Job, JobError, JobSpec, JobState
 from tests.helpers.jobs import assert_no_ranks_left, generating, run_job, wait_finished
 from tests.helpers.procs import name_of
 from tests.helpers.remote import loopback_targets, wait_nothing_left, workers

@@ -116,7 +116,7 @@ from pathlib import Path
 from core.cli.netchange import change_network
 from core.cluster.netchange import NetworkChange
 from core.remote.targets import Target
-from core.run.netapply import apply_change
+from core.run.checks.netapply import apply_change
 
 lan, port, ssh_dir, password, step = sys.argv[1:6]
 change = NetworkChange(

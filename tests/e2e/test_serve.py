@@ -311,3 +311,44 @@ def test_ctrl_c_while_serving_stops_every_rank_and_exits_130(
     assert server.proc.wait(60) == 130
     wait_until(lambda: gone(server.ranks), 15, "every rank to end")
     assert any("interrupted while serving; every rank stopped" in line for line in server.err)
+
+
+@pytest.mark.parametrize(("sent", "code"), [("SIGTERM", 0), ("SIGINT", 130)])
+def test_a_stream_open_when_serve_is_stopped_gets_a_final_event_and_no_traceback(
+    tmp_path: Path, demo_model: Path, sent: str, code: int
+) -> None:
+    """Issue 26, item 10: SIGTERM or Ctrl-C while a stream is open: the stream ends with
+    OpenAI's error event (not cut), no CancelledError traceback, every rank ends."""
+    import signal
+
+    server = start_serving(demo_model, tmp_path)
+    lines: list[str] = []
+    try:
+        body = {
+            "model": MODEL,
+            "max_tokens": 2000,
+            "stream": True,
+            "messages": [{"role": "user", "content": "Write a very long story about a cat."}],
+        }
+        with httpx.stream(
+            "POST",
+            f"{server.base_url}/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {server.key}"},
+            timeout=120,
+        ) as response:
+            assert response.status_code == 200
+            for line in response.iter_lines():
+                if not line:
+                    continue
+                lines.append(line)
+                if len(lines) == 3:  # the role chunk, then two pieces of the story
+                    os.kill(server.proc.pid, getattr(signal, sent))
+        assert server.proc.wait(60) == code, "\n".join(server.err)
+    finally:
+        server.stop()
+    last = json.loads(lines[-1].removeprefix("data: "))
+    assert last["error"]["message"] == "The server is stopping.", lines[-3:]
+    assert not any("Traceback" in line or "CancelledError" in line for line in server.err), (
+        "\n".join(server.err)
+    )

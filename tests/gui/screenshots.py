@@ -305,7 +305,7 @@ def take_cluster(outdir: Path) -> list[Path]:
     from core.remote.ssh import UnknownHostKey
     from gui.app import configure
     from gui.bridge import Bridge
-    from gui.nodes.pane import CABLES, MACS, ClusterPane
+    from gui.cluster.pane import CABLES, MACS, ClusterPane
     from tests.fixtures.macos.hosts import load_facts
     from tests.gui.fakes import FakeScanner
 
@@ -412,12 +412,13 @@ def take_run_setup(outdir: Path) -> list[Path]:
     from core.model.manifest import FileEntry, Manifest
     from core.plan.memory import Node, PlanOptions
     from core.plan.planner import make_plan
-    from core.remote.modelcopy import CheckResult, CopyProgress
+    from core.remote.modelcheck import CheckResult
+    from core.remote.modelcopy import CopyProgress
     from core.remote.targets import Target
+    from core.run.checks.preflight import Gathered, evaluate
     from core.run.demo import demo_facts
     from core.run.placement import demo_launch, job_spec, planned_launch
     from core.run.planning import plan_on
-    from core.run.preflight import Gathered, evaluate
     from gui.app import configure
     from gui.bridge import Bridge
     from gui.run.launch_dialog import LaunchDialog
@@ -536,8 +537,8 @@ def take_demokit(outdir: Path) -> list[Path]:
     from core.run.states import RunState
     from core.settings import Settings
     from gui.app import configure
+    from gui.cluster.pane import CABLES
     from gui.main_window import MainWindow
-    from gui.nodes.pane import CABLES
     from gui.preferences import Preferences
 
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)

@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 from core.model.info import ModelInfo, read_model_info
 from core.plan.planner import Plan
 from core.run.demo import demo_facts
-from core.run.history import History
+from core.run.measure.history import History
 from core.run.states import RunState
 from core.serve.service import ApiSettings, load_settings
 from gui.bridge import Bridge

@@ -10,7 +10,7 @@ from psygnal import Signal
 from PySide6.QtCore import QThread
 from pytestqt.qtbot import QtBot
 
-from core.run.telemetry import Telemetry
+from core.run.measure.telemetry import Telemetry
 from gui.bridge import Bridge, JobRelay
 
 

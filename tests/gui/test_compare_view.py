@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
+from core import units
 from core.model.info import ModelInfo, read_model_info
 from core.plan.planner import Plan
 from core.run.demo import demo_facts
-from core.run.history import History
-from core.run.launcher import JobSpec
+from core.run.job.launcher import JobSpec
+from core.run.measure.history import History
 from core.run.session import Host
 from core.run.states import RunState
 from gui.bridge import Bridge
@@ -79,12 +80,24 @@ def test_compare_runs_one_mac_then_the_cluster(qtbot: QtBot, demo_plans) -> None
     assert result.ratio > 1.5
     assert result.headline() == f"{result.ratio:.1f}× faster on 2 Macs"
     assert pane.comparison.isVisible()
-    assert pane.comparison.headline.text() == result.headline()
+    # The demo's Macs are simulated: the view says so, with the measured headline.
+    shown = f"On simulated Macs: {result.headline()}"
+    assert pane.comparison.headline.text() == shown
     cells = pane.comparison.cells
     assert cells[(0, 0)] == "One Mac · Studio A" and cells[(0, 1)] == "Cluster · Studio A, Studio B"
     assert cells[(1, 0)].endswith("tokens/s") and cells[(2, 0)].endswith("tokens/s")
-    assert "Studio B: 150 MB" in cells[(4, 1)]  # memory per node, as the ranks reported
-    assert pane.status.text() == f"Compare done: {result.headline()}"
+    # Beside the measured figures, the estimate for the real Macs named, its basis in a tooltip.
+    beside = pane.comparer.beside
+    assert beside is not None and beside.simulated
+    for column, run in enumerate((result.single, result.cluster)):
+        estimate = beside.estimates[run.label]
+        assert cells[(4, column)] == f"{units.rate(estimate.tokens_per_s)} tokens/s (est.)"
+        tooltip = pane.comparison.tooltips[(4, column)]
+        assert tooltip.startswith("An estimate, not a measurement") and "GB/s" in tooltip
+    assert "Studio B: 150 MB" in cells[(5, 1)]  # memory per node, as the ranks reported
+    notes = pane.comparison.notes.text()
+    assert "the 2 demo Macs share this machine's" in notes and "loopback" in notes
+    assert pane.status.text() == f"Compare done: {shown}"
     assert locks == [True, False] and pane.start_button.isEnabled()
     kept = History().runs()
     assert [r.kind for r in kept] == ["compare"]
@@ -100,6 +113,23 @@ def test_compare_waits_for_the_job_to_stop(qtbot: QtBot, demo_plans) -> None:
     assert not pane.compare()
     assert pane.status.text().startswith("Stop the job first: Compare runs the model twice")
     assert len(pane.jobs) == 1
+
+
+def test_compare_greyed_out_says_that_stop_comes_first(qtbot: QtBot, demo_plans) -> None:
+    """Issue 25 item 12: a greyed-out Compare says why (its tip shows when disabled too)."""
+    pane = _pane(qtbot, demo_plans, {1: 0.01, 2: 0.01})
+    idle_tip = pane.compare_button.toolTip()
+    assert pane.compare_button.isEnabled() and "one Mac, then on the cluster" in idle_tip
+    pane.start()
+    qtbot.waitUntil(lambda: pane.controller.state == RunState.READY, timeout=10_000)
+    assert not pane.compare_button.isEnabled()
+    assert pane.compare_button.toolTip().startswith("Stop the job first")
+    pane.stop()
+    qtbot.waitUntil(lambda: not pane.busy, timeout=10_000)
+    assert pane.compare_button.isEnabled() and pane.compare_button.toolTip() == idle_tip
+    info, _plans = demo_plans
+    pane.set_plan(info, plan_all(info, demo_facts(1))["auto"])  # a single Mac
+    assert "runs on one Mac" in pane.compare_button.toolTip()
 
 
 def test_stop_ends_a_comparison(qtbot: QtBot, demo_plans) -> None:

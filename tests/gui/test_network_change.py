@@ -15,11 +15,12 @@ from pytestqt.qtbot import QtBot
 
 from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import make_plan
-from core.remote.modelcopy import CheckResult
+from core.remote.modelcheck import CheckResult
 from core.remote.targets import Target
-from core.run import netapply
-from core.run.netapply import NetworkChangeFailed
-from core.run.preflight import Gathered, PreflightReport, evaluate
+from core.run.checks import netapply
+from core.run.checks.netapply import NetworkChangeFailed
+from core.run.checks.preflight import Gathered, evaluate
+from core.run.checks.report import PreflightReport
 from gui.bridge import Bridge
 from gui.run.network_dialog import NetworkChangeDialog
 from gui.run.pane import RunPane

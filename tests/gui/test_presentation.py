@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from core.run.compare import Comparison, RunFigures
 from core.run.states import RunState
+from core.run.tasks.compare import Comparison, RunFigures
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
 from tests.gui.fakes import FakeBehaviour, fake_factory

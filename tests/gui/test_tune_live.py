@@ -1,4 +1,4 @@
-"""The Fine-tune view driving real fine-tunes (``core.run.finetune.FineTune``) of the demo
+"""The Fine-tune view driving real fine-tunes (``core.run.tasks.finetune.FineTune``) of the demo
 model on the 2-node demo cluster (ranks as processes here): to a finished adapter, Stop
 keeping the last checkpoint, a refusal from ``FineTune.start`` as one line, and closing
 the window mid-training leaving no rank."""

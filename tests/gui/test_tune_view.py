@@ -171,6 +171,19 @@ def test_the_finished_panel_shows_the_adapter_and_calls_its_actions(
     assert view.status.text() == "Stopped: the last checkpoint is kept as the adapter mascot-2."
 
 
+def test_a_failure_after_the_adapter_is_kept_says_both(view: FineTuneView, tmp_path: Path) -> None:
+    # The checkpoint kept as the adapter arrives first, the job's failure just after: the
+    # state line says why it failed, then which adapter is kept (it raised before).
+    view.show_adapter("mascot", "SmolLM2-135M-Instruct", 0.9, None, tmp_path, stopped=True)
+    assert view.status.text() == "Stopped: the last checkpoint is kept as the adapter mascot."
+    # As the fine-tune's news reaches the controller (its own thread crossed already).
+    view.controller._on_state("failed", "Rank 1 on studio-b died.\nits log: …")
+    assert view.status.text() == (
+        "Rank 1 on studio-b died. The last checkpoint is kept as the adapter mascot."
+    )
+    assert view.state_badge.text() == "Failed"
+
+
 def test_the_window_opens_it_from_the_view_menu(qtbot: QtBot, demo_model: Path) -> None:
     from gui.main_window import MainWindow
     from tests.gui.fakes import fake_factory

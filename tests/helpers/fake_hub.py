@@ -20,6 +20,24 @@ answers the next matching request 429 with ``Retry-After``; ``cut_once`` sends p
 weight file then drops the connection. Every request is logged with the bytes of body sent,
 so a test can prove what was (not) downloaded.
 
+Hostile modes (issue 26), each armed for the requests whose path and query hold a
+pattern (``hub.hostile[pattern] = mode``), written from the issue's descriptions:
+
+- ``path_sha``: the model's ``sha`` and every ``X-Repo-Commit`` are ``hub.hostile_value``
+  (a path such as ``../../../../tmp/x/victim.txt``); ``path_commit``: only the header;
+- ``path_etag``: every ``ETag`` and ``X-Linked-Etag`` is ``hub.hostile_value``;
+- ``endless``: a file's body never ends (no length, zeros until the client leaves);
+- ``slow``: a file's (or JSON) body at one byte a second;
+- ``slow_headers``: the status line, then a header at one byte a second, never ending;
+- ``silent``: the request is read and never answered;
+- ``garbage``: 200 with bytes that are neither UTF-8 nor JSON;
+- ``wrong_types``: JSON of the right shape with fields of the wrong types;
+- ``redirect_loop``: a 302 to the same address, forever;
+- ``huge``: the listing and the headers claim 10^15 bytes, a GET ignores ``Range`` and
+  sends zeros under that length;
+- ``bad_header_length``: a safetensors file whose first 8 bytes claim a 2^40-byte header;
+- ``error500``: HTTP 500 (``hub.error_status``) with an empty body.
+
 Weight files may be *virtual*: a real safetensors header followed by zeros made on demand,
 so a 400 GB model can be listed and planned without existing anywhere.
 """
@@ -132,9 +150,13 @@ class FakeHub:
     cut_once: dict[str, float] = field(default_factory=dict)  # file name -> fraction sent
     retry_after_s: int = 1
     bandwidth: float | None = None  # bytes/s shared by every transfer: a link, not loopback
+    hostile: dict[str, str] = field(default_factory=dict)  # pattern in path+query -> mode
+    hostile_value: str = "../../../../tmp/x/victim.txt"
+    error_status: int = 500  # the ``error500`` mode's status (501: not retried by the client)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self._servers: list[ThreadingHTTPServer] = []
         self._link_free_at = 0.0
         self._active = 0  # requests being answered
@@ -234,7 +256,12 @@ class FakeHub:
             threading.Thread(target=server.serve_forever, name=f"fake-{role}", daemon=True).start()
         return self
 
+    def mode(self, target: str) -> str | None:
+        """The hostile mode armed for a request to ``target`` (path and query), if any."""
+        return next((m for pattern, m in self.hostile.items() if pattern in target), None)
+
     def stop(self) -> None:
+        self._stopping.set()  # silent and slow answers end
         for server in self._servers:
             server.shutdown()
             server.server_close()
@@ -280,6 +307,22 @@ class FakeHub:
             return self.cut_once.pop(name, None)
 
 
+HUGE = 10**15
+
+
+def _wrong_types(body: object) -> object:
+    """The same JSON with each field the client reads of another type."""
+    if isinstance(body, list):
+        return [_wrong_types(item) for item in body] or [{"id": 42}]
+    if isinstance(body, dict):
+        wrong: dict[str, Any] = dict(body)
+        wrong.update(
+            id=42, downloads="many", likes=[1], tags=7, siblings="all", sha=12, safetensors=3
+        )
+        return wrong
+    return body
+
+
 def virtual_safetensors(tensors: dict[str, tuple[str, tuple[int, ...]]]) -> FakeFile:
     """A safetensors file of zeros: its real header, the data made on demand."""
     header: dict[str, object] = {"__metadata__": {"format": "mlx"}}
@@ -295,6 +338,23 @@ def virtual_safetensors(tensors: dict[str, tuple[str, tuple[int, ...]]]) -> Fake
     raw = json.dumps(header, separators=(",", ":")).encode()
     prefix = struct.pack("<Q", len(raw)) + raw
     return FakeFile(prefix, len(prefix) + offset, True)
+
+
+def _never_ending(handler: _Handler, headers: dict[str, str]) -> None:
+    """``huge``: a length of 10^15; ``endless``: no length, the body ends at close."""
+    if handler._mode == "huge":
+        headers = {**headers, "Content-Length": str(HUGE)}
+    else:
+        headers = {k: v for k, v in headers.items() if k != "Content-Length"}
+        headers["Connection"] = "close"
+    handler.close_connection = True
+    handler._headers(200, headers)
+    if handler._method == "HEAD":
+        return
+    chunk = bytes(64 << 10)
+    while not handler.hub._stopping.is_set():
+        handler.wfile.write(chunk)
+        handler._sent += len(chunk)
 
 
 def _header_of(file: FakeFile) -> dict[str, Any]:
@@ -333,9 +393,33 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         self._query = parse_qs(url.query)
         path = unquote(url.path)
+        self._mode = self.hub.mode(self.path)
         self.hub._begin()
         try:
-            if self.hub._take_rate_limit(path):
+            if self._mode == "silent":
+                self.hub._stopping.wait()
+                self.close_connection = True
+            elif self._mode == "slow_headers":
+                self._status = 200
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                while not self.hub._stopping.wait(1.0):
+                    self.wfile.write(b"a" if self._sent else b"X-Pad: ")
+                    self.wfile.flush()
+                    self._sent += 1
+                self.close_connection = True
+            elif self._mode == "redirect_loop":
+                self._headers(302, {"Location": self.path, "Content-Length": "0"})
+            elif self._mode == "error500":
+                self._headers(self.hub.error_status, {"Content-Length": "0"})
+            elif self._mode == "garbage":
+                raw = b"\xff\xfe{not json at all\x00\x81"
+                self._headers(
+                    200, {"Content-Type": "application/json", "Content-Length": str(len(raw))}
+                )
+                if method != "HEAD":
+                    self.wfile.write(raw)
+                    self._sent += len(raw)
+            elif self.hub._take_rate_limit(path):
                 self._json(
                     429,
                     {"error": "rate limited"},
@@ -374,12 +458,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _json(self, status: int, body: object, headers: dict[str, str] | None = None) -> None:
+        if self._mode == "wrong_types" and status == 200:
+            body = _wrong_types(body)
         raw = json.dumps(body).encode()
         extra = {"Content-Type": "application/json", "Content-Length": str(len(raw))}
         self._headers(status, {**extra, **(headers or {})})
         if self._method != "HEAD":
+            self._write(raw)
+
+    def _write(self, raw: bytes) -> None:
+        """``raw`` to the client; at a byte a second in the ``slow`` mode."""
+        if self._mode != "slow":
             self.wfile.write(raw)
             self._sent += len(raw)
+            return
+        for i in range(len(raw)):
+            if self.hub._stopping.wait(1.0):
+                return
+            self.wfile.write(raw[i : i + 1])
+            self.wfile.flush()
+            self._sent += 1
 
     def _error(self, status: int, code: str, message: str) -> None:
         self._json(status, {"error": message}, {"X-Error-Code": code, "X-Error-Message": message})
@@ -401,8 +499,18 @@ class _Handler(BaseHTTPRequestHandler):
         )
         return False
 
+    def _sha(self, repo: FakeRepo) -> str:
+        return self.hub.hostile_value if self._mode == "path_sha" else repo.sha
+
+    def _commit_header(self, repo: FakeRepo) -> str:
+        hostile = self._mode in ("path_sha", "path_commit")
+        return self.hub.hostile_value if hostile else repo.sha
+
+    def _etag(self, value: str) -> str:
+        return f'"{self.hub.hostile_value}"' if self._mode == "path_etag" else f'"{value}"'
+
     def _revision_ok(self, repo: FakeRepo, revision: str) -> bool:
-        if revision in ("main", repo.sha):
+        if revision in ("main", repo.sha, self._sha(repo), self._commit_header(repo)):
             return True
         self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         return False
@@ -428,7 +536,7 @@ class _Handler(BaseHTTPRequestHandler):
             "id": repo.repo_id,
             "modelId": repo.repo_id,
             "author": repo.author,
-            "sha": repo.sha,
+            "sha": self._sha(repo),
             "lastModified": _DATE,
             "createdAt": _DATE,
             "private": False,
@@ -451,11 +559,14 @@ class _Handler(BaseHTTPRequestHandler):
             ]
         return body
 
-    @staticmethod
-    def _blob(file: FakeFile) -> dict[str, Any]:
-        entry: dict[str, Any] = {"size": file.size, "blobId": file.oid}
+    def _size(self, file: FakeFile) -> int:
+        return HUGE if self._mode == "huge" and file.lfs else file.size
+
+    def _blob(self, file: FakeFile) -> dict[str, Any]:
+        size = self._size(file)
+        entry: dict[str, Any] = {"size": size, "blobId": file.oid}
         if file.lfs:
-            entry["lfs"] = {"size": file.size, "sha256": file.sha256, "pointerSize": 134}
+            entry["lfs"] = {"size": size, "sha256": file.sha256, "pointerSize": 134}
         return entry
 
     def _api(self, rest: str) -> None:
@@ -510,7 +621,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._revision_ok(repo, revision) or not self._authorized(repo):
             return
         file = repo.files.get(name)
-        common = {"X-Repo-Commit": repo.sha, "Accept-Ranges": "bytes"}
+        common = {"X-Repo-Commit": self._commit_header(repo), "Accept-Ranges": "bytes"}
         if file is None:
             self._json(
                 404,
@@ -525,14 +636,14 @@ class _Handler(BaseHTTPRequestHandler):
                 {
                     **common,
                     "Location": location,
-                    "ETag": f'"{file.oid}"',
-                    "X-Linked-Etag": f'"{file.sha256}"',
-                    "X-Linked-Size": str(file.size),
+                    "ETag": self._etag(file.oid),
+                    "X-Linked-Etag": self._etag(file.sha256),
+                    "X-Linked-Size": str(self._size(file)),
                     "Content-Length": "0",
                 },
             )
             return
-        self._body(file, name, {**common, "ETag": f'"{file.oid}"'})
+        self._body(file, name, {**common, "ETag": self._etag(file.oid)})
 
     def _cdn(self, path: str) -> None:
         sha = path.rsplit("/", 1)[-1]
@@ -544,6 +655,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(404, {"error": "no such object"})
 
     def _body(self, file: FakeFile, name: str, headers: dict[str, str]) -> None:
+        if self._mode == "bad_header_length" and file.lfs:
+            file = FakeFile(struct.pack("<Q", 1 << 40) + file.prefix[8:], file.size, True)
+        never_ends = self._mode == "endless" or (self._mode == "huge" and file.lfs)
+        if never_ends and self._method == "GET":
+            _never_ending(self, headers)
+            return
         start, end, status = 0, file.size, 200
         requested = self.headers.get("Range")
         match = _RANGE.match(requested.strip()) if requested else None
@@ -564,6 +681,11 @@ class _Handler(BaseHTTPRequestHandler):
         cut = self.hub._take_cut(name) if self.role == "cdn" else None
         limit = end if cut is None else start + int((end - start) * cut)
         for chunk in file.chunks(start, limit):
+            if self._mode == "slow":
+                self._write(chunk)
+                if self.hub._stopping.is_set():
+                    break
+                continue
             self.wfile.write(chunk)
             self._sent += len(chunk)
             self.hub._pace(len(chunk))

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.run.launcher import Job, JobSpec
+from core.run.job.launcher import Job, JobSpec
 
 PROMPT = "What is the capital of France?"
 

@@ -20,7 +20,8 @@ every process in them is killed and the namespaces deleted, whatever happened.
 
 ``require_netns()`` skips a test where namespaces cannot be made (not root, no
 iproute2, a container without CAP_NET_ADMIN), or fails it where
-``MACMESH_REQUIRE_NETNS=1`` (CI never skips them).
+``MACMESH_REQUIRE_NETNS=1`` (CI never skips them); a machine without sshd skips them as
+every SSH test (``require_sshd()``, failed where ``MACMESH_REQUIRE_SSHD=1``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import pytest
 
 from tests.fixtures.macos import generate
 from tests.fixtures.macos.make_bin import make_bin
-from tests.helpers.sshd import SSHD, _keygen, sshd_config
+from tests.helpers.sshd import SSHD, _keygen, require_sshd, sshd_config
 
 REQUIRE_ENV = "MACMESH_REQUIRE_NETNS"
 INSTALL = "apt-get install -y iproute2"
@@ -290,7 +291,9 @@ def _wait_listening(log: Path, address: str, proc: subprocess.Popen, within: flo
 
 @contextlib.contextmanager
 def two_networks(root: Path) -> Iterator[TwoNetworks]:
-    """The namespaces, links and sshds described above; all removed on exit."""
+    """The namespaces, links and sshds described above; all removed on exit. Skipped
+    (or failed, as CI asks) where sshd or namespaces are missing."""
+    require_sshd()  # each Mac runs one: skipped like every SSH test, before any namespace
     require_netns()
     tag = f"mm{os.getpid()}"
     namespaces = [f"{tag}-ctl", f"{tag}-m1", f"{tag}-m2"]

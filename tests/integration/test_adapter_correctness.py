@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from core.model.info import read_model_info
-from core.run.launcher import JobError, JobSpec
+from core.run.job.launcher import JobError, JobSpec
 from core.tune.fuse import fuse_adapter
 from tests.helpers.adapters import make_adapter, mlx_lm_answer
 from tests.helpers.jobs import PROMPT, run_job

@@ -12,7 +12,7 @@ import pytest
 
 from core.model.info import read_model_info
 from core.run.demo import demo_facts
-from core.run.launcher import JobError
+from core.run.job.launcher import JobError
 from core.run.session import Session, simulated_hosts
 from core.run.states import RunState
 from tests.helpers.jobs import PROMPT, assert_no_ranks_left

@@ -15,11 +15,13 @@ import pytest
 from core.model.info import read_model_info
 from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import Plan, make_plan
-from core.remote.modelcopy import CopyProgress, check, remote_model_dir
+from core.remote.modelcheck import check, remote_model_dir
+from core.remote.modelcopy import CopyProgress
 from core.remote.targets import Target
-from core.run import placement, preflight
+from core.run import placement
+from core.run.checks import preflight
 from core.run.demo import demo_facts
-from core.run.launcher import JobSpec
+from core.run.job.launcher import JobSpec
 from core.run.placement import demo_launch, job_spec, planned_launch
 from core.run.planning import plan_on
 from core.run.session import ClusterError, CopyCancelled, Host, Session, real_hosts

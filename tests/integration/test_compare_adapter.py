@@ -13,9 +13,9 @@ import pytest
 
 from core.cli.compare import answers_side_by_side
 from core.model.info import read_model_info
-from core.run.compare import compare_adapter
 from core.run.demo import demo_facts
 from core.run.session import simulated_hosts
+from core.run.tasks.compare import compare_adapter
 from tests.helpers.adapters import QUESTION, mlx_lm_answer
 
 pytestmark = pytest.mark.slow

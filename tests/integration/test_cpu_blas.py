@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from core.run import cpu
-from core.run.launcher import Job, JobSpec
-from core.run.telemetry import rank_facts
+from core.run.job import cpu
+from core.run.job.launcher import Job, JobSpec
+from core.run.measure.telemetry import rank_facts
 from core.worker import protocol as p
 from core.worker.blas import REFERENCE_GFLOPS, find_openblas
 

@@ -15,9 +15,10 @@ import pytest
 
 from core.model.info import read_model_info
 from core.run.demo import demo_facts
-from core.run.finetune import FineTune, TrainReport
+from core.run.measure.history import History, RunKind
 from core.run.session import simulated_hosts
 from core.run.states import RunState
+from core.run.tasks.finetune import FineTune, TrainReport
 from core.tune.settings import SettingsError, TuneSettings
 from tests.helpers.jobs import assert_no_ranks_left
 from tests.helpers.tune_data import write_chat_data
@@ -81,6 +82,15 @@ def test_a_fine_tune_on_the_demo_cluster_keeps_an_adapter(
     assert meta["settings"] == QUICK.to_dict()
     assert (folder / "adapters.safetensors").is_file()
     assert tune.data_folder is not None and not tune.data_folder.exists()
+    # The task kept the run (the command line and the window alike), with its curves.
+    assert tune.not_kept is None
+    (run,) = History().runs()
+    kept = History().get(run.id or 0)
+    assert kept is not None and kept.kind == RunKind.FINETUNE
+    assert kept.nodes == ["Studio A", "Studio B"] and kept.figures["iterations"] == 6
+    assert kept.figures["train_loss"] == pytest.approx(reports[-1].train_loss)
+    assert [v for _, v in kept.series["train_loss"]] == [r.train_loss for r in reports]
+    assert [v for _, v in kept.series["val_loss"]] == [v for _, v in tune.validations]
 
 
 def test_stop_keeps_the_adapter_as_it_stands(tiny_models, tmp_path: Path, data_home: Path) -> None:

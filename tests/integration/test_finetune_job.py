@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.run.launcher import Job, JobSpec
+from core.run.job.launcher import Job, JobSpec
 from core.worker.vocab import Backend, JobState, Strategy, Task
 from tests.helpers.jobs import assert_no_ranks_left, wait_finished
 from tests.helpers.tiny_models import make_tiny_model

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from core.model.info import read_model_info
-from core.run.finetune import FineTune
 from core.run.session import real_hosts
 from core.run.states import RunState
+from core.run.tasks.finetune import FineTune
 from core.tune.settings import TuneSettings
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.remote import sshd_targets, wait_nothing_left

@@ -11,7 +11,7 @@ import pytest
 from core import paths
 from core.library.local import list_library
 from core.model.info import read_model_info
-from core.run.launcher import JobSpec
+from core.run.job.launcher import JobSpec
 from core.tune.fuse import FuseError, fuse_adapter
 from tests.helpers.adapters import mlx_lm_answer
 from tests.helpers.jobs import PROMPT, run_job

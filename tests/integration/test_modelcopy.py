@@ -1,4 +1,5 @@
-"""core.remote.modelcopy through a real sshd on loopback hosts (each with its own cache root)."""
+"""core.remote.modelcheck and core.remote.modelcopy through a real sshd on loopback hosts
+(each with its own cache root)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from core.model.info import read_model_info
 from core.model.manifest import MARKER, HashCache, Manifest, build_manifest, node_manifest
 from core.plan.memory import Node, PlanOptions
 from core.plan.planner import make_plan
-from core.remote import modelcopy
+from core.remote import modelcheck, modelcopy
 from core.remote import transport as copytransport
 from core.remote.targets import Target
 from tests.helpers.copying import StopMidCopy, staged_bytes
@@ -79,12 +80,12 @@ def test_copies_a_model_to_two_hosts_verified(
 ) -> None:
     manifest = build_manifest(sharded_model)
     for target in targets:
-        assert modelcopy.check(target, manifest).status == "missing"
+        assert modelcheck.check(target, manifest).status == "missing"
         events: list[modelcopy.CopyProgress] = []
         result = modelcopy.copy_model(target, manifest, sharded_model, progress=events.append)
         assert result.sent_bytes == manifest.total_bytes
         assert set(result.files_copied) == set(manifest.names)
-        folder = Path(modelcopy.remote_model_dir(target, manifest))
+        folder = Path(modelcheck.remote_model_dir(target, manifest))
         assert folder.name == f"tiny-llama-{manifest.model_id[:12]}"
         assert folder == Path(target.cache_root or "") / "models" / folder.name
         assert all(
@@ -92,7 +93,7 @@ def test_copies_a_model_to_two_hosts_verified(
         )
         assert Manifest.from_json((folder / MARKER).read_text()) == manifest
         assert not Path(f"{folder}.partial").exists()
-        assert modelcopy.check(target, manifest).status == "present"
+        assert modelcheck.check(target, manifest).status == "present"
         done = [e.bytes_done for e in events]
         assert done == sorted(done) and events[-1].phase == "verified"
         assert events[-1].bytes_done == events[-1].bytes_total == manifest.total_bytes
@@ -122,17 +123,17 @@ def test_a_pipeline_stage_gets_only_the_files_it_needs(
     target = targets[0]
     result = modelcopy.copy_model(target, stage, sharded_model)
     assert set(result.files_copied) == set(stage.names)
-    folder = Path(modelcopy.remote_model_dir(target, whole))
+    folder = Path(modelcheck.remote_model_dir(target, whole))
     assert not (folder / "model-00002-of-00004.safetensors").exists()
-    assert modelcopy.check(target, stage).status == "present"
+    assert modelcheck.check(target, stage).status == "present"
     rank1 = node_manifest(sharded_model, plan.layers_of(1), manifest=whole)
-    missing = modelcopy.check(target, rank1)
+    missing = modelcheck.check(target, rank1)
     assert missing.status == "missing" and missing.missing == ("model-00002-of-00004.safetensors",)
     # The plan changed: the same folder gains the other stage's file, nothing is re-sent.
     more = modelcopy.copy_model(target, rank1, sharded_model)
     assert more.files_copied == ("model-00002-of-00004.safetensors",)
     assert more.sent_bytes == whole.entry("model-00002-of-00004.safetensors").size  # type: ignore[union-attr]
-    assert modelcopy.check(target, whole).status == "present"
+    assert modelcheck.check(target, whole).status == "present"
 
 
 def test_cancel_mid_file_then_resume_resends_almost_nothing(
@@ -141,7 +142,7 @@ def test_cancel_mid_file_then_resume_resends_almost_nothing(
     manifest = build_manifest(big_model)
     target = targets[0]
     cancel = threading.Event()
-    folder = modelcopy.remote_model_dir(target, manifest)
+    folder = modelcheck.remote_model_dir(target, manifest)
     stop_early = StopMidCopy(monkeypatch, f"{folder}.partial", cancel.set, fraction=1 / 4)
 
     with pytest.raises(modelcopy.CopyCancelled, match="continues from there"):
@@ -151,7 +152,7 @@ def test_cancel_mid_file_then_resume_resends_almost_nothing(
     arrived = sum(staged.values())
     assert arrived == stop_early.arrived  # nothing was sent after the cancel
     assert 0 < staged["model.safetensors"] < manifest.total_bytes
-    state = modelcopy.check(target, manifest)
+    state = modelcheck.check(target, manifest)
     assert state.status == "missing" and "model.safetensors" in state.missing
 
     events: list[modelcopy.CopyProgress] = []
@@ -161,7 +162,7 @@ def test_cancel_mid_file_then_resume_resends_almost_nothing(
     assert resent < 0.05 * arrived
     assert events[0].bytes_done >= arrived  # progress starts from what is already there
     assert events[-1].bytes_done == events[-1].bytes_total
-    assert modelcopy.check(target, manifest, verify=True).status == "present"
+    assert modelcheck.check(target, manifest, verify=True).status == "present"
 
 
 def test_a_same_size_corrupted_file_is_caught_by_mtime_or_verify_then_repaired(
@@ -171,7 +172,7 @@ def test_a_same_size_corrupted_file_is_caught_by_mtime_or_verify_then_repaired(
     manifest = build_manifest(sharded_model)
     target = targets[1]
     modelcopy.copy_model(target, manifest, sharded_model)
-    folder = Path(modelcopy.remote_model_dir(target, manifest))
+    folder = Path(modelcheck.remote_model_dir(target, manifest))
     marker = json.loads((folder / MARKER).read_text())
     assert [size for size, _ in marker["stat"]] == [e.size for e in manifest.files]
     config = folder / "config.json"
@@ -182,26 +183,26 @@ def test_a_same_size_corrupted_file_is_caught_by_mtime_or_verify_then_repaired(
     config.write_bytes(changed)
     # Its mtime put back: only hashing can tell. The cheap check says what it checked.
     os.utime(config, ns=(before.st_atime_ns, before.st_mtime_ns))
-    cheap = modelcopy.check(target, manifest)
+    cheap = modelcheck.check(target, manifest)
     assert cheap.status == "present" and not cheap.verified
-    assert "size checked" in modelcopy.describe(cheap)
-    verified = modelcopy.check(target, manifest, verify=True)
+    assert "size checked" in modelcheck.describe(cheap)
+    verified = modelcheck.check(target, manifest, verify=True)
     assert verified.status == "missing" and verified.damaged == ("config.json",)
     assert "config.json" in verified.reason and "SHA-256" in verified.reason
     repaired = modelcopy.copy_model(target, manifest, sharded_model, damaged=verified.damaged)
     assert repaired.files_copied == ("config.json",) and config.read_bytes() == original
-    again = modelcopy.check(target, manifest, verify=True)
+    again = modelcheck.check(target, manifest, verify=True)
     assert again.status == "present" and again.verified
-    assert "verified now" in modelcopy.describe(again)
+    assert "verified now" in modelcheck.describe(again)
     # Rewritten with a new mtime: the cheap check hashes it, and the copy repairs it.
     config.write_bytes(changed)
     later = config.stat().st_mtime_ns + 1_000_000_000
     os.utime(config, ns=(later, later))
-    caught = modelcopy.check(target, manifest)
+    caught = modelcheck.check(target, manifest)
     assert caught.status == "missing" and caught.damaged == ("config.json",)
     assert modelcopy.copy_model(target, manifest, sharded_model).files_copied == ("config.json",)
     assert config.read_bytes() == original
-    assert modelcopy.check(target, manifest).status == "present"
+    assert modelcheck.check(target, manifest).status == "present"
 
 
 def test_a_different_file_is_refused_never_overwritten(
@@ -210,14 +211,14 @@ def test_a_different_file_is_refused_never_overwritten(
     manifest = build_manifest(sharded_model)
     target = targets[1]
     modelcopy.copy_model(target, manifest, sharded_model)
-    folder = Path(modelcopy.remote_model_dir(target, manifest))
+    folder = Path(modelcheck.remote_model_dir(target, manifest))
     config = folder / "config.json"
     original = config.read_bytes()
     changed = original.replace(b"llama", b"llamb", 1)
     config.write_bytes(changed)
     # Without the marker (copied by hand, or edited) the hash is always checked.
     (folder / MARKER).unlink()
-    different = modelcopy.check(target, manifest)
+    different = modelcheck.check(target, manifest)
     assert different.status == "different"
     assert "config.json" in different.reason and "SHA-256" in different.reason
     with pytest.raises(modelcopy.DifferentModel, match="will not overwrite") as caught:
@@ -226,29 +227,29 @@ def test_a_different_file_is_refused_never_overwritten(
     assert config.read_bytes() == changed
     # A file of another size is seen without hashing.
     config.write_bytes(original + b" ")
-    result = modelcopy.check(target, manifest)
+    result = modelcheck.check(target, manifest)
     assert result.status == "different" and "bytes instead of" in result.reason
 
 
 def test_a_half_copied_folder_never_passes(targets: list[Target], sharded_model: Path) -> None:
     manifest = build_manifest(sharded_model)
     target = targets[0]
-    folder = Path(modelcopy.remote_model_dir(target, manifest))
+    folder = Path(modelcheck.remote_model_dir(target, manifest))
     staging = Path(f"{folder}.partial")
     staging.mkdir(parents=True)
     for name in manifest.names:  # everything arrived, the move into place never happened
         (staging / name).write_bytes((sharded_model / name).read_bytes())
-    assert modelcopy.check(target, manifest).status == "missing"
+    assert modelcheck.check(target, manifest).status == "missing"
     # A folder with one file cut short and no marker is not the model either.
     folder.mkdir()
     weights = "model-00001-of-00004.safetensors"
     (folder / weights).write_bytes((sharded_model / weights).read_bytes()[:100])
-    assert modelcopy.check(target, manifest).status == "different"
+    assert modelcheck.check(target, manifest).status == "different"
     (folder / weights).unlink()
     # Resuming finds the staged files complete: hashed on the node, moved, nothing sent.
     result = modelcopy.copy_model(target, manifest, sharded_model)
     assert result.sent_bytes == 0 and result.reused_bytes == manifest.total_bytes
-    assert modelcopy.check(target, manifest).status == "present"
+    assert modelcheck.check(target, manifest).status == "present"
 
 
 def test_a_damaged_resumed_prefix_is_sent_again_from_the_start(
@@ -258,7 +259,7 @@ def test_a_damaged_resumed_prefix_is_sent_again_from_the_start(
     catches both, they are sent once more from 0, and the copy ends verified."""
     manifest = build_manifest(sharded_model)
     target = targets[0]
-    staging = Path(modelcopy.remote_model_dir(target, manifest) + ".partial")
+    staging = Path(modelcheck.remote_model_dir(target, manifest) + ".partial")
     staging.mkdir(parents=True)
     weights = sorted(n for n in manifest.names if n.endswith(".safetensors"))
     short, whole = ((sharded_model / name).read_bytes() for name in weights[:2])
@@ -266,7 +267,7 @@ def test_a_damaged_resumed_prefix_is_sent_again_from_the_start(
     (staging / weights[1]).write_bytes(b"\0" * len(whole))
     result = modelcopy.copy_model(target, manifest, sharded_model)
     assert result.sent_bytes >= len(short) + len(whole)  # both again, from the start
-    assert modelcopy.check(target, manifest, verify=True).status == "present"
+    assert modelcheck.check(target, manifest, verify=True).status == "present"
     assert not staging.exists()
 
 
@@ -275,11 +276,11 @@ def test_a_model_copied_by_hand_is_hashed_once_then_marked(
 ) -> None:
     manifest = build_manifest(sharded_model)
     target = targets[0]
-    folder = Path(modelcopy.remote_model_dir(target, manifest))
+    folder = Path(modelcheck.remote_model_dir(target, manifest))
     folder.mkdir(parents=True)
     for name in manifest.names:
         (folder / name).write_bytes((sharded_model / name).read_bytes())
-    assert modelcopy.check(target, manifest).status == "present"
+    assert modelcheck.check(target, manifest).status == "present"
     result = modelcopy.copy_model(target, manifest, sharded_model)
     assert result.sent_bytes == 0
     assert Manifest.from_json((folder / MARKER).read_text()).model_id == manifest.model_id
@@ -290,9 +291,9 @@ def test_the_cache_root_defaults_to_the_node_users_cache(
 ) -> None:
     target = make_target(sshd, "127.0.0.3", tmp_path, cache_root=None)
     manifest = build_manifest(sharded_model)
-    folder = modelcopy.remote_model_dir(target, manifest)
-    assert folder == f"{Path.home()}/.cache/macmesh/models/{modelcopy.folder_name(manifest)}" or (
-        folder.endswith(f"/macmesh/models/{modelcopy.folder_name(manifest)}")
+    folder = modelcheck.remote_model_dir(target, manifest)
+    assert folder == f"{Path.home()}/.cache/macmesh/models/{modelcheck.folder_name(manifest)}" or (
+        folder.endswith(f"/macmesh/models/{modelcheck.folder_name(manifest)}")
     )
 
 
@@ -322,7 +323,7 @@ def test_fallback_transports_copy_and_verify_too(
         target = dataclasses.replace(target, python="/nonexistent/python3")
     manifest = build_manifest(big_model)
     cancel = threading.Event()
-    partial = Path(modelcopy.remote_model_dir(target, manifest) + ".partial")
+    partial = Path(modelcheck.remote_model_dir(target, manifest) + ".partial")
     stop_early = StopMidCopy(monkeypatch, partial, cancel.set, fraction=1 / 4)
 
     with pytest.raises(modelcopy.CopyCancelled):
@@ -332,5 +333,5 @@ def test_fallback_transports_copy_and_verify_too(
     assert 0 < arrived == stop_early.arrived < manifest.total_bytes
     result = modelcopy.copy_model(target, manifest, big_model)
     assert result.sent_bytes - (manifest.total_bytes - arrived) < 0.05 * arrived
-    assert modelcopy.check(target, manifest, verify=True).status == "present"
+    assert modelcheck.check(target, manifest, verify=True).status == "present"
     wait_no_leftovers(sshd)

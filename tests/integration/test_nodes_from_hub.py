@@ -18,7 +18,8 @@ from core.plan.planner import Plan, make_plan
 from core.remote.hubfetch import fetch_from_hub, fetch_or_copy, hub_origin
 from core.remote.modelcopy import CopyCancelled, CopyProgress
 from core.remote.targets import Target
-from core.run.preflight import PreflightReport, format_report, run_preflight
+from core.run.checks.preflight import run_preflight
+from core.run.checks.report import PreflightReport, format_report
 from core.run.session import Session, real_hosts
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.fake_hub import FakeHub

@@ -16,9 +16,10 @@ from core.model.info import read_model_info
 from core.model.manifest import MARKER
 from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import Plan, make_plan
-from core.remote import modelcopy
+from core.remote import modelcheck, modelcopy
 from core.remote.targets import Target
-from core.run.preflight import PreflightReport, format_report, run_preflight
+from core.run.checks.preflight import run_preflight
+from core.run.checks.report import PreflightReport, format_report
 from core.units import size
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.remote import sshd_targets
@@ -124,7 +125,7 @@ def test_a_different_model_on_a_node_is_refused(targets: list[Target], model: Pa
     first = run_preflight(targets, plan, model)
     target = targets[0]
     modelcopy.copy_model(target, first.manifests[target.name], model)
-    folder = Path(modelcopy.remote_model_dir(target, first.manifests[target.name]))
+    folder = Path(modelcheck.remote_model_dir(target, first.manifests[target.name]))
     (folder / MARKER).unlink()
     config = folder / "config.json"
     config.write_bytes(config.read_bytes().replace(b"llama", b"llamb", 1))
@@ -216,7 +217,7 @@ def test_verify_catches_a_same_size_corrupted_file_that_size_checks_miss_and_the
     first = run_preflight(targets, plan, model)
     target, part = targets[0], first.manifests["studio-a"]
     modelcopy.copy_model(target, part, model)
-    folder = Path(modelcopy.remote_model_dir(target, part))
+    folder = Path(modelcheck.remote_model_dir(target, part))
     config = folder / "config.json"
     original, before = config.read_bytes(), config.stat()
     config.write_bytes(original.replace(b"llama", b"llamb", 1))

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core.run.remote_ranks import PGID, RankLaunch, rank_command
+from core.run.job.remote_ranks import PGID, RankLaunch, rank_command
 from tests.helpers.procs import name_of
 from tests.helpers.wait import wait_until
 

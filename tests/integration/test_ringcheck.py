@@ -10,7 +10,7 @@ from pathlib import Path
 from core.cluster.ringpath import Path as RingPath
 from core.cluster.ringpath import RingLink
 from core.remote.targets import Target
-from core.run.ringcheck import check_links
+from core.run.checks.ringcheck import check_links
 from tests.helpers.remote import sshd_targets, wait_nothing_left
 from tests.helpers.sshd import SSHServer
 

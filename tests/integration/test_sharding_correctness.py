@@ -9,7 +9,7 @@ import pytest
 
 from core.model.info import read_model_info
 from core.run.demo import demo_facts
-from core.run.launcher import JobError, JobSpec
+from core.run.job.launcher import JobError, JobSpec
 from core.run.placement import job_spec
 from core.run.planning import plan_on
 from core.worker.shardfiles import files_for_layers, layer_ranges, read_weight_map

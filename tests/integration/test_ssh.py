@@ -8,6 +8,8 @@ import re
 import socket
 import stat
 import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -170,6 +172,36 @@ def test_silent_server_times_out_within_the_timeout(tmp_path: Path) -> None:
                               known_hosts=tmp_path / "kh", use_agent=False)  # fmt: skip
         with pytest.raises(ssh.SSHTimeout, match="did not answer within 1 s"):
             conn.connect()
+
+
+def test_a_host_that_takes_the_connection_and_never_speaks_ssh_is_one_line() -> None:
+    """Issue 26: paramiko's transport thread printed two tracebacks before the line."""
+    code = textwrap.dedent(
+        """
+        import sys, tempfile, time
+        from pathlib import Path
+        from core.remote import ssh
+        conn = ssh.Connection("127.0.0.1", int(sys.argv[1]), timeout=1.0, use_agent=False,
+                              known_hosts=Path(tempfile.mkdtemp()) / "kh")
+        try:
+            conn.connect()
+        except ssh.SSHError as error:
+            print(error)
+        time.sleep(1.0)  # the transport thread's last words, if any, come by now
+        """
+    )
+    with socket.socket() as mute:  # the kernel takes the connection; nothing speaks
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(1)
+        port = mute.getsockname()[1]
+        run = subprocess.run(
+            [sys.executable, "-c", code, str(port)], capture_output=True, text=True, timeout=60
+        )
+    assert run.stderr == ""
+    assert run.stdout == (
+        f"127.0.0.1 did not answer within 1 s: it took the connection on port {port} but "
+        "sent no SSH greeting. Is an SSH server (Remote Login) what listens on that port?\n"
+    )
 
 
 def test_command_timeout_kills_the_command(sshd: SSHServer, trusted: Path, tmp_path: Path) -> None:

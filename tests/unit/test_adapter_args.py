@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.run.launcher import JobSpec
+from core.run.job.launcher import JobSpec
 from core.worker.main import parse_args
 
 

@@ -3,7 +3,7 @@ what its message says."""
 
 from __future__ import annotations
 
-from core.run.rank_status import RankStatus, blame_order, exit_message
+from core.run.job.rank_status import RankStatus, blame_order, exit_message
 
 
 def _exited(rank: int, at: float, code: int, error: str | None = None) -> RankStatus:

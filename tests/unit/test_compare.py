@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from core.model.info import ModelInfo
-from core.run.compare import Comparison, RunFigures, strongest_single
 from core.run.demo import DEMO_MACS
+from core.run.tasks.compare import Comparison, RunFigures, strongest_single
 from tests.helpers.header_models import synthetic_model_info
 
 GIB = 1 << 30

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from core.envvars import ENV_CPU_FAST
-from core.run import cpu
-from core.run.launcher import JobSpec
+from core.run.job import cpu
+from core.run.job.launcher import JobSpec
 
 BLAS = {"path": "/opt/openblas/libopenblas.so.0", "source": "system"}
 RING_WAIT = "/cache/macmesh/native/ringwait.so"

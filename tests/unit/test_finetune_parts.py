@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.run.finetune import last_checkpoint, name_node, prepare_data
-from core.run.launcher import JobSpec
+from core.run.job.launcher import JobSpec
+from core.run.tasks.finetune import last_checkpoint, name_node, prepare_data
 from core.tune.data import DataError
 from core.tune.settings import TuneSettings
 from core.worker.finetune import DEFAULTS, TrainingError, lora_config, read_settings
@@ -146,7 +146,7 @@ def test_a_report_reads_as_one_line_in_words_or_json() -> None:
     import io
 
     from core.cli.finetune import _Printer
-    from core.run.finetune import TrainReport
+    from core.run.tasks.finetune import TrainReport
 
     class _Tune:  # the three signals the printer listens to
         from psygnal import Signal
@@ -163,7 +163,7 @@ def test_a_report_reads_as_one_line_in_words_or_json() -> None:
         tune.report.emit(report)
         tune.validated.emit(3, 1.5)
         lines = out.getvalue().splitlines()
-        assert len(lines) == 2 and printer.series["val_loss"][0][1] == 1.5
+        assert len(lines) == 2 and printer.out is out  # (curves: test_finetune_controller)
         if as_json:
             assert json.loads(lines[0])["peak_memory_bytes"] == {"Studio A": 3 << 30}
             assert json.loads(lines[1]) == {"event": "validation", "iteration": 3, "val_loss": 1.5}
@@ -176,7 +176,7 @@ def test_a_report_reads_as_one_line_in_words_or_json() -> None:
 
 
 def test_a_fine_tunes_history_headline() -> None:
-    from core.run.history import RunRecord
+    from core.run.measure.history import RunRecord
 
     def record(**figures: object) -> RunRecord:
         return RunRecord("finetune", "m", ["a"], "data parallel", "ring", dict(figures))

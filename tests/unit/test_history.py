@@ -5,12 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from core.cli.history import history_cli
-from core.run.history import CSV_COLUMNS, History, RunRecord, keep
+from core.run.measure.history import CSV_COLUMNS, History, RunRecord, keep
 
 
 def chat(started: float, tps: float = 5.0, **extra) -> RunRecord:
@@ -119,3 +123,98 @@ def test_macmesh_history_lists_and_exports(tmp_path: Path) -> None:
     out = io.StringIO()
     assert history_cli(["--json", "--limit", "1"], out) == 0
     assert len(json.loads(out.getvalue())["runs"]) == 1
+
+
+def test_a_huge_limit_lists_every_run(tmp_path: Path) -> None:
+    History().add(chat(1.0))
+    out = io.StringIO()
+    assert history_cli(["--limit", "99999999999999999999"], out) == 0
+    assert len(out.getvalue().splitlines()) == 1 and "chat" in out.getvalue()
+    assert len(History().runs(limit=1 << 80)) == 1
+
+
+def _truncated() -> None:
+    """The history of many runs, cut to a third of its length (a disk full, a bad copy)."""
+    history = History()
+    for n in range(60):
+        history.add(chat(float(n)))
+    data = history.path.read_bytes()
+    history.path.write_bytes(data[: len(data) // 3])
+
+
+def test_a_truncated_history_is_set_aside_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _truncated()
+    out = io.StringIO()
+    assert history_cli([], out) == 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"macmesh: The run history {History().path} could not be read (")
+    assert "set aside as history.sqlite3.damaged-" in err
+    aside = [p.name for p in History().path.parent.iterdir() if ".damaged-" in p.name]
+    assert len(aside) == 1 and aside[0] in err
+    assert out.getvalue().startswith("No runs yet")
+    History().add(chat(1.0))  # a new one begun
+    assert len(History().runs()) == 1
+
+
+def test_the_history_file_is_for_its_owner_only(tmp_path: Path) -> None:
+    """It holds answers' text: made 0600, and an older, readable one is tightened."""
+    history = History()
+    assert not history.path.exists()  # reading makes nothing
+    assert history.runs() == [] and not history.path.exists()
+    history.add(chat(1.0))
+    assert history.path.stat().st_mode & 0o777 == 0o600
+    history.path.chmod(0o644)
+    history.add(chat(2.0))
+    assert history.path.stat().st_mode & 0o777 == 0o600
+
+
+def _in_read_only(folder: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` run where ``folder`` cannot be written: a read-only bind mount of it in a
+    mount namespace of its own when root (root writes through any mode), else mode 0555."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        finally:
+            folder.chmod(0o755)
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        pytest.skip("root without unshare and mount: no read-only folder can be made here")
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    run = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, str(folder), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if "mount:" in run.stderr or "unshare:" in run.stderr:
+        pytest.skip(f"no read-only mount here: {run.stderr.strip()}")
+    return run
+
+
+def test_a_read_only_data_folder_is_read_and_only_writing_is_refused(tmp_path: Path) -> None:
+    folder = Path(os.environ["MACMESH_DATA_DIR"])
+    History().add(chat(1_700_000_000.0))
+    listed = _in_read_only(folder, [sys.executable, "-m", "gui.cli", "history"])
+    assert listed.returncode == 0, listed.stderr
+    assert "pipeline on Studio A, Studio B" in listed.stdout and not listed.stderr
+    write = (
+        "from core.run.measure.history import RunRecord, keep; "
+        "print(keep(RunRecord('chat', 'm', ['a'], 'single', 'single', {})))"
+    )
+    kept = _in_read_only(folder, [sys.executable, "-c", write])
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout.startswith("the run was not kept in the history: ")
+    assert "is not writable" in kept.stdout
+
+
+def test_a_damaged_history_in_a_read_only_folder_is_one_line(tmp_path: Path) -> None:
+    folder = Path(os.environ["MACMESH_DATA_DIR"])
+    _truncated()
+    run = _in_read_only(folder, [sys.executable, "-m", "gui.cli", "history"])
+    assert run.returncode == 2
+    assert run.stderr.startswith(f"macmesh: The run history {History().path} cannot be read (")
+    assert "cannot be set aside" in run.stderr and len(run.stderr.splitlines()) == 1
+    assert [p.name for p in folder.iterdir()] == ["history.sqlite3"]

@@ -9,7 +9,7 @@ import pytest
 
 from core.cluster.probe.facts import parse_probe
 from core.cluster.topology import build_topology, jaccl_devices
-from core.run import mlxenv
+from core.run.job import mlxenv
 from tests.fixtures.macos.hosts import hosts, probe_output
 
 

@@ -239,3 +239,40 @@ def test_a_quick_listing_reads_no_header_and_completing_it_equals_a_checked_one(
     assert gone.state is State.BROKEN and "damaged" in (gone.reason or "")
     again = _by_name(list_library(checked=False))  # known folders: full entries at once
     assert all(e.checked for e in again.values() if e.state is State.OK)
+
+
+def test_a_snapshot_that_is_a_symlink_loop_hides_no_healthy_model(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    """Issue 26 #15: huggingface_hub's scan stops at a symlink loop (OSError); the loop is
+    one damaged entry and the healthy models are still listed, by ``macmesh models`` too."""
+    cache = tmp_path / "hf-home" / "hub"
+    put_in_hf_cache(cache, "mlx-community/tiny-llama", tiny_models["llama"])
+    put_in_hf_cache(cache, "org/tiny-qwen3", tiny_models["qwen3"])
+    snapshots = cache / "models--org--looped" / "snapshots"
+    snapshots.mkdir(parents=True)
+    (snapshots / "a").symlink_to("b")
+    (snapshots / "b").symlink_to("a")
+    entries = {e.name: e for e in list_library(hub_cache=cache, lm_studio=[])}
+    assert entries["mlx-community/tiny-llama"].state is State.OK
+    assert entries["org/tiny-qwen3"].state is State.OK
+    assert entries["org/looped"].state is State.BROKEN
+    assert "symbolic links" in (entries["org/looped"].reason or "")
+    shown = subprocess.run(
+        [sys.executable, "-m", "gui.cli", "models"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "HF_HOME": str(tmp_path / "hf-home"),
+            "HOME": str(tmp_path),
+            "MACMESH_CONFIG_DIR": str(tmp_path / "config"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "No models found" not in shown.stdout
+    assert "mlx-community/tiny-llama · llama ·" in shown.stdout
+    assert "org/looped" in shown.stdout and "damaged" in shown.stdout

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.run import cpu, mlxenv
+from core.run.job import cpu, mlxenv
 
 
 def test_ring_hostfile_has_one_list_of_ip_port_per_rank() -> None:

@@ -15,8 +15,8 @@ from core.cluster.netchange import (
 )
 from core.cluster.ringpath import ring_links
 from core.remote.ssh import Result
-from core.run.backend_choice import choose_backend
-from core.run.netapply import NetworkChangeFailed, apply_change, sudo_line
+from core.run.checks.backend_choice import choose_backend
+from core.run.checks.netapply import NetworkChangeFailed, apply_change, sudo_line
 from tests.fixtures.macos.hosts import load_facts
 
 
@@ -70,7 +70,7 @@ def test_the_bridge_off_is_offered_only_where_it_alone_keeps_rdma_off() -> None:
 
 
 def test_preflight_shows_each_offer_as_a_warning_with_its_undo() -> None:
-    from core.run.preflight import evaluate
+    from core.run.checks.preflight import evaluate
     from tests.unit.test_preflight import _cluster
 
     plan, gathered = _cluster("tb-off")

@@ -1,4 +1,4 @@
-"""core.run.preflight as data: the backend choice over the fixture clusters, and each check
+"""core.run.checks.preflight as data: the backend choice over the fixture clusters, and each check
 from gathered facts (no SSH; tests/integration/test_preflight.py does it for real)."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from core.model.manifest import FileEntry, Manifest
 from core.plan.memory import GIB, Node, PlanOptions
 from core.plan.planner import make_plan
 from core.remote import ssh
-from core.remote.modelcopy import CheckResult
+from core.remote.modelcheck import CheckResult
 from core.remote.targets import Target
-from core.run.preflight import Check, Gathered, choose_backend, evaluate, format_report
+from core.run.checks.preflight import Gathered, choose_backend, evaluate
+from core.run.checks.report import Check, format_report
 from tests.fixtures.macos.hosts import load_facts
 from tests.helpers.header_models import synthetic_model_info
 

@@ -12,7 +12,7 @@ import pytest
 
 from core.cluster.probe.facts import parse_probe
 from core.cluster.topology import build_topology, jaccl_devices
-from core.run.remote_ranks import DEVICES, HOSTFILE, cluster_launches, rank_command
+from core.run.job.remote_ranks import DEVICES, HOSTFILE, cluster_launches, rank_command
 from tests.fixtures.macos.hosts import hosts, probe_output
 
 LAN = ["192.168.1.10", "192.168.1.11", "192.168.1.12", "192.168.1.13"]

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from core.remote.ssh import ConnectionLost
-from core.run import remote_ranks
-from core.run.remote_ranks import RemoteRank
+from core.run.job import remote_ranks
+from core.run.job.remote_ranks import RemoteRank
 
 
 class FakeProcess:

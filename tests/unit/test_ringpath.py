@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from core.cluster.probe.facts import NodeFacts
 from core.cluster.probe.ifconfig import IfAddress, NetInterface
 from core.cluster.ringpath import Path, RingLink, ring_addresses, ring_links, summary
-from core.run.preflight import choose_backend
+from core.run.checks.preflight import choose_backend
 from tests.fixtures.macos.hosts import load_facts
 
 

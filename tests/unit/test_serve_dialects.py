@@ -4,6 +4,7 @@ response shapes (core/serve/shaping.py)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -107,3 +108,43 @@ def test_openai_shapes_carry_usage_and_the_finish() -> None:
     last = shaping.chat_chunk("c", MODEL, 1, None, None, shaping.usage(DONE), True)
     assert last["choices"] == [] and last["usage"]["total_tokens"] == 10
     assert shaping.sse({"a": 1}) == b'data: {"a": 1}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/v1/chat/completions", {"error": {"message": "no", "type": "invalid_request_error",
+                                            "param": None, "code": None}}),
+        ("/v1/nothing", {"error": {"message": "no", "type": "invalid_request_error",
+                                   "param": None, "code": None}}),
+        ("/v1/messages", {"type": "error",
+                          "error": {"type": "invalid_request_error", "message": "no"}}),
+        ("/api/chat", {"error": "no"}),
+        ("/api/tags", {"error": "no"}),
+    ],
+)  # fmt: skip
+def test_an_error_takes_the_shape_of_its_routes_dialect(path: str, expected: dict) -> None:
+    assert d.error_body(path, APIError(400, "no")) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/v1/completions", lambda body: body["error"]["message"]),
+        ("/v1/messages", lambda body: body["error"]["message"]),
+        ("/api/chat", lambda body: body["error"]),
+    ],
+)
+def test_a_server_error_too_is_in_the_routes_dialect(
+    path: str, message: Callable[[dict], str]
+) -> None:
+    import asyncio
+
+    from starlette.requests import Request
+
+    from core.serve.app import unexpected
+
+    request = Request({"type": "http", "method": "POST", "path": path, "headers": []})
+    response = asyncio.run(unexpected(request, RuntimeError("boom")))
+    assert response.status_code == 500
+    assert message(json.loads(bytes(response.body))) == "RuntimeError: boom"

@@ -148,3 +148,24 @@ def test_any_body_is_an_ask_or_a_4xx_never_a_crash(body: dict) -> None:
             assert 400 <= error.status < 500
         else:
             assert 1 <= ask.max_tokens <= 8192
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        (b'{"model": ' + b"[" * 1000 + b"]" * 1000 + b"}", "nested too deeply"),
+        (b"[" * 100_000, "nested too deeply"),
+        (b'{"model": "\\ud800"}', "lone surrogate"),
+        (b'{"model": "x", "messages": [{"content": "a\\uDFFFb"}]}', "lone surrogate"),
+        (b'{"model": "\\ude00\\ud83d"}', "lone surrogate"),  # a pair in the wrong order
+    ],
+)
+def test_deep_nesting_and_lone_surrogates_are_a_400_not_a_crash(raw: bytes, words: str) -> None:
+    with pytest.raises(APIError) as refused:
+        parse_json(raw)
+    assert refused.value.status == 400 and words in refused.value.message
+
+
+def test_a_surrogate_pair_is_one_character_and_welcome() -> None:
+    body = parse_json(b'{"model": "\\ud83d\\ude00", "note": "\\\\ud800 is only text here"}')
+    assert body["model"] == "\U0001f600" and body["note"] == "\\ud800 is only text here"

@@ -10,6 +10,7 @@ import pytest
 
 from core import jsonfile
 from core import settings as s
+from core.worker.vocab import ModelSource
 
 
 def test_missing_file_gives_the_defaults(tmp_path: Path) -> None:
@@ -27,6 +28,7 @@ def test_round_trip(tmp_path: Path) -> None:
         last_model="/models/x",
         last_strategy="tensor",
         demo_nodes=3,
+        demo_on=True,
         max_tokens=64,
         interfaces=("en0",),
     )
@@ -67,6 +69,16 @@ def test_a_bad_value_falls_back_alone(tmp_path: Path, caplog: pytest.LogCaptureF
     assert loaded.demo_nodes == 2
     assert loaded.max_tokens == 256
     assert "last_strategy" in caplog.text and "demo_nodes" in caplog.text
+
+
+def test_demo_on_must_be_a_boolean(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"demo_on": "yes", "demo_nodes": 4}))
+    with caplog.at_level(logging.WARNING, logger="core.settings"):
+        loaded = s.load_settings(path)
+    assert loaded.demo_on is False and loaded.demo_nodes == 4
+    assert "demo_on must be true or false" in caplog.text
+    assert s.Settings().updated(demo_on=True).demo_on is True
 
 
 def test_unknown_keys_survive_a_save(tmp_path: Path) -> None:
@@ -127,6 +139,14 @@ def test_model_source_round_trips_and_refuses_other_values(
     path.write_text('{"model_source": "cloud"}')
     assert s.load_settings(path).model_source == "auto"
     assert "model_source" in caplog.text
+
+
+def test_model_source_reads_as_the_enum_and_is_written_as_its_plain_value(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    s.save_settings(s.Settings().updated(model_source="hub"), path)
+    assert json.loads(path.read_text())["model_source"] == "hub"  # on disk: the same string
+    assert s.load_settings(path).model_source is ModelSource.HUB
+    assert s.MODEL_SOURCES == ("auto", "hub", "this-mac")  # the command line's choices
 
 
 def test_macmesh_run_takes_model_source_and_refuses_other_values() -> None:

@@ -274,9 +274,20 @@ def test_a_file_that_is_not_jsonl(tmp_path: Path) -> None:
     assert message_of(file).startswith("data.json is not a .jsonl file")
 
 
-def test_an_unreadable_file(tmp_path: Path) -> None:
-    (tmp_path / "train.jsonl").mkdir()  # is_file() is False: the folder message
-    assert "holds no train.jsonl" in message_of(tmp_path)
+def test_a_train_or_valid_jsonl_that_is_a_folder_is_said_to_be_one(tmp_path: Path) -> None:
+    """Issue 26: "holds no train.jsonl (it holds train.jsonl…)" for a folder so named."""
+    (tmp_path / "train.jsonl").mkdir()
+    assert message_of(tmp_path) == (
+        f"{tmp_path / 'train.jsonl'} is a folder: a fine-tune needs train.jsonl to be a "
+        "file, one JSON example per line"
+    )
+    (tmp_path / "train.jsonl").rmdir()
+    write(tmp_path / "train.jsonl", chats(d.MIN_EXAMPLES))
+    (tmp_path / "valid.jsonl").mkdir()  # not silently skipped either
+    assert message_of(tmp_path) == (
+        f"{tmp_path / 'valid.jsonl'} is a folder: a fine-tune needs valid.jsonl to be a "
+        "file, one JSON example per line"
+    )
 
 
 def test_empty_and_too_short_sets_are_refused(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from core.tune import fit as f
 from core.tune.data import DEMO_SETTINGS
 from core.tune.settings import TuneSettings
 from core.units import GIB, MIB, size
+from core.worker.vocab import Strategy
 from tests.helpers.header_models import synthetic_model_info
 
 
@@ -74,6 +75,13 @@ def llama8b() -> ModelInfo:
         quantization={"bits": 4, "group_size": 64},
         name="Llama-3-8B-4bit",
     )
+
+
+def test_a_fine_tune_puts_one_rank_on_each_mac() -> None:
+    """One Mac runs single; several are planned as a pipeline, one rank on each."""
+    assert f.tune_strategy(1) is Strategy.SINGLE
+    assert f.tune_strategy(2) is Strategy.PIPELINE
+    assert f.tune_strategy(4) is Strategy.PIPELINE
 
 
 def test_lora_parameters_match_what_mlx_lm_trains(smollm: ModelInfo) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core.run.launcher import JobSpec
-from core.run.rank_status import RankStatus, loading_stage
+from core.run.job.launcher import JobSpec
+from core.run.job.rank_status import RankStatus, loading_stage
 from core.worker.vocab import Backend, JobState, LoadingStage, Strategy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,402 @@
+"""Run history: every run (a chat, a comparison, a link test, an API session) with its
+model, nodes, strategy, split, backend, versions, figures and time series, kept in the
+user data folder so a presenter can show last week's numbers.
+
+SQLite from the standard library, one file: the list of runs is one indexed query
+however long the series are (those sit in their own table, read only for the run asked
+for). Writes are short transactions; a history that cannot be read (a damaged file) is
+set aside and a new one begun, never a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from core import units
+from core.paths import FolderError, data_dir
+from core.run.measure.telemetry import Telemetry
+
+FILE_NAME = "history.sqlite3"
+
+
+class RunKind(StrEnum):
+    """What a kept run was: the task that kept it (``core.run.tasks``)."""
+
+    CHAT = "chat"  # one answer in the window's chat, ``macmesh run`` or ``demo``
+    COMPARE = "compare"  # one Mac against the cluster, or base against base + adapter
+    LINKTEST = "linktest"
+    API = "api"  # one answer asked through the API
+    FINETUNE = "finetune"
+
+
+KINDS = tuple(RunKind)
+
+
+def run_kind(value: str) -> RunKind:
+    """``value`` as a ``RunKind``; ValueError naming the kinds there are."""
+    if value not in KINDS:
+        raise ValueError(f"a run is one of {', '.join(KINDS)}, not {value!r}")
+    return RunKind(value)
+
+
+CSV_COLUMNS = ("run", "started", "kind", "model", "nodes", "strategy", "series", "t", "value")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started REAL NOT NULL,
+    kind TEXT NOT NULL,
+    model TEXT NOT NULL,
+    nodes TEXT NOT NULL,
+    strategy TEXT NOT NULL,
+    split TEXT,
+    backend TEXT NOT NULL,
+    versions TEXT NOT NULL,
+    figures TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
+CREATE TABLE IF NOT EXISTS series (
+    run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    t REAL NOT NULL,
+    value REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS series_run ON series (run);
+"""
+
+
+@dataclass
+class RunRecord:
+    """One run as kept. ``series``: name → [(t, value)], seconds from the run's start."""
+
+    kind: RunKind
+    model: str
+    nodes: list[str]
+    strategy: str
+    backend: str
+    figures: dict[str, Any]
+    split: list[int] | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    id: int | None = None
+
+    def __post_init__(self) -> None:
+        self.kind = run_kind(self.kind)
+
+    def headline(self) -> str:
+        """The run's one figure for a list: tokens/s of a chat, the speedup of a compare,
+        the fastest link of a link test."""
+        f = self.figures
+        if self.kind == "compare":
+            return str(f.get("headline", ""))
+        if self.kind == "linktest":
+            links = [link for link in f.get("links", []) if link.get("bytes_per_s")]
+            if not links:
+                return "no link measured"
+            best = max(links, key=lambda link: link["bytes_per_s"])
+            share = best.get("share")
+            of = f" ({share:.0%} of {best.get('nominal')})".replace("%", " %") if share else ""
+            return f"{units.bytes_per_s(best['bytes_per_s'])}{of}, {len(links)} link(s)"
+        if self.kind == "finetune":
+            return _finetune_headline(f)
+        tps = f.get("avg_tps") or f.get("generation_tps")
+        return f"{units.rate(float(tps))} tokens/s" if tps else ""
+
+    def to_dict(self, with_series: bool = True) -> dict[str, Any]:
+        data = {
+            "id": self.id,
+            "started": self.started,
+            "kind": self.kind,
+            "model": self.model,
+            "nodes": self.nodes,
+            "strategy": self.strategy,
+            "split": self.split,
+            "backend": self.backend,
+            "versions": self.versions,
+            "figures": self.figures,
+        }
+        if with_series:
+            data["series"] = {k: [list(p) for p in v] for k, v in self.series.items()}
+        return data
+
+
+_SQLITE_MAX_INT = (1 << 63) - 1
+_T = TypeVar("_T")
+
+
+@contextlib.contextmanager
+def _open(where: str, uri: bool = False) -> Iterator[sqlite3.Connection]:
+    db = sqlite3.connect(where, timeout=10, uri=uri)
+    db.row_factory = sqlite3.Row
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def _damaged(error: sqlite3.DatabaseError) -> bool:
+    """Whether the file is not a readable database (not a lock, a permission, a disk)."""
+    return not isinstance(error, sqlite3.OperationalError)
+
+
+class History:
+    """The runs kept in ``path`` (default: the data folder's history file).
+
+    Reading needs no write access: a read-only data folder reads, a history not begun
+    yet reads as empty. Writing makes the file 0600 first (it holds answers' text). A
+    file that is not a readable history (damaged, truncated) is set aside and a new one
+    begun, and ``notice`` says so; where it cannot be set aside, a ``FolderError`` does.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._in_data_dir = path is None
+        self.path = path or data_dir(writable=False) / FILE_NAME
+        self.notice: str | None = None  # a damaged file set aside, in one line
+
+    def add(self, record: RunRecord) -> int:
+        """Keep ``record`` (and its series); its id."""
+        kind = run_kind(record.kind)  # (a RunRecord made it one; set since?)
+        with self._writing() as db:
+            cursor = db.execute(
+                "INSERT INTO runs (started, kind, model, nodes, strategy, split, backend, "
+                "versions, figures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.started,
+                    kind.value,
+                    record.model,
+                    json.dumps(record.nodes),
+                    record.strategy,
+                    None if record.split is None else json.dumps(record.split),
+                    record.backend,
+                    json.dumps(record.versions, default=str),
+                    json.dumps(record.figures, default=str),
+                ),
+            )
+            run = int(cursor.lastrowid or 0)
+            db.executemany(
+                "INSERT INTO series (run, name, t, value) VALUES (?, ?, ?, ?)",
+                (
+                    (run, name, float(t), float(v))
+                    for name, points in record.series.items()
+                    for t, v in points
+                ),
+            )
+        record.id = run
+        return run
+
+    def runs(self, limit: int | None = None) -> list[RunRecord]:
+        """The runs, newest first, without their series (``series(id)`` has them)."""
+        query = "SELECT * FROM runs ORDER BY started DESC, id DESC"
+        if limit:
+            limit = min(limit, _SQLITE_MAX_INT)  # more than SQLite counts: all of them
+        args = (limit,) if limit else ()
+        return self._reading(
+            lambda db: [_record(row) for row in db.execute(query + " LIMIT ?" * bool(limit), args)]
+        )
+
+    def get(self, run: int) -> RunRecord | None:
+        def read(db: sqlite3.Connection) -> RunRecord | None:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run,)).fetchone()
+            if row is None:
+                return None
+            record = _record(row)
+            record.series = self._series(db, run)
+            return record
+
+        return self._reading(read)
+
+    def delete(self, run: int) -> None:
+        with self._writing() as db:
+            db.execute("DELETE FROM series WHERE run = ?", (run,))
+            db.execute("DELETE FROM runs WHERE id = ?", (run,))
+
+    def export_json(self, out: IO[str], runs: Iterable[int] | None = None) -> None:
+        """Everything of the runs (default: all), series included, as one JSON document."""
+        chosen = [r.id for r in self.runs()] if runs is None else list(runs)
+        records = [self.get(run) for run in chosen if run is not None]
+        json.dump({"runs": [r.to_dict() for r in records if r]}, out, indent=1, default=str)
+
+    def export_csv(self, out: IO[str], runs: Iterable[int] | None = None) -> None:
+        """The series of the runs (default: all), one row per sample, with each run's
+        model, nodes and strategy; a run without series gives one row of its figures."""
+        writer = csv.writer(out)
+        writer.writerow(CSV_COLUMNS)
+        chosen = [r.id for r in self.runs()] if runs is None else list(runs)
+        for run in chosen:
+            record = self.get(run) if run is not None else None
+            if record is None:
+                continue
+            head = [
+                record.id,
+                _iso(record.started),
+                record.kind,
+                record.model,
+                " ".join(record.nodes),
+                record.strategy,
+            ]
+            if not record.series:
+                for name, value in _flat(record.figures):
+                    writer.writerow([*head, name, "", value])
+            for name, points in record.series.items():
+                for t, value in points:
+                    writer.writerow([*head, name, f"{t:.3f}", value])
+
+    # -- internals ------------------------------------------------------------------
+
+    def _reading(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``read`` over the history opened read-only; no file yet, or one just set aside
+        as damaged, reads as an empty history (in memory: nothing is written)."""
+        if self.path.exists():
+            try:
+                with _open(f"{self.path.resolve().as_uri()}?mode=ro", uri=True) as db:
+                    return read(db)
+            except sqlite3.DatabaseError as error:
+                if not _damaged(error):
+                    raise
+                self._set_aside(error)
+        with _open(":memory:") as db:
+            db.executescript(_SCHEMA)
+            return read(db)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (committed, or rolled back on an error) on the file,
+        made 0600 first; a damaged file is set aside and a new one begun."""
+        if self._in_data_dir:
+            data_dir()  # made, and writable: else a FolderError that says so
+        self._make_private()
+        try:
+            with _open(str(self.path)) as db:
+                db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as error:
+            if not _damaged(error):
+                raise
+            self._set_aside(error)
+            self._make_private()
+        with _open(str(self.path)) as db:
+            db.executescript(_SCHEMA)
+            with db:
+                yield db
+
+    def _make_private(self) -> None:
+        """The file exists, readable by its owner only (an older one is tightened)."""
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            if self.path.stat().st_mode & 0o077:
+                with contextlib.suppress(OSError):  # another user's file: theirs to keep
+                    self.path.chmod(0o600)
+
+    def _set_aside(self, error: sqlite3.DatabaseError) -> None:
+        stamp = int(time.time())
+        damaged = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        while damaged.exists():
+            stamp += 1
+            damaged = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        try:
+            self.path.replace(damaged)
+        except OSError as exc:
+            raise FolderError(
+                f"The run history {self.path} cannot be read ({error}), and it cannot be "
+                f"set aside ({exc.strerror or type(exc).__name__}): move it away, or make "
+                "its folder writable."
+            ) from None
+        self.notice = (
+            f"The run history {self.path} could not be read ({error}): it was set aside as "
+            f"{damaged.name}; a new history begins."
+        )
+
+    @staticmethod
+    def _series(db: sqlite3.Connection, run: int) -> dict[str, list[tuple[float, float]]]:
+        series: dict[str, list[tuple[float, float]]] = {}
+        rows = db.execute("SELECT name, t, value FROM series WHERE run = ? ORDER BY rowid", (run,))
+        for name, t, value in rows:
+            series.setdefault(name, []).append((t, value))
+        return series
+
+
+def _finetune_headline(f: Mapping[str, Any]) -> str:
+    """A fine-tune's one line: its last loss after its steps, or its failure."""
+    loss = f.get("train_loss")
+    steps = f.get("iterations") or 0
+    if loss is None:
+        return "failed, nothing trained" if f.get("error") else "nothing trained"
+    return f"loss {float(loss):.3f} after {steps} steps" + (
+        " (stopped)" if f.get("stopped") else ""
+    )
+
+
+def local_versions() -> dict[str, Any]:
+    """MacMesh's, MLX's and mlx-lm's versions on this machine."""
+    import core
+    from core.worker.version import package_version
+
+    return {
+        "macmesh": core.__version__,
+        "mlx": package_version("mlx", "mlx.core"),
+        "mlx_lm": package_version("mlx-lm", "mlx_lm"),
+    }
+
+
+def telemetry_series(telemetry: Telemetry, origin: float) -> dict[str, list[tuple[float, float]]]:
+    """A run's plotted series, as kept: tokens/s (smoothed) and bytes/s per link."""
+    series = {"tokens_per_s": series_points(*telemetry.tokens_per_s().smoothed, origin)}
+    for link, (times, values) in telemetry.link_series().items():
+        series[f"link {link} bytes_per_s"] = series_points(times, values, origin)
+    return series
+
+
+def keep(record: RunRecord, path: Path | None = None) -> str | None:
+    """Add ``record`` to the history; None, or why it could not be kept (one line: a
+    run's figures are never lost to a history that cannot be written)."""
+    try:
+        History(path).add(record)
+    except (FolderError, OSError, sqlite3.Error) as error:
+        return f"the run was not kept in the history: {error}"
+    return None
+
+
+def series_points(
+    times: Iterable[float], values: Iterable[float], origin: float
+) -> list[tuple[float, float]]:
+    """A telemetry series as (seconds from ``origin``, value) pairs."""
+    return [(float(t) - origin, float(v)) for t, v in zip(times, values, strict=True)]
+
+
+def _record(row: sqlite3.Row) -> RunRecord:
+    return RunRecord(
+        id=row["id"],
+        started=row["started"],
+        kind=RunKind(row["kind"]),
+        model=row["model"],
+        nodes=json.loads(row["nodes"]),
+        strategy=row["strategy"],
+        split=None if row["split"] is None else json.loads(row["split"]),
+        backend=row["backend"],
+        versions=json.loads(row["versions"]),
+        figures=json.loads(row["figures"]),
+    )
+
+
+def _flat(figures: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in figures.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flat(value, f"{name}.")
+        elif isinstance(value, int | float | str | bool) or value is None:
+            yield name, value
+
+
+def _iso(started: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))

@@ -1,0 +1,131 @@
+"""The chat task: one answer on a session, measured, and kept in the history.
+
+``chat`` is ``macmesh run`` and ``macmesh demo --headless``: the session's remaining steps
+(up to the launch), the model loaded, one request, every rank stopped, the answer kept.
+``answer_once`` is the same without keeping it (a comparison keeps its own run). The
+window's chat asks on a running session and keeps each answer with ``keep_answer``, the
+record ``chat`` keeps, so both front ends keep the same run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from core.run.measure.history import RunKind, RunRecord, keep, telemetry_series
+from core.run.measure.telemetry import Telemetry, answer_figures
+from core.run.placement import ClusterError
+from core.run.tasks.records import job_record
+from core.worker import protocol as p
+
+if TYPE_CHECKING:
+    from core.run.session import Session
+
+SETTLE_S = p.TRAFFIC_S + 0.2  # a rank reports its traffic every TRAFFIC_S
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answer: its figures (tokens/s, time to first token, the text), the bytes each
+    link moved per second while it was asked, what each rank ran on, and the run as kept
+    (``not_kept``: why it could not be; the record holds the figures, as the window's)."""
+
+    figures: dict[str, Any]
+    link_bytes_per_s: dict[str, float]
+    ranks: list[dict[str, Any]]
+    record: RunRecord
+    not_kept: str | None
+
+
+def chat(
+    session: Session, prompt: str, max_tokens: int, telemetry: Telemetry | None = None
+) -> Answer:
+    """One answer to ``prompt`` (blocking): the session started (its steps not run yet,
+    then the launch), the answer, every rank stopped, the run kept. Raises what the
+    steps raise (ClusterError), JobError when the job fails, ClusterError when the
+    session was cancelled before the answer."""
+    telemetry = telemetry or Telemetry()
+    began = time.monotonic()
+    figures = answer_once(session, prompt, max_tokens, telemetry)
+    links = figures.pop("link_bytes_per_s")
+    record = answer_record(session, figures, telemetry, began)
+    return Answer(figures, links, telemetry.rank_facts(), record, keep(record))
+
+
+def answer_once(
+    session: Session, prompt: str, max_tokens: int, telemetry: Telemetry
+) -> dict[str, Any]:
+    """The session launched, one answer measured (``ask_once``), every rank stopped."""
+    session.event.connect(telemetry.feed)
+    try:
+        if not session.start():
+            raise ClusterError(session.error or "the Start was cancelled: nothing was asked")
+        session.wait_ready()
+        return ask_once(session, telemetry, prompt, max_tokens)
+    finally:
+        session.stop()
+        session.event.disconnect(telemetry.feed)
+
+
+def ask_once(
+    session: Session, telemetry: Telemetry, prompt: str, max_tokens: int
+) -> dict[str, Any]:
+    """One request on a running session and its figures (``answer_figures``: tokens/s,
+    time to first token, token counts, as every surface shows them), and bytes per link."""
+    before = telemetry.link_totals()
+    started = time.monotonic()
+    request = session.ask(prompt, max_tokens=max_tokens)
+    telemetry.request_started(request, started)
+    done = session.wait_answer(request)
+    elapsed = max(time.monotonic() - started, 1e-9)
+    settle(time.monotonic())
+    after = telemetry.link_totals()
+    summary = next((r for r in telemetry.requests() if r.id == request), None)
+    figures = answer_figures(done, summary)
+    figures["link_bytes_per_s"] = {
+        link: round((after.get(link, 0) - before.get(link, 0)) / elapsed, 1) for link in after
+    }
+    return figures
+
+
+def settle(done_at: float) -> None:
+    """Wait until the ranks' last traffic reports of an answer that ended at ``done_at``
+    (monotonic) are in: its figures and series then hold every byte it moved."""
+    time.sleep(max(0.0, done_at + SETTLE_S - time.monotonic()))
+
+
+def answer_record(
+    session: Session,
+    figures: dict[str, Any],
+    telemetry: Telemetry,
+    began: float,
+    kind: RunKind = RunKind.CHAT,
+) -> RunRecord:
+    """One answer as the history keeps it: the job as it ran (model, the ranks' nodes,
+    strategy, split, backend), the figures, what each rank ran on, and the plotted series
+    from ``began`` (the session's start, monotonic)."""
+    figures = {**figures, "ranks": telemetry.rank_facts()}
+    return job_record(session, kind, figures, series=telemetry_series(telemetry, began))
+
+
+def keep_answer(
+    session: Session,
+    done: p.Done,
+    telemetry: Telemetry,
+    began: float,
+    kind: RunKind = RunKind.CHAT,
+    about: Mapping[str, Any] | None = None,
+    done_at: float | None = None,
+) -> tuple[RunRecord, str | None]:
+    """An answer of a running session (the window's chat, or the API's) kept as ``chat``
+    keeps one, with ``about`` among its figures (the API's client), once its traffic is
+    in (``done_at``: when its ``done`` arrived, monotonic): the record, and why it could
+    not be kept (None: it was). Blocking (a wait, a write): off the GUI thread."""
+    settle(time.monotonic() if done_at is None else done_at)
+    request = done["request"]
+    summary = next((r for r in telemetry.requests() if r.id == request), None)
+    figures = {**answer_figures(done, summary), **(about or {})}
+    record = answer_record(session, figures, telemetry, began, kind)
+    return record, keep(record)

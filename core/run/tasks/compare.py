@@ -1,0 +1,270 @@
+"""Compare: the same prompt and the same number of tokens on one Mac, then on the
+cluster, side by side, with the speedup or the reason there is none.
+
+The one Mac is the strongest that holds the model alone (``strongest_single``: the
+planner's single-node verdict on each, the most GPU memory first). Each run is a whole
+``Session`` (probe, plan, checks, copy, launch, ask, stop), one after the other, so the
+two never share a core. When no Mac holds the model alone, the cluster runs by itself
+and the headline says the model needs it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from core.cluster.probe.facts import NodeFacts
+from core.model.info import ModelInfo
+from core.plan.planner import Plan
+from core.run.job.launcher import Job, JobSpec
+from core.run.measure.history import RunKind, RunRecord, keep
+from core.run.measure.telemetry import Telemetry
+from core.run.placement import ClusterError
+from core.run.planning import plan_on
+from core.run.session import Host, Session
+from core.run.states import Step
+from core.run.tasks.chat import answer_once
+from core.run.tasks.records import job_record
+from core.units import size
+from core.worker.vocab import Strategy
+
+# Below this ratio the cluster is "not faster" (run-to-run noise is a few percent).
+FASTER = 1.05
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One of the two runs: where it ran and what it measured."""
+
+    label: str  # "one Mac" or "cluster"
+    nodes: list[str]
+    strategy: str
+    ranks: int  # ranks that reported loading: the proof of where it ran
+    generation_tps: float
+    prompt_tps: float
+    ttft_s: float | None
+    generation_tokens: int
+    prompt_tokens: int
+    memory_bytes: dict[str, int]  # per node: the most its rank held
+    text: str
+    run_s: float = 0.0  # from the launch to every rank stopped: the run's own time
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    single: RunFigures | None
+    cluster: RunFigures
+    strategy: str
+    no_single: str = ""  # why no one Mac ran it (the model needs the cluster)
+    notes: list[str] = field(default_factory=list)
+    not_kept: str | None = None  # why the history could not keep it
+
+    @property
+    def ratio(self) -> float | None:
+        """Cluster generation tokens/s over one Mac's."""
+        if self.single is None or not self.single.generation_tps:
+            return None
+        return self.cluster.generation_tps / self.single.generation_tps
+
+    def headline(self) -> str:
+        count = len(self.cluster.nodes)
+        if self.single is None:
+            return self.no_single
+        ratio = self.ratio or 0.0
+        if ratio >= FASTER:
+            return f"{ratio:.1f}× faster on {count} Macs"
+        if self.strategy == Strategy.PIPELINE:
+            return (
+                f"{ratio:.2f}× on {count} Macs: pipeline splits memory, not time; one answer is "
+                "not faster (tensor is)"
+            )
+        return f"{ratio:.2f}× on {count} Macs: not faster here (the links cost more than they save)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "single": self.single.to_dict() if self.single else None,
+            "cluster": self.cluster.to_dict(),
+            "ratio": None if self.ratio is None else round(self.ratio, 3),
+            "headline": self.headline(),
+            "notes": list(self.notes),
+        }
+
+
+def strongest_single(info: ModelInfo, facts: Sequence[NodeFacts]) -> tuple[str | None, str]:
+    """The node that holds the model alone with the most memory for it (the strongest
+    Mac), or None and why none does ("needs the cluster: 512 GB on 4 Macs")."""
+    fitting: list[tuple[int, str]] = []
+    for node in facts:
+        plan = plan_on(info, [node])
+        if plan.fits:
+            fitting.append((plan.ranks[0].usable_bytes, node.name))
+    if fitting:
+        return max(fitting)[1], ""
+    total = sum(int(f.memory_bytes or 0) for f in facts)
+    return None, (
+        f"needs the cluster: no one Mac holds {info.name}; it runs on {size(total)} "
+        f"across {len(facts)} Macs"
+    )
+
+
+def measured_run(
+    session: Session, label: str, prompt: str, max_tokens: int, plan: Plan
+) -> RunFigures:
+    """The session launched, one answer, every rank stopped: the run's figures."""
+    telemetry = Telemetry()
+    began = time.monotonic()
+    figures = answer_once(session, prompt, max_tokens, telemetry)
+    run_s = time.monotonic() - began
+    nodes = [rank.node for rank in plan.ranks]
+    memory = telemetry.memory()
+    return RunFigures(
+        label=label,
+        nodes=nodes,
+        strategy=str(plan.strategy),
+        ranks=len(telemetry.rank_facts()),
+        generation_tps=float(figures["generation_tps"] or 0.0),
+        prompt_tps=float(figures["prompt_tps"] or 0.0),
+        ttft_s=figures["ttft_s"],
+        generation_tokens=int(figures["generation_tokens"]),
+        prompt_tokens=int(figures["prompt_tokens"]),
+        memory_bytes={nodes[r]: b for r, b in memory.items() if r < len(nodes)},
+        text=str(figures["text"]),
+        run_s=round(run_s, 3),
+    )
+
+
+def _begin(session: Session, what: str, on_session: Callable[[Session, str], None] | None) -> Plan:
+    """Say which run starts (``on_session``), then its steps up to the launch; its plan.
+    ClusterError when a check failed or it was cancelled."""
+    if on_session is not None:
+        on_session(session, what)
+    if not session.start(Step.COPY):
+        raise ClusterError(session.error or "The checks failed; nothing was started.")
+    assert session.plan is not None  # planned by the start
+    return session.plan
+
+
+def compare(
+    info: ModelInfo,
+    hosts: Sequence[Host],
+    strategy: Strategy | str,
+    prompt: str,
+    max_tokens: int,
+    *,
+    on_session: Callable[[Session, str], None] | None = None,
+    split: Sequence[int] | None = None,
+    job_factory: Callable[[JobSpec], Job] | None = None,
+) -> Comparison:
+    """The compare task: one Mac, then the cluster, each a whole session (its steps, one
+    answer, every rank stopped); the comparison kept. ``on_session(session, what)`` hears
+    of each session as it begins, ``what`` being "probing", "one Mac" or "cluster" (to
+    say so, and to cancel it on Ctrl-C or Stop). ``split``: the cluster's pipeline split
+    set by hand (rank order); ``job_factory``: what runs a job spec (the launcher's by
+    default; the window's tests pass a fake)."""
+    cluster_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
+    if on_session is not None:
+        on_session(cluster_session, "probing")
+    # Probed and planned first: a cluster that cannot run stops the comparison before
+    # one Mac runs, and the facts are held (the runs below ask for none again).
+    if not cluster_session.start(Step.PLAN):
+        raise ClusterError(cluster_session.error or "The comparison was cancelled.")
+    facts = [cluster_session.facts[h.name] for h in hosts if h.name in cluster_session.facts]
+    best, no_single = strongest_single(info, facts)
+    single = None
+    if best is not None:
+        host = next(h for h in hosts if h.name == best)
+        if host.facts is None and best in cluster_session.facts:
+            host = Host(host.name, host.target, cluster_session.facts[best])
+        one = Session(info, [host], strategy=Strategy.SINGLE, job_factory=job_factory)
+        one_plan = _begin(one, "one Mac", on_session)
+        single = measured_run(one, "one Mac", prompt, max_tokens, one_plan)
+    plan = _begin(cluster_session, "cluster", on_session)
+    cluster = measured_run(cluster_session, "cluster", prompt, max_tokens, plan)
+    notes = []
+    if single is not None and single.generation_tokens != cluster.generation_tokens:
+        notes.append(
+            f"the runs made {single.generation_tokens} and {cluster.generation_tokens} tokens "
+            "(the answer ended early in one): tokens/s still compares"
+        )
+    result = Comparison(single, cluster, str(plan.strategy), no_single, notes)
+    return replace(result, not_kept=keep(compare_record(cluster_session, result.to_dict())))
+
+
+def compare_record(session: Session, figures: dict[str, Any]) -> RunRecord:
+    """A comparison as the history keeps it: the cluster's (or the adapter's) session,
+    both runs in ``figures``."""
+    return job_record(session, RunKind.COMPARE, figures)
+
+
+# -- the adapter variant: base against base + adapter ------------------------------------
+
+
+@dataclass(frozen=True)
+class AdapterComparison:
+    """The same question to the base model and to base + adapter, on the same nodes."""
+
+    base: RunFigures
+    adapted: RunFigures
+    adapter: str  # the adapter's name
+    strategy: str
+    not_kept: str | None = None  # why the history could not keep it
+
+    @property
+    def differ(self) -> bool:
+        return self.base.text.strip() != self.adapted.text.strip()
+
+    def headline(self) -> str:
+        if self.differ:
+            return f"The answers differ: {self.adapter} changes what the model says."
+        return f"The same answer with and without {self.adapter}."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": "adapter",
+            "adapter": self.adapter,
+            "strategy": self.strategy,
+            "base": self.base.to_dict(),
+            "adapted": self.adapted.to_dict(),
+            "differ": self.differ,
+            "headline": self.headline(),
+        }
+
+
+def compare_adapter(
+    info: ModelInfo,
+    hosts: Sequence[Host],
+    strategy: Strategy | str,
+    prompt: str,
+    max_tokens: int,
+    adapter: Path | str,
+    *,
+    on_session: Callable[[Session, str], None] | None = None,
+    split: Sequence[int] | None = None,
+    job_factory: Callable[[JobSpec], Job] | None = None,
+) -> AdapterComparison:
+    """The base model, then base + ``adapter``, on the same ``hosts`` with the same plan
+    (greedy, so the difference is the adapter's); kept as a comparison.
+    ``on_session(session, what)`` hears "base" and "adapter" as each begins; the rest as
+    ``compare``. The adapter is checked against the model first (``AdapterError``, a
+    ValueError, before anything runs)."""
+    adapted_session = Session(
+        info, hosts, strategy=strategy, split=split, job_factory=job_factory, adapter=adapter
+    )
+    base_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
+    runs = []
+    for session, what in ((base_session, "base"), (adapted_session, "adapter")):
+        plan = _begin(session, what, on_session)
+        label = "base" if what == "base" else f"base + {adapted_session.adapter_name}"
+        runs.append(measured_run(session, label, prompt, max_tokens, plan))
+        if what == "base":  # the adapter's run asks for no facts again
+            adapted_session.facts.update(base_session.facts)
+    result = AdapterComparison(runs[0], runs[1], adapted_session.adapter_name, str(plan.strategy))
+    figures = result.to_dict()
+    return replace(result, not_kept=keep(compare_record(adapted_session, figures)))

@@ -1,0 +1,69 @@
+"""Every answer asked through the API kept in the run history (``RunKind.API``), the way
+the chat task keeps one (``core.run.tasks.chat.keep_answer``), whoever serves: ``macmesh
+serve`` and the window's API keep the same records by construction.
+
+The session's events arrive on the job's reader threads; the history is written on a
+thread of its own, so reading the ranks never waits on the disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from core.run.measure.history import RunKind, RunRecord
+from core.run.measure.telemetry import Telemetry
+from core.run.session import Session
+from core.run.tasks.chat import keep_answer
+from core.worker import protocol as p
+
+log = logging.getLogger(__name__)
+
+
+class ApiRecords:
+    """Follows ``session`` while the API serves it: ``sent`` for each request the API
+    sends, then its ``done`` kept with who asked (``client``)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.telemetry = Telemetry()
+        self.began = time.monotonic()
+        self.kept: list[RunRecord] = []  # this server's, newest last (bounded)
+        self.problem: str | None = None  # why the last one could not be kept
+        self._sent: dict[str, str] = {}  # request → client
+        self._lock = threading.Lock()
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="api-history")
+        session.event.connect(self.telemetry.feed)
+        session.event.connect(self._on_event)
+
+    def sent(self, request: str, started: float, client: str) -> None:
+        """Any thread: the API sent ``request`` for ``client`` at ``started``."""
+        self.telemetry.request_started(request, started)
+        with self._lock:
+            self._sent[request] = client
+
+    def close(self) -> None:
+        """Stop following the session; what is being written is written."""
+        self.session.event.disconnect(self.telemetry.feed)
+        self.session.event.disconnect(self._on_event)
+        self._writer.shutdown(wait=True)
+
+    def _on_event(self, event: p.Event) -> None:
+        if event["event"] != p.DONE or event["rank"] != 0:
+            return
+        with self._lock:
+            client = self._sent.pop(event["request"], None)
+        if client is not None:
+            self._writer.submit(self._keep, event, client, time.monotonic())
+
+    def _keep(self, done: p.Done, client: str, done_at: float) -> None:
+        record, problem = keep_answer(
+            self.session, done, self.telemetry, self.began, RunKind.API, {"client": client}, done_at
+        )
+        with self._lock:
+            self.kept = [*self.kept[-63:], record]
+            self.problem = problem
+        if problem:
+            log.warning("%s", problem)

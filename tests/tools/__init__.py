@@ -1,0 +1,1 @@
+"""Maintenance scripts for the repository itself (run as `python -m tests.tools.NAME`)."""
