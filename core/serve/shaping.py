@@ -13,13 +13,16 @@ from core.worker import protocol as p
 FINISH = {"stop": "stop", "length": "length", p.CANCELLED: "stop"}
 
 
-def usage(done: p.Done) -> dict[str, int]:
+def usage(done: p.Done) -> dict[str, Any]:
+    """OpenAI's usage, with ``prompt_tokens_details.cached_tokens``: the prompt's tokens
+    the ranks' prompt cache held (``core.worker.promptcache``)."""
     prompt = done["prompt_tokens"]
     completion = done["generation_tokens"]
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": int(done.get("cached_tokens") or 0)},
     }
 
 

@@ -253,3 +253,14 @@ def test_start_runs_the_steps_in_order_once_each_up_to_the_one_asked(
     assert session.check_again() is True  # after a network change: probe and check anew
     assert probes.rounds == [["a"], ["a"]] and checks == ["a", "a"] and len(jobs) == 1
     session.stop()
+
+
+def test_the_run_plan_counts_the_kv_caches_of_the_ranks_whole_batch(info: ModelInfo) -> None:
+    from core.plan.memory import kv_bytes_per_layer
+    from core.worker.protocol import DEFAULT_BATCH
+
+    plan = plan_on(info, demo_facts(2), Strategy.PIPELINE)
+    assert plan.options.batch == DEFAULT_BATCH > 1
+    one = kv_bytes_per_layer(info, replace(plan.options, batch=1))
+    for rank in plan.ranks:
+        assert rank.kv_cache_bytes == DEFAULT_BATCH * one * (rank.layer_end - rank.layer_start)
