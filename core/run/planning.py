@@ -18,6 +18,7 @@ from core.plan.estimate import Estimate, estimate_plan, rdma_mesh
 from core.plan.memory import Node, PlanOptions
 from core.plan.planner import Plan, make_plan
 from core.units import rate
+from core.worker import protocol as p
 from core.worker.vocab import Strategy
 
 
@@ -50,7 +51,10 @@ def plan_on(
     the pipeline ``split`` set by hand (rank order) when given."""
     nodes = [planner_node(f) for f in facts]
     chosen = Strategy.SINGLE if len(nodes) == 1 and split is None else Strategy(strategy)
-    options = PlanOptions(strategy=chosen, split=None if split is None else tuple(split))
+    # The ranks hold up to their batch of requests' KV caches at once (core.worker.batching).
+    options = PlanOptions(
+        strategy=chosen, split=None if split is None else tuple(split), batch=p.DEFAULT_BATCH
+    )
     return make_plan(info, nodes, options=options)
 
 

@@ -1,12 +1,15 @@
-"""The API's requests, answered one at a time over the running session, in order.
+"""The API's requests, answered over the running session: up to the ranks' batch at once.
 
 Runs on the server's event loop. The session's events arrive on the job's reader threads
 and cross to the loop with ``call_soon_threadsafe``; each answer has its own asyncio
-queue of its rank-0 ``token`` / ``done`` / ``error`` events. One request is with the
-ranks at a time (they answer one at a time anyway): the next is sent once the answer
-before it has ended, so a cancelled answer never overlaps the next. A client that leaves
-cancels its answer: taken out of the line while it waits, or ended by the ranks at its
-next token (``Session.cancel_answer``) while it runs.
+queue of its rank-0 ``token`` / ``done`` / ``error`` events. Up to ``max_running``
+requests are with the ranks at once (they generate them together, joining and leaving
+their batch at token boundaries: ``core.worker.batching``); the rest wait in line, in
+order, and the next is sent as soon as one of those running ends. Requests are sent one
+after another (each send returns its id before the next is sent), so an early event is
+always the one being sent's. A client that leaves cancels its answer: taken out of the
+line while it waits, or ended by the ranks at its next token (``Session.cancel_answer``)
+while it runs.
 """
 
 from __future__ import annotations
@@ -78,10 +81,15 @@ class Answerer:
         session: Session,
         max_waiting: int = DEFAULT_WAITING,
         on_sent: Callable[[str, float, str], None] | None = None,
+        max_running: int = p.DEFAULT_BATCH,
     ) -> None:
+        if max_running < 1:
+            raise ValueError("at least one request runs at a time")
         self.session = session
         self.line: WaitingLine[Answer] = WaitingLine(max_waiting)
-        self.current: Answer | None = None
+        self.max_running = max_running
+        self.running: set[Answer] = set()  # with the ranks now
+        self._followers: set[asyncio.Task[None]] = set()
         self.served = 0  # answers that reached their end
         self._on_sent = on_sent  # (request, when, client), on a pool thread
         self._by_request: dict[str, Answer] = {}
@@ -96,6 +104,11 @@ class Answerer:
     def depth(self) -> int:
         return self.line.depth
 
+    @property
+    def serving(self) -> int:
+        """Answers with the ranks now (the running batch, as the controller sees it)."""
+        return len(self.running)
+
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.session.event.connect(self._from_thread)
@@ -106,10 +119,11 @@ class Answerer:
         self.session.event.disconnect(self._from_thread)
         self.session.state_changed.disconnect(self._state_from_thread)
         self._end_all("The server is stopping.")
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in [self._task, *self._followers]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def submit(self, ask: Ask, client: str) -> Answer:
         """Queue an answer; APIError 429 (with Retry-After) when the line is full, 503
@@ -139,19 +153,28 @@ class Answerer:
     # -- the loop ------------------------------------------------------------------------
 
     async def _serve_in_order(self) -> None:
+        """Send the head of the line whenever fewer than ``max_running`` are running."""
         while True:
-            answer = self.line.pop()
+            answer = self.line.pop() if len(self.running) < self.max_running else None
             if answer is None:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            self.current = answer
+            self.running.add(answer)
             try:
-                await self._serve(answer)
-            finally:
-                self.current = None
+                request = await self._send(answer)
+            except BaseException:
+                self.running.discard(answer)
+                raise
+            if request is None:
+                self.running.discard(answer)
+                continue
+            follower = asyncio.create_task(self._follow(answer, request))
+            self._followers.add(follower)
+            follower.add_done_callback(self._followers.discard)
 
-    async def _serve(self, answer: Answer) -> None:
+    async def _send(self, answer: Answer) -> str | None:
+        """Hand ``answer`` to the ranks; its request id, or None when it could not go."""
         ask = answer.ask
         started = time.monotonic()
         self._asking = True
@@ -166,7 +189,7 @@ class Answerer:
             )
         except (JobError, ClusterError) as error:
             answer.put(_error(f"The cluster cannot answer now: {error}", 503))
-            return
+            return None
         finally:
             self._asking = False
         answer.request, answer.started_at = request, started
@@ -179,14 +202,23 @@ class Answerer:
         if self._on_sent is not None:
             with contextlib.suppress(Exception):
                 self._on_sent(request, started, answer.client)
-        if answer.cancelled and not answer.ended.is_set():
-            await asyncio.to_thread(self._cancel_in_session, request)
+        return request
+
+    async def _follow(self, answer: Answer, request: str) -> None:
+        """Wait for the answer's end (cancelling it when its client left while it was
+        being sent), then free its place for the next in line."""
         try:
+            if answer.cancelled and not answer.ended.is_set():
+                await asyncio.to_thread(self._cancel_in_session, request)
             await answer.ended.wait()
         finally:
             self._by_request.pop(request, None)
+            self.running.discard(answer)
+            self._wake.set()
         self.served += 1
-        self.line.answered_in(time.monotonic() - started)
+        started = answer.started_at or time.monotonic()
+        # One place frees every answer time / places: Retry-After follows that.
+        self.line.answered_in((time.monotonic() - started) / self.max_running)
 
     def _cancel_in_session(self, request: str) -> None:
         with contextlib.suppress(JobError, ClusterError):

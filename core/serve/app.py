@@ -370,5 +370,6 @@ class Logged:
                 parts.insert(4, f"{done.get('generation_tokens', 0)} tokens")
                 if answer.cancelled:
                     parts.insert(5, "cancelled")
-                parts.append(f"({self.served.answers.depth} waiting)")
+                answers = self.served.answers
+                parts.append(f"({answers.serving} at once, {answers.depth} waiting)")
             self.served.log(" ".join(parts))

@@ -35,6 +35,7 @@ from core.serve.connections import (
 from core.serve.keys import Gate
 from core.serve.records import ApiRecords
 from core.serve.routes import create_app
+from core.worker import protocol as p
 
 START_WITHIN_S = 20.0
 STOP_WITHIN_S = 5.0
@@ -59,6 +60,8 @@ class ServerOptions:
     port: int = 8080  # 0: any free port
     max_waiting: int = DEFAULT_WAITING
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    # Requests with the ranks at once: the job's batch (JobSpec.batch, the same default).
+    max_running: int = p.DEFAULT_BATCH
 
 
 class APIServer:
@@ -82,7 +85,9 @@ class APIServer:
             )
         self.records: ApiRecords | None = None  # every answer kept, while serving
         self._on_sent = on_sent
-        self.answers = Answerer(session, self.options.max_waiting, self._sent)
+        self.answers = Answerer(
+            session, self.options.max_waiting, self._sent, self.options.max_running
+        )
         self.served = Served(model, context, gate, self.answers, log)
         self.guard = ConnectionGuard(self.options.limits.within_files())
         self._server: _Server | None = None

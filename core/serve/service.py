@@ -119,6 +119,12 @@ class ApiService:
         return server.answers.served if server is not None else 0
 
     @property
+    def serving(self) -> int:
+        """Answers the ranks generate now (their running batch)."""
+        server = self._server
+        return server.answers.serving if server is not None else 0
+
+    @property
     def waiting(self) -> int:
         server = self._server
         return server.answers.depth if server is not None else 0

@@ -13,13 +13,16 @@ from core.worker import protocol as p
 FINISH = {"stop": "stop", "length": "length", p.CANCELLED: "stop"}
 
 
-def usage(done: dict[str, Any]) -> dict[str, int]:
+def usage(done: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's usage, with ``prompt_tokens_details.cached_tokens``: the prompt's tokens
+    the ranks' prompt cache held (``core.worker.promptcache``)."""
     prompt = int(done.get("prompt_tokens") or 0)
     completion = int(done.get("generation_tokens") or 0)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": int(done.get("cached_tokens") or 0)},
     }
 
 

@@ -58,6 +58,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--adapter", help="an mlx-lm adapter folder on this node, fused into the model"
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=p.DEFAULT_BATCH,
+        help="requests generating at once (1: one at a time, each in full)",
+    )
+    parser.add_argument(
+        "--prompt-cache-mb",
+        type=int,
+        default=p.DEFAULT_PROMPT_CACHE_MB,
+        help="KV caches kept between requests, at most this many MB a rank (0: none)",
+    )
     parser.add_argument("--prompt", help="run this one request, then exit")
     parser.add_argument("--max-tokens", type=int, default=p.DEFAULT_MAX_TOKENS)
     parser.add_argument("--no-chat", action="store_true", help="send --prompt as raw text")
@@ -71,6 +83,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.strategy, args.backend = Strategy(args.strategy), Backend(args.backend)
     args.task = Task(args.task)
+    if not 1 <= args.batch <= p.MAX_BATCH:
+        parser.error(f"--batch must be 1 to {p.MAX_BATCH}")
+    if args.prompt_cache_mb < 0:
+        parser.error("--prompt-cache-mb must be 0 (none) or more")
     if args.task is Task.FINETUNE and not (args.data and args.settings and args.out):
         parser.error("--task finetune needs --data, --settings and --out")
     return args
@@ -211,4 +227,4 @@ def run(
         generate(shard, command, events, group.rank(), telemetry)
         return
     assert commands is not None  # read_commands ran: there is no --prompt
-    serve(shard, group, events, commands, telemetry)
+    serve(shard, group, events, commands, telemetry, args.batch, args.prompt_cache_mb << 20)

@@ -36,6 +36,7 @@ ready       (rank 0, once every rank has loaded and synchronised)
 token       request, index (0-based), token (id), text (the new piece of text)
 done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tps,
             ttft_s, finish_reason ("stop", "length" or "cancelled"), peak_memory_bytes, text
+            [, cached_tokens (batching ranks: the prompt's tokens the prompt cache held)]
 traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
 heartbeat   (every HEARTBEAT_S from the rank's first line, so silence means a hang);
             stage (the ``loading`` stage, until the rank has loaded)
@@ -102,6 +103,13 @@ HEARTBEAT_S = 1.0
 MAX_LINK_SIZES = 16  # message sizes in one link test
 MAX_LINK_BYTES = 1 << 30
 DEFAULT_MAX_TOKENS = 128  # a generate command without max_tokens
+# Requests a rank generates at once (``--batch``; ``core.worker.batching``): 8 measured
+# best on the demo's 2-rank pipeline (README, "Serving many at once").
+DEFAULT_BATCH = 8
+MAX_BATCH = 256
+# The batching ranks' prompt cache (``--prompt-cache-mb``): conversations' KV caches kept
+# between requests, at most this many MB a rank (``core.worker.promptcache``).
+DEFAULT_PROMPT_CACHE_MB = 256
 TRAFFIC_S = 0.5
 
 # Environment the worker reads besides MLX's own (MLX_RANK, MLX_HOSTFILE, ...).

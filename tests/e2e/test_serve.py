@@ -67,6 +67,25 @@ def test_the_openai_client_streams_paris_with_usage(served: Served) -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 3
 
 
+def test_a_5_turn_chat_reuses_its_history_from_the_prompt_cache(served: Served) -> None:
+    client = _client(served)
+    history: list[dict[str, str]] = []
+    turns = []
+    for question in (QUESTION, "And of Spain?", "Which is bigger?", "Why?", "Thanks!"):
+        history.append({"role": "user", "content": question})
+        answer = client.chat.completions.create(model=MODEL, messages=history, max_tokens=10)
+        history.append({"role": "assistant", "content": answer.choices[0].message.content})
+        turns.append(answer)
+    assert turns[0].choices[0].message.content == "The capital of France is Paris."
+    assert turns[1].choices[0].message.content == "The capital of Spain is Madrid."
+    cached = [t.usage.prompt_tokens_details.cached_tokens for t in turns]
+    prompts = [t.usage.prompt_tokens for t in turns]
+    assert cached[0] < prompts[0]  # the question may have been asked before: not all of it
+    for n in range(1, 5):
+        # Every later turn reuses the history up to the last answer at least.
+        assert prompts[n - 1] <= cached[n] < prompts[n], (cached, prompts)
+
+
 def test_without_the_key_the_answer_is_401(served: Served) -> None:
     with pytest.raises(openai.AuthenticationError) as caught:
         _client(served, key="mm-not-the-key-at-all").chat.completions.create(

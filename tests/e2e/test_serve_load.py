@@ -1,5 +1,6 @@
 """``macmesh serve --demo`` under load and under fuzz, on loopback: 32 concurrent clients
-× 3 requests, some leaving mid-answer, and random request bodies. Every request completes
+× 3 requests, some leaving mid-answer; 16 concurrent ``openai`` streams, half leaving
+(served together: the ranks' batch); and random request bodies. Every request completes
 or is refused clearly (429 with Retry-After; 4xx for a bad body, never a 5xx); no rank
 dies; a normal request is served afterwards."""
 
@@ -7,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +24,7 @@ from tests.helpers.serving import MODEL, QUESTION, Served, start_serving
 pytestmark = pytest.mark.slow
 
 CLIENTS, EACH = 32, 3
+AT_ONCE = re.compile(r"\((\d+) at once, \d+ waiting\)")
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +98,51 @@ def test_32_clients_times_3_complete_or_get_a_clear_429_and_no_rank_dies(
     _assert_still_serving(served)
     lines = served.request_lines()
     assert sum("cancelled" in line for line in lines) >= 1  # a leaving client cancelled
+
+
+STREAMS = 16
+
+
+async def _openai_streams(served: Served) -> list[str | None]:
+    """``STREAMS`` concurrent openai streams; every odd one leaves after its first piece
+    (None), the others read to the end (their text)."""
+    client = openai.AsyncOpenAI(base_url=served.base_url, api_key=served.key, max_retries=0)
+
+    async def one(n: int) -> str | None:
+        stream = await client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": QUESTION}],
+            max_tokens=12,
+            stream=True,
+        )
+        pieces = []
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+                if n % 2:
+                    await stream.close()  # the client goes away mid-answer
+                    return None
+        return "".join(pieces)
+
+    try:
+        return list(await asyncio.gather(*(one(n) for n in range(STREAMS))))
+    finally:
+        await client.close()
+
+
+@pytest.mark.timeout(600)
+def test_16_openai_streams_half_leaving_are_served_at_once_and_the_rest_get_paris(
+    served: Served,
+) -> None:
+    before = len(served.request_lines())
+    texts = asyncio.run(_openai_streams(served))
+    assert texts[1::2] == [None] * (STREAMS // 2)
+    assert texts[0::2] == ["The capital of France is Paris."] * (STREAMS // 2)
+    lines = served.wait_for_request_lines(before + STREAMS, within=120)[before:]
+    assert sum("cancelled" in line for line in lines) >= 1  # the leaving clients cancelled
+    at_once = [int(m.group(1)) for m in map(AT_ONCE.search, lines) if m]
+    assert max(at_once) >= 4, lines  # the ranks answered several of them together
+    _assert_still_serving(served)
 
 
 # -- fuzz ----------------------------------------------------------------------------------

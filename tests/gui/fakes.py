@@ -62,6 +62,7 @@ class FakeJob:
         self._changed = threading.Condition()
         self._done: dict[str, dict] = {}
         self._cancelled: set[str] = set()
+        self._pending: set[str] = set()  # answers running at once (the launcher's too)
 
     def start(self) -> FakeJob:
         if self.behaviour.start_error:
@@ -97,6 +98,7 @@ class FakeJob:
             if self.state not in (JobState.READY, JobState.GENERATING):
                 raise JobError(f"the cluster is {self.state.value}, not ready for a prompt")
             request = f"r{next(self._ids)}"
+            self._pending.add(request)
             self.behaviour.sent.append(
                 {"id": request, "messages": messages, "prompt": prompt, "max_tokens": max_tokens}
             )
@@ -268,7 +270,9 @@ class FakeJob:
         with self._lock:
             if self.state != JobState.GENERATING:
                 return
-            self._set(JobState.READY, "ready")
+            self._pending.discard(request)
+            if not self._pending:  # READY once the last running answer ended, as the launcher
+                self._set(JobState.READY, "ready")
         self._emit("done", **done)
         with self._changed:
             self._done[request] = {"event": "done", **done}

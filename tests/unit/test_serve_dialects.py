@@ -97,7 +97,12 @@ def test_openai_shapes_carry_usage_and_the_finish() -> None:
     whole = shaping.chat_completion("chatcmpl-1", MODEL, 1, DONE)
     assert whole["choices"][0]["message"]["content"] == "Paris."
     assert whole["choices"][0]["finish_reason"] == "length"
-    assert whole["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    assert whole["usage"] == {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "total_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     cancelled = shaping.text_completion("cmpl-1", MODEL, 1, {**DONE, "finish_reason": "cancelled"})
     assert cancelled["choices"][0]["finish_reason"] == "stop"
     last = shaping.chat_chunk("c", MODEL, 1, None, None, shaping.usage(DONE), True)

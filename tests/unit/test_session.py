@@ -194,3 +194,14 @@ def test_the_demo_spec_and_the_cluster_spec_come_from_one_function(
     single = job_spec(info, plan_on(info, demo_facts(1)))
     assert single.nodes == 1 and single.strategy is Strategy.SINGLE and single.split is None
     assert real_hosts(targets, [DEMO_MACS[0]])[0].facts is None  # facts go by name
+
+
+def test_the_run_plan_counts_the_kv_caches_of_the_ranks_whole_batch(info: ModelInfo) -> None:
+    from core.plan.memory import kv_bytes_per_layer
+    from core.worker.protocol import DEFAULT_BATCH
+
+    plan = plan_on(info, demo_facts(2), Strategy.PIPELINE)
+    assert plan.options.batch == DEFAULT_BATCH > 1
+    one = kv_bytes_per_layer(info, replace(plan.options, batch=1))
+    for rank in plan.ranks:
+        assert rank.kv_cache_bytes == DEFAULT_BATCH * one * (rank.layer_end - rank.layer_start)

@@ -116,6 +116,10 @@ class JobSpec:
     weights: list[str] | None = None
     adapter: Path | None = None  # an mlx-lm adapter folder fused into the model on every rank
     rank_adapters: list[Path] | None = None  # per-rank adapter folder, when nodes differ
+    # Chat: requests the ranks generate at once (1: one at a time); ``core.worker.batching``.
+    batch: int = p.DEFAULT_BATCH
+    # Chat, batching: the ranks' prompt cache, MB a rank at most (0: none).
+    prompt_cache_mb: int = p.DEFAULT_PROMPT_CACHE_MB
 
     def __post_init__(self) -> None:
         self.strategy, self.backend = Strategy(self.strategy), Backend(self.backend)
@@ -158,6 +162,10 @@ class JobSpec:
             args += ["--weights", "quantized"]  # the worker ignores it on Metal
         elif self.weights and self.weights[rank] != "auto":
             args += ["--weights", self.weights[rank]]
+        if self.task is Task.CHAT and self.batch != p.DEFAULT_BATCH:
+            args += ["--batch", str(self.batch)]
+        if self.task is Task.CHAT and self.prompt_cache_mb != p.DEFAULT_PROMPT_CACHE_MB:
+            args += ["--prompt-cache-mb", str(self.prompt_cache_mb)]
         adapter = self.rank_adapters[rank] if self.rank_adapters else self.adapter
         if adapter is not None:
             args += ["--adapter", str(adapter)]

@@ -1,0 +1,358 @@
+"""Continuous batching over the sharded ranks: requests join and leave at token boundaries.
+
+Built on mlx-lm's ``BatchGenerator`` (its batched KV caches, left padding, per-request
+samplers, ``insert`` / ``remove`` / ``next``); this module is the layer that keeps every
+rank's generator in step. Every rank runs the same model calls with the same shapes, so
+the collectives inside a pipeline or tensor shard stay matched, as long as every rank
+inserts and removes the same requests at the same step. That is the agreement here:
+
+- The commands arrive on every rank's stdin in the same order but at different moments.
+  Rank 0 alone decides, after each step, how many of the ``generate`` commands at the head
+  of its queue join and which running requests its cancels end; it puts that in a small
+  vector (``Control``) that the other ranks receive through an ``all_sum`` where they add
+  zeros. The sum is queued behind the next step on the generation stream and read one
+  step later (as the single-request cancel agreement does), so it never stalls a step.
+  The other ranks then take the same number of commands off their own queue (they are
+  there, or about to be: the controller wrote them to every rank).
+- What the tokens decide (an end-of-sequence, ``max_tokens``, a stop string) every rank
+  sees alike, because every rank samples the same tokens: each request's sampler draws
+  from its own key (its seed), on the same logits on every rank, or (a pipeline whose
+  other ranks skip the head) rank 0's token is summed to them.
+
+Each request keeps its own detokenizer, stop strings and events: the same ``token`` and
+``done`` events, with the same fields, that one request at a time gives.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import mlx.core as mx
+from mlx_lm.generate import BatchGenerator, generation_stream
+from mlx_lm.sample_utils import apply_top_p
+
+from core.worker import protocol as p
+from core.worker.linktest import link_test
+from core.worker.promptcache import DEFAULT_BYTES, PromptCache, kv_bytes_per_token
+from core.worker.sharding import Shard
+from core.worker.stops import StopScanner
+
+
+@dataclass
+class Running:
+    """One request in the batch: what rank 0 reports for it, and how it ends."""
+
+    request: str
+    uid: int
+    prompt_tokens: int
+    started: float
+    detokenizer: Any
+    stops: StopScanner
+    cached_tokens: int = 0  # the prompt's tokens whose KV came from the prompt cache
+    first_at: float | None = None
+    generated: int = 0  # tokens sampled, the end-of-sequence one included
+    last_token: int | None = None
+    pieces: list[str] = field(default_factory=list)
+
+
+def greedy(logprobs: mx.array) -> mx.array:
+    """The most likely token of each row: one object shared by every greedy request, so
+    mlx-lm samples a batch of them in one call."""
+    return mx.argmax(logprobs, axis=-1)
+
+
+def seeded_sampler(temperature: float, top_p: float, seed: int) -> Any:
+    """A request's own sampler: it draws from its own key, so its tokens depend on its
+    seed alone, never on which requests share the batch (nor on the global random state)."""
+    if temperature <= 0:
+        return greedy
+    key = [mx.random.key(seed % (1 << 32))]
+
+    def sample(logprobs: mx.array) -> mx.array:
+        key[0], draw = mx.random.split(key[0])
+        if 0 < top_p < 1:
+            logprobs = apply_top_p(logprobs, top_p)
+        token: mx.array = mx.random.categorical(logprobs * (1 / temperature), key=draw)
+        return token
+
+    return sample
+
+
+def from_rank0(sampler: Any, group: mx.distributed.Group) -> Any:
+    """Rank 0's sampled tokens on every rank (a pipeline whose other ranks compute no
+    logits): the others add zeros that wait on their own step."""
+    rank0 = group.rank() == 0
+
+    def sample(logprobs: mx.array) -> mx.array:
+        token: mx.array = sampler(logprobs)
+        if not rank0:
+            token = token * 0
+        return mx.distributed.all_sum(token, group=group)
+
+    return sample
+
+
+class Control:
+    """Rank 0's decision for one step, on every rank, read one step after it is sent:
+    ``[joining, cancelled uid + 1, ...]`` (the cancelled list padded with zeros)."""
+
+    def __init__(self, group: mx.distributed.Group | None, limit: int) -> None:
+        self.group = group if group is not None and group.size() > 1 else None
+        self.rank = group.rank() if group is not None else 0
+        self.limit = limit
+        self._pending: mx.array | list[int] | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self._pending is not None
+
+    def send(self, joining: int, cancelled: list[int]) -> None:
+        """Rank 0's decision (the others' arguments are ignored: they add zeros)."""
+        values = [joining, *[uid + 1 for uid in cancelled[: self.limit]]]
+        values += [0] * (self.limit + 1 - len(values))
+        if self.group is None:
+            self._pending = values
+            return
+        local = mx.array(values if self.rank == 0 else [0] * len(values), dtype=mx.int32)
+        summed = mx.distributed.all_sum(local, group=self.group, stream=generation_stream)
+        mx.async_eval(summed)
+        self._pending = summed
+
+    def receive(self) -> tuple[int, list[int]]:
+        """The decision sent last: (how many join, the uids cancelled)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return 0, []
+        values = pending if isinstance(pending, list) else _ints(pending)
+        return values[0], [v - 1 for v in values[1:] if v > 0]
+
+
+class Batcher:
+    """The rank's command loop with up to ``limit`` requests generating at once."""
+
+    def __init__(
+        self,
+        shard: Shard,
+        group: mx.distributed.Group,
+        events: p.EventWriter,
+        commands: Any,  # core.worker.serve.Commands (imported there: no cycle)
+        stream_tokens: bool,
+        limit: int,
+        cache_bytes: int = DEFAULT_BYTES,
+    ) -> None:
+        self.shard, self.group, self.events = shard, group, events
+        self.commands = commands
+        self.rank = group.rank()
+        self.stream_tokens = stream_tokens
+        self.limit = limit
+        self.control = Control(group, limit)
+        self.running: dict[int, Running] = {}  # by the generator's uid
+        per_token = kv_bytes_per_token(shard.config)
+        self.prompts = PromptCache(cache_bytes // per_token) if cache_bytes > 0 else None
+        self._chosen: list[dict[str, Any]] = []  # rank 0: joining at the next receive
+        tokenizer = shard.tokenizer
+        self.generator = BatchGenerator(
+            shard.model,
+            stop_tokens=[[t] for t in sorted(tokenizer.eos_token_ids)],
+            sampler=greedy,
+            completion_batch_size=limit,
+            prefill_batch_size=limit,
+        )
+        self._shared = shard.token_from_rank0 and group.size() > 1
+        self._greedy = from_rank0(greedy, group) if self._shared else greedy
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Run commands until ``stop``. Idle, every rank waits on its own stdin."""
+        while True:
+            if not self.running and not self.control.pending:
+                mx.synchronize(generation_stream)  # nothing of a batch left on the wire
+                command = self.commands.get()
+                op = command["op"]
+                if op == p.OP_STOP:
+                    return
+                if op == p.OP_LINK_TEST:
+                    link_test(self.group, command, self.events)
+                elif op == p.OP_GENERATE:
+                    self._join(command)
+                if not self.running:
+                    continue
+            self.step()
+
+    def step(self) -> None:
+        """One token for every running request (and the prefill of those joining), then
+        the decision of the step before applied, and this step's sent."""
+        ended: list[int] = []
+        if self.running:
+            _, responses = self.generator.next()
+            for response in responses:
+                if self._token(response):
+                    ended.append(response.uid)
+        joining, cancelled = self.control.receive()
+        for uid in cancelled:
+            if uid in self.running and uid not in ended:
+                ended.append(uid)
+                self._finish(self.running[uid], p.CANCELLED)
+        self._remove(ended)
+        self._take(joining)
+        if self.running or joining:
+            self.control.send(*self._decide())
+
+    # -- joining -------------------------------------------------------------------------
+
+    def _decide(self) -> tuple[int, list[int]]:
+        """Rank 0: the generate commands at the head of its queue that fit, and the running
+        requests cancelled. Other ranks decide nothing (they add zeros)."""
+        if self.rank != 0:
+            return 0, []
+        free = self.limit - len(self.running)
+        queue = self.commands
+        while len(self._chosen) < free:
+            with queue.mutex:
+                head = queue.queue[0] if queue.queue else None
+            if head is None or head["op"] != p.OP_GENERATE:
+                break
+            self._chosen.append(queue.get_nowait())
+        cancels = self.commands.cancels
+        cancelled = [uid for uid, r in self.running.items() if r.request in cancels]
+        return len(self._chosen), cancelled
+
+    def _take(self, joining: int) -> None:
+        """The ``joining`` commands rank 0 chose, taken off this rank's own queue."""
+        for _ in range(joining):
+            command = self._chosen.pop(0) if self.rank == 0 else self.commands.get()
+            self._join(command)
+
+    def _join(self, command: dict[str, Any]) -> None:
+        """Insert one request into the generator (every rank alike), or refuse it."""
+        from core.worker.serve import context_length, prompt_tokens
+
+        request = str(command.get("id", ""))
+        started = time.monotonic()
+        ids = prompt_tokens(self.shard.tokenizer, command)
+        context = context_length(self.shard)
+        max_tokens = int(command.get("max_tokens", p.DEFAULT_MAX_TOKENS))
+        if not ids:
+            self._refuse(request, "The prompt is empty: give the model some text to answer.")
+            return
+        if context is not None and len(ids) >= context:
+            message = f"The prompt is {len(ids)} tokens; this model's context is {context}."
+            self._refuse(request, message, code=p.CONTEXT_LENGTH_EXCEEDED)
+            return
+        if context is not None:
+            max_tokens = min(max_tokens, context - len(ids))
+        sampler = seeded_sampler(
+            float(command.get("temperature", 0.0)),
+            float(command.get("top_p", 1.0)),
+            int(command.get("seed", 0)),
+        )
+        if sampler is greedy:
+            sampler = self._greedy
+        elif self._shared:
+            sampler = from_rank0(sampler, self.group)
+        cached, caches = self.prompts.fetch(ids) if self.prompts is not None else (0, None)
+        (uid,) = self.generator.insert(
+            [ids[cached:]],
+            max_tokens=[max_tokens],
+            caches=[caches] if caches is not None else None,
+            all_tokens=[ids[:cached]] if caches is not None else None,
+            samplers=[sampler],
+        )
+        self.running[uid] = Running(
+            request=request,
+            uid=uid,
+            prompt_tokens=len(ids),
+            cached_tokens=cached,
+            started=started,
+            detokenizer=self.shard.tokenizer.detokenizer,
+            stops=StopScanner(command.get("stop", ())),
+        )
+
+    def _refuse(self, request: str, message: str, code: str | None = None) -> None:
+        if self.rank == 0:
+            extra = {"code": code} if code else {}
+            self.events.emit(p.ERROR, message=message, fatal=False, request=request, **extra)
+
+    # -- tokens and ends -----------------------------------------------------------------
+
+    def _token(self, response: Any) -> bool:
+        """A sampled token of one request: its text, its event; True when it ended."""
+        running = self.running.get(response.uid)
+        if running is None:  # cancelled or stopped a step ago: its last step is moot
+            return False
+        now = time.monotonic()
+        index = running.generated
+        running.generated += 1
+        running.last_token = int(response.token)
+        if running.first_at is None:
+            running.first_at = now
+        reason = response.finish_reason
+        detokenizer = running.detokenizer
+        if reason != "stop":  # the end-of-sequence token is not text
+            detokenizer.add_token(response.token)
+        if reason is not None:
+            detokenizer.finalize()
+            if self.prompts is not None and response.prompt_cache is not None:
+                self.prompts.store(list(response.all_tokens), response.prompt_cache)
+        text = running.stops.feed(detokenizer.last_segment)
+        if reason is not None:
+            text += running.stops.flush()
+        if self.rank == 0 and not (reason == "stop" and not text):
+            running.pieces.append(text)
+            if self.stream_tokens:
+                self.events.emit(
+                    p.TOKEN,
+                    request=running.request,
+                    index=index,
+                    token=int(response.token),
+                    text=text,
+                )
+        if running.stops.stopped:
+            self._finish(running, "stop")
+            return True
+        if reason is not None:
+            self._finish(running, reason)
+            return True
+        return False
+
+    def _finish(self, running: Running, reason: str) -> None:
+        """Rank 0 reports the request's end: the ``done`` event one request alone gives."""
+        self.commands.cancels.discard(running.request)
+        if self.rank != 0:
+            return
+        now = time.monotonic()
+        first = running.first_at
+        prefill_s = (first - running.started) if first is not None else 0.0
+        decode_s = now - first if first is not None else 0.0
+        self.events.emit(
+            p.DONE,
+            request=running.request,
+            prompt_tokens=running.prompt_tokens,
+            cached_tokens=running.cached_tokens,
+            prompt_tps=round(running.prompt_tokens / prefill_s, 3) if prefill_s > 0 else 0.0,
+            generation_tokens=running.generated,
+            generation_tps=round(running.generated / decode_s, 3) if decode_s > 0 else 0.0,
+            ttft_s=round(prefill_s, 6) if first is not None else None,
+            finish_reason=reason,
+            peak_memory_bytes=int(mx.get_peak_memory()),
+            text="".join(running.pieces),
+        )
+
+    def _remove(self, uids: list[int]) -> None:
+        """Out of the generator (every rank alike) and out of ``running``."""
+        if not uids:
+            return
+        kept = self.generator.remove(uids, return_prompt_caches=self.prompts is not None)
+        if self.prompts is not None:
+            for caches, tokens in kept.values():  # the same order on every rank
+                self.prompts.store(list(tokens), caches)
+        for uid in uids:
+            self.running.pop(uid, None)
+
+
+def _ints(array: mx.array) -> list[int]:
+    """A 1-D int32 array's values."""
+    return [int(v) for v in cast(list[int], array.tolist())]
