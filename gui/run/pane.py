@@ -158,9 +158,7 @@ class RunPane(Card):
         c.question.connect(self.chat.add_question)
         c.token.connect(self.chat.add_token)
         c.answer_done.connect(self.chat.finish_answer)
-        c.api_asked.connect(
-            lambda _request, who: self.chat.add_note(f"Asked through the API ({who})")
-        )
+        c.api_asked.connect(lambda _request, who, question: self.chat.add_asked(who, question))
         c.failed.connect(self._failed)
         c.preflight_done.connect(self.checks.show_report)
         c.copy_progress.connect(self.checks.show_copy)
@@ -450,9 +448,11 @@ class RunPane(Card):
                 self.api.detach, None, self._api_failed, queue=self._api_queue
             )
 
-    def _api_sent(self, request: str, started: float, client: str) -> None:
-        """On a pool thread: the API sent a request to the job."""
-        self._bridge.run_on_main(lambda: self.controller.api_request(request, started, client))
+    def _api_sent(self, request: str, started: float, client: str, question: str) -> None:
+        """On a pool thread: the API sent a request to the job (what its client asked)."""
+        self._bridge.run_on_main(
+            lambda: self.controller.api_request(request, started, client, question)
+        )
 
     def _api_failed(self, error: BaseException) -> None:
         self.api_panel.status.setText(f"The API stopped with a problem: {error}")

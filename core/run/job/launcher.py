@@ -515,6 +515,7 @@ class Job:
                 self._join_when_all_are_up()
             elif kind == p.LOADED:
                 status.loaded, status.stage = True, LoadingStage.SYNCHRONISING
+                status.loaded_event = event  # for who follows the job from later on
             elif kind == p.ERROR and event.get("fatal"):
                 status.error = event.get("message", "failed")
             elif kind == p.ERROR and event.get("request"):

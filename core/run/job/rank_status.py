@@ -13,6 +13,7 @@ import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.worker.vocab import LoadingStage
 
@@ -28,6 +29,7 @@ class RankStatus:
     pid: int | None = None  # a remote rank's: its process group on its node
     stage: LoadingStage = LoadingStage.STARTING
     loaded: bool = False
+    loaded_event: dict[str, Any] | None = None  # what it said once loaded (memory, device)
     activity: str | None = None  # once loaded: what the job had asked of it ("generating", ...)
     last_seen: float = field(default_factory=time.monotonic)
     exit_code: int | None = None

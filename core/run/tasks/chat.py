@@ -102,6 +102,8 @@ def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> d
     return {
         "prompt_tokens": done.get("prompt_tokens"),
         "prompt_tps": done.get("prompt_tps"),
+        # the prompt's tokens the ranks' prompt cache held (0: none, or no prompt cache)
+        "cached_tokens": done.get("cached_tokens") or 0,
         "generation_tokens": done.get("generation_tokens"),
         "generation_tps": done.get("generation_tps"),
         "avg_tps": summary.avg_tps if summary else None,
