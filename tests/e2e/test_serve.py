@@ -131,6 +131,18 @@ def test_metrics_are_read_by_prometheus_clients_own_parser(served: Served) -> No
     assert m["macmesh_link_bytes_total[('link', '0↔1')]"] > 0
 
 
+def test_metrics_without_key_opens_metrics_alone(tmp_path: Path, demo_model: Path) -> None:
+    server = start_serving(demo_model, tmp_path, "--metrics-without-key")
+    try:
+        scraped = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10)
+        assert scraped.status_code == 200
+        names = {f.name for f in text_string_to_metric_families(scraped.text)}
+        assert {"macmesh_api_requests", "macmesh_rank_memory_bytes"} <= names
+        assert httpx.get(f"{server.base_url}/models", timeout=10).status_code == 401
+    finally:
+        assert server.stop() == 0, "\n".join(server.err)
+
+
 def test_without_the_key_the_answer_is_401(served: Served) -> None:
     with pytest.raises(openai.AuthenticationError) as caught:
         _client(served, key="mm-not-the-key-at-all").chat.completions.create(

@@ -194,3 +194,15 @@ def test_the_chat_shows_what_an_api_client_asked_under_who_asked_and_scrolls_to_
     ]
     qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=2000)
     assert bar.value() > 0  # scrolled down to the question, not left at the top
+
+
+def test_metrics_without_a_key_is_a_setting_of_the_panel_kept_in_its_file(
+    qtbot: QtBot, demo_plans
+) -> None:
+    pane = _pane(qtbot, demo_plans)
+    panel = pane.api_panel
+    assert not panel.metrics_open.isChecked()  # behind the key by default
+    panel.metrics_open.setChecked(True)
+    qtbot.waitUntil(lambda: pane.api.settings.metrics_without_key, timeout=5000)
+    qtbot.waitUntil(lambda: load_settings().metrics_without_key, timeout=5000)
+    assert pane.api.settings.needs_key  # the API itself keeps its key
