@@ -50,7 +50,7 @@ class ApiRecords:
     def _loaded(self, session: Session) -> None:
         """The ranks loaded before the API began serving: what they said then (their
         memory) is fed first, as if it had just arrived."""
-        job = session.job
+        job = getattr(session, "job", None)  # None too for a server with no cluster yet
         for rank in job.ranks if job is not None else ():
             if rank.loaded_event is not None:
                 self.telemetry.feed(rank.loaded_event)
