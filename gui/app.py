@@ -1,8 +1,9 @@
 """``macmesh`` with no command: the application and its window.
 
 ``main(argv)`` is what ``gui.cli`` calls. Flags: ``--demo`` shows the demo cluster at
-once (and looks for no Mac), ``--theme light|dark`` overrides the system's colour scheme,
-``--interfaces en0,en5`` says where to look for Macs (default: the saved setting, else
+once (and looks for no Mac), ``--replay FILE.zip`` a capture's Macs in its place
+(``core.run.demo.replay_nodes``), ``--theme light|dark`` overrides the system's colour
+scheme, ``--interfaces en0,en5`` says where to look for Macs (default: the saved setting, else
 ``core.cluster.discovery.default_interfaces()``). Environment:
 ``MACMESH_FIRST_PAINT=1`` prints ``MACMESH_FIRST_PAINT <time.time()>`` when the window has
 first painted and quits (the startup benchmark reads it).
@@ -19,6 +20,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, QSocketNotifier, QTimer
@@ -55,7 +57,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--interfaces", metavar="IF,...", help="where to look for Macs: en0,en5 or all"
     )
+    parser.add_argument(
+        "--replay", metavar="FILE.zip", help="show a capture's Macs (macmesh doctor --capture)"
+    )
     args, qt_args = parser.parse_known_args(argv)
+    replay = None
+    if args.replay is not None:
+        from core.cluster.capture import CaptureError
+        from core.run.demo import replay_nodes
+
+        try:
+            replay = replay_nodes(Path(args.replay))
+        except CaptureError as error:
+            sys.stderr.write(f"macmesh: --replay: {error}\n")
+            return 2
     if not display_available():
         return _headless("no display here")
     missing = xcb_problem()
@@ -70,12 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     configure(app, args.theme)
     from gui.main_window import MainWindow  # after the QApplication: widgets need it
 
-    window = MainWindow(demo=args.demo)
+    demo = args.demo or replay is not None
+    window = MainWindow(demo=demo, replay=replay)
     if os.environ.get(FIRST_PAINT_ENV):
         _report_first_paint(window)
     _close_on_signals(window)
     app.aboutToQuit.connect(window.run.shutdown)
-    if not args.demo and not os.environ.get(FIRST_PAINT_ENV):
+    if not demo and not os.environ.get(FIRST_PAINT_ENV):
         _AfterFirstPaint(window, lambda: _start_scanner(window, args.interfaces))
     window.show()
     return app.exec()

@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 
 Closure = Callable[[], None]
 # The events a window shows; the rest (heartbeats, traffic) only feed Telemetry.
-GUI_EVENTS = frozenset({p.HELLO, p.LOADING, p.LOADED, p.READY, p.TOKEN, p.DONE, p.ERROR})
+GUI_EVENTS = frozenset(
+    {p.HELLO, p.LOADING, p.LOADED, p.READY, p.TOKEN, p.DONE, p.ERROR, p.LINK_PROGRESS}
+)
 
 
 class Bridge(QObject):
@@ -146,12 +148,12 @@ class _Runnable(QRunnable):
 class JobLike(Protocol):
     """What ``JobRelay`` needs of a job: ``core.run.job.launcher.Job`` and test doubles."""
 
-    event: Any  # psygnal SignalInstance(dict)
+    event: Any  # psygnal SignalInstance(dict): a protocol.Event
     state_changed: Any  # psygnal SignalInstance(str, str)
 
 
 class TelemetryLike(Protocol):
-    def feed(self, event: dict[str, Any], received_at: float | None = None) -> None: ...
+    def feed(self, event: p.Event, received_at: float | None = None) -> None: ...
 
 
 class JobRelay(QObject):
@@ -162,7 +164,7 @@ class JobRelay(QObject):
     a redraw by one tick).
     """
 
-    # An event dict of GUI_EVENTS, named like the job's own signal. It hides QObject.event(),
+    # A protocol.Event of GUI_EVENTS, named like the job's own signal. It hides QObject.event(),
     # which PySide never mistakes for an override (a Signal is not a function): Qt's events
     # still reach the C++ handler.
     event = Signal(object)  # type: ignore[assignment]  # hides QObject.event on purpose
@@ -180,13 +182,13 @@ class JobRelay(QObject):
         job.event.connect(self._on_event)
         job.state_changed.connect(self._on_state)
 
-    def _on_event(self, event: dict[str, Any]) -> None:
+    def _on_event(self, event: p.Event) -> None:
         """On a reader thread: feed telemetry, pass on what the window shows."""
         if not self._attached.is_set():
             return
         self._telemetry.feed(event)
         self.version += 1
-        if event.get("event") in GUI_EVENTS:
+        if event["event"] in GUI_EVENTS:
             self._emit(self.event, event)
 
     def _on_state(self, state: str, message: str) -> None:

@@ -5,10 +5,11 @@ headless commands. It imports Qt only when a window is wanted, so the
 subcommands run on machines without a display.
 
     macmesh                      the window (or, with no display, the headless demo)
-    macmesh demo [--headless]    the demo cluster
+    macmesh demo [--headless]    the demo cluster (--replay FILE.zip: a capture's Macs)
     macmesh plan MODEL ...       what fits where, and why
     macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
     macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
+    macmesh doctor [--json] [--capture FILE.zip]  every setup problem, each with its fix
     macmesh serve --demo | MODEL --hosts ..  the cluster as an OpenAI-compatible API
     macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
     macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
@@ -40,9 +41,17 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run the demo cluster on this machine")
     add_arguments(demo)
+    demo.add_argument(
+        "--replay",
+        metavar="FILE.zip",
+        help="show a capture's Macs (macmesh doctor --capture) as the simulated Macs",
+    )
     commands.add_parser("plan", help="what fits where, pipeline or tensor, and why", add_help=False)
     commands.add_parser("run", help="run a model on Macs over SSH, ask once", add_help=False)
     commands.add_parser("nodes", help="the nodes found, their facts and cables", add_help=False)
+    commands.add_parser(
+        "doctor", help="check this Mac and the nodes: each problem with its fix", add_help=False
+    )
     commands.add_parser(
         "linktest", help="every link's latency and bandwidth, through MLX", add_help=False
     )
@@ -82,6 +91,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.nodes import nodes_cli
 
         return nodes_cli(argv[1:])
+    if argv[0] == "doctor":
+        from core.cli.doctor import doctor_cli
+
+        return doctor_cli(argv[1:])
     if argv[0] == "models":
         from core.cli.models import models_cli
 
@@ -119,11 +132,21 @@ def _main(argv: list[str]) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from core.cli.demo import run_headless
 
+    replay = ["--replay", args.replay] if args.replay else []
+    if replay and args.headless:
+        return _bad("macmesh demo: --replay shows a capture in the window; drop --headless")
     if not args.headless:
         gui = _gui_main()
         if gui is not None:
-            return gui(["--demo"])
+            return gui(["--demo", *replay])
+    if replay:
+        return _bad("macmesh demo: --replay needs the window, which cannot open here")
     return run_headless(args)
+
+
+def _bad(message: str) -> int:
+    print(message, file=sys.stderr)
+    return 2
 
 
 def _app(argv: list[str]) -> int:

@@ -23,14 +23,15 @@ from PySide6.QtWidgets import (
 
 from core.run.states import RunState
 from gui.bridge import Bridge
+from gui.cluster.pane import ClusterPane
 from gui.help_menu import install_help_menu
 from gui.model.pane import ModelPane
-from gui.nodes.pane import ClusterPane
 from gui.preferences import Preferences, restore_window, save_window
 from gui.run.cluster_source import PaneSource
 from gui.run.pane import RunPane
 
 if TYPE_CHECKING:
+    from core.cluster.registry import Node
     from core.run.job.launcher import JobSpec
     from gui.history.view import HistoryWindow
     from gui.run.presentation import PresentationView
@@ -50,6 +51,7 @@ class MainWindow(QMainWindow):
         *,
         demo: bool = False,
         job_factory: Callable[[JobSpec], Any] | None = None,
+        replay: list[Node] | None = None,
     ) -> None:
         super().__init__()
         self.setWindowTitle("MacMesh")
@@ -67,7 +69,7 @@ class MainWindow(QMainWindow):
         self.view_menu = self._view_menu()
         self.help_menu = install_help_menu(self)
         self._wire()
-        self._restore(demo)
+        self._restore(demo, replay)
 
     def _compose(self) -> None:
         left = QWidget()
@@ -111,6 +113,13 @@ class MainWindow(QMainWindow):
         )
         self.fine_tune_action.triggered.connect(self.show_fine_tune)
         menu.addAction(self.fine_tune_action)
+        menu.addSeparator()
+        self.check_macs_action = QAction("&Check my Macs…", self)
+        self.check_macs_action.setStatusTip(
+            "Every setup problem of the Macs in the Cluster pane, each with its fix"
+        )
+        self.check_macs_action.triggered.connect(lambda: self.cluster.check_macs())
+        menu.addAction(self.check_macs_action)
         return menu
 
     def show_fine_tune(self) -> FineTuneWindow:
@@ -189,6 +198,10 @@ class MainWindow(QMainWindow):
         links.requested.connect(controller.test_links)
         controller.links_tested.connect(links.show_tested)
         controller.links_failed.connect(links.show_failed)
+        controller.link_progress.connect(
+            lambda event: links.show_progress(event, controller.rank_names())
+        )
+        links.stop_requested.connect(self.run.stop_link_test)
         controller.state_changed.connect(
             lambda state, _m: links.set_available(
                 state == RunState.READY.value and len(self.run.controller.rank_names()) > 1,
@@ -208,17 +221,25 @@ class MainWindow(QMainWindow):
         )
         self.model.strategy_changed.connect(lambda choice: prefs.update(last_strategy=choice))
         self.cluster.demo_size_changed.connect(lambda n: prefs.update(demo_nodes=n))
+        self.cluster.demo_shown.connect(
+            lambda shown: prefs.update(demo_on=shown, demo_nodes=self.cluster.demo_size())
+        )
         self.run.max_tokens.valueChanged.connect(lambda n: prefs.update(max_tokens=n))
         # Read by the next Start (gui.run.controller), as by ``macmesh run``.
         self.model.source.source_changed.connect(lambda s: prefs.update(model_source=s))
         self.bridge.failed.connect(lambda message: self.statusBar().showMessage(message, 10_000))
 
-    def _restore(self, demo: bool) -> None:
+    def _restore(self, demo: bool, replay: list[Node] | None = None) -> None:
         settings = self.preferences.settings
         self.model.select_strategy(settings.last_strategy)
         self.run.max_tokens.setValue(settings.max_tokens)
         self.model.source.select(settings.model_source)
-        if demo:
+        # The demo cluster as it was left (shown or not, its size), before the model is
+        # planned on it: a second launch must not plan on this Mac alone.
+        self.cluster.set_demo_size(settings.demo_nodes)
+        if replay is not None:  # a capture's Macs in the demo's place
+            self.cluster.show_replay(replay)
+        elif demo or settings.demo_on:
             self.cluster.start_demo(settings.demo_nodes)
         if settings.last_model and Path(settings.last_model).is_dir():
             self.model.load(Path(settings.last_model))

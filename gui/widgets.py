@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
-from PySide6.QtGui import QPainter
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtGui import QPainter, QPaintEvent
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
     QButtonGroup,
+    QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
     QLayout,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
+    QStyle,
+    QStyleOptionButton,
+    QStylePainter,
     QVBoxLayout,
     QWidget,
 )
@@ -151,3 +157,115 @@ def layout_widgets(layout: QLayout) -> list[QWidget]:
     """The widgets directly in ``layout``'s items, in order (nested layouts and spacers not)."""
     items = (layout.itemAt(i) for i in range(layout.count()))
     return [w for item in items if item is not None and (w := item.widget()) is not None]
+
+
+class _WheelNeedsFocus(QObject):
+    """Wheel events over a combo or spin box without focus go to what holds it (the
+    scroll area), so scrolling a column past a setting never changes the setting."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (
+            event.type() == QEvent.Type.Wheel
+            and isinstance(watched, QWidget)
+            and not watched.hasFocus()
+        ):
+            # Filtered but not accepted: Qt hands an ignored wheel event to the parent.
+            event.ignore()
+            return True
+        return False
+
+
+_WHEEL_GUARD: _WheelNeedsFocus | None = None
+
+
+def wheel_needs_focus(widget: QComboBox | QAbstractSpinBox) -> None:
+    """Qt's classic trap: a combo or spin box under the pointer takes the wheel (and the
+    focus) while a person scrolls past it. Here it takes focus only from a click or Tab,
+    and takes the wheel only once it has focus."""
+    global _WHEEL_GUARD
+    if _WHEEL_GUARD is None:
+        _WHEEL_GUARD = _WheelNeedsFocus()
+    widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+    widget.installEventFilter(_WHEEL_GUARD)
+    widget.setProperty("wheelNeedsFocus", True)
+
+
+class ElidedButton(QPushButton):
+    """A push button that may be narrower than its text: the text is cut with "…" (the
+    whole of it in the tooltip) rather than widening the column it sits in."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        # QPushButton's own policy never shrinks below the whole text.
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, self.sizePolicy().verticalPolicy())
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        chrome = self.sizeHint().width() - self.fontMetrics().horizontalAdvance(self.text())
+        short = chrome + self.fontMetrics().horizontalAdvance(self.text()[:6] + "…")
+        return QSize(min(hint.width(), short), hint.height())
+
+    def shown_text(self) -> str:
+        """The text as painted at the button's current width."""
+        chrome = self.sizeHint().width() - self.fontMetrics().horizontalAdvance(self.text())
+        return self.fontMetrics().elidedText(
+            self.text(), Qt.TextElideMode.ElideRight, max(self.width() - chrome, 0)
+        )
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        option = QStyleOptionButton()
+        self.initStyleOption(option)
+        option.text = self.shown_text()
+        self.setToolTip(self.text() if option.text != self.text() else "")
+        painter = QStylePainter(self)
+        painter.drawControl(QStyle.ControlElement.CE_PushButton, option)
+
+
+class PanelColumn(QScrollArea):
+    """A vertical stack of panels that come and go (the API panel, Compare's result, the
+    checks...): it scrolls inside its pane instead of growing the window, and hides
+    itself when none of its panels is shown."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self.panels: list[QWidget] = []
+        inner = QWidget()
+        inner.setObjectName("panel-column")
+        self.column = QVBoxLayout(inner)
+        self.column.setContentsMargins(0, 0, 0, 0)
+        self.column.setSpacing(SPACING)
+        self.setWidget(inner)
+        inner.installEventFilter(self)  # its layout's changes change this area's hint
+        self.hide()
+
+    def add(self, panel: QWidget, stretch: int = 0) -> None:
+        self.column.addWidget(panel, stretch)
+        self.panels.append(panel)
+        panel.installEventFilter(self)
+        self._follow()
+
+    def sizeHint(self) -> QSize:
+        """All of its panels when there is room (a scroll area's own hint is capped)."""
+        inner = self.widget()
+        hint = inner.sizeHint() if inner is not None else QSize(0, 0)
+        return QSize(hint.width(), hint.height() + 2 * self.frameWidth())
+
+    def minimumSizeHint(self) -> QSize:
+        inner = self.widget()
+        width = inner.minimumSizeHint().width() if inner is not None else 0
+        return QSize(width, min(self.sizeHint().height(), 60))
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() in (QEvent.Type.ShowToParent, QEvent.Type.HideToParent):
+            self._follow()
+        elif event.type() == QEvent.Type.LayoutRequest and watched is self.widget():
+            self.updateGeometry()
+        return super().eventFilter(watched, event)
+
+    def _follow(self) -> None:
+        self.setVisible(any(not panel.isHidden() for panel in self.panels))
+        self.updateGeometry()

@@ -60,7 +60,7 @@ def launch_and_ask(
     stage = stage or Stage("loading the model")
     stage.session = session
 
-    def show(event: dict[str, Any]) -> None:
+    def show(event: p.Event) -> None:
         if event["event"] == p.READY:
             stage("generating the answer")
         stage.streamed = print_token(event, out) or stage.streamed
@@ -94,7 +94,7 @@ def launch_and_ask(
     return 0
 
 
-def print_token(event: dict[str, Any], out: TextIO) -> bool:
+def print_token(event: p.Event, out: TextIO) -> bool:
     """Write a token event's text to ``out``; whether it was one."""
     if event["event"] != p.TOKEN:
         return False

@@ -136,6 +136,33 @@ def _worst(verdicts: Sequence[RdmaVerdict]) -> RdmaVerdict:
     return min(verdicts, key=lambda v: _SEVERITY[v.state])
 
 
+def _slow_link_fix(
+    a: NodeFacts, a_port: ThunderboltPort, b: NodeFacts, b_port: ThunderboltPort
+) -> str:
+    """What to do about a link below Thunderbolt 5 speed, from what is slow: a Mac with
+    only Thunderbolt 4 ports (nothing to buy: the ring runs over the cable), a hub or
+    dock in between, or, between two Thunderbolt 5 Macs, the cable itself (exo #1636,
+    oMLX #3037: Thunderbolt 4 links must not be sent to Recovery)."""
+    old = [f.name for f in (a, b) if f.thunderbolt_generation == 4]
+    if old:
+        macs = " and ".join(old)
+        have = "has" if len(old) == 1 else "have"
+        return (
+            f"Fix: nothing to change: {macs} {have} only Thunderbolt 4 ports, so jobs use the "
+            "ring backend over this cable."
+        )
+    hubs = a_port.via or b_port.via
+    plug = f"{a.name} {a_port.label} straight into {b.name} {b_port.label}"
+    if hubs:
+        return f"Fix: take out {', '.join(hubs)}: plug a Thunderbolt 5 cable from {plug}."
+    if a.thunderbolt_generation == 5 and b.thunderbolt_generation == 5:
+        return (
+            "Fix: both Macs have Thunderbolt 5 ports, so the cable is the slow part: replace "
+            f"it with a Thunderbolt 5 cable from {plug}."
+        )
+    return f"Fix: use a Thunderbolt 5 cable from {plug}, or run jobs on the ring backend."
+
+
 def link_verdict(
     a: NodeFacts, a_port: ThunderboltPort, b: NodeFacts, b_port: ThunderboltPort
 ) -> RdmaVerdict:
@@ -148,7 +175,8 @@ def link_verdict(
         return RdmaVerdict(
             "unusable",
             f"The cable {ends}{via} runs at {min(speeds)} Gb/s (Thunderbolt 4 or slower): RDMA "
-            f"needs Thunderbolt 5 at {RDMA_MIN_GBPS} Gb/s on both Macs and the cable.",
+            f"needs Thunderbolt 5 at {RDMA_MIN_GBPS} Gb/s on both Macs and the cable. "
+            + _slow_link_fix(a, a_port, b, b_port),
             "thunderbolt4",
         )
     nodes = [node_verdict(a), node_verdict(b)]

@@ -71,7 +71,7 @@ class Node:
     def can_ssh(self) -> bool:
         return self.ssh_port is not None
 
-    # What a node row shows (gui/nodes/table_model.NodeRecord); the probe's facts fill it.
+    # What a node row shows (gui/cluster/table_model.NodeRecord); the probe's facts fill it.
 
     @property
     def chip(self) -> str:

@@ -132,6 +132,7 @@ class Scanner:
         self._running: set[str] = set()
         self._again: set[str] = set()
         self._pending_keys: dict[str, UnknownHostKey] = {}
+        self._errors: dict[str, SSHError] = {}  # each node's last probe's SSH failure
         self._connections: set[Connection] = set()
         self._procs: set[subprocess.Popen[bytes]] = set()
 
@@ -274,6 +275,12 @@ class Scanner:
             timeout=self.connect_timeout,
         )
 
+    def probe_error(self, name: str) -> SSHError | None:
+        """The SSH failure of ``name``'s last probe (None after a success or before one):
+        its kind says the fix (``macmesh doctor``), where the registry keeps only words."""
+        with self._lock:
+            return self._errors.get(name)
+
     def ready_facts(self, macs_only: bool = False) -> list[NodeFacts]:
         """The facts of every READY node, by name (``macs_only``: without Linux hosts)."""
         nodes = sorted(self.registry.nodes(), key=lambda n: n.name.lower())
@@ -357,9 +364,16 @@ class Scanner:
         state: ProbeState,
         message: str = "",
         facts: NodeFacts | None = None,
+        error: SSHError | None = None,
     ) -> bool:
         if not self._current(name, gen):
             return False
+        if state is not ProbeState.PROBING:
+            with self._lock:
+                if error is None:
+                    self._errors.pop(name, None)
+                else:
+                    self._errors[name] = error
         self.registry.set_probe_result(name, state, message, facts)
         return True
 
@@ -380,14 +394,14 @@ class Scanner:
         except UnknownHostKey as error:
             with self._lock:
                 self._pending_keys[name] = error
-            if self._set(name, gen, ProbeState.NEEDS_HOST_KEY, str(error)):
+            if self._set(name, gen, ProbeState.NEEDS_HOST_KEY, str(error), error=error):
                 self.host_key_needed.emit(name, error)
         except HostKeyChanged as error:
-            self._set(name, gen, ProbeState.HOST_KEY_CHANGED, str(error))
+            self._set(name, gen, ProbeState.HOST_KEY_CHANGED, str(error), error=error)
         except AuthFailed as error:
-            self._set(name, gen, ProbeState.NEEDS_ACCESS, str(error))
+            self._set(name, gen, ProbeState.NEEDS_ACCESS, str(error), error=error)
         except SSHError as error:
-            self._set(name, gen, ProbeState.UNREACHABLE, str(error))
+            self._set(name, gen, ProbeState.UNREACHABLE, str(error), error=error)
         except Exception as error:  # a bug must not leave the node "probing" forever
             log.exception("probing %s failed", name)
             self._set(name, gen, ProbeState.UNREACHABLE, f"The probe of {name} failed: {error}")

@@ -18,8 +18,10 @@ a Ctrl-C ends it at once; a ``user:password@`` in ``HF_ENDPOINT`` is never print
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -242,9 +244,31 @@ _RATE_LIMITED = (
 
 def _unreachable(where: str, error: BaseException) -> str:
     return (
-        f"Cannot reach Hugging Face at {where} ({_short(error)}): check the network "
-        "connection and try again."
+        f"Cannot reach Hugging Face at {where} ({network_reason(error)}): check the "
+        "network connection and try again."
     )
+
+
+_NAME_LOOKUP = re.compile(
+    r"name or service not known|nodename nor servname|name resolution|getaddrinfo", re.I
+)
+_ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
+
+
+def network_reason(error: BaseException) -> str:
+    """What went wrong on the network, in words: "[Errno -2] Name or service not known"
+    says nothing to a person (the exception and its causes are looked through)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(seen).lower()
+        if isinstance(seen, socket.gaierror) or _NAME_LOOKUP.search(text):
+            return "its name could not be looked up: is this computer offline?"
+        if isinstance(seen, ConnectionRefusedError) or "connection refused" in text:
+            return "the connection was refused"
+        if isinstance(seen, TimeoutError) or "timed out" in text:
+            return "it did not answer in time"
+        seen = seen.__cause__ or seen.__context__
+    return _ERRNO.sub("", _short(error)) or type(error).__name__
 
 
 def _gated(repo_id: str | None, page: str) -> str:
@@ -267,12 +291,24 @@ def _status(error: BaseException) -> int | None:
 
 
 def _network_oserror(error: OSError) -> bool:
-    return isinstance(error, ConnectionError | TimeoutError) or error.errno in (101, 110, 111, 113)
+    network = ConnectionError | TimeoutError | socket.gaierror  # gaierror: a name lookup
+    return isinstance(error, network) or error.errno in (101, 110, 111, 113)
 
 
 def _short(error: BaseException) -> str:
     text = redact(" ".join(str(error).split())) or type(error).__name__
     return text[:160]
+
+
+def _hub_logs_once() -> None:
+    """huggingface_hub writes its warnings (a line per retry) through a stderr handler of
+    its own AND hands them on to the root logger: each came out twice. Without its handler
+    the root logger's (stderr, the app's log file; Python's last resort when there are
+    none) say each once."""
+    hub_logger = logging.getLogger("huggingface_hub")
+    for handler in list(hub_logger.handlers):
+        if type(handler) is logging.StreamHandler:
+            hub_logger.removeHandler(handler)
 
 
 def _api(endpoint: str | None) -> Any:
@@ -281,6 +317,7 @@ def _api(endpoint: str | None) -> Any:
 
     disable_progress_bars()  # MacMesh shows its own progress; no tqdm bars on stderr
     install_client()  # timeouts, a deadline, answers checked before the library uses them
+    _hub_logs_once()
 
     return HfApi(endpoint=endpoint_url(endpoint))
 

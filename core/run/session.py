@@ -85,6 +85,7 @@ from core.run.placement import (
 )
 from core.run.planning import plan_on
 from core.run.states import RunState, Step
+from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, ModelSource, Strategy, Task
 
 __all__ = ["FRESH_S", "ClusterError", "CopyCancelled", "Host", "Session"]
@@ -133,7 +134,7 @@ class Session:
     state_changed = Signal(str, str)  # RunState, detail
     checked = Signal(object)  # PreflightReport
     copy_progress = Signal(object)  # CopyProgress
-    event = Signal(dict)  # a worker event
+    event = Signal(dict)  # a worker event (a protocol.Event)
     step_started = Signal(str)  # Step: a step begins (the demo's skipped steps: none)
 
     def __init__(
@@ -220,13 +221,15 @@ class Session:
             self.state_changed.emit(state.value, detail)
 
     @contextlib.contextmanager
-    def _step(self, step: Step, state: RunState | None) -> Iterator[None]:
+    def _step(self, step: Step, state: RunState | None, part: bool = False) -> Iterator[None]:
         """Run one step: its state first (none for the demo's skipped steps); a failure
-        becomes NOT_READY with the reason, then propagates."""
+        becomes NOT_READY with the reason, then propagates. ``part``: one part of the step
+        (the copy's adapter, its data): the step is said to begin, and done, only once."""
+        if self.step is not step:
+            self.step_started.emit(step.value)
         self.step = step
         if state is not None:
             self._set(state)
-        self.step_started.emit(step.value)
         try:
             yield
         except CopyCancelled:
@@ -239,7 +242,8 @@ class Session:
         except BaseException:  # Ctrl-C on the step's thread: the session is cancelled
             self._cancel.set()
             raise
-        self.completed.add(step)
+        if not part:
+            self.completed.add(step)
 
     # -- the steps ---------------------------------------------------------------------
 
@@ -477,6 +481,13 @@ class Session:
         """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
         return dict(self._running().wait_done(request, timeout))
 
+    def wait_answer(self, request: str, timeout: float | None = None) -> p.Done:
+        """The answer ``request``'s ``done`` event, typed (``wait_done`` for an ``ask``)."""
+        done = self._running().wait_done(request, timeout)
+        if done["event"] != p.DONE:
+            raise JobError(f"{request} is a link test, not an answer")
+        return done.copy()
+
     def stop(self) -> None:
         """End every rank (blocking) and whatever step is left; STOPPED once the ranks
         are gone. Safe at any moment and more than once."""
@@ -528,7 +539,7 @@ class Session:
         use = self.adapter
         if use is None:
             return
-        with self._step(Step.COPY, RunState.COPYING):
+        with self._step(Step.COPY, RunState.COPYING, part=True):
             self.adapter_folders = self._on_each_node(
                 in_rank_order(self._planned(), self.targets),
                 lambda t: put_adapter(
@@ -542,7 +553,7 @@ class Session:
         data = self.job_fields.get("data") if self.task is Task.FINETUNE else None
         if data is None:
             return
-        with self._step(Step.COPY, RunState.COPYING):
+        with self._step(Step.COPY, RunState.COPYING, part=True):
             self.data_folders = self._on_each_node(
                 in_rank_order(self._planned(), self.targets),
                 lambda t: put_folder(t, Path(data), self.copy_progress.emit, self._cancel),
@@ -633,7 +644,7 @@ class Session:
             raise JobError("nothing was started")
         return self.job
 
-    def _on_event(self, event: dict[str, Any]) -> None:
+    def _on_event(self, event: p.Event) -> None:
         """On a job's reader thread: pass the event on."""
         self.event.emit(event)
 

@@ -20,7 +20,7 @@ import itertools
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, TypeAlias, TypedDict
 
 from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
@@ -36,6 +36,20 @@ EARLY_KEPT = 64  # events of a request not registered yet (its ask() still retur
 _ENDED = (RunState.STOPPING, RunState.STOPPED, RunState.FAILED)
 
 
+class Unavailable(TypedDict):
+    """Not a rank's event: the server's own end of an answer the cluster cannot give
+    (HTTP ``status``), shaped like an ``error`` event so an answer's readers take both."""
+
+    event: Literal["error"]
+    message: str
+    status: int
+    fatal: bool
+
+
+# What an answer's queue carries: its rank-0 events, or the server's refusal.
+AnswerEvent: TypeAlias = p.Token | p.Done | p.Error | Unavailable
+
+
 class Answer:
     """One request's way through: its events (``events``), who asked, and its end."""
 
@@ -46,14 +60,14 @@ class Answer:
         self.id = f"{'chatcmpl' if ask.chat else 'cmpl'}-{secrets.token_hex(12)}"
         self.number = next(self._numbers)
         self.created = int(time.time())
-        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.events: asyncio.Queue[AnswerEvent] = asyncio.Queue()
         self.request: str | None = None  # the worker's request id, once sent
         self.cancelled = False
         self.ended = asyncio.Event()
         self.started_at: float | None = None
-        self.done: dict[str, Any] | None = None
+        self.done: p.Done | None = None
 
-    def put(self, event: dict[str, Any]) -> None:
+    def put(self, event: AnswerEvent) -> None:
         if self.ended.is_set():
             return
         self.events.put_nowait(event)
@@ -63,9 +77,9 @@ class Answer:
             self.ended.set()
 
 
-def failure(event: dict[str, Any]) -> APIError:
+def failure(event: p.Error | Unavailable) -> APIError:
     """An ``error`` event for one answer as the API's refusal."""
-    message = str(event.get("message", "the request failed"))
+    message = event["message"]
     if event.get("code") == p.CONTEXT_LENGTH_EXCEEDED:
         return APIError(400, message, param="messages", code=p.CONTEXT_LENGTH_EXCEEDED)
     if event.get("status") == 503:
@@ -93,7 +107,7 @@ class Answerer:
         self.served = 0  # answers that reached their end
         self._on_sent = on_sent  # (request, when, client, question), on a pool thread
         self._by_request: dict[str, Answer] = {}
-        self._early: dict[str, list[dict[str, Any]]] = {}
+        self._early: dict[str, list[p.Token | p.Done | p.Error]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -226,12 +240,13 @@ class Answerer:
 
     # -- the session's news (reader threads) → the loop ----------------------------------
 
-    def _from_thread(self, event: dict[str, Any]) -> None:
-        if event.get("rank", 0) != 0 or event.get("event") not in (p.TOKEN, p.DONE, p.ERROR):
+    def _from_thread(self, event: p.Event) -> None:
+        if event["rank"] != 0:
             return
         if event["event"] == p.ERROR and not event.get("request"):
             return  # a rank's fatal error: the state change says it for every answer
-        self._call(self._route, event)
+        if event["event"] in (p.TOKEN, p.DONE, p.ERROR):
+            self._call(self._route, event)
 
     def _state_from_thread(self, state: str, detail: str) -> None:
         if RunState(state) in _ENDED:
@@ -248,8 +263,8 @@ class Answerer:
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
             loop.call_soon_threadsafe(function, *args)
 
-    def _route(self, event: dict[str, Any]) -> None:
-        request = str(event.get("request", ""))
+    def _route(self, event: p.Token | p.Done | p.Error) -> None:
+        request = event.get("request", "")
         answer = self._by_request.get(request)
         if answer is not None:
             answer.put(event)
@@ -263,5 +278,5 @@ class Answerer:
             answer.put(_error(why, 503))
 
 
-def _error(message: str, status: int) -> dict[str, Any]:
-    return {"event": p.ERROR, "message": message, "status": status, "fatal": False}
+def _error(message: str, status: int) -> Unavailable:
+    return Unavailable(event=p.ERROR, message=message, status=status, fatal=False)

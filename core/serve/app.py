@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from core.serve import shaping
-from core.serve.answers import Answer, Answerer, failure
+from core.serve.answers import Answer, Answerer, AnswerEvent, failure
 from core.serve.dialects import error_body
 from core.serve.errors import APIError, unauthorized
 from core.serve.keys import Gate
@@ -105,7 +105,7 @@ class API:
 
     async def begin(
         self, request: Request, ask: Ask, client: str
-    ) -> tuple[Answer, dict[str, Any]] | Response:
+    ) -> tuple[Answer, AnswerEvent] | Response:
         """Queue the answer and wait for its first event (a token, or its end): a refusal
         (an APIError) before any byte of the answer is sent. A client gone: LEFT."""
         answer = self.s.answers.submit(ask, client)
@@ -119,8 +119,8 @@ class API:
         return answer, first
 
     async def whole(
-        self, request: Request, answer: Answer, first: dict[str, Any]
-    ) -> dict[str, Any] | Response:
+        self, request: Request, answer: Answer, first: AnswerEvent
+    ) -> p.Done | Response:
         """The answer's ``done`` event (an APIError if it failed; LEFT if the client went)."""
         event = first
         while event["event"] != p.DONE:
@@ -133,9 +133,7 @@ class API:
             event = got
         return event
 
-    async def events(
-        self, answer: Answer, first: dict[str, Any]
-    ) -> AsyncGenerator[dict[str, Any], None]:
+    async def events(self, answer: Answer, first: AnswerEvent) -> AsyncGenerator[AnswerEvent, None]:
         """The answer's events from ``first`` to its ``done`` or ``error``; a stream that
         is closed early (its client left) cancels the answer."""
         try:
@@ -149,7 +147,7 @@ class API:
             if not answer.ended.is_set():
                 self.s.answers.cancel(answer)  # the client left mid-answer
 
-    async def stream(self, answer: Answer, first: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def stream(self, answer: Answer, first: AnswerEvent) -> AsyncIterator[bytes]:
         ask, model, created = answer.ask, self.s.model, answer.created
         usage = ask.include_usage
         if ask.chat:
@@ -160,12 +158,11 @@ class API:
         events = self.events(answer, first)
         try:
             async for event in events:
-                kind = event["event"]
-                if kind == p.TOKEN and event.get("text"):
-                    yield shaping.sse(self._piece(answer, str(event["text"])))
-                elif kind == p.ERROR:
+                if event["event"] == p.TOKEN and event["text"]:
+                    yield shaping.sse(self._piece(answer, event["text"]))
+                elif event["event"] == p.ERROR:
                     yield shaping.sse(failure(event).body())
-                elif kind == p.DONE:
+                elif event["event"] == p.DONE:
                     finish = shaping.finish_reason(event)
                     if ask.chat:
                         chunk = shaping.chat_chunk(
@@ -378,8 +375,8 @@ class Logged:
                 f"{time.monotonic() - started:.2f} s",
             ]
             if isinstance(answer, Answer):
-                done = answer.done or {}
-                parts.insert(4, f"{done.get('generation_tokens', 0)} tokens")
+                done = answer.done
+                parts.insert(4, f"{done['generation_tokens'] if done else 0} tokens")
                 if answer.cancelled:
                     parts.insert(5, "cancelled")
                 answers = self.served.answers

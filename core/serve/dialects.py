@@ -72,18 +72,18 @@ def anthropic_request(body: dict[str, Any], model: str, context: int | None) -> 
     return Ask(model=model, max_tokens=wanted, messages=chat, sampling=sampling, stream=stream)
 
 
-def anthropic_message(answer_id: str, model: str, done: dict[str, Any]) -> dict[str, Any]:
+def anthropic_message(answer_id: str, model: str, done: p.Done) -> dict[str, Any]:
     return {
         "id": answer_id,
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [{"type": "text", "text": str(done.get("text", ""))}],
-        "stop_reason": STOP_REASONS.get(str(done.get("finish_reason")), "end_turn"),
+        "content": [{"type": "text", "text": done["text"]}],
+        "stop_reason": STOP_REASONS.get(str(done["finish_reason"]), "end_turn"),
         "stop_sequence": None,
         "usage": {
-            "input_tokens": int(done.get("prompt_tokens") or 0),
-            "output_tokens": int(done.get("generation_tokens") or 0),
+            "input_tokens": done["prompt_tokens"],
+            "output_tokens": done["generation_tokens"],
         },
     }
 
@@ -114,11 +114,11 @@ def anthropic_delta(text: str) -> bytes:
     )
 
 
-def anthropic_end(done: dict[str, Any]) -> bytes:
-    reason = STOP_REASONS.get(str(done.get("finish_reason")), "end_turn")
+def anthropic_end(done: p.Done) -> bytes:
+    reason = STOP_REASONS.get(str(done["finish_reason"]), "end_turn")
     usage = {
-        "input_tokens": int(done.get("prompt_tokens") or 0),
-        "output_tokens": int(done.get("generation_tokens") or 0),
+        "input_tokens": done["prompt_tokens"],
+        "output_tokens": done["generation_tokens"],
     }
     return (
         anthropic_sse("content_block_stop", {"index": 0})
@@ -207,18 +207,16 @@ def ollama_piece(model: str, text: str) -> bytes:
     return (json.dumps(line, ensure_ascii=False) + "\n").encode()
 
 
-def ollama_done(
-    model: str, done: dict[str, Any], elapsed_s: float, text: str = ""
-) -> dict[str, Any]:
+def ollama_done(model: str, done: p.Done, elapsed_s: float, text: str = "") -> dict[str, Any]:
     return {
         "model": model,
         "created_at": _iso(time.time()),
         "message": {"role": "assistant", "content": text},
         "done": True,
-        "done_reason": OLLAMA_REASONS.get(str(done.get("finish_reason")), "stop"),
+        "done_reason": OLLAMA_REASONS.get(str(done["finish_reason"]), "stop"),
         "total_duration": int(elapsed_s * 1e9),
-        "prompt_eval_count": int(done.get("prompt_tokens") or 0),
-        "eval_count": int(done.get("generation_tokens") or 0),
+        "prompt_eval_count": done["prompt_tokens"],
+        "eval_count": done["generation_tokens"],
     }
 
 

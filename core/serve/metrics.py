@@ -72,7 +72,8 @@ class ServeMetrics:
         )
         self.tokens_per_s = Histogram(
             "macmesh_api_generation_tokens_per_second",
-            "Each answer's generation speed (the rank's own figure, as the chat shows it)",
+            "Each answer's generation speed, as every surface shows it (tokens after the "
+            "first over the time since the first)",
             buckets=RATE_BUCKETS,
             registry=r,
         )

@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from core.run.measure.history import RunKind, RunRecord
-from core.run.measure.telemetry import Telemetry
+from core.run.measure.telemetry import Telemetry, answer_figures
 from core.run.session import Session
-from core.run.tasks.chat import answer_figures, keep_answer
+from core.run.tasks.chat import keep_answer
 from core.worker import protocol as p
 
 log = logging.getLogger(__name__)
@@ -67,15 +67,15 @@ class ApiRecords:
         self.session.event.disconnect(self._on_event)
         self._writer.shutdown(wait=True)
 
-    def _on_event(self, event: dict[str, Any]) -> None:
-        if event.get("event") != p.DONE or event.get("rank", 0) != 0:
+    def _on_event(self, event: p.Event) -> None:
+        if event["event"] != p.DONE or event["rank"] != 0:
             return
         with self._lock:
-            client = self._sent.pop(str(event.get("request")), None)
+            client = self._sent.pop(event["request"], None)
         if client is None:
             return
         if self._on_answered is not None:
-            request = str(event.get("request"))
+            request = event["request"]
             summary = next((r for r in self.telemetry.requests() if r.id == request), None)
             try:
                 self._on_answered(answer_figures(event, summary))
@@ -83,7 +83,7 @@ class ApiRecords:
                 log.exception("an answer's figures could not be counted")
         self._writer.submit(self._keep, event, client, time.monotonic())
 
-    def _keep(self, done: dict[str, Any], client: str, done_at: float) -> None:
+    def _keep(self, done: p.Done, client: str, done_at: float) -> None:
         record, problem = keep_answer(
             self.session, done, self.telemetry, self.began, RunKind.API, {"client": client}, done_at
         )

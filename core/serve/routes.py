@@ -9,7 +9,6 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -18,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.serve import dialects as d
-from core.serve.answers import Answer, failure
+from core.serve.answers import Answer, AnswerEvent, failure
 from core.serve.app import (
     API,
     EventStream,
@@ -55,15 +54,13 @@ class Routes(API):
             return done
         return JSONResponse(d.anthropic_message(answer.id, self.s.model, done))
 
-    async def _anthropic_stream(
-        self, answer: Answer, first: dict[str, Any]
-    ) -> AsyncIterator[bytes]:
+    async def _anthropic_stream(self, answer: Answer, first: AnswerEvent) -> AsyncIterator[bytes]:
         yield d.anthropic_start(answer.id, self.s.model)
         events = self.events(answer, first)
         try:
             async for event in events:
-                if event["event"] == p.TOKEN and event.get("text"):
-                    yield d.anthropic_delta(str(event["text"]))
+                if event["event"] == p.TOKEN and event["text"]:
+                    yield d.anthropic_delta(event["text"])
                 elif event["event"] == p.ERROR:
                     yield d.anthropic_sse(
                         "error", {"error": d.anthropic_error(failure(event))["error"]}
@@ -92,16 +89,16 @@ class Routes(API):
         if isinstance(done, Response):
             return done
         elapsed = time.monotonic() - started
-        return JSONResponse(d.ollama_done(self.s.model, done, elapsed, str(done.get("text", ""))))
+        return JSONResponse(d.ollama_done(self.s.model, done, elapsed, done["text"]))
 
     async def _ollama_stream(
-        self, answer: Answer, first: dict[str, Any], started: float
+        self, answer: Answer, first: AnswerEvent, started: float
     ) -> AsyncIterator[bytes]:
         events = self.events(answer, first)
         try:
             async for event in events:
-                if event["event"] == p.TOKEN and event.get("text"):
-                    yield d.ollama_piece(self.s.model, str(event["text"]))
+                if event["event"] == p.TOKEN and event["text"]:
+                    yield d.ollama_piece(self.s.model, event["text"])
                 elif event["event"] == p.ERROR:
                     yield (json.dumps(d.ollama_error(failure(event))) + "\n").encode()
                 elif event["event"] == p.DONE:

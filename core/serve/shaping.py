@@ -13,11 +13,11 @@ from core.worker import protocol as p
 FINISH = {"stop": "stop", "length": "length", p.CANCELLED: "stop"}
 
 
-def usage(done: dict[str, Any]) -> dict[str, Any]:
+def usage(done: p.Done) -> dict[str, Any]:
     """OpenAI's usage, with ``prompt_tokens_details.cached_tokens``: the prompt's tokens
     the ranks' prompt cache held (``core.worker.promptcache``)."""
-    prompt = int(done.get("prompt_tokens") or 0)
-    completion = int(done.get("generation_tokens") or 0)
+    prompt = done["prompt_tokens"]
+    completion = done["generation_tokens"]
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -26,13 +26,11 @@ def usage(done: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def finish_reason(done: dict[str, Any]) -> str:
-    return FINISH.get(str(done.get("finish_reason")), "stop")
+def finish_reason(done: p.Done) -> str:
+    return FINISH.get(str(done["finish_reason"]), "stop")
 
 
-def chat_completion(
-    answer_id: str, model: str, created: int, done: dict[str, Any]
-) -> dict[str, Any]:
+def chat_completion(answer_id: str, model: str, created: int, done: p.Done) -> dict[str, Any]:
     return {
         "id": answer_id,
         "object": "chat.completion",
@@ -41,7 +39,7 @@ def chat_completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": str(done.get("text", ""))},
+                "message": {"role": "assistant", "content": done["text"]},
                 "logprobs": None,
                 "finish_reason": finish_reason(done),
             }
@@ -50,9 +48,7 @@ def chat_completion(
     }
 
 
-def text_completion(
-    answer_id: str, model: str, created: int, done: dict[str, Any]
-) -> dict[str, Any]:
+def text_completion(answer_id: str, model: str, created: int, done: p.Done) -> dict[str, Any]:
     return {
         "id": answer_id,
         "object": "text_completion",
@@ -61,7 +57,7 @@ def text_completion(
         "choices": [
             {
                 "index": 0,
-                "text": str(done.get("text", "")),
+                "text": done["text"],
                 "logprobs": None,
                 "finish_reason": finish_reason(done),
             }

@@ -175,7 +175,7 @@ class Batcher:
                 if op == p.OP_STOP:
                     return
                 if op == p.OP_LINK_TEST:
-                    link_test(self.group, command, self.events)
+                    link_test(self.group, command, self.events, self.commands.cancels)
                 elif op == p.OP_GENERATE:
                     self._join(command)
                 if not self.running:
@@ -273,8 +273,7 @@ class Batcher:
 
     def _refuse(self, request: str, message: str, code: str | None = None) -> None:
         if self.rank == 0:
-            extra = {"code": code} if code else {}
-            self.events.emit(p.ERROR, message=message, fatal=False, request=request, **extra)
+            self.events.error(message, fatal=False, request=request, code=code)
 
     # -- tokens and ends -----------------------------------------------------------------
 
@@ -303,13 +302,7 @@ class Batcher:
         if self.rank == 0 and not (reason == "stop" and not text):
             running.pieces.append(text)
             if self.stream_tokens:
-                self.events.emit(
-                    p.TOKEN,
-                    request=running.request,
-                    index=index,
-                    token=int(response.token),
-                    text=text,
-                )
+                self.events.token(running.request, index, int(response.token), text)
         if running.stops.stopped:
             self._finish(running, "stop")
             return True
@@ -327,11 +320,9 @@ class Batcher:
         first = running.first_at
         prefill_s = (first - running.started) if first is not None else 0.0
         decode_s = now - first if first is not None else 0.0
-        self.events.emit(
-            p.DONE,
+        self.events.done(
             request=running.request,
             prompt_tokens=running.prompt_tokens,
-            cached_tokens=running.cached_tokens,
             prompt_tps=round(running.prompt_tokens / prefill_s, 3) if prefill_s > 0 else 0.0,
             generation_tokens=running.generated,
             generation_tps=round(running.generated / decode_s, 3) if decode_s > 0 else 0.0,
@@ -339,6 +330,7 @@ class Batcher:
             finish_reason=reason,
             peak_memory_bytes=int(mx.get_peak_memory()),
             text="".join(running.pieces),
+            cached_tokens=running.cached_tokens,
         )
 
     def _remove(self, uids: list[int]) -> None:

@@ -176,8 +176,7 @@ class Reports(TrainingCallback):
     def on_train_loss_report(self, info: dict[str, Any]) -> None:
         self.iteration = int(info["iteration"])
         self.train_loss = float(info["train_loss"])
-        self.events.emit(
-            p.TRAIN,
+        self.events.train(
             iteration=self.iteration,
             iters=self.iters,
             train_loss=self.train_loss,
@@ -193,7 +192,7 @@ class Reports(TrainingCallback):
     def on_val_loss_report(self, info: dict[str, Any]) -> None:
         self.val_loss = float(info["val_loss"])
         if self.rank == 0:
-            self.events.emit(p.VALIDATION, iteration=int(info["iteration"]), val_loss=self.val_loss)
+            self.events.validation(iteration=int(info["iteration"]), val_loss=self.val_loss)
 
     def agreed_to_stop(self) -> bool:
         """Whether any rank was told to stop (every rank asks at the same iteration)."""
@@ -212,7 +211,7 @@ class Reports(TrainingCallback):
             if path.name not in self._seen:
                 self._seen.add(path.name)
                 iteration = int(path.name.split("_", 1)[0])
-                self.events.emit(p.CHECKPOINT, iteration=iteration, path=str(path))
+                self.events.checkpoint(iteration=iteration, path=str(path))
 
 
 def finetune(
@@ -251,8 +250,7 @@ def finetune(
         out.mkdir(parents=True, exist_ok=True)
         save_config(config, out / ADAPTER_CONFIG)
     reporter.stage = None  # loaded: heartbeats carry no stage from here on
-    events.emit(
-        p.LOADED,
+    events.loaded(
         load_s=0.0,
         memory_bytes=int(mx.get_active_memory()),
         layers=None,
@@ -260,10 +258,11 @@ def finetune(
         device="cpu" if mx.default_device() == mx.cpu else "gpu",
         blas=None,
         weights=shard.weights,
+        with_ring_wait=False,  # sleeping ring waits are the serving path's
     )
     mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group, stream=mx.cpu))
     if rank == 0:
-        events.emit(p.READY)
+        events.ready()
     iters = int(settings["iters"])
     reports = Reports(group, events, iters, out, stop.event)
     stopped = False
@@ -292,8 +291,7 @@ def finetune(
             weights = dict(tree_flatten(model.trainable_parameters()))
             mx.save_safetensors(str(out / ADAPTER_FILE), weights)
         reports.checkpoints()
-        events.emit(
-            p.TRAINED,
+        events.trained(
             adapter=str(out),
             iterations=reports.iteration,
             train_loss=reports.train_loss,

@@ -9,12 +9,16 @@ gives rank 0 the whole table, which it reports as one ``link_test`` event.
 
 Ranks outside a pair go on to the next pair they belong to: every rank walks the same
 list in the same order, so each send meets its receive.
+
+A cancel (the controller's Stop) is agreed by every rank at the end of each size, with a
+one-number ``all_sum``: a rank seeing it alone and leaving mid-way would leave its peer
+waiting. Rank 0 then reports a ``link_test`` event that says ``cancelled`` (no table).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 import mlx.core as mx
@@ -27,6 +31,10 @@ DEFAULT_SIZES = tuple(4096 * 4**k for k in range(8))
 # Each size moves at least this much in all (small messages then repeat enough to time).
 BYTES_PER_SIZE = 32 << 20
 MIN_ITERS, MAX_ITERS = 3, 200
+
+# Told after each step of the test (a pair at a size, then ``all_sum`` at a size): steps
+# done, steps in all, the message size, the pair (None for all_sum), seconds so far.
+Progress = Callable[[int, int, int, tuple[int, int] | None, float], None]
 
 
 def ring_pairs(size: int) -> list[tuple[int, int]]:
@@ -78,54 +86,105 @@ def _all_sum(group: mx.distributed.Group, message: mx.array, iters: int) -> floa
     return (time.perf_counter() - start) / iters
 
 
+def _stop_agreed(group: mx.distributed.Group, stop: Callable[[], bool] | None) -> bool:
+    """Whether any rank was told to stop (every rank calls this at the same points)."""
+    local = stop is not None and stop()
+    if group.size() < 2:
+        return local
+    flag = mx.distributed.all_sum(
+        mx.array([1 if local else 0], dtype=mx.int32), group=group, stream=mx.cpu
+    )
+    mx.eval(flag)
+    return bool((flag > 0).item())
+
+
 def measure(
     group: mx.distributed.Group,
     sizes: Sequence[int] = DEFAULT_SIZES,
     pairs: Sequence[tuple[int, int]] | None = None,
     scale: float = 1.0,
-) -> dict[str, Any]:
+    progress: Progress | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> tuple[list[p.LinkResult], list[p.LinkPoint], bool]:
     """The link test's table (the same on every rank): ``links`` per pair and size,
-    ``all_sum`` per size; seconds one way, bytes/s of what one link carried."""
+    ``all_sum`` per size; seconds one way, bytes/s of what one link carried.
+    ``progress`` is told of each step as this rank finishes it (a rank walks on past the
+    pairs it is not in, so its count runs ahead within a size, never across one: the
+    next size's first pair waits for the last one's ranks)."""
     n = group.size()
     pairs = list(ring_pairs(n) if pairs is None else pairs)
     seconds = [[0.0] * len(sizes) for _ in pairs]
+    total = len(sizes) * (len(pairs) + (1 if n > 1 else 0))
+    started = time.perf_counter()
+    done = 0
+
+    def step(nbytes: int, pair: tuple[int, int] | None) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, nbytes, pair, time.perf_counter() - started)
+
     for column, nbytes in enumerate(sizes):
         message = mx.zeros((max(1, nbytes // 4),), dtype=mx.float32)
         mx.eval(message)
         for row, pair in enumerate(pairs):
             seconds[row][column] = _ping_pong(group, pair, message, iterations(nbytes, scale))
+            step(nbytes, pair)
+        if _stop_agreed(group, stop):
+            return [], [], True
     # Every rank timed the pairs it starts; the sum is the whole table, on every rank.
     if pairs and n > 1:
         table = mx.distributed.all_sum(mx.array(seconds, dtype=mx.float32), group=group)
         mx.eval(table)
         seconds = [[float(s) for s in row] for row in table.tolist()]  # type: ignore[union-attr, arg-type]
     links = [
-        {
-            "a": a,
-            "b": b,
-            "points": [
-                {"bytes": nbytes, "seconds": s, "bytes_per_s": nbytes / s if s > 0 else 0.0}
+        p.LinkResult(
+            a=a,
+            b=b,
+            points=[
+                p.LinkPoint(bytes=nbytes, seconds=s, bytes_per_s=nbytes / s if s > 0 else 0.0)
                 for nbytes, s in zip(sizes, row, strict=True)
             ],
-        }
+        )
         for (a, b), row in zip(pairs, seconds, strict=True)
     ]
-    reduced = []
+    reduced: list[p.LinkPoint] = []
     for nbytes in sizes if n > 1 else ():
         message = mx.zeros((max(1, nbytes // 4),), dtype=mx.float32)
         took = _all_sum(group, message, iterations(nbytes, scale))
         # Bus bandwidth: what each link carried, comparable with one link's rate.
         moved = message.nbytes * 2 * (n - 1) / n
-        reduced.append({"bytes": message.nbytes, "seconds": took, "bytes_per_s": moved / took})
-    return {"links": links, "all_sum": reduced}
+        reduced.append(p.LinkPoint(bytes=message.nbytes, seconds=took, bytes_per_s=moved / took))
+        step(nbytes, None)
+        if _stop_agreed(group, stop):
+            return [], [], True
+    return links, reduced, False
 
 
-def link_test(group: mx.distributed.Group, command: dict[str, Any], events: p.EventWriter) -> None:
-    """Run the ``link_test`` command; rank 0 reports the table."""
+def link_test(
+    group: mx.distributed.Group,
+    command: dict[str, Any],
+    events: p.EventWriter,
+    cancels: Container[str] = (),
+) -> None:
+    """Run the ``link_test`` command; rank 0 reports the table (``cancels``: the requests
+    the controller cancelled, as the stdin reader sees them)."""
     sizes = command.get("sizes") or DEFAULT_SIZES
     raw_pairs = command.get("pairs")
     pairs = [(int(a), int(b)) for a, b in raw_pairs] if raw_pairs else None
+    request = command.get("id", "")
+
+    def told(done: int, total: int, nbytes: int, pair: tuple[int, int] | None, s: float) -> None:
+        events.link_progress(request, done, total, nbytes, pair, s)
+
     with ringwait.polling():
-        table = measure(group, sizes, pairs, float(command.get("scale", 1.0)))
+        links, reduced, cancelled = measure(
+            group,
+            sizes,
+            pairs,
+            float(command.get("scale", 1.0)),
+            progress=told if group.rank() == 0 else None,
+            stop=lambda: request in cancels,
+        )
     if group.rank() == 0:
-        events.emit(p.LINK_TEST, request=command.get("id", ""), size=group.size(), **table)
+        events.link_test(request, group.size(), links, reduced, cancelled)

@@ -127,20 +127,19 @@ def _main(args: argparse.Namespace, rank: int, events: p.EventWriter, reporter: 
     commands = None if args.prompt else read_commands(events, rank)
     reporter.enter(LoadingStage.JOINING)
     if commands is not None and os.environ.get(p.ENV_JOIN) == "1" and not wait_for_join(commands):
-        events.emit(p.STOPPED)
+        events.stopped()
         return 0
     reporter.beat()  # told to join: this rank was alive then (MLX's init is silent)
     try:
         group = init_group(args.backend)
     except Exception as exc:
-        events.emit(p.ERROR, message=f"Rank {rank} could not join the cluster: {exc}", fatal=True)
+        events.error(f"Rank {rank} could not join the cluster: {exc}", fatal=True)
         return 1
     counter = TrafficCounter(group.rank(), group.size(), args.backend) if telemetry else None
     if counter is not None:
         counter.install()
     reporter.counter = counter
-    events.emit(
-        p.HELLO,
+    events.hello(
         size=group.size(),
         backend=args.backend,
         strategy=args.strategy,
@@ -150,13 +149,13 @@ def _main(args: argparse.Namespace, rank: int, events: p.EventWriter, reporter: 
     try:
         run(args, group, events, reporter, commands, telemetry)
     except ShardError as exc:
-        events.emit(p.ERROR, message=f"Rank {rank}: {exc}", fatal=True)
+        events.error(f"Rank {rank}: {exc}", fatal=True)
         return 1
     except Exception as exc:
         traceback.print_exc()
-        events.emit(p.ERROR, message=f"Rank {rank} failed: {type(exc).__name__}: {exc}", fatal=True)
+        events.error(f"Rank {rank} failed: {type(exc).__name__}: {exc}", fatal=True)
         return 1
-    events.emit(p.STOPPED)
+    events.stopped()
     return 0
 
 
@@ -199,8 +198,7 @@ def run(
     )
     on_cpu = mx.default_device() == mx.cpu
     reporter.stage = None  # loaded: heartbeats carry no stage from here on
-    events.emit(
-        p.LOADED,
+    events.loaded(
         load_s=round(time.monotonic() - started, 3),
         memory_bytes=int(mx.get_active_memory()),
         layers=list(shard.layers) if shard.layers else None,
@@ -211,11 +209,11 @@ def run(
         # Whether its ring waits sleep (core.worker.ringwait) or spin, holding a core.
         ring_wait=ringwait.active() if on_cpu else None,
         weights=shard.weights,
-        **({"adapter": shard.adapter} if shard.adapter else {}),
+        adapter=shard.adapter,
     )
     synchronise(group)
     if group.rank() == 0:
-        events.emit(p.READY)
+        events.ready()
     if args.prompt:
         command = {
             "op": p.OP_GENERATE,

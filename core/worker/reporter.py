@@ -38,16 +38,12 @@ class Reporter(threading.Thread):
 
     def beat(self) -> None:
         """One heartbeat now (with the stage while loading)."""
-        stage = self.stage
-        if stage is None:
-            self._events.emit(p.HEARTBEAT)
-        else:
-            self._events.emit(p.HEARTBEAT, stage=stage)
+        self._events.heartbeat(self.stage)
 
     def enter(self, stage: LoadingStage) -> None:
         """The rank moved on to ``stage``: say so now, and in every heartbeat after."""
         self.stage = stage
-        self._events.emit(p.LOADING, stage=stage)
+        self._events.loading(stage)
 
     def run(self) -> None:
         self.beat()
@@ -60,8 +56,7 @@ class Reporter(threading.Thread):
                 sent, received = counter.take()
                 # Report while bytes move, and once more at zero so plots drop to 0.
                 if sent or received or was_moving:
-                    self._events.emit(
-                        p.TRAFFIC,
+                    self._events.traffic(
                         interval_s=round(now - last_traffic, 6),
                         sent={str(k): v for k, v in sent.items()},
                         received={str(k): v for k, v in received.items()},

@@ -126,9 +126,9 @@ def generate(
     stream_tokens: bool,
     group: mx.distributed.Group | None = None,
     cancels: Cancels | None = None,
-) -> dict[str, Any] | None:
-    """Run one request on this rank; rank 0 reports tokens and the summary. A prompt
-    that is empty or does not fit the context is refused (an error event; None) on every
+) -> None:
+    """Run one request on this rank; rank 0 reports tokens and the summary (``done``). A
+    prompt that is empty or does not fit the context is refused (an error event) on every
     rank alike."""
     request = command.get("id", "")
     started = time.monotonic()
@@ -137,23 +137,21 @@ def generate(
     context = context_length(shard)
     if not ids:  # mlx-lm cannot start from nothing: refused, the rank lives on
         if rank == 0:
-            events.emit(
-                p.ERROR,
+            events.error(
                 message="The prompt is empty: give the model some text to answer.",
                 fatal=False,
                 request=request,
             )
-        return None
+        return
     if context is not None and len(ids) >= context:
         if rank == 0:
-            events.emit(
-                p.ERROR,
+            events.error(
                 message=f"The prompt is {len(ids)} tokens; this model's context is {context}.",
                 fatal=False,
                 request=request,
                 code=p.CONTEXT_LENGTH_EXCEEDED,
             )
-        return None
+        return
     if context is not None:
         max_tokens = min(max_tokens, context - len(ids))
     if "seed" in command:  # every rank the same seed: they sample the same tokens
@@ -179,13 +177,13 @@ def generate(
         text = stops.feed(response.text)
         if response.finish_reason is not None:
             text += stops.flush()
-        # The end-of-sequence token is not text (but may flush some): no token event.
-        if rank == 0 and not (response.finish_reason == "stop" and not response.text):
+        # One token event per generated token, the end-of-sequence one included (its text
+        # is empty unless it flushes some): mlx-lm counts it in generation_tokens, so the
+        # events' count and timestamps give the same figures (core.run.measure.telemetry).
+        if rank == 0:
             pieces.append(text)
             if stream_tokens:
-                events.emit(
-                    p.TOKEN, request=request, index=index, token=int(response.token), text=text
-                )
+                events.token(request=request, index=index, token=int(response.token), text=text)
         if stops.stopped:
             break
     # stream_generate evaluates the next step ahead, asynchronously, and may leave it in
@@ -199,20 +197,18 @@ def generate(
         finish_reason = p.CANCELLED
     elif stops.stopped:
         finish_reason = "stop"
-    summary = {
-        "request": request,
-        "prompt_tokens": last.prompt_tokens if last else len(ids),
-        "prompt_tps": round(last.prompt_tps, 3) if last else 0.0,
-        "generation_tokens": last.generation_tokens if last else 0,
-        "generation_tps": round(last.generation_tps, 3) if last else 0.0,
-        "ttft_s": round(first_at - started, 6) if first_at else None,
-        "finish_reason": finish_reason,
-        "peak_memory_bytes": int(mx.get_peak_memory()),
-        "text": "".join(pieces),
-    }
     if rank == 0:
-        events.emit(p.DONE, **summary)
-    return summary
+        events.done(
+            request=request,
+            prompt_tokens=last.prompt_tokens if last else len(ids),
+            prompt_tps=round(last.prompt_tps, 3) if last else 0.0,
+            generation_tokens=last.generation_tokens if last else 0,
+            generation_tps=round(last.generation_tps, 3) if last else 0.0,
+            ttft_s=round(first_at - started, 6) if first_at else None,
+            finish_reason=finish_reason,
+            peak_memory_bytes=int(mx.get_peak_memory()),
+            text="".join(pieces),
+        )
 
 
 def serve(
@@ -242,7 +238,7 @@ def serve(
         if op == p.OP_GENERATE:
             generate(shard, command, events, rank, stream_tokens, group, commands.cancels)
         elif op == p.OP_LINK_TEST:
-            link_test(group, command, events)
+            link_test(group, command, events, commands.cancels)
 
 
 def read_commands(events: p.EventWriter, rank: int) -> Commands:
@@ -266,8 +262,7 @@ def read_commands(events: p.EventWriter, rank: int) -> Commands:
             except ValueError as exc:
                 # Every rank refuses the same line; rank 0 says so, once.
                 if rank == 0:
-                    events.emit(
-                        p.ERROR,
+                    events.error(
                         message=f"Rank 0 refused a request: {exc}",
                         fatal=False,
                         request=_request_id(line),

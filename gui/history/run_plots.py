@@ -1,6 +1,11 @@
 """A kept run's plots: tokens/s over time and each link's bytes/s (a chat), the two runs'
 tokens/s (a compare), or bytes/s by message size per link (a link test).
 
+A chat's lines are shaped as the live plots shape them (``gui.run.plot_data``): tokens/s
+held at zero between answers, each link at zero across idle time, so neither the History
+nor an exported PNG draws a ramp across a pause. The y axis fits the part of the run the
+view shows (zoom in on one answer: its KB/s fill the plot).
+
 ``export_png`` writes them as shown, with pyqtgraph's own ImageExporter.
 """
 
@@ -17,6 +22,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from core.run.measure.history import RunRecord
 from gui import style
 from gui.plot_style import GRID_ALPHA, theme_plot
+from gui.run.plot_data import hold_zero, zero_idle
 from gui.style import Theme
 from gui.widgets import section
 
@@ -29,6 +35,9 @@ def _plot(y_label: str, units: str | None, x_label: str = "", x_units: str | Non
     item.setMenuEnabled(False)
     item.setLabel("left", y_label, units=units)
     item.setLabel("bottom", x_label, units=x_units)
+    box = item.getViewBox()
+    box.setMouseEnabled(x=True, y=False)  # zoom in time; the y axis follows (next line)
+    box.setAutoVisible(y=True)  # y fits what the x range shows
     return widget
 
 
@@ -74,6 +83,7 @@ class RunPlots(QWidget):
         for item in (top, bottom):
             if item.legend is None:
                 item.addLegend(offset=(10, 10))
+            item.enableAutoRange()  # a new run: the whole of it, whatever was zoomed before
         bottom.setLogMode(x=False, y=False)
         if record.kind == "linktest":
             self.top_title.setText("ONE WAY LATENCY BY MESSAGE SIZE")
@@ -143,8 +153,11 @@ class RunPlots(QWidget):
             axis.setTicks(None)
         links = 0
         for name, points in record.series.items():
-            times = [t for t, _ in points]
-            values = [v for _, v in points]
+            shape = hold_zero if name == "tokens_per_s" else zero_idle
+            times, values = shape(
+                np.array([t for t, _ in points], dtype=float),
+                np.array([v for _, v in points], dtype=float),
+            )
             if name == "tokens_per_s":
                 pen = pg.mkPen(theme.accent, width=2.5)
                 self.curves[name] = top.plot(times, values, pen=pen)
@@ -159,6 +172,7 @@ class RunPlots(QWidget):
         written = []
         for suffix, widget in (("top", self.top), ("bottom", self.bottom)):
             path = folder / f"{stem}-{suffix}.png"
+            widget.getPlotItem().getViewBox().updateAutoRange()  # as fitted for a paint
             exporter = ImageExporter(widget.getPlotItem())
             exporter.parameters()["width"] = max(800, widget.width())
             exporter.export(str(path))

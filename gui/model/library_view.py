@@ -94,6 +94,7 @@ class LibraryView(QFrame):
         self._generation = 0
         self._cancel: threading.Event | None = None
         self.downloading: str | None = None
+        self._hub_message = ""  # the Hugging Face tab's last message, shown on that tab
 
         self.tabs = QTabBar()
         self.tabs.addTab("On this Mac")
@@ -123,6 +124,11 @@ class LibraryView(QFrame):
         self.download_button.clicked.connect(self.download_selected)
         self.add_button = QPushButton("Add a folder…")
         self.add_button.clicked.connect(self._add_folder)
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.setToolTip(
+            "Take the folder you added out of the library (nothing is deleted)"
+        )
+        self.remove_button.clicked.connect(self.remove_selected)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(False)
@@ -132,7 +138,7 @@ class LibraryView(QFrame):
 
         buttons = QHBoxLayout()
         buttons.setSpacing(8)
-        for button in (self.use_button, self.download_button, self.add_button):
+        for button in (self.use_button, self.download_button, self.add_button, self.remove_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
         progress_row = QHBoxLayout()
@@ -145,8 +151,8 @@ class LibraryView(QFrame):
         layout.setSpacing(6)
         layout.addWidget(self.tabs)
         layout.addWidget(self.search)
+        layout.addWidget(self.status)  # under what was typed, not below the fold
         layout.addWidget(self.table, 1)
-        layout.addWidget(self.status)
         layout.addLayout(progress_row)
         layout.addWidget(self.progress_text)
         layout.addLayout(buttons)
@@ -267,9 +273,9 @@ class LibraryView(QFrame):
             return
         self._hub = found
         if repo_id and not any(m.repo_id == repo_id for m in found):
-            self._say(f"{repo_id} was not found among Hugging Face's models.")
+            self._say_hub(f"{repo_id} was not found among Hugging Face's models.")
         else:
-            self._say(f"{len(found)} model{'s' * (len(found) != 1)} on Hugging Face.")
+            self._say_hub(f"{len(found)} model{'s' * (len(found) != 1)} on Hugging Face.")
         self._render()
         for model in found:
             if model.repo_id not in self._hub_info:
@@ -283,7 +289,9 @@ class LibraryView(QFrame):
         if generation == self._generation:
             self._hub = []
             self._render()
-            self._say(str(error) if isinstance(error, ModelError) else f"Search failed: {error}")
+            self._say_hub(
+                str(error) if isinstance(error, ModelError) else f"Search failed: {error}"
+            )
 
     def _headers_read(self, copy: tuple[str, Path, int]) -> None:
         try:
@@ -341,7 +349,10 @@ class LibraryView(QFrame):
             else "Filter the models on this Mac"
         )
         self.add_button.setVisible(not hub)
+        self.remove_button.setVisible(not hub)
         self.download_button.setVisible(hub)
+        # What Hugging Face said belongs to its tab: this Mac's models go without it.
+        self._say(self._hub_message if hub else "")
         if hub and offline():
             self._say(OFFLINE_MESSAGE)
         self._render()
@@ -434,6 +445,7 @@ class LibraryView(QFrame):
         self.download_button.setEnabled(
             bool(data and data.kind == "hub" and not data.ok) and not self.downloading
         )
+        self.remove_button.setEnabled(self._added_by_hand(data) is not None)
 
     def _show_progress(self, shown: bool) -> None:
         for widget in self._progress_widgets:
@@ -442,6 +454,32 @@ class LibraryView(QFrame):
     def _say(self, text: str) -> None:
         self.status.setText(text)
         self.status.setVisible(bool(text))
+        if self.tabs.currentIndex() == HUB:
+            self._hub_message = text
+
+    def _say_hub(self, text: str) -> None:
+        """A search's outcome: said on the Hugging Face tab (at once when it is shown)."""
+        self._hub_message = text
+        if self.tabs.currentIndex() == HUB:
+            self._say(text)
+
+    def _added_by_hand(self, data: Choice | None) -> str | None:
+        """The library folder (as saved) a local row stands for, when one was added with
+        "Add a folder…" (models in the Hugging Face or LM Studio caches are not)."""
+        if data is None or data.kind != "local" or data.folder is None:
+            return None
+        return next((f for f in load_settings().library_folders if Path(f) == data.folder), None)
+
+    def remove_selected(self) -> None:
+        """Take the selected added folder out of the library; its files stay."""
+        folder = self._added_by_hand(self._selected())
+        if folder is None:
+            return
+        settings = load_settings()
+        kept = tuple(f for f in settings.library_folders if f != folder)
+        save_settings(settings.updated(library_folders=kept))
+        self._say("")
+        self.refresh_local()
 
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a model folder to the library")

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QWidget
 
 from core.worker.vocab import ModelSource
-from gui.widgets import label
+from gui.widgets import label, wheel_needs_focus
 
 CHOICES = {
     ModelSource.AUTO: "Hugging Face, else this Mac",
@@ -45,6 +45,7 @@ class ModelSourceChooser(QWidget):
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
         self.combo.setMinimumContentsLength(12)
+        wheel_needs_focus(self.combo)  # scrolling the column past it must not change it
         for value, text in CHOICES.items():
             self.combo.addItem(text, value.value)
             self.combo.setItemData(self.combo.count() - 1, TIPS[value], Qt.ItemDataRole.ToolTipRole)

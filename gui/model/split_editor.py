@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from core.plan.planner import Plan
 from gui.style import set_role
-from gui.widgets import clear_layout, label, section
+from gui.widgets import clear_layout, label, section, wheel_needs_focus
 
 
 def moved(split: Sequence[int], rank: int, value: int) -> tuple[int, ...]:
@@ -120,6 +120,7 @@ class SplitEditor(QWidget):
             box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
             box.setSuffix(" layers")
             box.setKeyboardTracking(False)  # typing "12" is one edit, not "1" then "12"
+            wheel_needs_focus(box)  # scrolling the column past it must not move a layer
             box.setToolTip(f"Layers {name} holds (rank {rank})")
             box.valueChanged.connect(lambda value, r=rank: self._changed(r, value))
             self.grid.addWidget(label(name, "secondary"), rank // 2, (rank % 2) * 2)

@@ -126,19 +126,19 @@ class ChatView(QWidget):
             self._flush.start()
 
     def finish_answer(self, request: str, done: dict[str, Any]) -> None:
+        """The answer's line: ``done`` is its figures as every surface shows them
+        (``core.run.measure.telemetry.answer_figures``), never the worker's raw event."""
         self.flush()
         if request != self._open:  # no token events (telemetry off): show the whole text
             self._heading("MacMesh cluster")
-            self._write(str(done.get("text", "")), "text", new_block=False)
+            self._write(done["text"], "text", new_block=False)
         self._open = None
-        tokens = done.get("generation_tokens")
-        tps = done.get("generation_tps")
-        ttft = done.get("ttft_s")
+        tps, ttft = done["generation_tps"], done["ttft_s"]
         parts = [
-            f"{tokens} tokens" if tokens is not None else None,
+            f"{done['generation_tokens']} tokens",
             f"{units.rate(tps)} tokens/s" if tps else None,
             f"first token after {units.seconds(ttft)}" if ttft is not None else None,
-            "stopped" if done.get("finish_reason") == p.CANCELLED else None,
+            "stopped" if done["finish_reason"] == p.CANCELLED else None,
         ]
         self._write(" · ".join(p for p in parts if p), "meta", new_block=True)
 

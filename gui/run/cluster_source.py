@@ -30,7 +30,7 @@ class ClusterSource(Protocol):
 
 
 class PaneSource:
-    """The Cluster pane's nodes (``gui.nodes.pane.ClusterPane``: ``is_demo``, ``scanner``,
+    """The Cluster pane's nodes (``gui.cluster.pane.ClusterPane``: ``is_demo``, ``scanner``,
     ``registry``)."""
 
     def __init__(self, pane: Any) -> None:

@@ -60,7 +60,7 @@ class RunController(QObject):
     rank_progress = Signal(int, str, int)  # rank, what it is doing, step of STEPS
     question = Signal(str)  # a prompt was sent (or queued until the model is loaded)
     token = Signal(str, str)  # request id, text piece
-    answer_done = Signal(str, object)  # request id, the done event
+    answer_done = Signal(str, object)  # request id, its figures (telemetry.answer_figures)
     failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
     preflight_done = Signal(object)  # core.run.checks.report.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
@@ -68,6 +68,7 @@ class RunController(QObject):
     recorded = Signal(object)  # a run was kept in the history: its RunRecord
     links_tested = Signal(object)  # core.run.tasks.linktest.LinkTest
     links_failed = Signal(str)  # why the link test could not run
+    link_progress = Signal(dict)  # a link test's step done (core.worker.linktest.Progress)
     api_asked = Signal(str, str, str)  # request id, the API client who asked it, its question
 
     def __init__(
@@ -215,7 +216,7 @@ class RunController(QObject):
         session = self.session
         if session is None or self.state != RunState.READY or self.testing_links:
             return False
-        from core.run.tasks.linktest import LinkTest, measure_links
+        from core.run.tasks.linktest import LinkTest, LinkTestStopped, measure_links
 
         self.testing_links = True
         scale = self.link_scale
@@ -234,7 +235,8 @@ class RunController(QObject):
 
         def failed(error: BaseException) -> None:
             self.testing_links = False
-            message = f"The link test failed: {error}".splitlines()[0]
+            failed = not isinstance(error, LinkTestStopped)
+            message = (f"The link test failed: {error}" if failed else str(error)).splitlines()[0]
             if session is self.session and self.state == RunState.GENERATING:
                 self._set_state(RunState.READY, message)
             self.links_failed.emit(message)
@@ -430,49 +432,54 @@ class RunController(QObject):
             self._history.pop()
             self._set_state(RunState.READY, f"The prompt was not sent: {error}")
 
-    def _on_event(self, event: dict) -> None:
-        kind, rank = event.get("event"), int(event.get("rank", 0))
-        if kind == p.TOKEN and rank == 0:
-            request = str(event.get("request"))
+    def _on_event(self, event: p.Event) -> None:
+        rank = event["rank"]
+        if event["event"] == p.TOKEN and rank == 0:
+            request = event["request"]
             self._first_token.setdefault(request, time.monotonic())
-            self.token.emit(request, str(event.get("text", "")))
-        elif kind == p.DONE and rank == 0:
+            self.token.emit(request, event["text"])
+        elif event["event"] == p.DONE and rank == 0:
             self._answered(event)
-        elif kind == p.HELLO:
+        elif event["event"] == p.LINK_PROGRESS and event["rank"] == 0 and self.testing_links:
+            self.link_progress.emit(event)
+        elif event["event"] == p.HELLO:
             self.rank_progress.emit(rank, "joined the cluster", LoadingStage.JOINING.step)
-        elif kind == p.LOADING:
-            stage = str(event.get("stage"))
-            if stage in STAGE_WORDS:
-                self.rank_progress.emit(rank, STAGE_WORDS[stage], LoadingStage(stage).step)
-        elif kind == p.LOADED:
-            memory = event.get("memory_bytes")
-            size = f" · {units.size(memory)}" if isinstance(memory, int) else ""
-            done = f"loaded in {event.get('load_s', 0):.1f} s{size}"
+        elif event["event"] == p.LOADING:
+            if event["stage"] in STAGE_WORDS:
+                stage = LoadingStage(event["stage"])
+                self.rank_progress.emit(rank, STAGE_WORDS[stage], stage.step)
+        elif event["event"] == p.LOADED:
+            size = f" · {units.size(event['memory_bytes'])}"
+            done = f"loaded in {event['load_s']:.1f} s{size}"
             self.rank_progress.emit(rank, done, LoadingStage.SYNCHRONISING.step)
-        elif kind == p.READY and self.job is not None:
+        elif event["event"] == p.READY and self.job is not None:
             for each in range(self.job.spec.nodes):
                 self.rank_progress.emit(each, "ready", STEPS)
 
-    def _answered(self, event: dict) -> None:
-        request = str(event.get("request"))
+    def _answered(self, event: p.Done) -> None:
+        request = event["request"]
         if request == self._answering:
             self._answering = None
         from_api = self._api.pop(request, None) is not None
         if not from_api:  # an API answer is not the chat's turn
-            self._history.append({"role": "assistant", "content": str(event.get("text", ""))})
+            self._history.append({"role": "assistant", "content": event["text"]})
+        from core.run.measure.telemetry import answer_figures
+
         summary = next(
             (r for r in (self.telemetry.requests() if self.telemetry else []) if r.id == request),
             None,
         )
+        figures = answer_figures(event, summary)  # the numbers every surface shows
         start = self._first_token.pop(request, None)
-        if summary and summary.avg_tps and start is not None:
-            self.averages.append((start - self.t0, time.monotonic() - self.t0, summary.avg_tps))
+        tps = figures["generation_tps"]
+        if tps and start is not None:
+            self.averages.append((start - self.t0, time.monotonic() - self.t0, tps))
             del self.averages[:-MAX_AVERAGES]
-        self.answer_done.emit(request, event)
+        self.answer_done.emit(request, figures)
         if not from_api:  # the API keeps its own answers (core.serve.records)
             self._keep_answer(event)
 
-    def _keep_answer(self, event: dict) -> None:
+    def _keep_answer(self, event: p.Done) -> None:
         """The answer joins the run history as the chat task keeps one; the write
         happens off the GUI thread, a failure is one line in the status."""
         from core.run.tasks.chat import keep_answer

@@ -44,7 +44,7 @@ from gui.run.numbers import BigNumbers
 from gui.run.preflight_view import PreflightView
 from gui.run.progress import RankProgress
 from gui.style import set_role
-from gui.widgets import Badge, Card, label
+from gui.widgets import Badge, Card, PanelColumn, label, wheel_needs_focus
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,7 +55,14 @@ if TYPE_CHECKING:
     from gui.run.plots import LivePlots
 
 REDRAW_HZ = 10
+# The three plots still read at this height; lower than pyqtgraph's own minimum, so the
+# Run pane fits a 1280×800 window with a panel (the API, Compare) open above them.
+PLOTS_MIN_HEIGHT = 300
 COMPARE_PROMPT = "What is the capital of France?"
+COMPARE_TIP = "The same prompt on one Mac, then on the cluster: tokens/s side by side"
+COMPARE_WAITS = (
+    "Stop the job first: Compare runs the model twice on its own (one Mac, then the cluster)."
+)
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
     RunState.CHECKING: ("Checking", "accent"),
@@ -101,11 +108,17 @@ class RunPane(Card):
         self.state_badge = Badge("Idle", "muted")
         self.header.insertWidget(1, self.state_badge)
         self.body.addLayout(self._controls())
+        # On a line of its own: a long status (a model's name, a reason) wraps there
+        # rather than widening the button row past a 1280-pixel window.
+        self.body.addWidget(self.status)
+        # What comes and goes above the numbers scrolls here: it never grows the window.
+        self.panels = PanelColumn()
+        self.body.addWidget(self.panels)
         self.banner = FailureBanner()
-        self.body.addWidget(self.banner)
+        self.panels.add(self.banner)
         self.checks = PreflightView()
         self.checks.hide()
-        self.body.addWidget(self.checks, 1)
+        self.panels.add(self.checks, 1)
         self.progress_box = QFrame()
         set_role(self.progress_box, "subcard")
         box = QVBoxLayout(self.progress_box)
@@ -113,19 +126,19 @@ class RunPane(Card):
         self.progress = RankProgress()
         box.addWidget(self.progress)
         self.progress_box.hide()
-        self.body.addWidget(self.progress_box)
+        self.panels.add(self.progress_box)
         self.api = ApiService(on_sent=self._api_sent)
         self._api_queue = bridge.serial_queue()  # attach, detach, apply: in order
         self._api_session: Session | None = None  # the session the API serves
         self.api_panel = ApiPanel(self.api, bridge, self._api_queue)
         self.api_panel.setVisible(self.api.settings.enabled)
         self.api_button.setChecked(self.api.settings.enabled)
-        self.body.addWidget(self.api_panel)
-        self.numbers = BigNumbers()
-        self.body.addWidget(self.numbers)
+        self.panels.add(self.api_panel)
         self.comparison = CompareView()
         self.comparison.hide()
-        self.body.addWidget(self.comparison)
+        self.panels.add(self.comparison)
+        self.numbers = BigNumbers()
+        self.body.addWidget(self.numbers)
         self.comparer = CompareRunner(bridge, job_factory, self)
         self.comparer.progress.connect(self.status.setText)
         self.comparer.busy_changed.connect(self._comparing)
@@ -176,6 +189,7 @@ class RunPane(Card):
 
             self._plots = LivePlots()
             self._plots.setMinimumWidth(340)
+            self._plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
             self.splitter.replaceWidget(1, self._plots)
             self._plots_slot.deleteLater()
         return self._plots
@@ -200,13 +214,12 @@ class RunPane(Card):
         self.max_tokens.setRange(1, MAX_TOKENS_LIMIT)
         self.max_tokens.setValue(256)
         self.max_tokens.setToolTip("The longest answer, in tokens")
+        wheel_needs_focus(self.max_tokens)
         row.addWidget(self.start_button)
         row.addWidget(self.stop_button)
-        row.addWidget(self.status, 1)
+        row.addStretch(1)
         self.compare_button = QPushButton("Compare")
-        self.compare_button.setToolTip(
-            "The same prompt on one Mac, then on the cluster: tokens/s side by side"
-        )
+        self.compare_button.setToolTip(COMPARE_TIP)
         self.compare_button.clicked.connect(self.compare)
         row.addWidget(self.compare_button)
         self.launch_button = QPushButton("mlx.launch…")
@@ -351,6 +364,12 @@ class RunPane(Card):
             return
         self.controller.stop()
 
+    def stop_link_test(self, request: str) -> bool:
+        """The Cables view's "Stop the test": the ranks leave it at the end of a message
+        size and the job stays ready. False when that test is not running."""
+        session = self.controller.session
+        return bool(session is not None and session.cancel_answer(request))
+
     def compare(self) -> bool:
         """One Mac, then the cluster, with the chat's prompt (or the demo's question) and
         the max tokens set; the window's own job must be stopped first (it holds the
@@ -359,10 +378,7 @@ class RunPane(Card):
         if info is None or plan is None or not plan.fits or self.comparer.busy:
             return False
         if self.controller.state.active:
-            self.status.setText(
-                "Stop the job first: Compare runs the model twice on its own "
-                "(one Mac, then the cluster)."
-            )
+            self.status.setText(COMPARE_WAITS)
             return False
         if len(plan.ranks) < 2:
             self.status.setText("This plan runs on one Mac: Compare needs a plan on two or more.")
@@ -449,7 +465,13 @@ class RunPane(Card):
             )
 
     def _api_sent(self, request: str, started: float, client: str, question: str) -> None:
-        """On a pool thread: the API sent a request to the job (what its client asked)."""
+        """On a pool thread: the API sent a request to the job (what its client asked). Its
+        send time reaches the telemetry now (it is thread-safe), not once the GUI thread is
+        free: a short answer may be done by then, and its time to first token would be the
+        worker's."""
+        telemetry = self.controller.telemetry
+        if telemetry is not None:
+            telemetry.request_started(request, started)
         self._bridge.run_on_main(
             lambda: self.controller.api_request(request, started, client, question)
         )
@@ -459,6 +481,9 @@ class RunPane(Card):
 
     def _show_state(self, state: RunState, message: str) -> None:
         text, kind = STATE_BADGES[state]
+        testing_links = state == RunState.GENERATING and self.controller.testing_links
+        if testing_links:  # not an answer: no "Generating", no "Stop this answer"
+            text = "Testing links"
         self.state_badge.set(text, kind)
         can_start = (
             not state.active
@@ -472,6 +497,7 @@ class RunPane(Card):
         )
         comparing = getattr(self, "comparer", None) is not None and self.comparer.busy
         self.compare_button.setEnabled(can_start and not comparing)
+        self.compare_button.setToolTip(self._compare_tip(state, comparing))
         if comparing:
             return
         self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
@@ -482,6 +508,7 @@ class RunPane(Card):
         self.checks.setVisible(setup)
         self.numbers.setVisible(not setup)
         self.splitter.setVisible(not setup)
+        self.body.setStretchFactor(self.panels, 1 if setup else 0)
         if state == RunState.LOADING:
             self.progress_box.show()
             self.chat.set_accepting(True, "Ask now: sent once loaded…")
@@ -490,7 +517,7 @@ class RunPane(Card):
             self.chat.set_accepting(True, "Ask the cluster something…")
         else:
             self.chat.set_accepting(False)
-        self.chat.set_answering(state == RunState.GENERATING)
+        self.chat.set_answering(state == RunState.GENERATING and not testing_links)
         if state.active and not self.timer.isActive():
             self.timer.start()
         elif not state.active and self.timer.isActive():
@@ -500,9 +527,22 @@ class RunPane(Card):
             self._running = state.active
             self.running_changed.emit(state.active)
 
+    def _compare_tip(self, state: RunState, comparing: bool) -> str:
+        """Why Compare is greyed out, when it is (a disabled button still shows its tip)."""
+        if comparing:
+            return "Comparing: Stop ends it."
+        if state.active:
+            return COMPARE_WAITS
+        if self._plan is not None and self._plan.fits and len(self._plan.ranks) < 2:
+            return "This plan runs on one Mac: Compare needs a plan on two or more."
+        return COMPARE_TIP
+
     def _status_text(self, state: RunState, message: str) -> str:
         if state == RunState.READY and self._plan is not None:
-            return f"Ready · {describe_plan(self._plan)}"
+            session = self.controller.session
+            adapter = session.adapter if session is not None else None
+            loaded = f" · with the adapter {adapter.path.name}" if adapter is not None else ""
+            return f"Ready · {describe_plan(self._plan)}{loaded}"
         if state.active or state in (RunState.FAILED, RunState.NOT_READY):
             return message
         if state == RunState.STOPPED and message not in ("", "Stopped."):

@@ -2,14 +2,23 @@
 
 Each redraw hands pyqtgraph only what the view shows: the samples in the time window,
 peak-downsampled to about a point per pixel, with the line broken (or held at zero)
-between answers so a pause never looks like a slow ramp.
+between answers so a pause never looks like a slow ramp, and the y axis fitted to the
+samples the view shows. The History's plots (and their exported PNGs) shape a kept run's
+series with the same functions.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from core.run.measure.telemetry import STALE_INTERVALS
+from core.worker import protocol as p
+
 GAP_S = 5.0  # per-token samples further apart than this belong to different answers
+REPORT_S = p.TRAFFIC_S  # a rank reports its link traffic this often while bytes move
+# Link samples further apart than this have idle time between them: a rank sends no
+# report while nothing moves (telemetry forgets a sender after as many intervals).
+IDLE_S = STALE_INTERVALS * REPORT_S
 
 
 def axis_top(current: float, peak: float, floor: float) -> float:
@@ -62,10 +71,49 @@ def break_gaps(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.insert(x, gaps + 1, x[gaps] + 1e-3), np.insert(y, gaps + 1, np.nan)
 
 
-def hold_zero(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def hold_zero(
+    x: np.ndarray, y: np.ndarray, now: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The smoothed rate drops to 0 when an answer ends and stays there until the next
-    starts (a line would otherwise ramp slowly across the pause)."""
+    starts (a line would otherwise ramp slowly across the pause), and on to ``now`` (the
+    live view's present) while nothing is being answered."""
     idle = np.nonzero((y[:-1] == 0) & (np.diff(x) > 1e-3))[0]
-    if not len(idle):
-        return x, y
-    return np.insert(x, idle + 1, x[idle + 1]), np.insert(y, idle + 1, 0.0)
+    if len(idle):
+        x, y = np.insert(x, idle + 1, x[idle + 1]), np.insert(y, idle + 1, 0.0)
+    if now is not None and len(x) and y[-1] == 0 and now > x[-1]:
+        x, y = np.append(x, now), np.append(y, 0.0)
+    return x, y
+
+
+def zero_idle(
+    x: np.ndarray,
+    y: np.ndarray,
+    now: float | None = None,
+    idle_s: float = IDLE_S,
+    report_s: float = REPORT_S,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A link's bytes/s at 0 across idle time. A sample is the rate over the report before
+    it, and no report comes while nothing moves: where two samples are more than
+    ``idle_s`` apart the rate fell to 0 one report after the first and rose from 0 one
+    report before the second (a line straight between them would ramp across the pause,
+    "traffic climbing" while nothing ran). So too from the last sample to ``now`` (the
+    live view's present), when that is idle time."""
+    gaps = np.nonzero(np.diff(x) > idle_s)[0]
+    if len(gaps):
+        at = np.repeat(gaps + 1, 2)
+        zeros = np.column_stack((x[gaps] + report_s, x[gaps + 1] - report_s)).ravel()
+        x, y = np.insert(x, at, zeros), np.insert(y, at, 0.0)
+    if now is not None and len(x) and now - x[-1] > idle_s:
+        x, y = np.append(x, (x[-1] + report_s, now)), np.append(y, (0.0, 0.0))
+    return x, y
+
+
+def visible_peak(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> float:
+    """The largest value the line takes between ``lo`` and ``hi`` (what the view shows):
+    its samples there and where it crosses the two edges; samples beyond the edges do not
+    count, however high (0 when nothing is in view)."""
+    if not len(x):
+        return 0.0
+    inside = y[(x >= lo) & (x <= hi)]
+    edges = [float(np.interp(edge, x, y)) for edge in (lo, hi) if x[0] <= edge <= x[-1]]
+    return finite_peak(np.concatenate((inside, np.array(edges, dtype=float))))

@@ -4,13 +4,18 @@ Data never pushes a redraw: ``refresh`` is called by the Run pane's timer at a f
 rate, reads copies from ``Telemetry`` and hands pyqtgraph only the samples in (and just
 around) the visible time window, so a redraw costs the same after a minute or an hour.
 Times are seconds since Start (Telemetry's clock is ``time.monotonic()``). The view
-follows the newest data until the person pans or zooms; "Back to live" resumes it.
+follows the present (time moves on while the cluster idles) until the person pans or
+zooms; "Back to live" resumes it. Every line holds at zero or breaks across idle time
+(``gui.run.plot_data``), and each y axis fits what its view shows: after a link test at
+GB/s has left the view (or the person looks at a chat answer alone), KB/s of chat
+traffic fill the plot instead of lying flat on its floor.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,7 +37,14 @@ from gui.plot_style import (
     plot_header,
     theme_plot,
 )
-from gui.run.plot_data import axis_top, break_gaps, finite_peak, hold_zero, peak_downsample
+from gui.run.plot_data import (
+    axis_top,
+    break_gaps,
+    hold_zero,
+    peak_downsample,
+    visible_peak,
+    zero_idle,
+)
 from gui.style import Theme, set_role
 from gui.widgets import label
 
@@ -166,8 +178,12 @@ class LivePlots(QWidget):
             )
             - t0
         )
+        now = telemetry.now()
+        if now is not None:  # the present, not the last sample: idle time passes on screen
+            newest = max(newest, now - t0)
         newest = max(newest, self._newest)
         self._newest = newest
+        present = None if now is None else now - t0
         if self.following:  # the window moves in whole steps: the axes redraw once a step
             step = self._window / STEPS_PER_WINDOW
             high = max(math.ceil(newest / step) * step + step, MIN_WINDOW_S)
@@ -176,10 +192,13 @@ class LivePlots(QWidget):
             low, high = self.tokens.getPlotItem().getViewBox().viewRange()[0]
         span = max(high - low, 1.0)
         lo, hi = t0 + low - MARGIN * span, t0 + high + MARGIN * span
+        view = (low, high)
         peak = max(
-            _set_window(self.instant, rates.instant, lo, hi, t0, break_gaps),
-            _set_window(self.smoothed, rates.smoothed, lo, hi, t0, hold_zero),
-            self._set_averages(source.averages, low - MARGIN * span, high + MARGIN * span),
+            _set_window(self.instant, rates.instant, lo, hi, t0, view, break_gaps),
+            _set_window(
+                self.smoothed, rates.smoothed, lo, hi, t0, view, partial(hold_zero, now=present)
+            ),
+            self._set_averages(source.averages, low, high),
         )
         self._tokens_top = axis_top(self._tokens_top, peak, 1.0)
         self._set_view(self.tokens, (low, high) if self.following else None, self._tokens_top)
@@ -188,7 +207,8 @@ class LivePlots(QWidget):
             link_peak = 0.0
             for link, series in links.items():
                 curve = self.link_curves.get(link) or self._add_link(link, names)
-                link_peak = max(link_peak, _set_window(curve, series, lo, hi, t0))
+                shape = partial(zero_idle, now=present)
+                link_peak = max(link_peak, _set_window(curve, series, lo, hi, t0, view, shape))
             self._links_top = axis_top(self._links_top, link_peak, 1000.0)
             self._set_view(self.links, None, self._links_top)
         for widget in (self.tokens, self.links):
@@ -243,14 +263,18 @@ class LivePlots(QWidget):
     def _set_averages(
         self, averages: list[tuple[float, float, float]], lo: float, hi: float
     ) -> float:
-        shown = [(a, b, v) for a, b, v in averages if b >= lo and a <= hi]
+        """The answers' averages as segments; the largest of those the view (``lo`` to
+        ``hi``) shows."""
+        span = max(hi - lo, 1.0)
+        near = [(a, b, v) for a, b, v in averages if b >= lo - MARGIN * span]
+        shown = [(a, b, v) for a, b, v in near if a <= hi + MARGIN * span]
         if not shown:
             self.average.setData([], [])
             return 0.0
         x = np.array([[a, b, np.nan] for a, b, _ in shown]).ravel()
         y = np.array([[v, v, np.nan] for _, _, v in shown]).ravel()
         self.average.setData(x, y, connect="finite")
-        return max(v for _, _, v in shown)
+        return max((v for a, b, v in shown if b >= lo and a <= hi), default=0.0)
 
     def _set_view(self, widget: pg.PlotWidget, x: tuple[float, float] | None, top: float) -> None:
         """One range change per tick (each is a repaint), and only when it moved. The y
@@ -338,12 +362,14 @@ def _set_window(
     lo: float,
     hi: float,
     t0: float,
+    view: tuple[float, float],
     shape: Shape | None = None,
 ) -> float:
     """Hands the curve the samples between ``lo`` and ``hi`` (absolute times), plus one on
-    each side; returns their largest value (0 when none)."""
+    each side, shaped; returns the largest value the line takes in ``view`` (seconds since
+    Start: what the plot shows), 0 when none."""
     t, v = series
-    key = (len(t), float(t[-1]) if len(t) else None, lo, hi)
+    key = (len(t), float(t[-1]) if len(t) else None, lo, hi, view)
     if getattr(curve, "_drawn_key", None) == key:  # nothing new in view: no repaint
         return getattr(curve, "_drawn_peak", 0.0)
     curve._drawn_key = key
@@ -356,11 +382,11 @@ def _set_window(
     x, y = t[start:end] - t0, v[start:end]
     if shape is not None:
         x, y = shape(x, y)
+    peak = visible_peak(x, y, *view)
     box = curve.getViewBox()
     x, y = peak_downsample(x, y, max(200.0, box.width() if box is not None else 2000.0))
     finite = bool(np.isfinite(y).all())
     curve.setData(x, y, connect="all" if finite else "finite", skipFiniteCheck=finite)
-    peak = finite_peak(y)
     curve._drawn_peak = peak
     return peak
 

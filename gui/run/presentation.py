@@ -18,13 +18,13 @@ from PySide6.QtWidgets import QHBoxLayout, QVBoxLayout, QWidget
 from core import units
 from core.run.states import RunState
 from gui import style
-from gui.nodes.link_captions import traffic_captions
-from gui.nodes.topology_view import TopologyView
+from gui.cluster.link_captions import traffic_captions
+from gui.cluster.topology_view import TopologyView
 from gui.run.compare_view import CompareView
 from gui.widgets import label, layout_widgets
 
 if TYPE_CHECKING:
-    from gui.nodes.topology_diagram import Diagram
+    from gui.cluster.topology_diagram import Diagram
     from gui.run.pane import RunPane
 
 REDRAW_HZ = 5

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.run.launcher import Job, JobSpec
+from core.run.job.launcher import Job, JobSpec
 
 TOPICS = (
     "the sea",

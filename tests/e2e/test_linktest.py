@@ -83,3 +83,61 @@ def test_the_link_test_really_moves_the_bytes_it_times(demo_model: Path) -> None
     # Each size: a warm-up trip and the timed ones, each the message there and back.
     claimed = sum((iterations(n, scale) + 1) * 2 * n for n in sizes)
     assert after - before >= claimed, (after - before, claimed)
+
+
+@pytest.mark.slow
+def test_the_ranks_report_each_step_of_a_link_test(demo_model: Path) -> None:
+    """Issue 25 item 10: real ranks tell the controller each pair and size as they go
+    (``link_progress``), before the table (``link_test``)."""
+    sizes = [4096, 1 << 20]
+    job = Job(JobSpec(model=demo_model, nodes=3, split=[10, 10, 10]))
+    seen: list[dict] = []
+    job.event.connect(
+        lambda event: (
+            seen.append(event) if event["event"] in (p.LINK_PROGRESS, p.LINK_TEST) else None
+        )
+    )
+    job.start()
+    try:
+        job.wait_ready(timeout=240)
+        request = job.link_test(sizes, scale=0.05)
+        job.wait_done(request, timeout=240)
+    finally:
+        job.stop()
+    *steps, table = seen
+    assert table["event"] == p.LINK_TEST
+    assert all(s["event"] == p.LINK_PROGRESS and s["request"] == request for s in steps)
+    assert all(s["rank"] == 0 for s in steps)
+    total = len(sizes) * (3 + 1)  # three ring pairs, then all_sum, at each size
+    assert [s["done"] for s in steps] == list(range(1, total + 1))
+    assert {s["total"] for s in steps} == {total}
+    assert [s["bytes"] for s in steps] == [4096] * 3 + [1 << 20] * 3 + [4096, 1 << 20]
+    assert [s["pair"] for s in steps[:3]] == [[0, 1], [1, 2], [2, 0]]
+    assert steps[-1]["pair"] is None  # all_sum: every Mac at once
+    elapsed = [s["elapsed_s"] for s in steps]
+    assert elapsed == sorted(elapsed)
+
+
+@pytest.mark.slow
+def test_a_stopped_link_test_ends_at_a_size_and_the_job_stays_ready(demo_model: Path) -> None:
+    """The link test's own Stop (issue 25 item 10): every rank agrees at the end of a size,
+    rank 0 says "cancelled", and the job answers the next request."""
+    job = Job(JobSpec(model=demo_model, nodes=3, split=[10, 10, 10]))
+    steps: list[dict] = []
+    job.event.connect(
+        lambda event: steps.append(event) if event["event"] == p.LINK_PROGRESS else None
+    )
+    job.start()
+    try:
+        job.wait_ready(timeout=240)
+        request = job.link_test([4096, 1 << 20, 4 << 20, 16 << 20], scale=0.2)
+        assert job.cancel(request)  # at once: the first size ends, no other starts
+        event = job.wait_done(request, timeout=240)
+        assert event["cancelled"] is True and event["links"] == []
+        assert {s["bytes"] for s in steps} == {4096}
+        answer = job.wait_done(
+            job.generate("What is the capital of France?", max_tokens=8), timeout=240
+        )
+    finally:
+        job.stop()
+    assert "Paris" in answer["text"]

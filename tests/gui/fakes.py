@@ -8,6 +8,7 @@ everything still crosses ``gui.bridge``.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from psygnal import Signal
 
 from core import paths
 from core.run.job.launcher import JobError, JobSpec, JobState
+from core.worker import protocol as p
 from core.worker.vocab import LoadingStage, Strategy
 
 
@@ -163,8 +165,14 @@ class FakeJob:
 
     # -- the fake ranks --------------------------------------------------------------------
 
-    def _emit(self, kind: str, rank: int = 0, **fields: object) -> None:
-        self.event.emit({"event": kind, "rank": rank, "t": time.monotonic(), **fields})
+    def _emit(self, kind: str, rank: int = 0, **fields: object) -> p.Event:
+        """Send an event as a rank would: one ``protocol.parse_event`` takes (the fake
+        speaks the protocol, so the readers' typed fields hold)."""
+        line = json.dumps({"event": kind, "rank": rank, "t": time.monotonic(), **fields})
+        event = p.parse_event(line)
+        assert event is not None, f"the fake job sent a malformed event: {line}"
+        self.event.emit(event)
+        return event
 
     def _set(self, state: JobState, message: str) -> None:
         with self._changed:
@@ -179,17 +187,33 @@ class FakeJob:
         stages = (LoadingStage.READING, cut, LoadingStage.WEIGHTS)  # as the worker's sharding
         for rank in range(self.spec.nodes):
             self._emit("loading", rank, stage=LoadingStage.JOINING.value)
-            self._emit("hello", rank, size=self.spec.nodes)
+            self._emit(
+                "hello",
+                rank,
+                size=self.spec.nodes,
+                backend=str(self.spec.backend),
+                strategy=str(self.spec.strategy),
+                pid=0,
+                host="fake",
+            )
         for stage in stages:
             if self._stop.wait(b.load_s):
                 return
             for rank in range(self.spec.nodes):
                 self._emit("loading", rank, stage=stage.value)
         for rank in range(self.spec.nodes):
-            loaded = {"event": "loaded", "rank": rank, "t": time.monotonic()}
-            loaded.update(load_s=b.load_s * 3, memory_bytes=b.memory_bytes)
-            self.ranks[rank].loaded_event = loaded  # as the launcher keeps it
-            self.event.emit(loaded)
+            self.ranks[rank].loaded_event = self._emit(  # as the launcher keeps it
+                "loaded",
+                rank,
+                load_s=b.load_s * 3,
+                memory_bytes=b.memory_bytes,
+                layers=None,
+                strategy=str(self.spec.strategy),
+                device="cpu",
+                blas=None,
+                ring_wait=None,
+                weights={},
+            )
         self._emit("ready")
         with self._lock:
             if self.state == JobState.LOADING:
@@ -218,35 +242,62 @@ class FakeJob:
                 for s in sizes
             ]
             links.append({"a": a, "b": peer, "points": points})
-        if self._stop.wait(b.token_s):
-            return
+        # As the worker's rank 0: a ``link_progress`` event per pair and size, in order.
+        steps = [(s, pair) for s in sizes for pair in pairs]
+        started = time.monotonic()
+        cancelled = False
+        for step, (nbytes, pair) in enumerate(steps, 1):
+            if self._stop.wait(b.token_s / len(steps)):
+                return
+            if request in self._cancelled and pair == pairs[0] and step > 1:  # a size's end
+                links, cancelled = [], True
+                break
+            self._emit(
+                "link_progress",
+                request=request,
+                done=step,
+                total=len(steps),
+                bytes=nbytes,
+                pair=list(pair),
+                elapsed_s=time.monotonic() - started,
+            )
         if b.link_failure:
             with self._lock:
                 self._set(JobState.FAILED, b.link_failure)
             return
-        done = {"event": "link_test", "rank": 0, "request": request, "links": links, "all_sum": []}
         with self._lock:
             if self.state != JobState.GENERATING:
                 return
             self._set(JobState.READY, "ready")
-        self.event.emit({**done, "t": time.monotonic()})
+        extra = {"cancelled": True} if cancelled else {}  # as the worker's: stopped at a size's end
+        done = self._emit("link_test", request=request, size=n, links=links, all_sum=[], **extra)
         with self._changed:
             self._done[request] = done
             self._changed.notify_all()
 
     def _answer(self, request: str, max_tokens: int) -> None:
+        """Tokens as the worker sends them over mlx-lm: one event per generated token, the
+        end-of-sequence one included (empty text) when the answer ends before
+        ``max_tokens``; its ``done`` carries mlx-lm's own figures (n tokens over the time
+        since the first one, the worker's time to first token), which differ from the
+        ones telemetry defines, as the real worker's do."""
         b = self.behaviour
-        pieces = [" " + word for word in b.answer.split()][:max_tokens]
-        pieces[0] = pieces[0].lstrip()
+        words = [" " + word for word in b.answer.split()]
+        words[0] = words[0].lstrip()
+        fits = len(words) < max_tokens  # room for the end-of-sequence token too
+        pieces = [*words, ""] if fits else words[:max_tokens]
         started = time.monotonic()
-        finish_reason, shown = "stop", []
+        first: float | None = None
+        finish_reason, shown, count = ("stop" if fits else "length"), [], 0
         for index, piece in enumerate(pieces):
             if self._stop.wait(b.token_s):
                 return
             if request in self._cancelled:
                 finish_reason = "cancelled"
                 break
+            first = time.monotonic() if first is None else first
             shown.append(piece)
+            count += 1
             self._emit("token", request=request, index=index, token=index, text=piece)
             if index % b.traffic_every:
                 continue
@@ -260,15 +311,15 @@ class FakeJob:
                         sent={str(peer): 4096},
                         received={},
                     )
-        elapsed = time.monotonic() - started
+        since_first = max(time.monotonic() - (first or started), 1e-9)
         done = {
             "request": request,
             "prompt_tokens": 12,
             "prompt_tps": 100.0,
             "cached_tokens": b.cached_tokens,
-            "generation_tokens": len(shown),
-            "generation_tps": len(shown) / elapsed,
-            "ttft_s": b.token_s,
+            "generation_tokens": count,
+            "generation_tps": count / since_first,
+            "ttft_s": round((first or started) - started, 6),
             "finish_reason": finish_reason,
             "peak_memory_bytes": b.memory_bytes,
             "text": "".join(shown),
@@ -279,9 +330,9 @@ class FakeJob:
             self._pending.discard(request)
             if not self._pending:  # READY once the last running answer ended, as the launcher
                 self._set(JobState.READY, "ready")
-        self._emit("done", **done)
+        event = self._emit("done", **done)
         with self._changed:
-            self._done[request] = {"event": "done", **done}
+            self._done[request] = event
             self._changed.notify_all()
 
 

@@ -306,7 +306,7 @@ def take_cluster(outdir: Path) -> list[Path]:
     from core.remote.ssh import UnknownHostKey
     from gui.app import configure
     from gui.bridge import Bridge
-    from gui.nodes.pane import CABLES, MACS, ClusterPane
+    from gui.cluster.pane import CABLES, MACS, ClusterPane
     from tests.fixtures.macos.hosts import load_facts
     from tests.gui.fakes import FakeScanner
 
@@ -538,8 +538,8 @@ def take_demokit(outdir: Path) -> list[Path]:
     from core.run.states import RunState
     from core.settings import Settings
     from gui.app import configure
+    from gui.cluster.pane import CABLES
     from gui.main_window import MainWindow
-    from gui.nodes.pane import CABLES
     from gui.preferences import Preferences
 
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)

@@ -115,6 +115,23 @@ def test_compare_waits_for_the_job_to_stop(qtbot: QtBot, demo_plans) -> None:
     assert len(pane.jobs) == 1
 
 
+def test_compare_greyed_out_says_that_stop_comes_first(qtbot: QtBot, demo_plans) -> None:
+    """Issue 25 item 12: a greyed-out Compare says why (its tip shows when disabled too)."""
+    pane = _pane(qtbot, demo_plans, {1: 0.01, 2: 0.01})
+    idle_tip = pane.compare_button.toolTip()
+    assert pane.compare_button.isEnabled() and "one Mac, then on the cluster" in idle_tip
+    pane.start()
+    qtbot.waitUntil(lambda: pane.controller.state == RunState.READY, timeout=10_000)
+    assert not pane.compare_button.isEnabled()
+    assert pane.compare_button.toolTip().startswith("Stop the job first")
+    pane.stop()
+    qtbot.waitUntil(lambda: not pane.busy, timeout=10_000)
+    assert pane.compare_button.isEnabled() and pane.compare_button.toolTip() == idle_tip
+    info, _plans = demo_plans
+    pane.set_plan(info, plan_all(info, demo_facts(1))["auto"])  # a single Mac
+    assert "runs on one Mac" in pane.compare_button.toolTip()
+
+
 def test_stop_ends_a_comparison(qtbot: QtBot, demo_plans) -> None:
     pane = _pane(qtbot, demo_plans, {1: 0.5, 2: 0.5})  # slow answers: Stop lands in one
     pane.max_tokens.setValue(50)

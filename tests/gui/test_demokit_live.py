@@ -12,9 +12,9 @@ from pytestqt.qtbot import QtBot
 from core.run.measure.history import History
 from core.run.measure.links import SIZES
 from core.run.states import RunState
+from gui.cluster.pane import CABLES
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
-from gui.nodes.pane import CABLES
 from tests.gui.helpers import drop_paths
 from tests.helpers.jobs import assert_no_ranks_left
 

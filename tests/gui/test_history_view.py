@@ -7,6 +7,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
@@ -203,12 +204,56 @@ def test_the_windows_answer_is_kept_as_a_chat_run(qtbot: QtBot, demo_model: Path
         "pipeline",
     )
     assert record.split == [18, 12]
-    assert record.figures["generation_tokens"] == 6
+    assert record.figures["generation_tokens"] == 7  # six words and the end-of-sequence token
     assert record.figures["text"] == "The capital of France is Paris."
     assert History().get(record.id).series["tokens_per_s"]  # the plotted series, kept
     assert _cell(view, 0, 1) == "Chat"
     window.run.stop()
     qtbot.waitUntil(lambda: not window.run.busy, timeout=10_000)
+
+
+def test_a_kept_runs_lines_hold_zero_across_idle_time_also_in_the_png(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    """Two answers 60 s apart (issue 25, item 2): neither line ramps across the pause, in
+    the view or in the exported PNG (the same plot), and the y axis fits the part shown."""
+    from gui.history.run_plots import RunPlots
+
+    record = RunRecord(
+        kind="chat",
+        model="SmolLM2-135M",
+        nodes=["Studio A", "Studio B"],
+        strategy="pipeline",
+        backend="ring",
+        figures={},
+        series={
+            "tokens_per_s": [(1.0, 9.0), (2.0, 10.0), (3.0, 0.0), (63.0, 11.0), (64.0, 0.0)],
+            "link 0↔1 bytes_per_s": [
+                *((1.0 + 0.5 * i, 2e9) for i in range(4)),  # a link test at GB/s
+                (5.0, 0.0),
+                *((63.0 + 0.5 * i, 8e3) for i in range(3)),  # a chat answer at KB/s
+            ],
+        },
+    )
+    plots = RunPlots()
+    qtbot.addWidget(plots)
+    plots.resize(800, 600)
+    plots.show()
+    plots.show_record(record)
+    tx, ty = plots.curves["tokens_per_s"].getData()
+    lx, ly = plots.curves["link 0↔1 bytes_per_s"].getData()
+    assert np.interp(40.0, tx, ty) == 0.0 and np.interp(62.9, tx, ty) == 0.0
+    assert np.interp(40.0, lx, ly) == 0.0 and np.interp(62.4, lx, ly) == 0.0
+    box = plots.bottom.getPlotItem().getViewBox()
+    plots.grab()  # laid out and painted, as on screen
+    box.updateAutoRange()  # (offscreen, a paint may come before the layout has settled)
+    assert box.viewRange()[1][1] >= 2e9  # the whole run: the link test's GB/s
+    box.setXRange(60.0, 66.0, padding=0)  # zoomed in on the chat answer
+    plots.grab()
+    box.updateAutoRange()
+    assert 8e3 <= box.viewRange()[1][1] < 1e5  # its KB/s fill the plot, not a flat line
+    written = plots.export_png(tmp_path, "run")
+    assert all(QImage(str(path)).width() >= 800 for path in written)
 
 
 def test_a_damaged_history_set_aside_is_said(qtbot: QtBot, tmp_path: Path) -> None:

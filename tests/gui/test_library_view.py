@@ -226,3 +226,65 @@ def test_offline_mode_is_said_plainly(
     view.search.returnPressed.emit()
     assert view.status.text() == OFFLINE_MESSAGE
     assert hub.served() == []
+
+
+def test_a_folder_added_by_hand_can_be_removed_even_when_not_a_model(
+    qtbot: QtBot, pane: ModelPane, home: Path, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 25 item 15: a non-model folder stayed in the library as "broken" after a
+    restart, with no way to remove it. Remove takes it out; its files stay."""
+    from core.settings import load_settings
+
+    put_in_hf_cache(
+        home / ".cache" / "huggingface" / "hub", "mlx-community/tiny-llama", tiny_models["llama"]
+    )
+    junk = tmp_path / "holiday-photos"
+    junk.mkdir()
+    (junk / "beach.jpg").write_bytes(b"not a model")
+    view = pane.library
+    view.add_folder(junk)
+    qtbot.waitUntil(lambda: "holiday-photos" in rows(view), timeout=20_000)
+    assert rows(view)["holiday-photos"][FIT] in ("broken", "not MLX")
+    assert view.remove_button.isVisible()
+    select(view, "mlx-community/tiny-llama")  # found in a cache, not added: not removable
+    assert not view.remove_button.isEnabled()
+    select(view, "holiday-photos")
+    assert view.remove_button.isEnabled()
+    view.remove_button.click()
+    qtbot.waitUntil(lambda: "holiday-photos" not in rows(view), timeout=20_000)
+    assert load_settings().library_folders == ()
+    assert (junk / "beach.jpg").is_file()  # nothing deleted
+    assert "mlx-community/tiny-llama" in rows(view)
+
+
+def test_a_hugging_face_error_stays_on_its_tab_above_the_list(
+    qtbot: QtBot, pane: ModelPane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25 item 15: the offline error sat below the fold and stayed on the "On this
+    Mac" tab."""
+    from core.library.hub import HubError
+
+    message = "Cannot reach Hugging Face at https://huggingface.co (its name could not be …)"
+
+    def unreachable(*_args: object, **_kwargs: object) -> list:
+        raise HubError(message)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr("gui.model.library_view.search_models", unreachable)
+    view = pane.library
+    view.search_hub("qwen")
+    assert view.tabs.currentIndex() == HUB
+    qtbot.waitUntil(lambda: view.status.text() == message, timeout=10_000)
+    assert view.status.isVisible()
+    assert view.status.geometry().bottom() < view.table.geometry().top()  # above the list
+    view.tabs.setCurrentIndex(LOCAL)
+    assert message not in view.status.text()
+    view.tabs.setCurrentIndex(HUB)
+    assert view.status.text() == message
+    # A search that fails once the person is back on "On this Mac" is kept for its tab.
+    view.search_hub("llama")
+    view.tabs.setCurrentIndex(LOCAL)
+    qtbot.wait(300)
+    assert message not in view.status.text()
+    view.tabs.setCurrentIndex(HUB)
+    qtbot.waitUntil(lambda: view.status.text() == message, timeout=10_000)

@@ -12,9 +12,9 @@ from pytestqt.qtbot import QtBot
 
 from core.run.measure.history import History
 from core.run.states import RunState
+from gui.cluster.pane import CABLES
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
-from gui.nodes.pane import CABLES
 from tests.gui.fakes import FakeBehaviour, fake_factory
 from tests.gui.helpers import drop_paths
 
@@ -105,3 +105,48 @@ def test_a_job_failing_during_the_test_says_so(qtbot: QtBot, demo_model: Path) -
     assert not any(line.measured for line in window.cluster.topology.scene.cables())
     assert History().runs() == []
     assert window.run.banner.isVisible()  # the failure, with each rank's log
+
+
+def test_test_links_shows_its_progress_per_link_and_size(qtbot: QtBot, demo_model: Path) -> None:
+    """Issue 25 item 10: two minutes with one line of text, "Generating" and "Stop this
+    answer". Now each step says its link and size, how far, and the time left."""
+    window = _ready_window(qtbot, demo_model, 4, FakeBehaviour(token_s=1.2))
+    bar, run = window.cluster.link_bar, window.run
+    run.start()
+    qtbot.waitUntil(lambda: run.controller.state == RunState.READY, timeout=10_000)
+    seen: list[dict] = []
+    run.controller.link_progress.connect(seen.append)
+    with qtbot.waitSignal(run.controller.links_tested, timeout=30_000):
+        bar.button.click()
+        qtbot.waitUntil(lambda: len(seen) >= 2, timeout=10_000)
+        assert bar.progress.isVisible() and bar.progress.maximum() == 12  # 3 sizes × 4 links
+        assert re.fullmatch(
+            r"Testing Studio [A-D] ↔ Studio [A-D] at \S+ \S+: step \d+ of 12, about \d+ s left\.",
+            bar.note.text(),
+        ), bar.note.text()
+        assert run.state_badge.text() == "Testing links"
+        assert not run.chat.stop_answer.isVisible()  # no answer to stop
+    assert [e["done"] for e in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1]["done"] == seen[-1]["total"] == 12
+    assert not bar.progress.isVisible() and "4 links measured" in bar.note.text()
+    assert run.state_badge.text() == "Ready"
+
+
+def test_test_links_has_its_own_stop_and_the_job_stays(qtbot: QtBot, demo_model: Path) -> None:
+    """Issue 25 item 10: the link test's own Stop ends the test, not the job."""
+    window = _ready_window(qtbot, demo_model, 4, FakeBehaviour(token_s=1.2))
+    bar, run = window.cluster.link_bar, window.run
+    run.start()
+    qtbot.waitUntil(lambda: run.controller.state == RunState.READY, timeout=10_000)
+    with qtbot.waitSignal(run.controller.links_failed, timeout=30_000) as failed:
+        bar.button.click()
+        qtbot.waitUntil(bar.stop_button.isVisible, timeout=10_000)
+        bar.stop_button.click()
+    assert failed.args == ["Link test stopped: nothing measured was kept."]
+    qtbot.waitUntil(lambda: run.controller.state == RunState.READY, timeout=10_000)
+    assert not bar.stop_button.isVisible() and not bar.progress.isVisible()
+    assert bar.note.text() == "Link test stopped: nothing measured was kept."
+    assert not any(line.measured for line in window.cluster.topology.scene.cables())
+    assert History().runs() == []  # nothing kept
+    assert run.controller.ask("What is the capital of France?", 4)  # the job still answers
+    qtbot.waitUntil(lambda: "The capital" in run.chat.text(), timeout=20_000)

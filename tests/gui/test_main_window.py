@@ -159,3 +159,36 @@ def test_the_left_column_fits_its_width_without_scrolling_sideways(
     qtbot.waitUntil(lambda: scroll.widget().width() <= scroll.viewport().width(), timeout=5_000)
     assert scroll.widget().minimumSizeHint().width() <= scroll.viewport().width()
     assert not scroll.horizontalScrollBar().isVisible()
+
+
+def test_the_demo_cluster_and_its_size_are_remembered_across_launches(
+    qtbot: QtBot, demo_model: Path
+) -> None:
+    """Issue 25 item 14: the second launch showed no demo ("Can't start: A pipeline is not
+    possible…") and, once asked, 2 Macs rather than the 4 chosen."""
+    first = _window(qtbot, demo=False)
+    assert not first.cluster.is_demo
+    first.cluster.demo_button.click()
+    first.cluster.set_demo_size(4)
+    first.model.load(demo_model)
+    qtbot.waitUntil(lambda: _loaded(first), timeout=20_000)
+    first.close()
+    assert load_settings().demo_on and load_settings().demo_nodes == 4
+    second = MainWindow(demo=False, job_factory=fake_factory())  # the settings file's
+    qtbot.addWidget(second)
+    second.show()
+    assert second.cluster.is_demo
+    qtbot.waitUntil(lambda: len(second.cluster.nodes()) == 4, timeout=10_000)
+    qtbot.waitUntil(lambda: _loaded(second), timeout=20_000)
+    qtbot.waitUntil(lambda: second.run.start_button.isEnabled(), timeout=10_000)
+    assert not second.run.status.text().startswith("Can't start"), second.run.status.text()
+    second.cluster.leave_demo()
+    second.close()
+    assert not load_settings().demo_on and load_settings().demo_nodes == 4
+    third = MainWindow(demo=False, job_factory=fake_factory())
+    qtbot.addWidget(third)
+    third.show()
+    assert not third.cluster.is_demo
+    third.cluster.demo_button.click()  # "Try the demo cluster": the size chosen last
+    qtbot.waitUntil(lambda: len(third.cluster.nodes()) == 4, timeout=10_000)
+    third.close()

@@ -13,8 +13,8 @@ from core.cluster.registry import Node
 from core.cluster.states import ProbeState
 from core.run.demo import demo_nodes
 from gui.bridge import Bridge
-from gui.nodes.pane import ClusterPane
-from gui.nodes.table_model import (
+from gui.cluster.pane import ClusterPane
+from gui.cluster.table_model import (
     CHIP,
     MEMORY,
     NAME,
@@ -171,6 +171,29 @@ def test_the_demo_cluster_has_a_plausible_cable_map(qtbot: QtBot) -> None:
     assert pane.views.currentWidget() is pane.table
     # A demo Mac's RDMA is on: its badge opens no guide.
     assert pane.actions.show_guide("Studio A") is None and pane.actions.dialog is None
+
+
+def test_the_fourth_demo_mac_has_rdma_off_and_its_badge_opens_the_guide(qtbot: QtBot) -> None:
+    """Issue 25 item 13: presenters need the RDMA guide in the demo."""
+    from gui.cluster.dialogs import GuideDialog
+    from tests.gui.cluster_helpers import row_data
+
+    pane = ClusterPane()
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.start_demo(4)
+    qtbot.waitUntil(lambda: len(pane.nodes()) == 4, timeout=5000)
+    assert [row_data(pane, n, RDMA) for n in ("Studio A", "Studio B", "Studio C")] == [
+        "RDMA on"
+    ] * 3
+    assert row_data(pane, "Studio D", RDMA) == "RDMA off"
+    index = pane.model.index(pane.model.row_of("Studio D"), RDMA)
+    rect = pane.table.visualRect(index)
+    qtbot.mouseClick(pane.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    dialog = pane.actions.dialog
+    assert isinstance(dialog, GuideDialog) and dialog.guide
+    assert "rdma_ctl enable" in dialog.page.toPlainText()  # macOS 26.2: from Recovery
+    dialog.close()
 
 
 def test_every_probe_state_has_words_and_only_ready_shows_facts() -> None:

@@ -21,9 +21,9 @@ from core.cluster.discovery import BonjourPeer
 from core.cluster.registry import ProbeState
 from core.remote.ssh import AuthFailed, UnknownHostKey
 from gui.bridge import Bridge
-from gui.nodes import dialogs
-from gui.nodes.pane import CABLES, ClusterPane
-from gui.nodes.table_model import (
+from gui.cluster import dialogs
+from gui.cluster.pane import CABLES, ClusterPane
+from gui.cluster.table_model import (
     CHIP,
     MEMORY,
     NAME,
@@ -33,8 +33,8 @@ from gui.nodes.table_model import (
     StatusRole,
 )
 from tests.fixtures.macos.hosts import load_facts
+from tests.gui.cluster_helpers import click_action, names, row_data
 from tests.gui.fakes import FakeScanner
-from tests.gui.nodes_helpers import click_action, names, row_data
 
 MESH = {f.name: f for f in load_facts("mesh4")}
 PAIR = {f.name: f for f in load_facts("pair27")}

@@ -16,11 +16,11 @@ from pytestqt.qtbot import QtBot
 from core.cluster.registry import ProbeState
 from core.cluster.scanner import Scanner
 from gui.bridge import Bridge
-from gui.nodes import dialogs
-from gui.nodes.pane import ClusterPane
-from gui.nodes.table_model import CHIP, MEMORY, RDMA, StatusRole
+from gui.cluster import dialogs
+from gui.cluster.pane import ClusterPane
+from gui.cluster.table_model import CHIP, MEMORY, RDMA, StatusRole
 from tests.fixtures.macos.make_bin import make_host_bins
-from tests.gui.nodes_helpers import click_action, row_data
+from tests.gui.cluster_helpers import click_action, row_data
 from tests.helpers.scanner import hand_added_scanner
 from tests.helpers.sshd import SSHServer
 

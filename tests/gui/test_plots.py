@@ -11,8 +11,15 @@ from pytestqt.qtbot import QtBot
 from core.plan.planner import Plan
 from core.run.measure.telemetry import Telemetry
 from gui import style
-from gui.run.plot_data import axis_top, break_gaps, hold_zero, peak_downsample
-from gui.run.plots import WINDOW_S, LivePlots
+from gui.run.plot_data import (
+    axis_top,
+    break_gaps,
+    hold_zero,
+    peak_downsample,
+    visible_peak,
+    zero_idle,
+)
+from gui.run.plots import LINK_EVERY, WINDOW_S, LivePlots
 
 
 @dataclass
@@ -152,3 +159,146 @@ def test_every_redraw_of_an_hour_hands_pyqtgraph_the_window_only(plots: LivePlot
             len(curve.getData()[0]) < (WINDOW_S * 1.2) * 10 + 10  # three minutes, not an hour
             for curve in curves
         )
+
+
+# -- idle time and axes that fit the view (issue 25, item 2) ---------------------------------
+
+
+def test_a_link_holds_zero_across_idle_time() -> None:
+    """No report while nothing moves: the line falls to 0 one report after the last and
+    rises one report before the next, never ramping across the pause."""
+    x = np.array([10.0, 10.5, 11.0, 40.0, 40.5])
+    y = np.array([5.0, 5.0, 5.0, 3.0, 3.0])
+    zx, zy = zero_idle(x, y)
+    assert list(zx) == [10.0, 10.5, 11.0, 11.5, 39.5, 40.0, 40.5]
+    assert list(zy) == [5.0, 5.0, 5.0, 0.0, 0.0, 3.0, 3.0]
+    assert np.interp(25.0, zx, zy) == 0.0  # a straight line would say 4
+    dense = zero_idle(x[:3], y[:3], now=11.4)  # still within a report: nothing changes
+    assert list(dense[0]) == [10.0, 10.5, 11.0]
+    tx, ty = zero_idle(x, y, now=100.0)  # the live view's present: idle since 40.5
+    assert list(tx[-2:]) == [41.0, 100.0] and list(ty[-2:]) == [0.0, 0.0]
+
+
+def test_tokens_per_second_hold_zero_up_to_now() -> None:
+    hx, hy = hold_zero(np.array([0.0, 1.0, 9.0]), np.array([4.0, 0.0, 5.0]), now=12.0)
+    assert list(hx) == [0.0, 1.0, 9.0, 9.0] and list(hy) == [4.0, 0.0, 0.0, 5.0]  # generating
+    ix, iy = hold_zero(np.array([0.0, 1.0]), np.array([4.0, 0.0]), now=30.0)
+    assert list(ix) == [0.0, 1.0, 30.0] and list(iy) == [4.0, 0.0, 0.0]  # idle since 1 s
+
+
+def test_the_visible_peak_is_what_the_view_shows() -> None:
+    x = np.array([0.0, 1.0, 2.0, 50.0, 51.0, 52.0])
+    y = np.array([2e9, 2e9, 0.0, 0.0, 4e3, 0.0])
+    assert visible_peak(x, y, 40.0, 60.0) == 4e3  # the GB/s burst is out of view
+    assert visible_peak(x, y, 0.0, 60.0) == 2e9
+    assert visible_peak(x, y, 1.5, 60.0) == 1e9  # the line where it enters the view
+    assert visible_peak(x, y, 100.0, 200.0) == 0.0
+    assert visible_peak(np.array([]), np.array([]), 0.0, 1.0) == 0.0
+    gaps = break_gaps(np.array([0.0, 1.0, 20.0]), np.array([3.0, 3.0, 4.0]))
+    assert visible_peak(*gaps, 0.0, 30.0) == 4.0  # NaN gaps are no values
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _burst(telemetry: Telemetry, start: float, seconds: float, bytes_per_s: float) -> None:
+    """Both ranks of one link report ``bytes_per_s`` every half second, then go quiet;
+    heartbeats every second go on for the next 5 s (they are what ends a rate)."""
+    t = start
+    while t < start + seconds:
+        for rank, peer in ((0, "1"), (1, "0")):
+            report = {"interval_s": 0.5, "sent": {peer: int(bytes_per_s / 4)}, "received": {}}
+            telemetry.feed({"event": "traffic", "rank": rank, "t": t, **report}, received_at=t)
+        t += 0.5
+    for beat in range(1, 6):
+        telemetry.feed({"event": "heartbeat", "rank": 0, "t": t + beat}, received_at=t + beat)
+
+
+def _link_top(plots: LivePlots, source: Source) -> float:
+    for _ in range(LINK_EVERY):  # every tick that redraws the links
+        plots.refresh(source)
+    return float(plots.links.getPlotItem().getViewBox().viewRange()[1][1])
+
+
+def _curve_at(plots: LivePlots, t: float) -> float:
+    x, y = plots.link_curves["0↔1"].getData()
+    return float(np.interp(t, x, y))
+
+
+def test_the_link_axis_follows_the_data_after_a_large_then_a_small_burst(
+    plots: LivePlots,
+) -> None:
+    """A link test at GB/s, then chat traffic at KB/s once the test has left the view:
+    the axis re-fits to the KB/s (they fill the plot instead of lying flat), the line is
+    at zero all through the idle time between, and time passes on screen while idle."""
+    clock = Clock()
+    telemetry = Telemetry(clock=clock)
+    source = Source(telemetry)
+    _burst(telemetry, 10.0, 10.0, 2e9)
+    clock.now = 30.0
+    assert _link_top(plots, source) >= 2e9  # the link test fills the axis
+    clock.now = 240.0  # idle: the view moves on with time, the burst leaves it
+    top = _link_top(plots, source)
+    low, high = plots.tokens.getPlotItem().getViewBox().viewRange()[0]
+    assert high >= 240.0 and low > 20.0
+    assert top == 1000.0  # nothing in view: the floor, not GB/s
+    _burst(telemetry, 245.0, 5.0, 8e3)
+    clock.now = 252.0
+    top = _link_top(plots, source)
+    assert 8e3 <= top <= 2 * 8e3  # the KB/s fill the plot
+    assert _curve_at(plots, 247.0) == pytest.approx(8e3)
+    assert _curve_at(plots, 230.0) == 0.0 and _curve_at(plots, 244.0) == 0.0  # no ramp
+    # Looking back at the link test: the axis fits it again.
+    box = plots.tokens.getPlotItem().getViewBox()
+    box.setXRange(0.0, 40.0, padding=0)
+    box.sigRangeChangedManually.emit([True, False])
+    assert _link_top(plots, source) >= 2e9
+    assert _curve_at(plots, 30.0) == 0.0  # and idle time after it is at zero
+
+
+def test_presentation_fits_the_link_axis_to_its_view_too(qtbot: QtBot) -> None:
+    from types import SimpleNamespace
+
+    from core.run.states import RunState
+    from gui.run.presentation import PresentationView
+
+    clock = Clock()
+    telemetry = Telemetry(clock=clock)
+    controller = SimpleNamespace(
+        telemetry=telemetry,
+        t0=0.0,
+        plan=None,
+        averages=[],
+        version=0,
+        state=RunState.READY,
+        rank_names=lambda: {0: "Studio A", 1: "Studio B"},
+    )
+    run = SimpleNamespace(
+        controller=controller,
+        comparison=SimpleNamespace(result=None),
+        shown_plan=lambda: (None, None),
+    )
+    view = PresentationView(run, lambda: None)  # type: ignore[arg-type]
+    qtbot.addWidget(view)
+    view.resize(1280, 800)
+    view.show()
+    links = view.plots.links.getPlotItem().getViewBox()
+
+    def top() -> float:
+        for _ in range(2):
+            controller.version += 1
+            view.refresh()
+        return float(links.viewRange()[1][1])
+
+    _burst(telemetry, 10.0, 10.0, 2e9)
+    clock.now = 30.0
+    assert top() >= 2e9
+    _burst(telemetry, 245.0, 5.0, 8e3)
+    clock.now = 252.0
+    assert 8e3 <= top() <= 2 * 8e3
+    assert _curve_at(view.plots, 244.0) == 0.0  # no ramp up to the chat's traffic

@@ -85,7 +85,7 @@ def test_start_stream_and_stop(qtbot: QtBot, demo_plans) -> None:
     assert x is not None and len(x) > 0
     assert pane.plots.link_curves, "the link bandwidth plot has a curve per link"
     assert "Studio A ↔ Studio B" in pane.plots.link_key.text()
-    assert pane.numbers.texts()["total"] == "6"  # six words, one token each
+    assert pane.numbers.texts()["total"] == "7"  # six words and the end-of-sequence token
     assert len(pane.controller.averages) == 1
     qtbot.mouseClick(pane.stop_button, Qt.MouseButton.LeftButton)
     assert _state(pane) == RunState.STOPPING and not pane.stop_button.isEnabled()
@@ -93,7 +93,7 @@ def test_start_stream_and_stop(qtbot: QtBot, demo_plans) -> None:
     assert pane.jobs[0].state.finished
     assert pane.start_button.isEnabled() and not pane.timer.isActive()
     assert pane.numbers.texts()["links"] == "0 B/s"  # nothing moves once the job ended
-    assert pane.numbers.texts()["total"] == "6"
+    assert pane.numbers.texts()["total"] == "7"
 
 
 def test_every_loading_stage_has_words() -> None:
@@ -237,3 +237,22 @@ def test_the_banner_shows_what_to_try_in_text_and_the_log_lines_apart(qtbot: QtB
     assert banner.detail.text() == "Last log lines:\n  loading weights\n  Segmentation fault"
     banner.show_failure("Rank 0 exited with code 1 while loading weights", [])
     assert banner.advice.isHidden() and banner.detail.isHidden()
+
+
+def test_the_status_says_when_an_adapter_is_loaded(
+    qtbot: QtBot, tiny_models, tiny_adapter: Path
+) -> None:
+    """Issue 25 item 15: Ready said nothing of the fine-tuned adapter the job runs."""
+    info = read_model_info(tiny_models["llama"])
+    plans = plan_all(info, demo_facts(2))
+    pane = _pane(qtbot, (info, plans))
+    pane.start()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    assert "adapter" not in pane.status.text()
+    pane.stop()
+    qtbot.waitUntil(lambda: not pane.busy, timeout=10_000)
+    pane.controller.adapter = tiny_adapter
+    pane.start()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    assert pane.status.text().startswith("Ready · ")
+    assert pane.status.text().endswith(f" · with the adapter {tiny_adapter.name}")

@@ -14,9 +14,9 @@ from pytestqt.qtbot import QtBot
 
 from core.cluster.topology import build_topology
 from gui import style
-from gui.nodes.topology_diagram import MISSING_COLOR, demo_diagram, diagram_from_topology
-from gui.nodes.topology_scene import Scene, layout_scene
-from gui.nodes.topology_view import TopologyView
+from gui.cluster.topology_diagram import MISSING_COLOR, demo_diagram, diagram_from_topology
+from gui.cluster.topology_scene import Scene, layout_scene
+from gui.cluster.topology_view import TopologyView
 from tests.fixtures.macos.hosts import load_facts
 
 WIDTH = 400

@@ -4,6 +4,10 @@ real Mac publishes, until Ctrl-C. The pytest fixtures in ``tests/helpers/sshd.py
 the same parts; this is for looking at the app with "real" Macs around::
 
     .venv/bin/python -m tests.helpers.testbench mesh4 [--linux] [--trust]
+    .venv/bin/python -m tests.helpers.testbench --replay FILE.zip [--trust]
+
+``--replay`` serves the Macs of a capture (``macmesh doctor --capture``) instead of a
+fixture set, each answering with what it printed there (``tests.helpers.replay``).
 
 It prints the two commands to run against it (``macmesh nodes`` and the window), with
 ``MACMESH_SSH_DIR`` pointing at a client key the sshd accepts. Without ``--trust`` the
@@ -27,9 +31,11 @@ from pathlib import Path
 from zeroconf import ServiceInfo, Zeroconf
 
 from core.cluster import discovery as d
+from core.cluster.capture import CaptureError
 from tests.fixtures.macos.hosts import ROOT as FIXTURES
 from tests.fixtures.macos.hosts import SETS, hosts
 from tests.fixtures.macos.make_bin import make_bin
+from tests.helpers.replay import capture_fixture_set, replay_hosts
 from tests.helpers.sshd import SSHServer, running_sshd
 
 LOOPBACK = ["127.0.0.1"]
@@ -83,12 +89,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("cluster", nargs="?", default="mesh4", choices=sorted(SETS))
     parser.add_argument("--linux", action="store_true", help="add the Debian box (ring only)")
     parser.add_argument("--trust", action="store_true", help="trust every host key up front")
+    parser.add_argument(
+        "--replay", metavar="FILE.zip", type=Path, help="serve the Macs of a capture instead"
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # goodbyes on `kill` too
-    host_dirs = hosts(args.cluster) + ([LINUX_HOST] if args.linux else [])
-    addresses = [f"127.0.0.{n + 2}" for n in range(len(host_dirs))]
     with tempfile.TemporaryDirectory(prefix="macmesh-testbench-") as tmp:
         root = Path(tmp)
+        if args.replay is not None:
+            try:
+                host_dirs = replay_hosts(capture_fixture_set(args.replay, root / "replay"))
+            except CaptureError as error:
+                parser.exit(2, f"testbench: {error}\n")
+        else:
+            host_dirs = hosts(args.cluster)
+        host_dirs += [LINUX_HOST] if args.linux else []
+        if not 1 <= len(host_dirs) <= 250:
+            parser.exit(2, f"testbench: {len(host_dirs)} hosts: 1 to 250 can be served\n")
+        addresses = [f"127.0.0.{n + 2}" for n in range(len(host_dirs))]
         bins = {
             a: make_bin(h, root / "bin" / h.name) for a, h in zip(addresses, host_dirs, strict=True)
         }
@@ -105,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(
                     f"{len(host_dirs)} simulated hosts on {', '.join(addresses)}, sshd port "
                     f"{server.port}, announced on 127.0.0.1.\n"
-                    f"  {env} .venv/bin/macmesh nodes --interfaces 127.0.0.1\n"
+                    f"  {env} .venv/bin/macmesh nodes --interfaces 127.0.0.1 "
+                    "--python macmesh-python\n"
                     f"  {env} .venv/bin/macmesh --interfaces 127.0.0.1\n"
                     "Ctrl-C ends it (goodbyes are sent, sshd is stopped).",
                     flush=True,

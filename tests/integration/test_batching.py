@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core.run.launcher import Job, JobError, JobSpec
+from core.run.job.launcher import Job, JobError, JobSpec
 from tests.helpers.jobs import assert_no_ranks_left, wait_finished
 from tests.helpers.wait import wait_until
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from core.run.launcher import JobSpec
+from core.run.job.launcher import JobSpec
 from core.worker import protocol as p
 from core.worker.batching import Control, greedy, seeded_sampler
 from core.worker.main import parse_args

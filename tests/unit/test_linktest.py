@@ -109,3 +109,52 @@ def test_a_thunderbolt_4_cable_is_rated_at_40_gbps() -> None:
     topology = build_topology(load_facts("mini-tb4"))
     rated = cable_nominals(topology, [("mini-g", "mini-h")])
     assert rated == {frozenset({"mini-g", "mini-h"}): Nominal("Thunderbolt 4", 5 * GB)}
+
+
+def test_the_ranks_tell_each_step_of_the_test_in_order() -> None:
+    """Issue 25 item 10: progress per link and per size (``link_progress`` on rank 0)."""
+    mx = pytest.importorskip("mlx.core")
+    from core.worker.linktest import measure
+
+    group = mx.distributed.init()  # one process: a group of one
+    told: list[tuple] = []
+    sizes = [4096, 16384, 65536]
+    # Pairs this rank is not in: it walks past them, as a rank outside a pair does.
+    measure(group, sizes, pairs=[(1, 2), (2, 3)], progress=lambda *step: told.append(step))
+    assert [(d, t, n, pair) for d, t, n, pair, _s in told] == [
+        (1, 6, 4096, (1, 2)),
+        (2, 6, 4096, (2, 3)),
+        (3, 6, 16384, (1, 2)),
+        (4, 6, 16384, (2, 3)),
+        (5, 6, 65536, (1, 2)),
+        (6, 6, 65536, (2, 3)),
+    ]
+    elapsed = [s for *_rest, s in told]
+    assert elapsed == sorted(elapsed) and elapsed[0] >= 0
+
+
+def test_a_link_progress_event_is_an_event() -> None:
+    line = (
+        '{"event": "link_progress", "rank": 0, "t": 1.0, "request": "t1", "done": 1,'
+        ' "total": 4, "bytes": 4096, "pair": [0, 1], "elapsed_s": 0.5}'
+    )
+    event = p.parse_event(line)
+    assert event is not None and event["event"] == p.LINK_PROGRESS and event["pair"] == [0, 1]
+    assert p.parse_event(line.replace('"done": 1', '"done": "one"')) is None
+
+
+def test_a_stop_is_taken_at_the_end_of_a_size() -> None:
+    mx = pytest.importorskip("mlx.core")
+    from core.worker.linktest import measure
+
+    group = mx.distributed.init()
+    told: list[int] = []
+    table = measure(
+        group,
+        [4096, 16384, 65536],
+        pairs=[(1, 2), (2, 3)],
+        progress=lambda done, *_: told.append(done),
+        stop=lambda: len(told) >= 1,  # asked during the first size
+    )
+    assert table == ([], [], True)  # nothing measured is kept
+    assert told == [1, 2]  # the first size ends, the second never starts

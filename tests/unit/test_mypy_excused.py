@@ -17,7 +17,7 @@ REPORT = """\
 gui/run/pane.py:180: error: Returning Any from function declared to return "LivePlots"  [x]
 gui/run/pane.py:297: error: Missing type arguments for generic type "dict"  [type-arg]
 gui/model/library_view.py:362: note: "list" is invariant
-gui/nodes/__init__.py:3:5: error: Name "x" is not defined  [name-defined]
+gui/cluster/__init__.py:3:5: error: Name "x" is not defined  [name-defined]
 core/run/session.py:10: error: Missing return statement  [return]
 Found 4 errors in 3 files (checked 197 source files)
 """
@@ -25,7 +25,7 @@ Found 4 errors in 3 files (checked 197 source files)
 
 def test_the_modules_with_errors_are_read_from_mypy_s_report() -> None:
     # Notes are not errors; a package's __init__ is the package; core/ is never excused.
-    assert modules_with_errors(REPORT) == ["gui.nodes", "gui.run.pane"]
+    assert modules_with_errors(REPORT) == ["gui.cluster", "gui.run.pane"]
     assert modules_with_errors(REPORT, "core") == ["core.run.session"]
     assert modules_with_errors("Success: no issues found in 197 source files\n") == []
 

@@ -371,3 +371,15 @@ def test_meminfo_gives_total_and_available_bytes() -> None:
     assert info == p.MemInfo(24683584 * 1024, 23847572 * 1024)
     assert p.parse_meminfo("MemTotal:  1024 kB\n") == p.MemInfo(1 << 20, None)
     assert isinstance(p.parse_meminfo("cat: /proc/meminfo: No such file"), Unknown)
+
+
+def test_df_reads_the_available_column_of_the_posix_row_or_says_why_not() -> None:
+    from core.cluster.probe.parsers import DiskFree, parse_df
+
+    text = (
+        "Filesystem     1024-blocks       Used  Available Capacity  Mounted on\n"
+        "map auto_home    1942700360  664409160 1258291200    35%    /System/Volumes/Data\n"
+    )
+    assert parse_df(text) == DiskFree(1258291200 * 1024)
+    missing = parse_df("df: .: No such file or directory\n")
+    assert isinstance(missing, Unknown) and "No such file" in missing.reason

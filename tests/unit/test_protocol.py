@@ -13,8 +13,8 @@ from core.worker import protocol as p
 def test_events_are_one_json_object_per_line_with_rank_and_time() -> None:
     stream = io.StringIO()
     writer = p.EventWriter(rank=3, stream=stream)
-    writer.emit(p.TOKEN, request="r1", index=0, token=42, text="Par")
-    writer.emit(p.HEARTBEAT)
+    writer.token(request="r1", index=0, token=42, text="Par")
+    writer.heartbeat()
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2
     event = p.parse_event(lines[0])

@@ -176,7 +176,9 @@ def test_a_40_gbps_link_is_thunderbolt_4_whatever_the_macs_say() -> None:
     assert verdict == RdmaVerdict(
         "unusable",
         "The cable studio-a port 2 ↔ studio-b port 1 runs at 40 Gb/s (Thunderbolt 4 or slower): "
-        "RDMA needs Thunderbolt 5 at 80 Gb/s on both Macs and the cable.",
+        "RDMA needs Thunderbolt 5 at 80 Gb/s on both Macs and the cable. Fix: both Macs have "
+        "Thunderbolt 5 ports, so the cable is the slow part: replace it with a Thunderbolt 5 "
+        "cable from studio-a port 2 straight into studio-b port 1.",
         "thunderbolt4",
     )
     g, h = load_facts("mini-tb4")

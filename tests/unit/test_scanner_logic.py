@@ -159,7 +159,7 @@ def test_the_debian_box_through_the_real_script_is_a_linux_node(tmp_path: Path) 
     for tool in ("cat", "mkdir", "mktemp", "rm", "sleep"):
         os.symlink(shutil.which(tool), tools / tool)  # type: ignore[arg-type]
     fake = make_bin(DEBIAN, tmp_path / "bin")
-    assert sorted(p.name for p in fake.iterdir()) == ["cat", "macmesh-python", "uname"]
+    assert sorted(p.name for p in fake.iterdir()) == ["cat", "df", "macmesh-python", "uname"]
     run = local_runner(env={"PATH": f"{fake}:{tools}", "TMPDIR": str(tmp_path)})
     facts = parse_probe("debian-box", run(build_probe_script("macmesh-python")))
     assert facts == parse_probe("debian-box", probe_output(DEBIAN))
@@ -168,6 +168,7 @@ def test_the_debian_box_through_the_real_script_is_a_linux_node(tmp_path: Path) 
     # Its memory comes from /proc/meminfo, so the planner can give it layers.
     assert facts.memory_bytes == 24683584 * 1024 and facts.free_memory_bytes == 23847572 * 1024
     assert "memory_bytes" not in facts.unknowns
+    assert facts.disk_free_bytes == 366851924 * 1024  # df -Pk . in its home
     assert facts.macos_version is None and facts.thunderbolt == () and facts.chip is None
     assert facts.unknowns["macos_version"] == "sw_vers: command not found"
     assert facts.rdma_ctl == "absent" and facts.ibv_stack is False

@@ -16,6 +16,7 @@ from core.model.info import ModelInfo
 from core.remote.targets import Target
 from core.run import placement
 from core.run.demo import DEMO_MACS, demo_facts
+from core.run.job.launcher import JobError
 from core.run.placement import job_spec
 from core.run.planning import plan_on, planner_node
 from core.run.session import FRESH_S, ClusterError, Host, Session, real_hosts, simulated_hosts
@@ -136,6 +137,30 @@ def test_a_demo_start_goes_through_its_states_and_stops(info: ModelInfo) -> None
     assert job.state.finished
 
 
+def test_wait_answer_gives_an_asks_done_event_and_refuses_a_link_test(info: ModelInfo) -> None:
+    """The typed wait: an answer's ``done`` event (every field of a ``protocol.Done``); a
+    link test's request is not an answer."""
+    session = Session(
+        info,
+        simulated_hosts(demo_facts(2)),
+        strategy=Strategy.PIPELINE,
+        job_factory=fake_factory(FakeBehaviour(answer="Paris it is.")),
+    )
+    try:
+        assert session.start() is True
+        session.wait_ready(10)
+        request = session.ask("What is the capital of France?", max_tokens=3)
+        done = session.wait_answer(request, 10)
+        assert done["event"] == "done" and done["request"] == request
+        assert done["text"] == "Paris it is." and done["generation_tokens"] == 3
+        tested = session.test_links(scale=0.01)
+        with pytest.raises(JobError, match="not an answer"):
+            session.wait_answer(tested, 10)
+        assert session.wait_done(tested, 10)["event"] == "link_test"
+    finally:
+        session.stop()
+
+
 def test_a_job_that_cannot_start_fails_the_session(info: ModelInfo) -> None:
     factory = fake_factory(FakeBehaviour(start_error=OSError("no python here")))
     session = Session(info, simulated_hosts(demo_facts(1)), job_factory=factory)
@@ -194,6 +219,40 @@ def test_the_demo_spec_and_the_cluster_spec_come_from_one_function(
     single = job_spec(info, plan_on(info, demo_facts(1)))
     assert single.nodes == 1 and single.strategy is Strategy.SINGLE and single.split is None
     assert real_hosts(targets, [DEMO_MACS[0]])[0].facts is None  # facts go by name
+
+
+def test_start_runs_the_steps_in_order_once_each_up_to_the_one_asked(
+    info: ModelInfo, probes: Probes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one sequencer: a task stops after a step, does its part, and goes on; no step
+    runs twice, and each is said as it begins (the command line prints on it)."""
+    from core.run import session as session_module
+
+    checks: list[str] = []
+
+    def fake_preflight(targets, plan, *args, **kwargs):  # type: ignore[no-untyped-def]
+        checks.append(",".join(t.name for t in targets))
+        from core.run.checks.backend_choice import BackendChoice
+        from core.run.checks.report import PreflightReport
+
+        return PreflightReport((), BackendChoice("ring", "ring", "test"), ())
+
+    monkeypatch.setattr(session_module, "run_preflight", fake_preflight)
+    jobs: list = []
+    here = Host("a", Target("a", "127.0.0.1", local=True), mac("a", age_s=FRESH_S + 1))
+    session = Session(info, [here], job_factory=fake_factory(jobs=jobs))
+    began: list[str] = []
+    session.step_started.connect(began.append)
+    assert session.start(Step.PLAN) is True
+    assert began == ["probe", "plan"] and session.plan is not None and jobs == []
+    assert session.start(Step.PREFLIGHT) is True and checks == ["a"] and jobs == []
+    assert session.start() is True and len(jobs) == 1  # the copy had nothing to do
+    assert began == ["probe", "plan", "preflight", "launch"]  # a copy with nothing to copy
+    assert Step.COPY in session.completed
+    assert probes.rounds == [["a"]] and checks == ["a"]  # nothing ran twice
+    assert session.check_again() is True  # after a network change: probe and check anew
+    assert probes.rounds == [["a"], ["a"]] and checks == ["a", "a"] and len(jobs) == 1
+    session.stop()
 
 
 def test_the_run_plan_counts_the_kv_caches_of_the_ranks_whole_batch(info: ModelInfo) -> None:

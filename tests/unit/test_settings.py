@@ -28,6 +28,7 @@ def test_round_trip(tmp_path: Path) -> None:
         last_model="/models/x",
         last_strategy="tensor",
         demo_nodes=3,
+        demo_on=True,
         max_tokens=64,
         interfaces=("en0",),
     )
@@ -68,6 +69,16 @@ def test_a_bad_value_falls_back_alone(tmp_path: Path, caplog: pytest.LogCaptureF
     assert loaded.demo_nodes == 2
     assert loaded.max_tokens == 256
     assert "last_strategy" in caplog.text and "demo_nodes" in caplog.text
+
+
+def test_demo_on_must_be_a_boolean(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"demo_on": "yes", "demo_nodes": 4}))
+    with caplog.at_level(logging.WARNING, logger="core.settings"):
+        loaded = s.load_settings(path)
+    assert loaded.demo_on is False and loaded.demo_nodes == 4
+    assert "demo_on must be true or false" in caplog.text
+    assert s.Settings().updated(demo_on=True).demo_on is True
 
 
 def test_unknown_keys_survive_a_save(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.run.measure.series import RateEstimator, RingBuffer, ema_rate_step
-from core.run.measure.telemetry import Headline, Telemetry, link_id
+from core.run.measure.telemetry import Headline, Telemetry, answer_figures, link_id
 
 
 def event(kind: str, rank: int, t: float, **fields: Any) -> dict[str, Any]:
@@ -476,3 +476,57 @@ def test_rank_facts_say_what_each_rank_runs_on() -> None:
     assert facts[0]["blas"] == "OpenBLAS 0.3.31" and facts[0]["blas_fast"] is True
     assert facts[0]["blas_gflops"] == 90.0 and facts[0]["weights"] == "float32"
     assert facts[0]["dequantized"] is True
+
+
+# -- one definition per figure (issue 25, item 1) ------------------------------------------
+
+
+def test_an_answers_figures_are_the_telemetrys_not_the_workers_raw_fields() -> None:
+    """mlx-lm counts n tokens over the n - 1 gaps (9.5 here, for 10 by the timestamps);
+    every surface shows the timestamps' figure, the worker's count and our TTFT."""
+    telemetry = local_telemetry()
+    telemetry.request_started("r1", 0.6)
+    for i, t in enumerate((1.0, 1.1, 1.2, 1.3)):
+        telemetry.feed(token(t, i))
+    telemetry.feed(done(1.35))
+    (summary,) = telemetry.requests()
+    figures = answer_figures(done(1.35), summary)
+    assert figures["generation_tps"] == pytest.approx(10.0) == summary.tokens_per_s
+    assert figures["generation_tokens"] == 4 == telemetry.current().total_tokens
+    assert figures["ttft_s"] == pytest.approx(0.4) == telemetry.current().ttft_s
+    assert telemetry.current().last_avg_tps == figures["generation_tps"]
+    assert "avg_tps" not in figures  # one tokens/s, not two
+
+
+def test_without_token_events_the_workers_rate_is_converted_to_the_same_definition() -> None:
+    telemetry = local_telemetry()
+    telemetry.feed(done(1.0, generation_tokens=5, generation_tps=12.5))
+    (summary,) = telemetry.requests()
+    assert summary.tokens_per_s == pytest.approx(10.0)  # 12.5 * 4 / 5
+    assert answer_figures(done(1.0), None)["generation_tps"] == pytest.approx(9.5 * 3 / 4)
+    single = local_telemetry()
+    single.feed(done(1.0, generation_tokens=1, generation_tps=4.0))
+    assert single.requests()[0].tokens_per_s is None  # one token has no rate
+
+
+def test_tokens_the_worker_counted_but_did_not_send_still_count() -> None:
+    """A worker that sends no event for the end-of-sequence token (before issue 25): the
+    card's total still ends at the worker's count."""
+    telemetry = local_telemetry()
+    for i, t in enumerate((1.0, 1.1, 1.2)):
+        telemetry.feed(token(t, i))
+    telemetry.feed(done(1.3, generation_tokens=4))
+    assert telemetry.current().total_tokens == 4 == telemetry.requests()[0].generation_tokens
+
+
+def test_a_send_time_learnt_after_the_first_token_still_gives_our_ttft() -> None:
+    """The request's id is known once it is sent: its first token can come first."""
+    telemetry = local_telemetry()
+    telemetry.feed(token(10.4, 0))
+    telemetry.request_started("r1", 10.0)
+    assert telemetry.current().ttft_s == pytest.approx(0.4)
+    telemetry.feed(token(10.5, 1))
+    telemetry.feed(done(10.6))  # the worker says 0.25
+    assert telemetry.requests()[0].ttft_s == pytest.approx(0.4)
+    telemetry.request_started("r1", 10.1)  # too late: kept as it was, nothing tracked anew
+    assert [r.ttft_s for r in telemetry.requests()] == [pytest.approx(0.4)]

@@ -76,6 +76,7 @@ class NodeFacts:
     wired_limit_mb: int | None = None  # None: the macOS default (see unknowns when unread)
     free_memory_bytes: int | None = None  # free + inactive + speculative pages
     memory_pressure: int | None = None  # 1 normal, 2 warning, 4 critical
+    disk_free_bytes: int | None = None  # free on the home folder's disk (df -Pk .)
     python_version: str | None = None
     python_executable: str | None = None
     mlx_version: str | None = None
@@ -102,6 +103,9 @@ class NodeFacts:
     probed_at: float = field(default_factory=time.monotonic, compare=False, repr=False)
     # A demo Mac: what a probe of such a Mac would say, but its ranks run on this machine.
     simulated: bool = False
+    # The probe's whole output, as the node printed it: what ``macmesh doctor --capture``
+    # saves (every section's stdout, stderr and exit code). Not part of what the facts say.
+    probe_output: str = field(default="", compare=False, repr=False)
 
     def age_s(self, now: float | None = None) -> float:
         """Seconds since the probe."""
@@ -335,6 +339,8 @@ def _memory(r: _Reader) -> None:
             r.facts["wired_limit_mb"] = limit.limit_mb
     if pressure := r.parse("vm_pressure", p.parse_memory_pressure, "memory_pressure"):
         r.facts["memory_pressure"] = pressure.level
+    if disk := r.parse("df", p.parse_df, "disk_free_bytes", command="df"):
+        r.facts["disk_free_bytes"] = disk.available_bytes
     if r.facts.get("os_name") == "Linux":
         _linux_memory(r)
         return
@@ -401,7 +407,7 @@ def parse_probe(name: str, output: str) -> NodeFacts:
     _memory(r)
     _python(r)
     _macmesh_app(r)
-    return NodeFacts(name=name, unknowns=r.unknowns, **r.facts)
+    return NodeFacts(name=name, unknowns=r.unknowns, probe_output=output, **r.facts)
 
 
 Runner = Callable[[str], str]

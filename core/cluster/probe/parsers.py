@@ -353,6 +353,24 @@ def parse_vm_stat(text: str) -> VmStat | Unknown:
 
 
 @dataclass(frozen=True)
+class DiskFree:
+    """``df -Pk .`` in the node's home: the free space where MacMesh keeps its cache."""
+
+    available_bytes: int
+
+
+def parse_df(text: str) -> DiskFree | Unknown:
+    """POSIX ``df -P -k``: a header, then the file system's row, read by the model
+    check's own reader (``core.remote.modelcheck.parse_df``)."""
+    from core.remote.modelcheck import parse_df as free_bytes  # paramiko: only when asked
+
+    found = [free for line in text.splitlines() if (free := free_bytes(line)) is not None]
+    if not found:
+        return Unknown(f"df: {first_line(text) or 'no file system row'}")
+    return DiskFree(available_bytes=found[-1])
+
+
+@dataclass(frozen=True)
 class MemInfo:
     """Linux's ``/proc/meminfo`` (a ring-only node): total and available memory."""
 

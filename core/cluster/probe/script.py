@@ -105,6 +105,8 @@ COMMANDS: tuple[ProbeCommand, ...] = (
     ProbeCommand("uname", ("uname", "-sr")),
     # A Linux host (ring only) has none of the Mac's memory commands.
     ProbeCommand("meminfo", ("cat", "/proc/meminfo")),
+    # Free space where MacMesh keeps its cache: the session starts in the home folder.
+    ProbeCommand("df", ("df", "-Pk", ".")),
     ProbeCommand("python", (PYTHON, "-c", PYTHON_CODE), timeout_s=30),
     # MacMesh.app on the node runs the worker itself (packaging/entry.py): its worker's
     # versions, without importing mlx. A first launch can wait on Gatekeeper's check.

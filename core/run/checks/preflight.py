@@ -173,7 +173,7 @@ def _checked_paths(
         for c in report.checks
         if not (c.name == "backend" and c.node == CLUSTER) and c.name != "network"
     ]
-    checks += [*_backend_checks(choice, requested, ordered), *problems]
+    checks += [*backend_checks(choice, requested, ordered), *problems]
     return replace(report, checks=tuple(checks), backend=choice)
 
 
@@ -217,13 +217,13 @@ def evaluate(
         )
     used = [by_name[name] for name in order if name in by_name]
     for g in used:
-        checks.append(_reachable(g))
+        checks.append(reachable_check(g))
     reached = [g for g in used if g.facts is not None]
     for g in reached:
-        checks.append(_python(g))
+        checks.append(python_check(g))
         if g.facts is not None and g.facts.runs_on_cpu:
-            checks.append(_blas(g.facts, g.target.name))
-    checks.extend(_versions(reached))
+            checks.append(blas_check(g.facts, g.target.name))
+    checks.extend(version_checks(reached))
     for g in reached:
         checks.extend(_model(g, manifests.get(g.target.name)))
         checks.extend(_memory(g, plan))
@@ -231,7 +231,7 @@ def evaluate(
     if len(reached) == len(order) and not lost:
         fallback = {t.name: t.rank_address for t in (by_name[n].target for n in order)}
         choice = choose_backend([facts[name] for name in order], Backend(backend), fallback)
-        checks.extend(_backend_checks(choice, backend, [by_name[n].target for n in order]))
+        checks.extend(backend_checks(choice, backend, [by_name[n].target for n in order]))
         if choice.name.is_jaccl and (mismatch := build_mismatch(list(facts.values()))):
             checks.append(
                 Check.fail(
@@ -261,13 +261,19 @@ _SSH_FIXES: tuple[tuple[type[SSHError], str], ...] = (
 )
 
 
-def _reachable(g: Gathered) -> Check:
+def ssh_fix(error: SSHError | type[SSHError]) -> str:
+    """What to do about an SSH failure (or a kind of one), or "" for a kind with no set fix."""
+    kind_of = error if isinstance(error, type) else type(error)
+    return next((fix for kind, fix in _SSH_FIXES if issubclass(kind_of, kind)), "")
+
+
+def reachable_check(g: Gathered) -> Check:
     t = g.target
     where = f"{t.user + '@' if t.user else ''}{t.host}{f':{t.port}' if t.port != 22 else ''}"
     if g.error is None:
         how = "runs on this Mac" if t.local else f"reachable over SSH ({where})"
         return Check.ok(t.name, "ssh", f"{t.name} {how}.")
-    fix = next((f for kind, f in _SSH_FIXES if isinstance(g.error, kind)), "")
+    fix = ssh_fix(g.error)
     return Check.fail(
         t.name,
         "ssh",
@@ -276,7 +282,7 @@ def _reachable(g: Gathered) -> Check:
     )
 
 
-def _python(g: Gathered) -> Check:
+def python_check(g: Gathered) -> Check:
     facts, t = g.facts, g.target
     assert facts is not None
     wanted = t.interpreter
@@ -313,7 +319,7 @@ def _python(g: Gathered) -> Check:
     )
 
 
-def _blas(facts: NodeFacts, name: str) -> Check:
+def blas_check(facts: NodeFacts, name: str) -> Check:
     """A Linux node runs MLX on its CPU: which BLAS its ranks will preload."""
     if facts.blas_path:
         return Check(
@@ -329,7 +335,7 @@ def _blas(facts: NodeFacts, name: str) -> Check:
     )  # fmt: skip
 
 
-def _versions(reached: Sequence[Gathered]) -> list[Check]:
+def version_checks(reached: Sequence[Gathered]) -> list[Check]:
     """The same mlx and mlx-lm everywhere; the version most nodes have is the reference
     (ties: the one of the lowest rank)."""
     have = [g for g in reached if g.facts and g.facts.mlx_version and g.facts.mlx_lm_version]
@@ -470,7 +476,7 @@ def _memory(g: Gathered, plan: Plan) -> list[Check]:
 # -- backend ----------------------------------------------------------------------------------
 
 
-def _backend_checks(
+def backend_checks(
     choice: BackendChoice, requested: Backend | str, targets: Sequence[Target]
 ) -> list[Check]:
     return [*_backend_check(choice, requested, targets), *_offer_checks(choice)]

@@ -179,7 +179,7 @@ class Job:
     """One distributed job: on this machine's loopback (the demo cluster), or on the
     spec's targets over SSH."""
 
-    event = Signal(dict)  # every worker event, as parsed (reader threads)
+    event = Signal(dict)  # every worker event, a protocol.Event (reader threads)
     log = Signal(int, str)  # rank, a line of its stderr (reader threads)
     state_changed = Signal(str, str)  # state value, message (any job thread)
 
@@ -193,7 +193,7 @@ class Job:
         self._lock = threading.RLock()
         self._ready = threading.Event()
         self._finished = threading.Event()
-        self._done: dict[str, dict[str, Any]] = {}
+        self._done: dict[str, p.Done | p.LinkTest | p.Error] = {}
         self._done_cond = threading.Condition(self._lock)
         self._pending: set[str] = set()
         self._ids = itertools.count(1)
@@ -456,7 +456,7 @@ class Job:
         self._send(line, request, TESTING_LINKS)
         return request
 
-    def wait_done(self, request: str, timeout: float | None = None) -> dict[str, Any]:
+    def wait_done(self, request: str, timeout: float | None = None) -> p.Done | p.LinkTest:
         """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._done_cond:
@@ -469,7 +469,7 @@ class Job:
                 self._done_cond.wait(0.1 if remaining is None else min(remaining, 0.1))
             answer = self._done[request]
         if answer["event"] == p.ERROR:
-            raise JobError(answer.get("message", "the request failed"))
+            raise JobError(answer["message"])
         return answer
 
     def _send(self, line: str, request: str, activity: str) -> None:
@@ -504,32 +504,31 @@ class Job:
             status.log.append(line)
             self.log.emit(status.rank, line)
 
-    def _on_event(self, status: RankStatus, event: dict[str, Any]) -> None:
-        kind = event["event"]
+    def _on_event(self, status: RankStatus, event: p.Event) -> None:
         with self._lock:
             status.last_seen = time.monotonic()
-            if kind in (p.LOADING, p.HEARTBEAT) and not status.loaded:
+            if event["event"] in (p.LOADING, p.HEARTBEAT) and not status.loaded:
                 # The later of the two: a heartbeat may carry the stage it read just before.
                 stage = loading_stage(event.get("stage"), status.stage)
                 status.stage = max(stage, status.stage, key=lambda s: s.step)
                 self._join_when_all_are_up()
-            elif kind == p.LOADED:
+            elif event["event"] == p.LOADED:
                 status.loaded, status.stage = True, LoadingStage.SYNCHRONISING
                 status.loaded_event = event  # for who follows the job from later on
-            elif kind == p.ERROR and event.get("fatal"):
-                status.error = event.get("message", "failed")
-            elif kind == p.ERROR and event.get("request"):
+            elif event["event"] == p.ERROR and event["fatal"]:
+                status.error = event["message"]
+            elif event["event"] == p.ERROR and event.get("request"):
                 self._answered(event)  # that request failed; the job lives on
-            elif kind == p.TRAIN:
+            elif event["event"] == p.TRAIN:
                 status.activity = TRAINING
-            elif kind == p.STOPPED:
+            elif event["event"] == p.STOPPED:
                 status.ended = True
-            elif kind == p.READY:
+            elif event["event"] == p.READY:
                 self._ready.set()
                 if self.state == JobState.LOADING:
                     self._set_state(JobState.READY, "ready")
         self.event.emit(event)
-        if kind in (p.DONE, p.LINK_TEST):
+        if event["event"] in (p.DONE, p.LINK_TEST):
             # After the event: whoever sees the job READY again has seen the answer's end.
             self._answered(event)
 
@@ -544,7 +543,7 @@ class Job:
             self._joined = True
             self._send_all(p.encode_command(p.OP_JOIN))
 
-    def _answered(self, event: dict[str, Any]) -> None:
+    def _answered(self, event: p.Done | p.LinkTest | p.Error) -> None:
         request = event.get("request", "")
         with self._done_cond:
             self._done[request] = event

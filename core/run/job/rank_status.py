@@ -13,8 +13,8 @@ import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
+from core.worker import protocol as p
 from core.worker.vocab import LoadingStage
 
 LOG_TAIL = 200
@@ -29,7 +29,7 @@ class RankStatus:
     pid: int | None = None  # a remote rank's: its process group on its node
     stage: LoadingStage = LoadingStage.STARTING
     loaded: bool = False
-    loaded_event: dict[str, Any] | None = None  # what it said once loaded (memory, device)
+    loaded_event: p.Loaded | None = None  # what it said once loaded (memory, device)
     activity: str | None = None  # once loaded: what the job had asked of it ("generating", ...)
     last_seen: float = field(default_factory=time.monotonic)
     exit_code: int | None = None
@@ -128,10 +128,13 @@ def _signal_hint(number: int) -> str:
     return f"\n{hint[0].upper()}{hint[1:]}: try a smaller model, a shorter context or more nodes."
 
 
-def loading_stage(value: object, current: LoadingStage) -> LoadingStage:
-    """A ``loading`` event's stage; one this version does not know keeps the last."""
+def loading_stage(value: str | None, current: LoadingStage) -> LoadingStage:
+    """A ``loading`` event's stage (or a heartbeat's, when it has one); one this version
+    does not know keeps the last."""
+    if value is None:
+        return current
     try:
-        return LoadingStage(str(value))
+        return LoadingStage(value)
     except ValueError:
         return current
 

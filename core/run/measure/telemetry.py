@@ -11,6 +11,22 @@ calls ``feed`` (and the controller ``request_started``), the GUI thread reads
 copies through the accessors, typically from a redraw timer. Every call holds
 the lock briefly: no I/O and no callbacks under it.
 
+Figures: this module is the one definition of an answer's figures; the big numbers, the
+chat line under an answer, the history, the CLI's summary and the API's ``usage`` all read
+them (``answer_figures``), never the worker's raw fields:
+
+- tokens generated: the worker's count (every token the model generated, the
+  end-of-sequence one included; the worker sends one token event per token, so the count
+  of token events is the same number while an answer streams);
+- tokens/s: (n - 1) tokens over the time from the first token to the last, from the token
+  events' timestamps (``RateEstimator.average``); mlx-lm's own ``generation_tps`` counts n
+  tokens over those n - 1 gaps and reads higher by n / (n - 1), so it is only a fallback
+  (converted) when token events are off;
+- cached tokens: the worker's count of the prompt's tokens its prompt cache held (0 when
+  it keeps none), so not prefilled again;
+- time to first token: from the moment the request was sent (``request_started``) to the
+  first token's arrival here, the worker's own figure when the send time is unknown.
+
 Clocks: an event's ``t`` is ``time.monotonic()`` on the rank's own host. Rates
 use differences of one rank's ``t`` only (exact on any host). The times of the
 series are moved onto this process's clock: per rank, the offset is the
@@ -78,12 +94,24 @@ class RequestSummary:
     prompt_tokens: int | None
     prompt_tps: float | None  # from the worker's done event
     generation_tokens: int  # the worker's count when done, else tokens seen so far
-    generation_tps: float | None  # mlx-lm's, from the worker's done event
-    avg_tps: float | None  # ours, from token timestamps (same definition)
+    generation_tps: float | None  # mlx-lm's, from the worker's done event, as given
+    avg_tps: float | None  # ours, from token timestamps
     ttft_s: float | None
     text: str  # the tail, at most the text limit
     finish_reason: str | None
     finished: bool
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """The answer's tokens/s as every surface shows it (see the module docstring):
+        from the token timestamps, else mlx-lm's figure converted to the same definition
+        (token events off), else None (fewer than two tokens)."""
+        if self.avg_tps is not None:
+            return self.avg_tps
+        n = self.generation_tokens
+        if self.generation_tps and n >= 2:
+            return self.generation_tps * (n - 1) / n
+        return None
 
 
 @dataclass(frozen=True)
@@ -91,7 +119,7 @@ class Headline:
     """The few numbers shown big; a snapshot, safe to keep on any thread."""
 
     tokens_per_s: float  # smoothed, of the request generating now; 0 when idle
-    last_avg_tps: float | None  # the last finished request's, from timestamps
+    last_avg_tps: float | None  # the last finished request's ``tokens_per_s``
     ttft_s: float | None  # the current request's, else the last finished one's
     prompt_tps: float | None  # the last finished request's
     total_tokens: int
@@ -118,6 +146,7 @@ class _Request:
     rates: RateEstimator
     text: _TextTail
     started_at: float | None = None  # this process's clock
+    first_at: float | None = None  # when its first token arrived, this process's clock
     ttft_s: float | None = None
 
 
@@ -173,20 +202,16 @@ class Telemetry:
         self._peak_memory: dict[int, int] = {}
         self._rank_facts: dict[int, dict[str, Any]] = {}
         self._malformed = 0
-        self._handlers: dict[str, Callable[[Mapping[str, Any], int, float, float], None]] = {
-            protocol.LOADED: self._on_loaded,
-            protocol.TOKEN: self._on_token,
-            protocol.DONE: self._on_done,
-            protocol.TRAFFIC: self._on_traffic,
-        }
 
     # -- input (the launcher's reader thread) --------------------------------
 
-    def feed(self, event: Mapping[str, Any], received_at: float | None = None) -> None:
+    def feed(self, event: protocol.Event, received_at: float | None = None) -> None:
         """Takes one event of any rank. Malformed events are logged and dropped.
 
-        Never raises on bad input: the reader thread calling it must keep
-        reading. ``received_at`` (this process's clock) defaults to now.
+        ``protocol.parse_event`` checked the fields' types; their values are checked
+        here (a finite ``t``, counts not negative, real peers). Never raises on bad
+        input: the reader thread calling it must keep reading. ``received_at`` (this
+        process's clock) defaults to now.
         """
         if received_at is None and self._clock is not None:
             received_at = self._clock()
@@ -202,9 +227,21 @@ class Telemetry:
         log.log(level, "ignoring malformed worker event (%s): %.200r", problem, event)
 
     def request_started(self, request_id: str, t: float) -> None:
-        """Records when the controller sent a request (``clock``'s time), for TTFT."""
+        """Records when the controller sent a request (``clock``'s time), for TTFT.
+
+        Its id is known only once it is sent, so its first token may be in already (a
+        fast answer, a busy thread): the TTFT is then taken from that token's arrival. A
+        request already finished keeps its figures (and is not tracked anew)."""
+        request_id = _request_id(request_id)
         with self._lock:
-            self._request(_request_id(request_id)).started_at = float(t)
+            request = self._active.get(request_id)
+            if request is None and any(done.id == request_id for done in self._finished):
+                return
+            request = request or self._request(request_id)
+            request.started_at = float(t)
+            if request.first_at is not None:
+                ttft = request.first_at - request.started_at
+                request.ttft_s = ttft if ttft >= 0 else None
 
     # -- snapshots (any thread) ------------------------------------------------
 
@@ -220,7 +257,7 @@ class Telemetry:
             total = self._link_total_series.last()
             return Headline(
                 tokens_per_s=(active.rates.smoothed or 0.0) if active else 0.0,
-                last_avg_tps=last.avg_tps if last else None,
+                last_avg_tps=last.tokens_per_s if last else None,
                 ttft_s=active.ttft_s if active else (last.ttft_s if last else None),
                 prompt_tps=last.prompt_tps if last else None,
                 total_tokens=self._total_tokens,
@@ -263,6 +300,11 @@ class Telemetry:
         with self._lock:
             return [*self._finished, *(self._summary(r) for r in self._active.values())]
 
+    def now(self) -> float | None:
+        """This process's time on the series' timeline; None without a clock (tests feed
+        times of their own)."""
+        return self._clock() if self._clock is not None else None
+
     @property
     def malformed_events(self) -> int:
         with self._lock:
@@ -270,18 +312,20 @@ class Telemetry:
 
     # -- event handling (under the lock) ----------------------------------------
 
-    def _feed(self, event: Mapping[str, Any], received_at: float | None) -> None:
-        if not isinstance(event, Mapping):
-            raise TypeError(f"an event is a mapping, not {type(event).__name__}")
-        rank = _rank(event.get("rank"))
-        t = _finite(event.get("t"), "t")
+    def _feed(self, event: protocol.Event, received_at: float | None) -> None:
+        rank = _rank(event["rank"])
+        t = _finite(event["t"], "t")
         at = self._to_local(rank, t, received_at)
-        kind = event.get("event", "")
-        if kind != protocol.TOKEN:  # tokens are frequent; the rest comes often enough
+        if event["event"] != protocol.TOKEN:  # tokens are frequent; the rest often enough
             self._expire_directions(at)
-        handler = self._handlers.get(kind)
-        if handler is not None:
-            handler(event, rank, t, at)
+        if event["event"] == protocol.LOADED:
+            self._on_loaded(event, rank)
+        elif event["event"] == protocol.TOKEN:
+            self._on_token(event, rank, t, at)
+        elif event["event"] == protocol.DONE:
+            self._on_done(event, rank, at)
+        elif event["event"] == protocol.TRAFFIC:
+            self._on_traffic(event, rank, at)
 
     def _to_local(self, rank: int, t: float, received_at: float | None) -> float:
         """A rank's ``t`` on this process's clock (see the module docstring)."""
@@ -293,21 +337,21 @@ class Telemetry:
             self._offsets[rank] = best = offset
         return t + best
 
-    def _on_loaded(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
-        self._loaded_memory[rank] = _count(event.get("memory_bytes"), "memory_bytes")
+    def _on_loaded(self, event: protocol.Loaded, rank: int) -> None:
+        self._loaded_memory[rank] = _count(event["memory_bytes"], "memory_bytes")
         self._rank_facts[rank] = rank_facts(event)
 
-    def _on_token(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
+    def _on_token(self, event: protocol.Token, rank: int, t: float, at: float) -> None:
         if rank != self._token_rank:
             return
-        request_id = _request_id(event.get("request"))
-        piece = event.get("text", "")
-        if not isinstance(piece, str):
-            raise TypeError("token text is not a string")
+        request_id = _request_id(event["request"])
+        piece = _text(event["text"])
         request = self._request(request_id)
-        if request.rates.count == 0 and request.started_at is not None:
-            ttft = at - request.started_at
-            request.ttft_s = ttft if ttft >= 0 else None
+        if request.rates.count == 0:
+            request.first_at = at
+            if request.started_at is not None:
+                ttft = at - request.started_at
+                request.ttft_s = ttft if ttft >= 0 else None
         instant = request.rates.add(t)
         request.text.add(piece)
         self._total_tokens += 1
@@ -317,22 +361,24 @@ class Telemetry:
         if request.rates.smoothed is not None:
             _append_in_order(self._smoothed, at, request.rates.smoothed)
 
-    def _on_done(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
+    def _on_done(self, event: protocol.Done, rank: int, at: float) -> None:
         peak = _optional_count(event.get("peak_memory_bytes"))
         if peak is not None:
             self._peak_memory[rank] = max(peak, self._peak_memory.get(rank, 0))
         if rank != self._token_rank:
             return
-        request_id = _request_id(event.get("request"))
+        request_id = _request_id(event["request"])
         request = self._active.pop(request_id, None) or self._new_request(request_id)
         if self._current == request_id:
             self._current = None
         reported = _optional_count(event.get("generation_tokens"))
-        if request.rates.count == 0 and reported:
-            self._total_tokens += reported  # token events were off (MACMESH_TELEMETRY=0)
+        if reported is not None and reported > request.rates.count:
+            # Token events were off (MACMESH_TELEMETRY=0), or some went unsent (a worker
+            # before one event per token): the worker's count is the answer's.
+            self._total_tokens += reported - request.rates.count
         if request.ttft_s is None:
             request.ttft_s = _optional_float(event.get("ttft_s"))
-        text = event.get("text")
+        text: object = event.get("text")
         if isinstance(text, str):
             request.text = _TextTail(self._text_limit)
             request.text.add(text)
@@ -340,16 +386,16 @@ class Telemetry:
             _append_in_order(self._smoothed, at, 0.0)
         self._finished.append(self._summary(request, done=event, reported_tokens=reported))
 
-    def _on_traffic(self, event: Mapping[str, Any], rank: int, t: float, at: float) -> None:
+    def _on_traffic(self, event: protocol.Traffic, rank: int, at: float) -> None:
         """Updates what ``rank`` sends; its links become the sum of both senders' rates.
 
         Only ``sent`` is used: each byte is counted once, by its sender. A peer
         missing from ``sent`` got nothing this interval.
         """
-        interval = _finite(event.get("interval_s"), "interval_s")
+        interval = _finite(event["interval_s"], "interval_s")
         if interval <= 0:
             raise ValueError(f"interval_s must be positive, not {interval}")
-        sent = _peer_bytes(event.get("sent"), rank)
+        sent = _peer_bytes(event["sent"], rank)
         peers = sent.keys() | {b for a, b in self._directions if a == rank}
         for peer in sorted(peers):
             n = sent.get(peer, 0)
@@ -400,37 +446,64 @@ class Telemetry:
     def _summary(
         self,
         request: _Request,
-        done: Mapping[str, Any] | None = None,
+        done: protocol.Done | None = None,
         reported_tokens: int | None = None,
     ) -> RequestSummary:
-        fields = done or {}
         tokens = request.rates.count if reported_tokens is None else reported_tokens
         return RequestSummary(
             id=request.id,
-            prompt_tokens=_optional_count(fields.get("prompt_tokens")),
-            prompt_tps=_optional_float(fields.get("prompt_tps")),
+            prompt_tokens=_optional_count(done.get("prompt_tokens")) if done else None,
+            prompt_tps=_optional_float(done.get("prompt_tps")) if done else None,
             generation_tokens=tokens,
-            generation_tps=_optional_float(fields.get("generation_tps")),
+            generation_tps=_optional_float(done.get("generation_tps")) if done else None,
             avg_tps=request.rates.average(),
             ttft_s=request.ttft_s,
             text=request.text.value(),
-            finish_reason=_optional_str(fields.get("finish_reason")),
+            finish_reason=_optional_str(done.get("finish_reason")) if done else None,
             finished=done is not None,
         )
+
+
+def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> dict[str, Any]:
+    """An answer's figures as every surface shows them (the module docstring says what
+    each one means), from the telemetry's ``summary`` of the request; from the worker's
+    ``done`` event alone when the telemetry has none (its figures then converted alike)."""
+    if summary is None:
+        summary = RequestSummary(
+            id=str(done.get("request", "")),
+            prompt_tokens=_optional_count(done.get("prompt_tokens")),
+            prompt_tps=_optional_float(done.get("prompt_tps")),
+            generation_tokens=_optional_count(done.get("generation_tokens")) or 0,
+            generation_tps=_optional_float(done.get("generation_tps")),
+            avg_tps=None,
+            ttft_s=_optional_float(done.get("ttft_s")),
+            text=str(done.get("text", "")),
+            finish_reason=_optional_str(done.get("finish_reason")),
+            finished=True,
+        )
+    return {
+        "prompt_tokens": summary.prompt_tokens,
+        "prompt_tps": summary.prompt_tps,
+        # the prompt's tokens the ranks' prompt cache held (0: none, or no prompt cache)
+        "cached_tokens": _optional_count(done.get("cached_tokens")) or 0,
+        "generation_tokens": summary.generation_tokens,
+        "generation_tps": summary.tokens_per_s,
+        "ttft_s": summary.ttft_s,
+        "finish_reason": summary.finish_reason,
+        "text": str(done.get("text", summary.text)),
+    }
 
 
 # -- helpers ----------------------------------------------------------------------
 
 
-def rank_facts(loaded: Mapping[str, Any]) -> dict[str, Any]:
+def rank_facts(loaded: protocol.Loaded) -> dict[str, Any]:
     """A rank's ``loaded`` event → what it runs on, flat, for a summary: device, BLAS
     (name, path, threads, measured GFLOP/s, whether it is a fast one; None on a GPU)
     and the weights' precision (whether they were dequantized at load, and the weight
     shapes stored in another layout for one-row products: ``core.worker.layout``)."""
-    blas, weights = loaded.get("blas"), loaded.get("weights")
-    blas = blas if isinstance(blas, Mapping) else {}
-    weights = weights if isinstance(weights, Mapping) else {}
-    facts: dict[str, Any] = {"rank": _rank(loaded.get("rank")), "device": loaded.get("device")}
+    blas, weights = loaded["blas"] or {}, loaded["weights"]
+    facts: dict[str, Any] = {"rank": _rank(loaded["rank"]), "device": loaded["device"]}
     facts.update(
         blas=blas.get("name"),
         blas_path=blas.get("path"),
@@ -502,6 +575,12 @@ def _optional_count(value: object) -> int | None:
         return _count(value, "value")
     except ValueError:
         return None
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"text is not a string: {value!r}")
+    return value
 
 
 def _optional_str(value: object) -> str | None:

@@ -11,5 +11,8 @@ so the command line and the window keep the same records by construction:
 - ``linktest``: every link the job uses, measured through MLX.
 - ``finetune``: LoRA, data parallel, to an adapter.
 
+``records.job_record`` is what every task's record says of its job (model, nodes,
+strategy, split, backend, versions), written once.
+
 Serving (``core.serve``) is the API's task over a session, in the layer above.
 """

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from core.run.measure.history import RunKind, RunRecord, keep, local_versions, telemetry_series
-from core.run.measure.telemetry import RequestSummary, Telemetry
+from core.run.measure.history import RunKind, RunRecord, keep, telemetry_series
+from core.run.measure.telemetry import Telemetry, answer_figures
 from core.run.placement import ClusterError
+from core.run.tasks.records import job_record
 from core.worker import protocol as p
 
 if TYPE_CHECKING:
@@ -71,13 +72,13 @@ def answer_once(
 def ask_once(
     session: Session, telemetry: Telemetry, prompt: str, max_tokens: int
 ) -> dict[str, Any]:
-    """One request on a running session and its figures: tokens/s, time to first token,
-    bytes per link."""
+    """One request on a running session and its figures (``answer_figures``: tokens/s,
+    time to first token, token counts, as every surface shows them), and bytes per link."""
     before = telemetry.link_totals()
     started = time.monotonic()
     request = session.ask(prompt, max_tokens=max_tokens)
     telemetry.request_started(request, started)
-    done = session.wait_done(request)
+    done = session.wait_answer(request)
     elapsed = max(time.monotonic() - started, 1e-9)
     settle(time.monotonic())
     after = telemetry.link_totals()
@@ -95,24 +96,6 @@ def settle(done_at: float) -> None:
     time.sleep(max(0.0, done_at + SETTLE_S - time.monotonic()))
 
 
-def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> dict[str, Any]:
-    """An answer's figures from the rank's ``done`` event and the telemetry's summary of
-    the request (tokens/s from token timestamps, time to first token as seen here)."""
-    ttft = summary.ttft_s if summary and summary.ttft_s is not None else done.get("ttft_s")
-    return {
-        "prompt_tokens": done.get("prompt_tokens"),
-        "prompt_tps": done.get("prompt_tps"),
-        # the prompt's tokens the ranks' prompt cache held (0: none, or no prompt cache)
-        "cached_tokens": done.get("cached_tokens") or 0,
-        "generation_tokens": done.get("generation_tokens"),
-        "generation_tps": done.get("generation_tps"),
-        "avg_tps": summary.avg_tps if summary else None,
-        "ttft_s": ttft,
-        "finish_reason": done.get("finish_reason"),
-        "text": done.get("text", ""),
-    }
-
-
 def answer_record(
     session: Session,
     figures: dict[str, Any],
@@ -123,26 +106,13 @@ def answer_record(
     """One answer as the history keeps it: the job as it ran (model, the ranks' nodes,
     strategy, split, backend), the figures, what each rank ran on, and the plotted series
     from ``began`` (the session's start, monotonic)."""
-    spec = session.spec
-    plan = session.plan
-    strategy = spec.rank_strategy if spec is not None else plan.strategy if plan else ""
-    split = spec.split if spec is not None else plan.split if plan else None
-    return RunRecord(
-        kind=kind,
-        model=session.info.name,
-        nodes=session.rank_nodes(),
-        strategy=str(strategy),
-        backend=str(spec.rank_backend) if spec is not None else "",
-        split=list(split) if split else None,
-        versions=local_versions(),
-        figures={**figures, "ranks": telemetry.rank_facts()},
-        series=telemetry_series(telemetry, began),
-    )
+    figures = {**figures, "ranks": telemetry.rank_facts()}
+    return job_record(session, kind, figures, series=telemetry_series(telemetry, began))
 
 
 def keep_answer(
     session: Session,
-    done: Mapping[str, Any],
+    done: p.Done,
     telemetry: Telemetry,
     began: float,
     kind: RunKind = RunKind.CHAT,
@@ -154,7 +124,7 @@ def keep_answer(
     in (``done_at``: when its ``done`` arrived, monotonic): the record, and why it could
     not be kept (None: it was). Blocking (a wait, a write): off the GUI thread."""
     settle(time.monotonic() if done_at is None else done_at)
-    request = str(done.get("request"))
+    request = done["request"]
     summary = next((r for r in telemetry.requests() if r.id == request), None)
     figures = {**answer_figures(done, summary), **(about or {})}
     record = answer_record(session, figures, telemetry, began, kind)

@@ -20,13 +20,14 @@ from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.run.job.launcher import Job, JobSpec
-from core.run.measure.history import RunKind, RunRecord, keep, local_versions
+from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.measure.telemetry import Telemetry
 from core.run.placement import ClusterError
 from core.run.planning import plan_on
 from core.run.session import Host, Session
 from core.run.states import Step
 from core.run.tasks.chat import answer_once
+from core.run.tasks.records import job_record
 from core.units import size
 from core.worker.vocab import Strategy
 
@@ -128,8 +129,8 @@ def measured_run(
         nodes=nodes,
         strategy=str(plan.strategy),
         ranks=len(telemetry.rank_facts()),
-        generation_tps=float(figures["generation_tps"]),
-        prompt_tps=float(figures["prompt_tps"]),
+        generation_tps=float(figures["generation_tps"] or 0.0),
+        prompt_tps=float(figures["prompt_tps"] or 0.0),
         ttft_s=figures["ttft_s"],
         generation_tokens=int(figures["generation_tokens"]),
         prompt_tokens=int(figures["prompt_tokens"]),
@@ -193,23 +194,13 @@ def compare(
             "(the answer ended early in one): tokens/s still compares"
         )
     result = Comparison(single, cluster, str(plan.strategy), no_single, notes)
-    return replace(result, not_kept=keep(compare_record(cluster_session, result, result.to_dict())))
+    return replace(result, not_kept=keep(compare_record(cluster_session, result.to_dict())))
 
 
-def compare_record(session: Session, result: Any, figures: dict[str, Any]) -> RunRecord:
+def compare_record(session: Session, figures: dict[str, Any]) -> RunRecord:
     """A comparison as the history keeps it: the cluster's (or the adapter's) session,
-    the job as it ran, both runs in ``figures``."""
-    spec = session.spec
-    return RunRecord(
-        kind=RunKind.COMPARE,
-        model=session.info.name,
-        nodes=session.rank_nodes(),
-        strategy=str(result.strategy),
-        backend=str(spec.rank_backend) if spec else "",
-        split=list(spec.split) if spec and spec.split else None,
-        versions=local_versions(),
-        figures=figures,
-    )
+    both runs in ``figures``."""
+    return job_record(session, RunKind.COMPARE, figures)
 
 
 # -- the adapter variant: base against base + adapter ------------------------------------
@@ -276,4 +267,4 @@ def compare_adapter(
             adapted_session.facts.update(base_session.facts)
     result = AdapterComparison(runs[0], runs[1], adapted_session.adapter_name, str(plan.strategy))
     figures = result.to_dict()
-    return replace(result, not_kept=keep(compare_record(adapted_session, result, figures)))
+    return replace(result, not_kept=keep(compare_record(adapted_session, figures)))

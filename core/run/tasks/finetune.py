@@ -37,10 +37,11 @@ from core import paths
 from core.model.info import ModelInfo
 from core.remote.folders import fetch_folder
 from core.remote.ssh import SSHError
-from core.run.measure.history import RunKind, RunRecord, keep, local_versions
+from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.placement import ClusterError, in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState, Step
+from core.run.tasks.records import job_record
 from core.tune.adapters import Adapter, new_adapter_folder, read_adapter, write_metadata
 from core.tune.data import DEMO_DATA, DEMO_SETTINGS, DataError, read_data
 from core.tune.fit import training_fit, tune_strategy
@@ -79,7 +80,7 @@ class FineTune:
     validated = Signal(int, float)  # iteration, val_loss
     checkpoint = Signal(int, str)  # iteration, path
     finished = Signal(object)  # the Adapter kept, or None
-    event = Signal(dict)  # every raw worker event
+    event = Signal(dict)  # every worker event (a protocol.Event)
 
     def __init__(
         self,
@@ -99,7 +100,7 @@ class FineTune:
         self.data_folder: Path | None = None  # what the ranks read (mlx-lm's layout)
         self.data_sha256 = ""
         self.data_examples = 0
-        self.trained: dict[str, Any] | None = None  # rank 0's ``trained`` event
+        self.trained: p.Trained | None = None  # rank 0's ``trained`` event
         self.error = ""
         self.session = Session(
             info,
@@ -210,27 +211,27 @@ class FineTune:
     def _on_state(self, state: str, detail: str) -> None:
         self.state_changed.emit(state, detail)
 
-    def _on_event(self, event: dict[str, Any]) -> None:
-        kind, rank = event["event"], event.get("rank", 0)
-        if kind == p.TRAIN:
+    def _on_event(self, event: p.Event) -> None:
+        rank = event["rank"]
+        if event["event"] == p.TRAIN:
             with self._lock:
-                self._peaks[rank] = max(self._peaks.get(rank, 0), int(event["peak_memory_bytes"]))
+                self._peaks[rank] = max(self._peaks.get(rank, 0), event["peak_memory_bytes"])
             if rank == 0:
                 report = self._report(event)
                 self.reports.append(report)
                 self.report.emit(report)
-        elif kind == p.VALIDATION:
-            self.validations.append((int(event["iteration"]), float(event["val_loss"])))
-            self.validated.emit(int(event["iteration"]), float(event["val_loss"]))
-        elif kind == p.CHECKPOINT:
-            self.checkpoints.append((int(event["iteration"]), str(event["path"])))
-            self.checkpoint.emit(int(event["iteration"]), str(event["path"]))
-        elif kind == p.TRAINED:
+        elif event["event"] == p.VALIDATION:
+            self.validations.append((event["iteration"], float(event["val_loss"])))
+            self.validated.emit(event["iteration"], float(event["val_loss"]))
+        elif event["event"] == p.CHECKPOINT:
+            self.checkpoints.append((event["iteration"], event["path"]))
+            self.checkpoint.emit(event["iteration"], event["path"])
+        elif event["event"] == p.TRAINED:
             self.trained = event
         self.event.emit(event)
 
-    def _report(self, event: dict[str, Any]) -> TrainReport:
-        iteration, iters = int(event["iteration"]), int(event["iters"])
+    def _report(self, event: p.Train) -> TrainReport:
+        iteration, iters = event["iteration"], event["iters"]
         t = float(event["t"])
         eta = None
         with self._lock:
@@ -249,7 +250,7 @@ class FineTune:
             train_loss=float(event["train_loss"]),
             learning_rate=float(event["learning_rate"]),
             tokens_per_s=float(event["tokens_per_s"]),
-            trained_tokens=int(event["trained_tokens"]),
+            trained_tokens=event["trained_tokens"],
             peak_memory_bytes=peaks,
             eta_s=eta,
         )
@@ -291,27 +292,26 @@ class FineTune:
 
     def record(self) -> RunRecord:
         """The run as the history keeps it: the adapter's figures and the loss curves."""
-        adapter, reports, spec = self.adapter, self.reports, self.session.spec
-        return RunRecord(
-            kind=RunKind.FINETUNE,
-            model=self.info.name,
-            nodes=self.nodes,
+        adapter, reports = self.adapter, self.reports
+        figures = {
+            "adapter": str(adapter.path) if adapter else None,
+            "iterations": adapter.iterations if adapter else 0,
+            "train_loss": adapter.train_loss if adapter else None,
+            "val_loss": adapter.val_loss if adapter else None,
+            "stopped": adapter.stopped if adapter else None,
+            "tokens_per_s": (
+                sum(r.tokens_per_s for r in reports) / len(reports) if reports else None
+            ),
+            "trained_tokens": reports[-1].trained_tokens if reports else 0,
+            "error": self.error or None,
+        }
+        series = {k: list(v) for k, v in self.series.items() if v}
+        return job_record(
+            self.session,
+            RunKind.FINETUNE,
+            figures,
+            series=series,
             strategy="data parallel",
-            backend=str(spec.rank_backend) if spec else "",
-            versions=local_versions(),
-            figures={
-                "adapter": str(adapter.path) if adapter else None,
-                "iterations": adapter.iterations if adapter else 0,
-                "train_loss": adapter.train_loss if adapter else None,
-                "val_loss": adapter.val_loss if adapter else None,
-                "stopped": adapter.stopped if adapter else None,
-                "tokens_per_s": (
-                    sum(r.tokens_per_s for r in reports) / len(reports) if reports else None
-                ),
-                "trained_tokens": reports[-1].trained_tokens if reports else 0,
-                "error": self.error or None,
-            },
-            series={k: list(v) for k, v in self.series.items() if v},
             started=self.started,
         )
 
@@ -332,9 +332,9 @@ class FineTune:
                 self.error = self.error or f"the adapter could not be fetched from rank 0: {exc}"
         trained = self.trained
         if trained is not None and (out / ADAPTER_FILE).is_file():
-            iterations = int(trained["iterations"])
-            train_loss, val_loss = trained.get("train_loss"), trained.get("val_loss")
-            stopped = bool(trained.get("stopped"))
+            iterations = trained["iterations"]
+            train_loss, val_loss = trained["train_loss"], trained["val_loss"]
+            stopped = trained["stopped"]
         else:
             last = last_checkpoint(out)
             if last is None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from core.cluster.topology import build_topology
-from core.run.measure.history import RunKind, RunRecord, keep, local_versions
+from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.measure.links import (
     LinkResult,
     Nominal,
@@ -19,9 +19,14 @@ from core.run.measure.links import (
 )
 from core.run.placement import ClusterError
 from core.run.states import Step
+from core.run.tasks.records import job_record
 
 if TYPE_CHECKING:
     from core.run.session import Session
+
+
+class LinkTestStopped(ClusterError):
+    """The person stopped the link test: the ranks left it at the end of a size."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,8 @@ def measure_links(session: Session, scale: float = 1.0) -> LinkTest:
     session.wait_ready()
     nodes = session.rank_nodes()
     event = session.wait_done(session.test_links(scale=scale))
+    if event.get("cancelled"):
+        raise LinkTestStopped("Link test stopped: nothing measured was kept.")
     pairs = [(nodes[int(link["a"])], nodes[int(link["b"])]) for link in event.get("links", [])]
     nominal: Nominal | dict[frozenset[str], Nominal]
     if session.demo:
@@ -69,14 +76,4 @@ def measure_links(session: Session, scale: float = 1.0) -> LinkTest:
 
 
 def link_test_record(session: Session, tested: LinkTest) -> RunRecord:
-    spec = session.spec
-    return RunRecord(
-        kind=RunKind.LINKTEST,
-        model=session.info.name,
-        nodes=tested.nodes,
-        strategy=str(spec.rank_strategy) if spec else "",
-        backend=str(spec.rank_backend) if spec else "",
-        split=list(spec.split) if spec and spec.split else None,
-        versions=local_versions(),
-        figures=tested.to_dict(),
-    )
+    return job_record(session, RunKind.LINKTEST, tested.to_dict())

@@ -1,0 +1,111 @@
+"""``macmesh doctor``: every setup problem of this Mac and the nodes found or named, each
+with its fix, grouped by what it blocks (finding, running, linking; issue 27).
+
+    macmesh doctor [--interfaces IF,...] [--host HOST ...] [--wait SECONDS] [--python PATH]
+                   [--no-publish] [--no-try-paths] [--json] [--capture FILE.zip]
+
+Finds and probes the nodes as ``macmesh nodes`` does (a ``Scanner``: Bonjour, the
+remembered hosts, ``--host`` ones, this machine), then reports
+(``core.run.checks.doctor``). The ring's paths are tried with a TCP connect between
+their nodes unless ``--no-try-paths``. ``--capture`` also saves, redacted, what every
+node's probe printed (``core.cluster.capture``). Exit status: 0 when every node can run
+a job, 1 otherwise (the report says what to do), 2 for bad arguments, in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from core.cli.nodes import PROBE_WAIT_CAP_S
+from core.cli.nodes import add_arguments as add_node_arguments
+from core.cluster.discovery import choose_interfaces
+from core.cluster.hosts import HostList, parse_host
+from core.cluster.scanner import Scanner
+from core.run.checks.doctor import diagnose, format_doctor
+from core.run.checks.seen import seen_by
+from core.settings import load_settings
+
+
+def doctor_cli(argv: list[str], out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    parser = argparse.ArgumentParser(
+        prog="macmesh doctor",
+        description="Check this Mac and every node found or named: each problem with its fix.",
+    )
+    add_node_arguments(parser)
+    parser.add_argument(
+        "--no-try-paths",
+        action="store_true",
+        help="do not try the ring's paths with a TCP connect between the nodes",
+    )
+    parser.add_argument(
+        "--capture",
+        metavar="FILE.zip",
+        type=Path,
+        help="also save what every node's probe printed, redacted, to send with a bug report",
+    )
+    args = parser.parse_args(argv)
+    try:
+        extra = [parse_host(text) for text in args.host]
+        interfaces = choose_interfaces(args.interfaces, load_settings().interfaces)
+        if args.capture is not None:
+            _check_capture_path(args.capture)
+    except ValueError as error:
+        return _bad(str(error))
+    hosts = HostList(remember=False)
+    for host in extra:
+        hosts.add(host)
+    scanner = Scanner(
+        interfaces=interfaces, host_list=hosts, publish=not args.no_publish, python=args.python
+    )
+    try:
+        scanner.start()
+    except ValueError as error:
+        scanner.close()
+        return _bad(str(error))
+    try:
+        time.sleep(args.wait)
+        scanner.wait_idle(PROBE_WAIT_CAP_S)
+        nodes = sorted(scanner.registry.nodes(), key=lambda n: (not n.is_self, n.name.lower()))
+        seen = seen_by(scanner, nodes)
+    finally:
+        scanner.close()
+    report = diagnose(
+        seen, interfaces, on_mac=sys.platform == "darwin", try_links=not args.no_try_paths
+    )
+    if args.json:
+        json.dump(report.to_dict(), out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(format_doctor(report))
+    if args.capture is not None:
+        from core.cluster.capture import write_capture
+
+        try:
+            written = write_capture(args.capture, [s.node for s in seen])
+        except OSError as error:
+            return _bad(f"cannot write the capture {args.capture}: {error.strerror or error}")
+        sys.stderr.write(f"macmesh doctor: capture saved to {written} (redacted).\n")
+    return 0 if report.ok else 1
+
+
+def _check_capture_path(path: Path) -> None:
+    if path.suffix.lower() != ".zip":
+        raise ValueError(f"--capture wants a .zip file name, not {str(path)!r}")
+    if path.is_dir():
+        raise ValueError(f"--capture {str(path)!r} is a folder: give a .zip file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"--capture: the folder {str(path.parent)!r} does not exist")
+
+
+def _bad(message: str) -> int:
+    sys.stderr.write(f"macmesh doctor: {message}\n")
+    return 2
+
+
+__all__ = ["doctor_cli"]

@@ -1,0 +1,249 @@
+"""Redaction for a capture (``core.cluster.capture``, issue 27): what identifies a person
+or a machine is replaced, consistently, so what the facts say survives.
+
+The same original gets the same alias everywhere in one capture (every node, every
+section, the logs), so a host's name in one node's output still names the same alias in
+another's, and cables still join: the Thunderbolt domain UUIDs the cable map pairs are
+kept. Addresses are mapped prefix-preservingly (two addresses that share their first n
+bits still do, so subnets, netmasks' networks and "the same LAN" survive) with a key
+drawn for this capture alone; link-local and loopback addresses are kept (they say
+nothing about where the Mac is). ``RULES`` is the list the capture's manifest carries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+import secrets
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+# (id, what is replaced, with what): the manifest lists each with how often it applied.
+RULES: tuple[tuple[str, str, str], ...] = (
+    ("host-names", "the nodes' names and host names (the Bonjour names, .local names, "
+     "this machine's name)", "mac-N (mac-N.local)"),
+    ("user-names", "user names: SSH users, this machine's user, home folders "
+     "(/Users/NAME, /home/NAME)", "user-N"),
+    ("serials", "serial numbers and device identifiers: every JSON value under a key "
+     "naming a serial, UDID or UUID, and 'Serial Number: X' lines", "SERIAL-N"),
+    ("uuids", "UUIDs other than the Thunderbolt domain UUIDs (domain_uuid_key), which the "
+     "cable map pairs", "a UUID of the same case, 00000000-0000-4000-8000-00000000NNNN"),
+    ("mac-addresses", "Ethernet (MAC) addresses", "02:00:00:NN:NN:NN"),
+    ("ipv4", "IPv4 addresses outside 169.254.0.0/16 (link-local) and 127.0.0.0/8",
+     "another IPv4 address, prefix-preserving, first octet kept, key drawn per capture"),
+    ("ipv6", "IPv6 addresses outside fe80::/10 (link-local) and ::1",
+     "an fd00::/8 address, prefix-preserving, key drawn per capture"),
+)  # fmt: skip
+
+_UUID = re.compile(
+    r"\b[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\b"
+)
+_MAC = re.compile(r"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:])")
+_IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.]*\d)")
+_IPV6 = re.compile(r"(?<![0-9A-Fa-f:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![0-9A-Fa-f:])")
+_HOME = re.compile(r"/(?:Users|home)/([^/\s\"']+)")
+_SERIAL_LINE = re.compile(r"(?i)serial[ _-]?(?:number)?\s*[:=]\s*\"?([A-Za-z0-9-]{4,})")
+_ID_KEY = re.compile(r"(?i)serial|udid|uuid")
+_KEPT_KEY = "domain_uuid_key"
+_NAME_CHARS = r"[A-Za-z0-9_-]"
+MIN_NAME = 3  # shorter names would match inside ordinary words: left as they are
+
+
+@dataclass
+class Redactor:
+    """Learns what to replace from every text of a capture (``learn``), then replaces it
+    (``redact``). ``key``: the address mapping's secret (random unless a test fixes it)."""
+
+    key: bytes = field(default_factory=lambda: secrets.token_bytes(16))
+    names: dict[str, str] = field(default_factory=dict)  # original → alias, literal
+    counts: Counter[str] = field(default_factory=Counter)
+    _kept_uuids: set[str] = field(default_factory=set)
+    _kinds: dict[str, str] = field(default_factory=dict)  # original → rule id
+    _pattern: re.Pattern[str] | None = None
+    _address_names: dict[str, str] = field(default_factory=dict)
+    _hosts: int = 0
+
+    # -- learning ---------------------------------------------------------------------
+
+    def host(self, name: str | None) -> str | None:
+        """``name``'s alias (``mac-N``), given the first time it is seen. A name that is an
+        address (``127.0.0.2:2222``, a host named by its address) gets an alias for the
+        capture's folders, but its text is left to the address rules."""
+        if not name:
+            return None
+        base = name.removesuffix(".").removesuffix(".local")
+        if base in self.names:
+            return self.names[base]
+        if base in self._address_names:
+            return self._address_names[base]
+        self._hosts += 1
+        alias = f"mac-{self._hosts}"
+        if _address_like(base) or len(base) < MIN_NAME:
+            self._address_names[base] = alias
+        else:
+            self._add(base, alias, "host-names")
+        return alias
+
+    def user(self, name: str | None) -> None:
+        if name and name not in self.names:
+            alias = f"user-{sum(k == 'user-names' for k in self._kinds.values()) + 1}"
+            self._add(name, alias, "user-names")
+
+    def learn(self, text: str) -> None:
+        """Note the user names, serials and kept domain UUIDs ``text`` holds."""
+        for match in _HOME.finditer(text):
+            if match[1] not in ("Shared",):
+                self.user(match[1])
+        for match in _SERIAL_LINE.finditer(text):
+            self._serial(match[1])
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, (dict, list)):
+            for key, value in _pairs(data):
+                if key == _KEPT_KEY:
+                    self._kept_uuids.add(value.upper())
+                elif _ID_KEY.search(key) and not _UUID.fullmatch(value):
+                    self._serial(value)
+
+    def _serial(self, value: str) -> None:
+        if len(value) >= MIN_NAME and value not in self.names:
+            alias = f"SERIAL-{sum(k == 'serials' for k in self._kinds.values()) + 1}"
+            self._add(value, alias, "serials")
+
+    def _add(self, original: str, alias: str, kind: str) -> None:
+        if len(original) < MIN_NAME:
+            return
+        self.names[original] = alias
+        self._kinds[original] = kind
+        self._pattern = None
+
+    # -- replacing --------------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """``text`` with every learnt name and every identifier replaced."""
+        text = self._literals(text)
+        text = _UUID.sub(self._uuid, text)
+        text = _MAC.sub(self._mac, text)
+        text = _IPV6.sub(self._ipv6, text)
+        return _IPV4.sub(self._ipv4, text)
+
+    def _literals(self, text: str) -> str:
+        if not self.names:
+            return text
+        if self._pattern is None:
+            ordered = sorted(self.names, key=len, reverse=True)
+            alternatives = "|".join(re.escape(name) for name in ordered)
+            self._pattern = re.compile(
+                rf"(?<!{_NAME_CHARS})(?:{alternatives})(?!{_NAME_CHARS})", re.IGNORECASE
+            )
+        lowered = {name.lower(): name for name in self.names}
+
+        def alias(match: re.Match[str]) -> str:
+            original = lowered[match[0].lower()]
+            self.counts[self._kinds[original]] += 1
+            return self.names[original]
+
+        return self._pattern.sub(alias, text)
+
+    def _uuid(self, match: re.Match[str]) -> str:
+        value = match[0]
+        if value.upper() in self._kept_uuids:
+            return value
+        if value.upper() not in self.names:
+            n = sum(k == "uuids" for k in self._kinds.values()) + 1
+            self.names[value.upper()] = f"00000000-0000-4000-8000-{n:012X}"
+            self._kinds[value.upper()] = "uuids"
+        self.counts["uuids"] += 1
+        alias = self.names[value.upper()]
+        return alias.lower() if value == value.lower() else alias
+
+    def _mac(self, match: re.Match[str]) -> str:
+        digest = self._digest("mac", match[0].lower())
+        self.counts["mac-addresses"] += 1
+        return "02:00:00:" + ":".join(f"{b:02x}" for b in digest[:3])
+
+    def _ipv4(self, match: re.Match[str]) -> str:
+        try:
+            address = ipaddress.IPv4Address(match[0])
+        except ValueError:
+            return match[0]
+        if address.is_link_local or address.is_loopback or address.is_unspecified:
+            return match[0]
+        if str(address) == "255.255.255.255":
+            return match[0]
+        mapped = self._prefix_preserving(int(address), 32, keep=8)
+        result = ipaddress.IPv4Address(mapped)
+        if result.is_link_local or result.is_loopback:
+            result = ipaddress.IPv4Address(mapped ^ (1 << 23))
+        self.counts["ipv4"] += 1
+        return str(result)
+
+    def _ipv6(self, match: re.Match[str]) -> str:
+        try:
+            address = ipaddress.IPv6Address(match[0])
+        except ValueError:
+            return match[0]
+        if address.is_link_local or address.is_loopback or address.is_unspecified:
+            return match[0]
+        mapped = self._prefix_preserving(int(address), 128, keep=0)
+        mapped = (mapped & ((1 << 120) - 1)) | (0xFD << 120)
+        self.counts["ipv6"] += 1
+        return str(ipaddress.IPv6Address(mapped))
+
+    def _prefix_preserving(self, value: int, bits: int, keep: int) -> int:
+        """Each bit after the first ``keep`` flipped by a keyed function of the bits
+        before it: addresses sharing a prefix keep sharing it (and no longer one)."""
+        out = value
+        for i in range(keep, bits):
+            prefix = value >> (bits - i)
+            if self._digest(f"p{bits}:{i}", str(prefix))[0] & 1:
+                out ^= 1 << (bits - 1 - i)
+        return out
+
+    def _digest(self, kind: str, value: str) -> bytes:
+        return hashlib.blake2b(f"{kind}:{value}".encode(), key=self.key, digest_size=8).digest()
+
+    def rules(self) -> list[dict[str, Any]]:
+        """The manifest's list: every rule, and how many replacements it made."""
+        return [
+            {"id": rule, "replaces": what, "with": alias, "replacements": self.counts[rule]}
+            for rule, what, alias in RULES
+        ]
+
+
+def _pairs(data: Any) -> Iterator[tuple[str, str]]:
+    """Every (key, string value) in a JSON document, at any depth."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(value, str):
+                yield str(key), value
+            else:
+                yield from _pairs(value)
+    elif isinstance(data, list):
+        for item in data:
+            yield from _pairs(item)
+
+
+def _address_like(text: str) -> bool:
+    """An address, or ``address:port``, or ``[v6]:port``."""
+    host = text
+    if text.startswith("["):
+        host = text[1:].split("]")[0]
+    elif text.count(":") == 1:
+        host = text.split(":")[0]
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    return True
+
+
+def learn_all(redactor: Redactor, texts: Iterable[str]) -> None:
+    for text in texts:
+        redactor.learn(text)

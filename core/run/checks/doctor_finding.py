@@ -1,0 +1,213 @@
+"""The doctor's Finding group: can this Mac find and reach each node (issue 27)?
+
+Bonjour (which nodes it saw, on which interfaces), the Local Network permission macOS 15
+and later asks for before Bonjour finds anything, Remote Login, the firewall (an SSH
+that times out; a ring path that does not answer is said in the Linking group), the
+host key, and our key's access. Each SSH failure's fix is preflight's (``ssh_fix``),
+chosen by the failure's kind the scanner kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.cluster.discovery import Interfaces
+from core.cluster.registry import ProbeState, Source
+from core.cluster.scanner import REMOTE_LOGIN_OFF
+from core.remote.ssh import (
+    AuthFailed,
+    HostKeyChanged,
+    RemoteLoginOff,
+    SSHTimeout,
+    UnknownHostKey,
+)
+from core.run.checks.preflight import ssh_fix
+from core.run.checks.report import CLUSTER, Check
+from core.run.checks.seen import Seen
+
+LOCAL_NETWORK_FIX = (
+    "On this Mac: System Settings > Privacy & Security > Local Network, turn on MacMesh "
+    "(or the terminal app running macmesh), then run macmesh doctor again."
+)
+FIREWALL_FIX = (
+    "Wake the Mac; if its firewall is on, allow Remote Login through it (System Settings > "
+    "Network > Firewall > Options), and check that nothing on the network blocks port 22."
+)
+# The states in which the node's sshd answered (it showed a host key at least).
+_ANSWERED = (
+    ProbeState.READY,
+    ProbeState.NEEDS_ACCESS,
+    ProbeState.NEEDS_HOST_KEY,
+    ProbeState.HOST_KEY_CHANGED,
+)
+
+
+def _browsed(interfaces: Interfaces) -> str:
+    return interfaces if isinstance(interfaces, str) else ", ".join(interfaces) or "no interface"
+
+
+def finding_checks(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bool) -> list[Check]:
+    """Every node's Finding checks, then the Local Network permission (the cluster's)."""
+    checks: list[Check] = []
+    for s in seen:
+        checks += node_finding(s, interfaces)
+    checks.append(local_network_check(seen, interfaces, on_mac))
+    return checks
+
+
+def node_finding(s: Seen, interfaces: Interfaces) -> list[Check]:
+    node, name = s.node, s.node.name
+    if Source.DEMO in node.sources:
+        return [
+            Check.ok(
+                name,
+                "bonjour",
+                f"{name} is a simulated Mac of the demo cluster: its rank runs on this "
+                "machine, nothing to find.",
+            )
+        ]
+    if node.is_self:
+        how = "ready" if node.probe_state is ProbeState.READY else node.probe_message
+        return [
+            Check.ok(name, "bonjour", f"{name} is this machine, probed with its own shell ({how}).")
+        ]
+    checks = [bonjour_check(s, interfaces), remote_login_check(s)]
+    if (firewall := firewall_check(s)) is not None:
+        checks.append(firewall)
+    checks += host_key_checks(s)
+    return checks
+
+
+def bonjour_check(s: Seen, interfaces: Interfaces) -> Check:
+    node, name = s.node, s.node.name
+    if Source.BONJOUR in node.sources:
+        at = f" at {', '.join(node.addresses)}" if node.addresses else ""
+        return Check.ok(
+            name, "bonjour", f"{name} is seen over Bonjour{at} (browsing {_browsed(interfaces)})."
+        )
+    return Check.warn(
+        name,
+        "bonjour",
+        f"{name} was named by hand ({node.ssh_host}); Bonjour does not see it "
+        f"(browsing {_browsed(interfaces)}).",
+        "If it is on the same network, browse more interfaces (--interfaces all) and check "
+        "this Mac's Local Network permission; naming it by hand works meanwhile.",
+    )
+
+
+def remote_login_check(s: Seen) -> Check:
+    node, name, error = s.node, s.node.name, s.error
+    where = f"{node.ssh_host}:{node.ssh_port or 22}"
+    if not node.can_ssh:
+        return Check.fail(
+            name,
+            "remote-login",
+            REMOTE_LOGIN_OFF.format(name=name).split(". Turn")[0] + ".",
+            "On that Mac: System Settings > General > Sharing > Remote Login on.",
+        )
+    if isinstance(error, RemoteLoginOff):
+        return Check.fail(name, "remote-login", str(error), ssh_fix(error))
+    if node.probe_state in _ANSWERED:
+        return Check.ok(name, "remote-login", f"Remote Login is on: {name} answers SSH ({where}).")
+    if node.probe_state.busy:
+        return Check.warn(
+            name,
+            "remote-login",
+            f"{name} was still being probed ({node.probe_message or 'no answer yet'}).",
+            "Run the doctor again with a longer --wait.",
+        )
+    if isinstance(error, SSHTimeout):
+        return Check.warn(
+            name,
+            "remote-login",
+            f"Cannot tell whether Remote Login is on: {name} ({where}) did not answer in time.",
+            "See the firewall check.",
+        )
+    fix = (ssh_fix(error) if error is not None else "") or (
+        "Check that the Mac is on, on this network, with Remote Login on."
+    )
+    return Check.fail(name, "remote-login", node.probe_message or f"{name} cannot be reached.", fix)
+
+
+def firewall_check(s: Seen) -> Check | None:
+    """A timeout is what a firewall dropping SSH looks like (or a Mac asleep); a node
+    that answered SSH has nothing blocking it. None when the probe said nothing either way."""
+    name = s.node.name
+    if isinstance(s.error, SSHTimeout):
+        return Check.fail(
+            name,
+            "firewall",
+            f"SSH to {name} timed out: a firewall may drop it, or the Mac is asleep. ({s.error})",
+            FIREWALL_FIX,
+        )
+    if s.node.probe_state in _ANSWERED:
+        return Check.ok(name, "firewall", f"Nothing blocks SSH to {name}.")
+    return None
+
+
+def host_key_checks(s: Seen) -> list[Check]:
+    name, state, error = s.node.name, s.node.probe_state, s.error
+    if state is ProbeState.NEEDS_HOST_KEY:
+        said = str(error) if isinstance(error, UnknownHostKey) else s.node.probe_message
+        return [
+            Check.fail(
+                name,
+                "host-key",
+                f"{name}'s host key is not known yet. {said}",
+                ssh_fix(UnknownHostKey) + " (macmesh nodes lists it; the window asks).",
+            )
+        ]
+    if state is ProbeState.HOST_KEY_CHANGED:
+        said = str(error) if isinstance(error, HostKeyChanged) else s.node.probe_message
+        return [Check.fail(name, "host-key", said, ssh_fix(HostKeyChanged))]
+    if state not in (ProbeState.READY, ProbeState.NEEDS_ACCESS):
+        return []
+    checks = [Check.ok(name, "host-key", f"{name}'s host key is known and matches.")]
+    if state is ProbeState.NEEDS_ACCESS:
+        checks.append(
+            Check.fail(
+                name,
+                "access",
+                s.node.probe_message or f"{name} refused this Mac's SSH key.",
+                ssh_fix(AuthFailed) + " (the window's Set up access…, once).",
+            )
+        )
+    return checks
+
+
+def local_network_check(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bool) -> Check:
+    """macOS 15 and later let an app browse Bonjour only with the Local Network
+    permission; without it browsing finds nothing, silently. So: nothing over Bonjour
+    while hand-named Macs answer is that permission off."""
+    if not on_mac:
+        return Check.ok(
+            CLUSTER,
+            "local-network",
+            "This machine is not a Mac: Bonjour needs no Local Network permission here.",
+        )
+    others = [s for s in seen if not s.node.is_self and Source.DEMO not in s.node.sources]
+    found = [s for s in others if Source.BONJOUR in s.node.sources]
+    if found:
+        names = ", ".join(s.node.name for s in found)
+        return Check.ok(
+            CLUSTER,
+            "local-network",
+            f"Bonjour answers ({names}): MacMesh has the Local Network permission.",
+        )
+    answering = [s.node.name for s in others if s.node.probe_state in _ANSWERED]
+    if answering:
+        return Check.warn(
+            CLUSTER,
+            "local-network",
+            f"Bonjour found no other Mac (browsing {_browsed(interfaces)}), yet "
+            f"{', '.join(answering)} answer{'s' if len(answering) == 1 else ''} over SSH: "
+            "MacMesh's Local Network permission is probably off.",
+            LOCAL_NETWORK_FIX,
+        )
+    return Check.warn(
+        CLUSTER,
+        "local-network",
+        f"Bonjour found no other Mac (browsing {_browsed(interfaces)}): the Local Network "
+        "permission may be off, or no other Mac is on this network.",
+        LOCAL_NETWORK_FIX + " Or name a Mac with --host.",
+    )
