@@ -179,7 +179,8 @@ def test_the_chat_shows_what_an_api_client_asked_under_who_asked_and_scrolls_to_
     for n in range(40):  # a conversation longer than the view
         chat.add_question(f"question {n}")
         chat.add_token(f"r{n}", f"answer {n}")
-        chat.finish_answer(f"r{n}", {"generation_tokens": 2})
+        figures = {"generation_tokens": 2, "generation_tps": 5.0, "ttft_s": 0.2}
+        chat.finish_answer(f"r{n}", {**figures, "finish_reason": "stop", "text": ""})
     bar = chat.answer.verticalScrollBar()
     bar.setValue(0)  # the person scrolled up to read
     assert bar.maximum() > 0

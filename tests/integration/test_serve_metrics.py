@@ -26,7 +26,8 @@ from tests.gui.fakes import FakeBehaviour, fake_factory
 from tests.helpers.wait import wait_until
 
 KEY = "mm-" + "m" * 40
-ANSWER_WORDS = len(FakeBehaviour().answer.split())  # the fake's tokens per answer
+# The fake's tokens per answer: its words, then the end-of-sequence token (as the worker).
+ANSWER_TOKENS = len(FakeBehaviour().answer.split()) + 1
 MEMORY = FakeBehaviour().memory_bytes
 
 
@@ -108,7 +109,7 @@ def test_metrics_after_a_few_requests_carry_every_figure(server: APIServer) -> N
     m = _scrape(server)
     assert _value(m["macmesh_api_prompt_tokens"], "macmesh_api_prompt_tokens_total") == 3 * 12
     generated = m["macmesh_api_generation_tokens"]
-    assert _value(generated, "macmesh_api_generation_tokens_total") == 3 * ANSWER_WORDS
+    assert _value(generated, "macmesh_api_generation_tokens_total") == 3 * ANSWER_TOKENS
     assert _value(m["macmesh_api_cached_tokens"], "macmesh_api_cached_tokens_total") == 3 * 5
     ttft = m["macmesh_api_ttft_seconds"]
     assert _value(ttft, "macmesh_api_ttft_seconds_count") == 3
@@ -122,7 +123,7 @@ def test_metrics_after_a_few_requests_carry_every_figure(server: APIServer) -> N
     assert _value(m["macmesh_api_running_limit"], "macmesh_api_running_limit") == 2
     # The fake's ranks each send 4096 bytes to the other per token: both directions count.
     link = _value(m["macmesh_link_bytes"], "macmesh_link_bytes_total", link="0↔1")
-    assert link >= 3 * ANSWER_WORDS * 4096 and link % 4096 == 0
+    assert link >= 3 * ANSWER_TOKENS * 4096 and link % 4096 == 0
     memory = m["macmesh_rank_memory_bytes"]
     assert _value(memory, "macmesh_rank_memory_bytes", rank="0") == MEMORY
     assert _value(memory, "macmesh_rank_memory_bytes", rank="1") == MEMORY
@@ -182,7 +183,7 @@ def test_every_answer_is_kept_with_its_client_tokens_ttft_speed_and_cached_token
     wait_until(lambda: bool(records.kept), 10, "the answer kept in the history")
     figures = records.kept[-1].figures
     assert figures["client"] == "key file" and figures["cached_tokens"] == 5
-    assert figures["prompt_tokens"] == 12 and figures["generation_tokens"] == ANSWER_WORDS
+    assert figures["prompt_tokens"] == 12 and figures["generation_tokens"] == ANSWER_TOKENS
     assert figures["ttft_s"] > 0 and figures["generation_tps"] > 0
 
 
