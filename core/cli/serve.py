@@ -4,7 +4,8 @@ model on real Macs after the same probe, plan, checks and copy as ``macmesh run`
 
 The key: ``--api-key-file F`` uses the key in F, or writes a new one there (0600) when F
 does not exist yet, before the server accepts connections; without it, the key file in
-MacMesh's data folder. ``--no-key`` turns keys off, on loopback only. Once ready it prints
+MacMesh's data folder. ``--no-key`` turns keys off, on loopback only;
+``--metrics-without-key`` for ``GET /metrics`` alone (Prometheus). Once ready it prints
 the address and the key's file, then one line per request. Ctrl-C (exit 130) or SIGTERM
 (exit 0) stops the server and every rank.
 """
@@ -64,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-key", action="store_true", help="no key needed (only on a loopback --host)"
     )
     parser.add_argument(
+        "--metrics-without-key",
+        action="store_true",
+        help="GET /metrics (Prometheus) needs no key; the API itself still does",
+    )
+    parser.add_argument(
         "--max-waiting",
         type=int,
         default=DEFAULT_WAITING,
@@ -106,7 +112,12 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
             session.info.name,
             session.info.context_length,
             gate,
-            ServerOptions(args.host, args.port, args.max_waiting),
+            ServerOptions(
+                args.host,
+                args.port,
+                args.max_waiting,
+                metrics_without_key=args.metrics_without_key,
+            ),
             log=lambda line: _say(out, line),
         )
         err.write(f"Starting {len(session.plan.ranks) if session.plan else '?'} rank(s)…\n")

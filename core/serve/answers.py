@@ -94,7 +94,7 @@ class Answerer:
         self,
         session: Session,
         max_waiting: int = DEFAULT_WAITING,
-        on_sent: Callable[[str, float, str], None] | None = None,
+        on_sent: Callable[[str, float, str, str], None] | None = None,
         max_running: int = p.DEFAULT_BATCH,
     ) -> None:
         if max_running < 1:
@@ -105,7 +105,7 @@ class Answerer:
         self.running: set[Answer] = set()  # with the ranks now
         self._followers: set[asyncio.Task[None]] = set()
         self.served = 0  # answers that reached their end
-        self._on_sent = on_sent  # (request, when, client), on a pool thread
+        self._on_sent = on_sent  # (request, when, client, question), on a pool thread
         self._by_request: dict[str, Answer] = {}
         self._early: dict[str, list[p.Token | p.Done | p.Error]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -215,7 +215,7 @@ class Answerer:
             answer.put(_error(self._ended, 503))
         if self._on_sent is not None:
             with contextlib.suppress(Exception):
-                self._on_sent(request, started, answer.client)
+                self._on_sent(request, started, answer.client, ask.question)
         return request
 
     async def _follow(self, answer: Answer, request: str) -> None:

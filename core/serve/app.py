@@ -26,6 +26,7 @@ from core.serve.answers import Answer, Answerer, AnswerEvent, failure
 from core.serve.dialects import error_body
 from core.serve.errors import APIError, unauthorized
 from core.serve.keys import Gate
+from core.serve.metrics import CONTENT_TYPE, ServeMetrics
 from core.serve.requests import Ask, chat_request, completion_request, parse_json
 from core.worker import protocol as p
 
@@ -42,6 +43,8 @@ class Served:
     gate: Gate
     answers: Answerer
     log: Callable[[str], None] = lambda line: None
+    metrics: ServeMetrics | None = None
+    metrics_without_key: bool = False  # GET /metrics open to anyone who reaches the port
 
 
 class API:
@@ -51,6 +54,14 @@ class API:
     async def models(self, request: Request) -> Response:
         self.client(request)
         return JSONResponse(shaping.models_list(self.s.model, shaping.now()))
+
+    async def metrics(self, request: Request) -> Response:
+        """The figures in Prometheus's text format (``core.serve.metrics``)."""
+        if not self.s.metrics_without_key:
+            self.client(request)
+        if self.s.metrics is None:
+            raise APIError(404, "This server keeps no metrics.")
+        return Response(self.s.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def chat(self, request: Request) -> Response:
         client = self.client(request)
@@ -272,7 +283,8 @@ async def http_error(request: Request, error: Exception) -> Response:
     message = (
         f"No route {request.method} {quote(request.url.path)}: the API is under /v1 "
         "(GET /v1/models, POST /v1/chat/completions, POST /v1/completions, "
-        "POST /v1/messages) and /api (POST /api/chat, GET /api/tags)."
+        "POST /v1/messages) and /api (POST /api/chat, GET /api/tags); metrics at "
+        "GET /metrics."
         if error.status_code in (404, 405)
         else str(error.detail)
     )
@@ -370,3 +382,5 @@ class Logged:
                 answers = self.served.answers
                 parts.append(f"({answers.serving} at once, {answers.depth} waiting)")
             self.served.log(" ".join(parts))
+            if self.served.metrics is not None:
+                self.served.metrics.request_ended(scope["path"], status[0] or LEFT)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from core.run.measure.history import RunKind, RunRecord
-from core.run.measure.telemetry import Telemetry
+from core.run.measure.telemetry import Telemetry, answer_figures
 from core.run.session import Session
 from core.run.tasks.chat import keep_answer
 from core.worker import protocol as p
@@ -24,11 +26,18 @@ log = logging.getLogger(__name__)
 
 class ApiRecords:
     """Follows ``session`` while the API serves it: ``sent`` for each request the API
-    sends, then its ``done`` kept with who asked (``client``)."""
+    sends, then its ``done`` kept with who asked (``client``), its figures handed to
+    ``on_answered`` (the metrics) as soon as it arrives (on the reader thread)."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(
+        self,
+        session: Session,
+        on_answered: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
         self.session = session
         self.telemetry = Telemetry()
+        self._on_answered = on_answered
+        self._loaded(session)
         self.began = time.monotonic()
         self.kept: list[RunRecord] = []  # this server's, newest last (bounded)
         self.problem: str | None = None  # why the last one could not be kept
@@ -37,6 +46,14 @@ class ApiRecords:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="api-history")
         session.event.connect(self.telemetry.feed)
         session.event.connect(self._on_event)
+
+    def _loaded(self, session: Session) -> None:
+        """The ranks loaded before the API began serving: what they said then (their
+        memory) is fed first, as if it had just arrived."""
+        job = getattr(session, "job", None)  # None too for a server with no cluster yet
+        for rank in job.ranks if job is not None else ():
+            if rank.loaded_event is not None:
+                self.telemetry.feed(rank.loaded_event)
 
     def sent(self, request: str, started: float, client: str) -> None:
         """Any thread: the API sent ``request`` for ``client`` at ``started``."""
@@ -55,8 +72,16 @@ class ApiRecords:
             return
         with self._lock:
             client = self._sent.pop(event["request"], None)
-        if client is not None:
-            self._writer.submit(self._keep, event, client, time.monotonic())
+        if client is None:
+            return
+        if self._on_answered is not None:
+            request = event["request"]
+            summary = next((r for r in self.telemetry.requests() if r.id == request), None)
+            try:
+                self._on_answered(answer_figures(event, summary))
+            except Exception:  # the reader thread must keep reading
+                log.exception("an answer's figures could not be counted")
+        self._writer.submit(self._keep, event, client, time.monotonic())
 
     def _keep(self, done: p.Done, client: str, done_at: float) -> None:
         record, problem = keep_answer(

@@ -41,6 +41,15 @@ class Ask:
     def chat(self) -> bool:
         return self.messages is not None
 
+    @property
+    def question(self) -> str:
+        """What the client asks now: its last user message (those before it are the
+        conversation so far, already shown), or its prompt."""
+        for message in reversed(self.messages or []):
+            if message.get("role") == "user":
+                return message.get("content", "")
+        return self.prompt or ""
+
 
 def parse_json(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, or a 400 saying what is wrong with it: not JSON, nested

@@ -31,6 +31,7 @@ from core.serve.app import (
     unexpected,
 )
 from core.serve.errors import APIError
+from core.serve.metrics import PATH as METRICS_PATH
 from core.serve.requests import parse_json
 from core.worker import protocol as p
 
@@ -126,6 +127,7 @@ def create_app(served: Served) -> Starlette:
             Route("/v1/messages", routes.messages, methods=["POST"]),
             Route("/api/chat", routes.ollama_chat, methods=["POST"]),
             Route("/api/tags", routes.ollama_tags, methods=["GET"]),
+            Route(METRICS_PATH, routes.metrics, methods=["GET"]),
         ],
         exception_handlers={
             APIError: api_error,

@@ -33,6 +33,7 @@ from core.serve.connections import (
     quiet_client_warnings,
 )
 from core.serve.keys import Gate
+from core.serve.metrics import ServeMetrics
 from core.serve.records import ApiRecords
 from core.serve.routes import create_app
 from core.worker import protocol as p
@@ -62,6 +63,8 @@ class ServerOptions:
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     # Requests with the ranks at once: the job's batch (JobSpec.batch, the same default).
     max_running: int = p.DEFAULT_BATCH
+    # GET /metrics without a key (a scraper in a server room); the API itself keeps its key.
+    metrics_without_key: bool = False
 
 
 class APIServer:
@@ -75,7 +78,7 @@ class APIServer:
         gate: Gate,
         options: ServerOptions | None = None,
         log: Callable[[str], None] = lambda line: None,
-        on_sent: Callable[[str, float, str], None] | None = None,
+        on_sent: Callable[[str, float, str, str], None] | None = None,
     ) -> None:
         self.options = options or ServerOptions()
         if gate.open and not is_loopback(self.options.host):
@@ -88,7 +91,18 @@ class APIServer:
         self.answers = Answerer(
             session, self.options.max_waiting, self._sent, self.options.max_running
         )
-        self.served = Served(model, context, gate, self.answers, log)
+        self.metrics = ServeMetrics(
+            self.answers, lambda: self.records.telemetry if self.records else None
+        )
+        self.served = Served(
+            model,
+            context,
+            gate,
+            self.answers,
+            log,
+            self.metrics,
+            metrics_without_key=self.options.metrics_without_key,
+        )
         self.guard = ConnectionGuard(self.options.limits.within_files())
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -105,17 +119,17 @@ class APIServer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def _sent(self, request: str, started: float, client: str) -> None:
+    def _sent(self, request: str, started: float, client: str, question: str) -> None:
         """On a pool thread: a request went to the ranks (kept once answered)."""
         if self.records is not None:
             self.records.sent(request, started, client)
         if self._on_sent is not None:
-            self._on_sent(request, started, client)
+            self._on_sent(request, started, client, question)
 
     def start(self) -> None:
         """Bind, then serve on a thread; returns once connections are accepted."""
         self._socket = bind(self.options.host, self.options.port)
-        self.records = ApiRecords(self.answers.session)
+        self.records = ApiRecords(self.answers.session, self.metrics.answered)
         self.port = int(self._socket.getsockname()[1])
         config = uvicorn.Config(
             create_app(self.served),

@@ -39,6 +39,7 @@ class ApiSettings:
     share: bool = False  # on the network (always with a key) instead of this Mac only
     require_key: bool = True  # on this Mac only; sharing always requires one
     port: int = 8080
+    metrics_without_key: bool = False  # GET /metrics for a scraper that has no key
 
     @property
     def host(self) -> str:
@@ -75,7 +76,7 @@ class ApiService:
         self,
         store: KeyStore | None = None,
         settings: ApiSettings | None = None,
-        on_sent: Callable[[str, float, str], None] | None = None,
+        on_sent: Callable[[str, float, str, str], None] | None = None,
         announce: Callable[[int | None], None] | None = None,
         log_line: Callable[[str], None] | None = None,
     ) -> None:
@@ -194,7 +195,11 @@ class ApiService:
                 model,
                 context,
                 gate,
-                ServerOptions(self.settings.host, self.settings.port),
+                ServerOptions(
+                    self.settings.host,
+                    self.settings.port,
+                    metrics_without_key=self.settings.metrics_without_key,
+                ),
                 log=self._log_line,
                 on_sent=self._on_sent,
             )

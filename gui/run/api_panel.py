@@ -1,6 +1,7 @@
 """The Run pane's API section: on/off, this Mac only or shared on the network, the
 address, keys (a new one shown once with Copy; revoke), copy-able curl and Python
-examples, and the requests served. A thin view over ``core.serve.service.ApiService``:
+examples, the requests being served at once, waiting and served, and whether
+``/metrics`` needs the key. A thin view over ``core.serve.service.ApiService``:
 its blocking calls go to the bridge's pool, its ``changed`` comes back through the bridge.
 """
 
@@ -48,6 +49,11 @@ class ApiPanel(QFrame):
         self.share = QCheckBox("Share on this network")
         self.share.setToolTip("Other computers on this network can use it, always with a key")
         self.require_key = QCheckBox("Require a key on this Mac")
+        self.metrics_open = QCheckBox("Metrics without a key")
+        self.metrics_open.setToolTip(
+            "GET /metrics (Prometheus) answers without a key, for a scraper; the API "
+            "itself keeps its key"
+        )
         self.port = QSpinBox()
         self.port.setRange(1, 65535)
         self.port.setToolTip("The API's port")
@@ -61,6 +67,7 @@ class ApiPanel(QFrame):
         access = QHBoxLayout()
         access.setSpacing(10)
         access.addWidget(self.require_key)
+        access.addWidget(self.metrics_open)
         access.addStretch(1)
         access.addWidget(label("Port", "secondary"))
         access.addWidget(self.port)
@@ -105,7 +112,7 @@ class ApiPanel(QFrame):
         layout.addLayout(keys)
         layout.addWidget(self.examples)
         self._show_settings(service.settings)
-        for box in (self.enabled, self.share, self.require_key):
+        for box in (self.enabled, self.share, self.require_key, self.metrics_open):
             box.toggled.connect(self._settings_changed)
         self.port.editingFinished.connect(self._settings_changed)
         self.new_key.clicked.connect(self._new_key)
@@ -132,6 +139,7 @@ class ApiPanel(QFrame):
             share=self.share.isChecked(),
             require_key=self.require_key.isChecked() or self.share.isChecked(),
             port=self.port.value(),
+            metrics_without_key=self.metrics_open.isChecked(),
         )
 
     def _settings_changed(self) -> None:
@@ -171,6 +179,7 @@ class ApiPanel(QFrame):
             (self.enabled, settings.enabled),
             (self.share, settings.share),
             (self.require_key, settings.needs_key),
+            (self.metrics_open, settings.metrics_without_key),
         ):
             box.blockSignals(True)
             box.setChecked(value)
@@ -189,8 +198,8 @@ class ApiPanel(QFrame):
             text = f"Not serving: {service.error}"
         elif service.running:
             text = (
-                f"Serving at {service.address} · {service.served} answered · "
-                f"{service.waiting} waiting"
+                f"Serving at {service.address} · serving {service.serving} at once · "
+                f"{service.waiting} waiting · {service.served} answered"
                 + ("" if settings.needs_key else " · no key needed on this Mac")
             )
         elif settings.enabled:

@@ -107,6 +107,15 @@ class ChatView(QWidget):
         self._heading("You")
         self._write(text, "text", new_block=False)
 
+    def add_asked(self, who: str, question: str) -> None:
+        """What an API client asked, under who asked, scrolled to (the answer follows)."""
+        self.flush()
+        self._open = None
+        self._heading(f"Asked through the API ({who})")
+        self._write(question, "text", new_block=False)
+        bar = self.answer.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
     def add_token(self, request: str, piece: str) -> None:
         if request != self._open:
             self.flush()

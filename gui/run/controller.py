@@ -69,7 +69,7 @@ class RunController(QObject):
     links_tested = Signal(object)  # core.run.tasks.linktest.LinkTest
     links_failed = Signal(str)  # why the link test could not run
     link_progress = Signal(dict)  # a link test's step done (core.worker.linktest.Progress)
-    api_asked = Signal(str, str)  # request id, the API client who asked it
+    api_asked = Signal(str, str, str)  # request id, the API client who asked it, its question
 
     def __init__(
         self,
@@ -261,15 +261,15 @@ class RunController(QObject):
         )
         return True
 
-    def api_request(self, request: str, started: float, client: str) -> None:
-        """A request the API sent to this session (GUI thread): it streams into the chat
-        under who asked, and into the plots like a chat answer (the API keeps it in the
-        history: ``core.serve.records``)."""
+    def api_request(self, request: str, started: float, client: str, question: str = "") -> None:
+        """A request the API sent to this session (GUI thread): its question and answer
+        stream into the chat under who asked, and into the plots like a chat answer (the
+        API keeps it in the history: ``core.serve.records``)."""
         if self.telemetry is not None:
             self.telemetry.request_started(request, started)
         self._api[request] = client
         self._answering = request
-        self.api_asked.emit(request, client)
+        self.api_asked.emit(request, client, question)
 
     def _stop_answer_failed(self, error: BaseException) -> None:
         log.warning("the answer could not be stopped: %s", error)

@@ -171,9 +171,7 @@ class RunPane(Card):
         c.question.connect(self.chat.add_question)
         c.token.connect(self.chat.add_token)
         c.answer_done.connect(self.chat.finish_answer)
-        c.api_asked.connect(
-            lambda _request, who: self.chat.add_note(f"Asked through the API ({who})")
-        )
+        c.api_asked.connect(lambda _request, who, question: self.chat.add_asked(who, question))
         c.failed.connect(self._failed)
         c.preflight_done.connect(self.checks.show_report)
         c.copy_progress.connect(self.checks.show_copy)
@@ -466,14 +464,17 @@ class RunPane(Card):
                 self.api.detach, None, self._api_failed, queue=self._api_queue
             )
 
-    def _api_sent(self, request: str, started: float, client: str) -> None:
-        """On a pool thread: the API sent a request to the job. Its send time reaches the
-        telemetry now (it is thread-safe), not once the GUI thread is free: a short answer
-        may be done by then, and its time to first token would be the worker's."""
+    def _api_sent(self, request: str, started: float, client: str, question: str) -> None:
+        """On a pool thread: the API sent a request to the job (what its client asked). Its
+        send time reaches the telemetry now (it is thread-safe), not once the GUI thread is
+        free: a short answer may be done by then, and its time to first token would be the
+        worker's."""
         telemetry = self.controller.telemetry
         if telemetry is not None:
             telemetry.request_started(request, started)
-        self._bridge.run_on_main(lambda: self.controller.api_request(request, started, client))
+        self._bridge.run_on_main(
+            lambda: self.controller.api_request(request, started, client, question)
+        )
 
     def _api_failed(self, error: BaseException) -> None:
         self.api_panel.status.setText(f"The API stopped with a problem: {error}")

@@ -13,8 +13,10 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.serving import MODEL, QUESTION, Served, start_serving
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -84,6 +86,61 @@ def test_a_5_turn_chat_reuses_its_history_from_the_prompt_cache(served: Served) 
     for n in range(1, 5):
         # Every later turn reuses the history up to the last answer at least.
         assert prompts[n - 1] <= cached[n] < prompts[n], (cached, prompts)
+
+
+def test_metrics_are_read_by_prometheus_clients_own_parser(served: Served) -> None:
+    """After two turns of a chat, ``/metrics`` (behind the key) carries the answers, their
+    tokens (the second turn's prompt from the prompt cache), TTFT, each rank's memory and
+    the link between the demo's two ranks."""
+    client = _client(served)
+    turn = [{"role": "user", "content": QUESTION}]
+    first = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=10)
+    turn += [
+        {"role": "assistant", "content": first.choices[0].message.content or ""},
+        {"role": "user", "content": "And of Spain?"},
+    ]
+    second = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=10)
+    assert first.usage is not None and second.usage is not None
+    details = second.usage.prompt_tokens_details
+    cached = details.cached_tokens if details is not None else 0
+    assert cached and cached > 0
+    url = f"http://127.0.0.1:{served.port}/metrics"
+    assert httpx.get(url, timeout=10).status_code == 401
+
+    def scrape() -> dict[str, float]:
+        got = httpx.get(url, headers={"Authorization": f"Bearer {served.key}"}, timeout=10)
+        assert got.status_code == 200
+        return {
+            f"{s.name}{sorted(s.labels.items())}": s.value
+            for family in text_string_to_metric_families(got.text)
+            for s in family.samples
+        }
+
+    ok = "macmesh_api_requests_total[('status', '200')]"
+    wait_until(lambda: scrape().get(ok, 0) >= 2, 10, "two answers counted")
+    m = scrape()
+    generated = first.usage.completion_tokens + second.usage.completion_tokens
+    assert m["macmesh_api_generation_tokens_total[]"] >= generated
+    assert m["macmesh_api_prompt_tokens_total[]"] >= first.usage.prompt_tokens
+    assert m["macmesh_api_cached_tokens_total[]"] >= cached
+    assert m["macmesh_api_ttft_seconds_count[]"] >= 2 and m["macmesh_api_ttft_seconds_sum[]"] > 0
+    assert m["macmesh_api_generation_tokens_per_second_count[]"] >= 2
+    assert m["macmesh_api_running[]"] == 0 and m["macmesh_api_waiting[]"] == 0
+    memory = [v for k, v in m.items() if k.startswith("macmesh_rank_memory_bytes[")]
+    assert len(memory) == len(served.ranks) == 2 and min(memory) > 50 << 20
+    assert m["macmesh_link_bytes_total[('link', '0↔1')]"] > 0
+
+
+def test_metrics_without_key_opens_metrics_alone(tmp_path: Path, demo_model: Path) -> None:
+    server = start_serving(demo_model, tmp_path, "--metrics-without-key")
+    try:
+        scraped = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10)
+        assert scraped.status_code == 200
+        names = {f.name for f in text_string_to_metric_families(scraped.text)}
+        assert {"macmesh_api_requests", "macmesh_rank_memory_bytes"} <= names
+        assert httpx.get(f"{server.base_url}/models", timeout=10).status_code == 401
+    finally:
+        assert server.stop() == 0, "\n".join(server.err)
 
 
 def test_without_the_key_the_answer_is_401(served: Served) -> None:

@@ -27,6 +27,7 @@ class FakeRank:
     rank: int
     pid: int | None = None
     stage: LoadingStage = LoadingStage.STARTING
+    loaded_event: dict | None = None  # as the launcher's RankStatus
 
 
 @dataclass
@@ -38,6 +39,7 @@ class FakeBehaviour:
     fail_after_load: str | None = None  # a failure message once loaded
     start_error: Exception | None = None
     memory_bytes: int = 150 << 20
+    cached_tokens: int = 0  # the done event's prompt tokens from the prompt cache
     sent: list[dict] = field(default_factory=list)  # the generate() calls
     link_bytes_per_s: float = 2e9  # what the fake link test measures (rank 0's link)
     link_latency_s: float = 20e-6
@@ -200,7 +202,7 @@ class FakeJob:
             for rank in range(self.spec.nodes):
                 self._emit("loading", rank, stage=stage.value)
         for rank in range(self.spec.nodes):
-            self._emit(
+            self.ranks[rank].loaded_event = self._emit(  # as the launcher keeps it
                 "loaded",
                 rank,
                 load_s=b.load_s * 3,
@@ -314,6 +316,7 @@ class FakeJob:
             "request": request,
             "prompt_tokens": 12,
             "prompt_tps": 100.0,
+            "cached_tokens": b.cached_tokens,
             "generation_tokens": count,
             "generation_tps": count / since_first,
             "ttft_s": round((first or started) - started, 6),

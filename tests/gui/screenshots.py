@@ -273,6 +273,7 @@ def take_api(outdir: Path) -> list[Path]:
             app,
             lambda: (
                 "Asked through the API" in run.chat.text()
+                and "MacMesh cluster" in run.chat.text()  # the question comes first
                 and len(run.chat.text().split("MacMesh cluster")[-1]) > 60
             ),
             240,

@@ -20,8 +20,9 @@ from core.run.states import RunState
 from core.serve.service import ApiSettings, load_settings
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
+from gui.run.chat import ChatView
 from gui.run.pane import RunPane
-from tests.gui.fakes import fake_factory
+from tests.gui.fakes import FakeBehaviour, fake_factory
 from tests.helpers.serving import free_port
 
 
@@ -99,6 +100,9 @@ def test_the_api_serves_the_job_with_a_key_shown_once_and_revocable(
     qtbot.waitUntil(lambda: "1 answered" in panel.status.text(), timeout=5000)
     text = pane.chat.text()
     assert "Asked through the API (made in the window)" in text and "Paris" in text
+    # What the client asked, under who asked, before the answer.
+    asked = text.index("Asked through the API (made in the window)")
+    assert text.index("What is the capital of France?", asked) < text.index("Paris", asked)
     assert pane.controller._history == []  # an API answer is not the chat's conversation
     qtbot.waitUntil(lambda: bool(History().runs()), timeout=5000)
     kept = History().runs()  # but it is a run of the history, kept as "api"
@@ -125,3 +129,81 @@ def test_sharing_always_needs_a_key_and_the_settings_are_kept(qtbot: QtBot, demo
     expected = ApiSettings(share=True, require_key=True, port=8080)
     qtbot.waitUntil(lambda: load_settings() == expected, timeout=5000)  # kept in its file
     assert pane.api.settings.needs_key
+
+
+def test_the_panel_shows_how_many_it_serves_at_once_and_how_many_wait(
+    qtbot: QtBot, demo_plans
+) -> None:
+    """Ten clients at once on a batch of eight (the server's default): the panel says
+    "serving 8 at once · 2 waiting" while they stream, then every one answered."""
+    bridge = Bridge()
+    pane = RunPane(bridge, fake_factory(FakeBehaviour(token_s=0.4)))  # streams for ~2.4 s
+
+    def before_close(_widget: RunPane) -> None:
+        if pane.busy:
+            pane.stop()
+            qtbot.waitUntil(lambda: not pane.busy, timeout=10_000)
+        pane.shutdown()
+        bridge.close()
+
+    qtbot.addWidget(pane, before_close_func=before_close)
+    info, plans = demo_plans
+    pane.set_plan(info, plans["pipeline"])
+    panel = pane.api_panel
+    pane.api.apply(ApiSettings(enabled=True, require_key=False, port=free_port()))
+    qtbot.mouseClick(pane.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: pane.api.running, timeout=15_000)
+    out: list = []
+    clients = [
+        threading.Thread(target=_post, args=(pane.api.address, None, out), daemon=True)
+        for _ in range(10)
+    ]
+    for client in clients:
+        client.start()
+    qtbot.waitUntil(lambda: "serving 8 at once · 2 waiting" in panel.status.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: len(out) == 10, timeout=30_000)
+    assert [answer.status_code for answer in out] == [200] * 10
+    qtbot.waitUntil(
+        lambda: "serving 0 at once · 0 waiting · 10 answered" in panel.status.text(),
+        timeout=5000,
+    )
+
+
+def test_the_chat_shows_what_an_api_client_asked_under_who_asked_and_scrolls_to_it(
+    qtbot: QtBot,
+) -> None:
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.resize(500, 300)
+    chat.show()
+    for n in range(40):  # a conversation longer than the view
+        chat.add_question(f"question {n}")
+        chat.add_token(f"r{n}", f"answer {n}")
+        figures = {"generation_tokens": 2, "generation_tps": 5.0, "ttft_s": 0.2}
+        chat.finish_answer(f"r{n}", {**figures, "finish_reason": "stop", "text": ""})
+    bar = chat.answer.verticalScrollBar()
+    bar.setValue(0)  # the person scrolled up to read
+    assert bar.maximum() > 0
+    chat.add_asked("key_ab12cd: Zed", "Which river runs through Paris?")
+    chat.add_token("api-1", "The Seine.")
+    lines = chat.text().splitlines()
+    asked = lines.index("Asked through the API (key_ab12cd: Zed)")
+    assert lines[asked + 1 :] == [
+        "Which river runs through Paris?",
+        "MacMesh cluster",
+        "The Seine.",
+    ]
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=2000)
+    assert bar.value() > 0  # scrolled down to the question, not left at the top
+
+
+def test_metrics_without_a_key_is_a_setting_of_the_panel_kept_in_its_file(
+    qtbot: QtBot, demo_plans
+) -> None:
+    pane = _pane(qtbot, demo_plans)
+    panel = pane.api_panel
+    assert not panel.metrics_open.isChecked()  # behind the key by default
+    panel.metrics_open.setChecked(True)
+    qtbot.waitUntil(lambda: pane.api.settings.metrics_without_key, timeout=5000)
+    qtbot.waitUntil(lambda: load_settings().metrics_without_key, timeout=5000)
+    assert pane.api.settings.needs_key  # the API itself keeps its key

@@ -69,3 +69,18 @@ def test_the_examples_carry_the_address_model_and_key() -> None:
     assert "http://127.0.0.1:8080/v1/chat/completions" in lines["curl"]
     assert "Bearer mm-key" in lines["curl"] and 'model="demo"' in lines["python"]
     compile(lines["python"], "example", "exec")  # the Python example is valid Python
+
+
+def test_metrics_without_a_key_opens_metrics_alone(session: Session) -> None:
+    service = ApiService()
+    service.attach(session, "demo", 8192)
+    port = free_port()
+    try:
+        service.apply(ApiSettings(enabled=True, port=port))
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).status_code == 401
+        service.apply(ApiSettings(enabled=True, port=port, metrics_without_key=True))
+        scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+        assert scraped.status_code == 200 and "macmesh_api_running 0.0" in scraped.text
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 401
+    finally:
+        service.detach()

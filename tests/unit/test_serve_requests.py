@@ -169,3 +169,18 @@ def test_deep_nesting_and_lone_surrogates_are_a_400_not_a_crash(raw: bytes, word
 def test_a_surrogate_pair_is_one_character_and_welcome() -> None:
     body = parse_json(b'{"model": "\\ud83d\\ude00", "note": "\\\\ud800 is only text here"}')
     assert body["model"] == "\U0001f600" and body["note"] == "\\ud800 is only text here"
+
+
+def test_the_question_is_the_last_user_message_or_the_prompt() -> None:
+    """What the window's chat shows under the API client who asked it."""
+    conversation = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "Paris."},
+        {"role": "user", "content": "And of Italy?"},
+    ]
+    assert chat_request(_chat(messages=conversation), MODEL, None).question == "And of Italy?"
+    only_system = [{"role": "system", "content": "Be brief."}]
+    assert chat_request(_chat(messages=only_system), MODEL, None).question == ""
+    completion = {"model": MODEL, "prompt": "Once upon a time"}
+    assert completion_request(completion, MODEL, None).question == "Once upon a time"

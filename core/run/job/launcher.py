@@ -514,6 +514,7 @@ class Job:
                 self._join_when_all_are_up()
             elif event["event"] == p.LOADED:
                 status.loaded, status.stage = True, LoadingStage.SYNCHRONISING
+                status.loaded_event = event  # for who follows the job from later on
             elif event["event"] == p.ERROR and event["fatal"]:
                 status.error = event["message"]
             elif event["event"] == p.ERROR and event.get("request"):

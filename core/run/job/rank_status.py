@@ -14,6 +14,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from core.worker import protocol as p
 from core.worker.vocab import LoadingStage
 
 LOG_TAIL = 200
@@ -28,6 +29,7 @@ class RankStatus:
     pid: int | None = None  # a remote rank's: its process group on its node
     stage: LoadingStage = LoadingStage.STARTING
     loaded: bool = False
+    loaded_event: p.Loaded | None = None  # what it said once loaded (memory, device)
     activity: str | None = None  # once loaded: what the job had asked of it ("generating", ...)
     last_seen: float = field(default_factory=time.monotonic)
     exit_code: int | None = None

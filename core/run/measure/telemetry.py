@@ -22,6 +22,8 @@ them (``answer_figures``), never the worker's raw fields:
   events' timestamps (``RateEstimator.average``); mlx-lm's own ``generation_tps`` counts n
   tokens over those n - 1 gaps and reads higher by n / (n - 1), so it is only a fallback
   (converted) when token events are off;
+- cached tokens: the worker's count of the prompt's tokens its prompt cache held (0 when
+  it keeps none), so not prefilled again;
 - time to first token: from the moment the request was sent (``request_started``) to the
   first token's arrival here, the worker's own figure when the send time is unknown.
 
@@ -545,6 +547,8 @@ def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> d
     return {
         "prompt_tokens": summary.prompt_tokens,
         "prompt_tps": summary.prompt_tps,
+        # the prompt's tokens the ranks' prompt cache held (0: none, or no prompt cache)
+        "cached_tokens": _optional_count(done.get("cached_tokens")) or 0,
         "generation_tokens": summary.generation_tokens,
         "generation_tps": summary.tokens_per_s,
         "ttft_s": summary.ttft_s,
