@@ -69,15 +69,17 @@ class Serving:
 
 
 def _serve(
-    demo_model: Path, behaviour: FakeBehaviour, capfd: pytest.CaptureFixture[str]
+    demo_model: Path,
+    behaviour: FakeBehaviour,
+    capfd: pytest.CaptureFixture[str],
+    max_running: int = ServerOptions.max_running,
 ) -> Iterator[Serving]:
     session = Session(
         read_model_info(demo_model),
         simulated_hosts(demo_facts(2)),
         job_factory=fake_factory(behaviour),
     )
-    session.make_plan()
-    session.launch()
+    session.start()
     session.wait_ready(30)
     log: list[str] = []
     server = APIServer(
@@ -85,7 +87,7 @@ def _serve(
         MODEL,
         8192,
         Gate(key=KEY),
-        ServerOptions("127.0.0.1", 0, limits=LIMITS),
+        ServerOptions("127.0.0.1", 0, limits=LIMITS, max_running=max_running),
         log=log.append,
     )
     server.start()
@@ -109,8 +111,9 @@ def serving(demo_model: Path, capfd: pytest.CaptureFixture[str]) -> Iterator[Ser
 
 @pytest.fixture
 def slow_serving(demo_model: Path, capfd: pytest.CaptureFixture[str]) -> Iterator[Serving]:
-    """Answers of six tokens, 0.4 s apart: a stream stays open for seconds."""
-    yield from _serve(demo_model, FakeBehaviour(token_s=0.4), capfd)
+    """Answers of six tokens, 0.4 s apart: a stream stays open for seconds; one answer
+    with the ranks at a time, so a second one waits in line."""
+    yield from _serve(demo_model, FakeBehaviour(token_s=0.4), capfd, max_running=1)
 
 
 def _keyed() -> dict[str, str]:
