@@ -17,18 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import TextIO
 
-from core.cli.nodes import PROBE_WAIT_CAP_S
 from core.cli.nodes import add_arguments as add_node_arguments
-from core.cluster.discovery import choose_interfaces
-from core.cluster.hosts import HostList, parse_host
-from core.cluster.scanner import Scanner
+from core.cli.nodes import scanned
 from core.run.checks.doctor import diagnose, format_doctor
 from core.run.checks.seen import seen_by
-from core.settings import load_settings
 
 
 def doctor_cli(argv: list[str], out: TextIO | None = None) -> int:
@@ -51,30 +46,13 @@ def doctor_cli(argv: list[str], out: TextIO | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        extra = [parse_host(text) for text in args.host]
-        interfaces = choose_interfaces(args.interfaces, load_settings().interfaces)
         if args.capture is not None:
             _check_capture_path(args.capture)
+        with scanned(args) as (scanner, nodes):
+            interfaces = scanner.interfaces
+            seen = seen_by(scanner, nodes)
     except ValueError as error:
         return _bad(str(error))
-    hosts = HostList(remember=False)
-    for host in extra:
-        hosts.add(host)
-    scanner = Scanner(
-        interfaces=interfaces, host_list=hosts, publish=not args.no_publish, python=args.python
-    )
-    try:
-        scanner.start()
-    except ValueError as error:
-        scanner.close()
-        return _bad(str(error))
-    try:
-        time.sleep(args.wait)
-        scanner.wait_idle(PROBE_WAIT_CAP_S)
-        nodes = sorted(scanner.registry.nodes(), key=lambda n: (not n.is_self, n.name.lower()))
-        seen = seen_by(scanner, nodes)
-    finally:
-        scanner.close()
     report = diagnose(
         seen, interfaces, on_mac=sys.platform == "darwin", try_links=not args.no_try_paths
     )

@@ -19,9 +19,11 @@ with a one-line message.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from core.cluster.discovery import Interfaces, choose_interfaces
@@ -79,28 +81,11 @@ def nodes_cli(argv: list[str], out: TextIO | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        extra = [parse_host(text) for text in args.host]
-        interfaces = choose_interfaces(args.interfaces, load_settings().interfaces)
+        with scanned(args) as (scanner, nodes):
+            topology = scanner.topology()
     except ValueError as error:
         return _bad(str(error))
-    hosts = HostList(remember=False)
-    for host in extra:
-        hosts.add(host)
-    scanner = Scanner(
-        interfaces=interfaces, host_list=hosts, publish=not args.no_publish, python=args.python
-    )
-    try:
-        scanner.start()
-    except ValueError as error:  # an interface that does not exist
-        scanner.close()
-        return _bad(str(error))
-    try:
-        time.sleep(args.wait)
-        scanner.wait_idle(PROBE_WAIT_CAP_S)
-        nodes = sorted(scanner.registry.nodes(), key=lambda n: (not n.is_self, n.name.lower()))
-        topology = scanner.topology()
-    finally:
-        scanner.close()
+    interfaces = scanner.interfaces
     if args.json:
         json.dump(report(nodes, topology, interfaces), out, indent=2, ensure_ascii=False)
         out.write("\n")
@@ -110,6 +95,29 @@ def nodes_cli(argv: list[str], out: TextIO | None = None) -> int:
         sys.stderr.write(f"macmesh nodes: {not_ready_message(nodes)}\n")
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def scanned(args: argparse.Namespace) -> Iterator[tuple[Scanner, list[Node]]]:
+    """A scanner over ``args``' interfaces and hosts (``add_arguments``), started and
+    waited on: it and its nodes, this machine first; closed on leaving. ValueError with
+    one line for a host or an interface that cannot be (``macmesh nodes``, ``doctor``)."""
+    extra = [parse_host(text) for text in args.host]
+    interfaces = choose_interfaces(args.interfaces, load_settings().interfaces)
+    hosts = HostList(remember=False)
+    for host in extra:
+        hosts.add(host)
+    scanner = Scanner(
+        interfaces=interfaces, host_list=hosts, publish=not args.no_publish, python=args.python
+    )
+    try:
+        scanner.start()  # ValueError: an interface that does not exist
+        time.sleep(args.wait)
+        scanner.wait_idle(PROBE_WAIT_CAP_S)
+        nodes = sorted(scanner.registry.nodes(), key=lambda n: (not n.is_self, n.name.lower()))
+        yield scanner, nodes
+    finally:
+        scanner.close()
 
 
 def not_ready_message(nodes: list[Node]) -> str:
