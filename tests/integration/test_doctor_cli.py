@@ -14,6 +14,7 @@ import subprocess
 import sys
 import uuid
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,128 @@ def test_doctor_says_remote_login_off_and_an_unknown_host_key(tmp_path: Path) ->
     off = checks(report, closed, "remote-login")[0]
     assert off["status"] == "fail" and "Remote Login" in off["fix"]
     assert closed not in report["ready"] and new not in report["ready"]
+
+
+def one(report: dict[str, Any], node: str, name: str) -> dict[str, str]:
+    found = checks(report, node, name)
+    assert len(found) == 1, (node, name, found)
+    return found[0]
+
+
+def hub(report: dict[str, Any], a: str, b: str) -> None:
+    """A Thunderbolt 4 hub between Thunderbolt 5 Macs: take it out, plug them directly."""
+    cable = one(report, a, "cable")
+    assert (
+        cable["status"] == "warn" and "through Thunderbolt Hub runs at 40 Gb/s" in cable["message"]
+    )
+    fix = (
+        f"Take out Thunderbolt Hub: plug a Thunderbolt 5 cable from {a} port 1 straight into "
+        f"{b} port 1."
+    )
+    assert cable["fix"] == fix
+    assert [one(report, n, "rdma-port")["fix"] for n in (a, b)] == [fix, fix]
+    assert one(report, a, "rdma")["status"] == "ok"  # the Macs are fine
+
+
+def two_cables(report: dict[str, Any], a: str, b: str) -> None:
+    """Two crossed cables: a full mesh, RDMA on over both, the ring given both."""
+    cables = checks(report, a, "cable")
+    assert [c["message"] for c in cables] == [
+        f"{a} port 1 ↔ {b} port 2, 80 Gb/s: RDMA runs over {a} port 1 ↔ {b} port 2 at 80 Gb/s "
+        "(rdma_en2 ↔ rdma_en3).",
+        f"{a} port 2 ↔ {b} port 1, 80 Gb/s: RDMA runs over {a} port 2 ↔ {b} port 1 at 80 Gb/s "
+        "(rdma_en3 ↔ rdma_en2).",
+    ]
+    assert all(c["status"] == "ok" for c in cables)
+    assert len(checks(report, a, "rdma-port")) == 2 == len(checks(report, b, "rdma-port"))
+    cabling = one(report, "cluster", "cabling")["message"]
+    assert cabling.startswith("Full mesh") and "(2 cables)" in cabling
+    assert one(report, "cluster", "backend")["message"].startswith("jaccl: RDMA over Thunderbolt")
+
+
+def no_ipv4(report: dict[str, Any], a: str, b: str) -> None:
+    """Thunderbolt 4 Macs whose cable has no IPv4: the ring takes Wi-Fi, a /30 is offered."""
+    cable = one(report, a, "cable")
+    assert cable["fix"] == (
+        f"Nothing to change: {a} and {b} have only Thunderbolt 4 ports, so jobs use the ring "
+        "backend over this cable."
+    )
+    for node in (a, b):
+        ipv4 = one(report, node, "ipv4")
+        assert (
+            ipv4["status"] == "warn" and "no IPv4 address (IPv6 link-local only)" in ipv4["message"]
+        )
+        assert "Configure IPv4" in ipv4["fix"]
+        path = one(report, node, "ring-path")["message"]
+        assert "ring over Wi-Fi (en1)" in path and "carries only IPv6 link-local" in path
+        network = one(report, node, "network")
+        assert "(192.168.200.0/30)" in network["message"]
+        assert (
+            "en2 inet 192.168.200." in network["fix"]
+            and "netmask 255.255.255.252" in network["fix"]
+        )
+
+
+def thunderbolt_4_cable(report: dict[str, Any], a: str, b: str) -> None:
+    """A Thunderbolt 4 cable between Thunderbolt 5 Macs: the ring runs over it meanwhile."""
+    cable = one(report, a, "cable")
+    assert cable["status"] == "warn" and "runs at 40 Gb/s" in cable["message"]
+    assert cable["fix"] == (
+        "Both Macs have Thunderbolt 5 ports, so the cable is the slow part: replace it with a "
+        f"Thunderbolt 5 cable from {a} port 1 straight into {b} port 1."
+    )
+    assert one(report, "cluster", "backend")["message"].startswith("Ring over Thunderbolt (en2)")
+    assert all(c["status"] == "ok" for n in (a, b) for c in checks(report, n, "ring-path"))
+
+
+def users_pythons(report: dict[str, Any], a: str, b: str) -> None:
+    """Different Python paths: MacMesh runs each node's own; mlx.launch by hand needs one."""
+    paths = one(report, "cluster", "python-paths")
+    assert paths["status"] == "warn" and "/Users/alice/.venv/bin/python3" in paths["message"]
+    assert "/opt/homebrew/bin/python3" in paths["message"] and "--python PATH" in paths["fix"]
+    assert [one(report, n, "python")["status"] for n in (a, b)] == ["ok", "ok"]
+
+
+def local_network_denied(report: dict[str, Any], a: str, b: str) -> None:
+    """The nodes' outputs are a healthy pair: what is wrong shows on the Mac running the
+    doctor (Bonjour does not see them); on Linux no permission is asked for."""
+    assert one(report, a, "cable")["status"] == "ok"
+    for node in (a, b):
+        bonjour = one(report, node, "bonjour")
+        assert bonjour["status"] == "warn" and "Bonjour does not see it" in bonjour["message"]
+        assert "Local Network permission" in bonjour["fix"]
+    local = one(report, "cluster", "local-network")
+    assert local["status"] == "ok" and "not a Mac" in local["message"]
+
+
+@pytest.mark.parametrize(
+    ("fixture_set", "verdict"),
+    [
+        ("tb-hub", hub),
+        ("two-cables", two_cables),
+        ("tb-noip4", no_ipv4),
+        ("tb4-cable", thunderbolt_4_cable),
+        ("users-pythons", users_pythons),
+        ("localnet-denied", local_network_denied),
+    ],
+)
+def test_doctor_names_each_field_sets_verdict_and_fix(
+    fixture_set: str,
+    verdict: Callable[[dict[str, Any], str, str], None],
+    tmp_path: Path,
+) -> None:
+    """The first-contact sets (issue 27 item 4) served behind the real sshd, named by
+    hand; the ring's paths are not tried (they are the fixtures' addresses, not loopback)."""
+    host_dirs = hosts(fixture_set)
+    addresses = ["127.0.0.2", "127.0.0.3"]
+    bins = fake_bins(host_dirs, addresses, tmp_path)
+    with running_sshd(tmp_path / "sshd", bins, addresses) as server:
+        env = client_env(server, tmp_path, server.known_hosts_lines())
+        a, b = (f"{address}:{server.port}" for address in addresses)
+        rc, report, _ = doctor(env, "--wait", "0", "--no-try-paths", "--host", a, "--host", b)
+    assert report["ready"] == [a, b]
+    verdict(report, a, b)
+    assert rc == 0 and report["ok"]  # each set can run a job: the fixes make it faster
 
 
 @pytest.mark.parametrize(

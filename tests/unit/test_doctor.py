@@ -143,11 +143,12 @@ def test_ipv6_only_cables_make_the_ring_take_the_lan_with_the_change_offered() -
 def test_a_thunderbolt_4_cable_between_thunderbolt_5_macs_names_the_cable() -> None:
     report = cluster("tb4-cable")
     cable = one(report, "cable")
-    assert cable.status == "warn" and "both Macs have Thunderbolt 5" in cable.message
+    assert cable.status == "warn" and "Both Macs have Thunderbolt 5" in cable.fix
     assert "runs at 40 Gb/s" in cable.message and "Thunderbolt 5 cable" in cable.fix
     assert one(report, "rdma", "studio-u").status == "ok"  # the Macs are fine
     port = one(report, "rdma-port", "studio-u")
     assert "40 Gb/s, which carries no RDMA" in port.message
+    assert port.fix == cable.fix  # one verdict: the cable's (core.cluster.rdma)
     assert one(report, "backend").message.startswith("Ring over Thunderbolt (en2)")
     assert report.ok
 
@@ -170,8 +171,12 @@ def test_different_users_and_python_paths_are_named_with_the_fix_for_mlx_launch(
 
 
 @pytest.mark.parametrize(
-    "fixture_set", ["mesh4", "tb-bridge", "tb-mixed", "tb4-cable", "users-pythons"]
-)
+    "fixture_set",
+    [
+        "mesh4", "tb-bridge", "tb-mixed", "tb4-cable", "users-pythons",
+        "tb-hub", "two-cables", "tb-noip4", "localnet-denied",
+    ],
+)  # fmt: skip
 def test_every_set_gives_every_ready_mac_each_group(fixture_set: str) -> None:
     report = cluster(fixture_set)
     for name in report.nodes:
@@ -264,13 +269,46 @@ def test_local_network_permission() -> None:
     facts = load_facts("pair27")
     by_hand = [ready(f, n, frozenset({Source.MANUAL})) for n, f in enumerate(facts)]
     denied = one(diagnose(by_hand, LOOPBACK, on_mac=True), "local-network", CLUSTER)
-    assert denied.status == "warn" and "probably off" in denied.message
+    assert denied.status == "warn" and "Local Network permission may be denied" in denied.message
     assert "Privacy & Security > Local Network" in denied.fix
     assert one(diagnose(by_hand, LOOPBACK, on_mac=True), "bonjour", facts[0].name).status == "warn"
     found = [ready(f, n) for n, f in enumerate(facts)]
     assert one(diagnose(found, LOOPBACK, on_mac=True), "local-network").status == "ok"
     linux = one(diagnose(by_hand, LOOPBACK, on_mac=False), "local-network")
     assert linux.status == "ok" and "not a Mac" in linux.message
+
+
+def test_the_local_network_check_is_localnets_verdict_with_its_fix() -> None:
+    """localnet-denied: healthy nodes that answer over SSH, none seen over Bonjour."""
+    facts = load_facts("localnet-denied")
+    by_hand = [ready(f, n, frozenset({Source.MANUAL})) for n, f in enumerate(facts)]
+    report = diagnose(by_hand, LOOPBACK, on_mac=True)
+    check = one(report, "local-network", CLUSTER)
+    assert check.status == "warn"
+    assert check.message.startswith(
+        "Bonjour found none of the Macs that answer over SSH (studio-l, studio-m): macOS's "
+        "Local Network permission may be denied for MacMesh, or they are on another network"
+    )
+    assert check.fix == (
+        "On this Mac open System Settings > Privacy & Security > Local Network, switch "
+        "MacMesh off and on again, then restart MacMesh."
+    )
+    assert report.ok  # named by hand, the nodes still run a job
+    nothing = one(diagnose([], LOOPBACK, on_mac=True), "local-network")
+    assert nothing.status == "warn" and "no Mac was named to compare with" in nothing.message
+    assert "--host" in nothing.fix and "Local Network" in nothing.fix
+
+
+def test_a_hubs_ports_and_cable_say_the_cable_verdicts_fix() -> None:
+    report = cluster("tb-hub")
+    cable = one(report, "cable")
+    assert cable.status == "warn" and "through Thunderbolt Hub runs at 40 Gb/s" in cable.message
+    assert cable.fix == (
+        "Take out Thunderbolt Hub: plug a Thunderbolt 5 cable from studio-ha port 1 straight "
+        "into studio-hb port 1."
+    )
+    assert "Fix:" not in cable.message  # said once, as the fix
+    assert [c.fix for c in find(report, "rdma-port")] == [cable.fix, cable.fix]
 
 
 def test_no_node_is_not_ok() -> None:

@@ -1,7 +1,8 @@
 """The doctor's Finding group: can this Mac find and reach each node (issue 27)?
 
 Bonjour (which nodes it saw, on which interfaces), the Local Network permission macOS 15
-and later asks for before Bonjour finds anything, Remote Login, the firewall (an SSH
+and later asks for before Bonjour finds anything (``core.cluster.localnet``'s verdict and
+its fix), Remote Login, the firewall (an SSH
 that times out; a ring path that does not answer is said in the Linking group), the
 host key, and our key's access. Each SSH failure's fix is preflight's (``ssh_fix``),
 chosen by the failure's kind the scanner kept.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.cluster.discovery import Interfaces
+from core.cluster.localnet import local_network_verdict
 from core.cluster.registry import ProbeState, Source
 from core.cluster.scanner import REMOTE_LOGIN_OFF
 from core.remote.ssh import (
@@ -22,13 +24,9 @@ from core.remote.ssh import (
     UnknownHostKey,
 )
 from core.run.checks.preflight import ssh_fix
-from core.run.checks.report import CLUSTER, Check
+from core.run.checks.report import CLUSTER, Check, said_and_fix
 from core.run.checks.seen import Seen
 
-LOCAL_NETWORK_FIX = (
-    "On this Mac: System Settings > Privacy & Security > Local Network, turn on MacMesh "
-    "(or the terminal app running macmesh), then run macmesh doctor again."
-)
 FIREWALL_FIX = (
     "Wake the Mac; if its firewall is on, allow Remote Login through it (System Settings > "
     "Network > Firewall > Options), and check that nothing on the network blocks port 22."
@@ -177,8 +175,9 @@ def host_key_checks(s: Seen) -> list[Check]:
 
 def local_network_check(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bool) -> Check:
     """macOS 15 and later let an app browse Bonjour only with the Local Network
-    permission; without it browsing finds nothing, silently. So: nothing over Bonjour
-    while hand-named Macs answer is that permission off."""
+    permission; without it browsing finds nothing, silently. ``local_network_verdict``
+    judges it from the Macs Bonjour found and those that answered SSH (this machine and
+    the demo's simulated Macs are neither); its reason and fix are the check's."""
     if not on_mac:
         return Check.ok(
             CLUSTER,
@@ -186,28 +185,17 @@ def local_network_check(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bo
             "This machine is not a Mac: Bonjour needs no Local Network permission here.",
         )
     others = [s for s in seen if not s.node.is_self and Source.DEMO not in s.node.sources]
-    found = [s for s in others if Source.BONJOUR in s.node.sources]
-    if found:
-        names = ", ".join(s.node.name for s in found)
-        return Check.ok(
-            CLUSTER,
-            "local-network",
-            f"Bonjour answers ({names}): MacMesh has the Local Network permission.",
-        )
+    found = [s.node.name for s in others if Source.BONJOUR in s.node.sources]
     answering = [s.node.name for s in others if s.node.probe_state in _ANSWERED]
-    if answering:
-        return Check.warn(
-            CLUSTER,
-            "local-network",
-            f"Bonjour found no other Mac (browsing {_browsed(interfaces)}), yet "
-            f"{', '.join(answering)} answer{'s' if len(answering) == 1 else ''} over SSH: "
-            "MacMesh's Local Network permission is probably off.",
-            LOCAL_NETWORK_FIX,
+    verdict = local_network_verdict({}, found, answering)  # this Mac's mDNS sends: not read
+    said, fix = said_and_fix(verdict.reason)
+    said = f"{said.removesuffix('.')} (browsing {_browsed(interfaces)})."
+    if verdict.ok:
+        return Check.ok(CLUSTER, "local-network", said)
+    if verdict.state == "unknown":
+        fix = (
+            "Name a Mac with --host: if it answers but Bonjour does not list it, check "
+            "this Mac's Local Network permission (System Settings > Privacy & Security > "
+            "Local Network)."
         )
-    return Check.warn(
-        CLUSTER,
-        "local-network",
-        f"Bonjour found no other Mac (browsing {_browsed(interfaces)}): the Local Network "
-        "permission may be off, or no other Mac is on this network.",
-        LOCAL_NETWORK_FIX + " Or name a Mac with --host.",
-    )
+    return Check.warn(CLUSTER, "local-network", said, fix)

@@ -5,9 +5,10 @@ Nothing here judges RDMA or a path anew: the cables are ``build_topology``'s, ea
 cable's and node's RDMA verdict ``core.cluster.rdma``'s, the IPv4 on a cable
 ``ringpath.cable_addresses``', and the backend and the ring's paths ``choose_backend``'s
 with preflight's own ``backend_checks`` (the faster path a setting blocks, offered with
-its undo). This module words them as checks, adding the two cases people meet first:
-a Thunderbolt 4 cable (or hub) between Thunderbolt 5 Macs, and a cable whose ports have
-no IPv4 address, which MLX's ring cannot use.
+its undo). This module words them as checks: a cable's check and a slow port's show the
+cable verdict's own reason and fix (a hub to take out, a Thunderbolt 5 cable to buy, or
+nothing to change between Thunderbolt 4 Macs), and it adds a cable whose ports have no
+IPv4 address, which MLX's ring cannot use.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from core.cluster.probe.facts import NodeFacts, ThunderboltPort
-from core.cluster.rdma import GUIDES, RDMA_MIN_GBPS, cable_verdict, node_verdict
+from core.cluster.rdma import GUIDES, RDMA_MIN_GBPS, RdmaVerdict, cable_verdict, node_verdict
 from core.cluster.ringpath import IPV4_ONLY, RingLink, cable_addresses
 from core.cluster.topology import Cable, Topology, build_topology
 from core.remote.targets import Target
 from core.run.checks.backend_choice import BackendChoice, choose_backend, with_links
 from core.run.checks.preflight import backend_checks
-from core.run.checks.report import CLUSTER, Check
+from core.run.checks.report import CLUSTER, Check, said_and_fix
 from core.run.checks.ringcheck import check_links
 from core.run.checks.seen import Seen
 from core.worker.vocab import Backend
@@ -31,26 +32,39 @@ def _fix(guide: str | None) -> str:
     return f"Follow “{GUIDES[guide]}” (MacMesh's guide of that name)." if guide in GUIDES else ""
 
 
+def _said_and_fix(verdict: RdmaVerdict) -> tuple[str, str]:
+    """The verdict's reason and its own fix, or its guide when it names no fix."""
+    said, fix = said_and_fix(verdict.reason)
+    return said, fix or _fix(verdict.guide)
+
+
 def linking_checks(ready: Sequence[Seen], try_links: bool = False) -> list[Check]:
     """Per Mac: its Thunderbolt, RDMA and bridge; per cable: speed, RDMA, IPv4; then the
     cluster's cabling and the backend with the ring's path between each pair of ranks."""
     facts = [s.facts for s in ready if s.facts is not None]
     macs = [f for f in facts if f.is_macos is not False]
     topology = build_topology(macs)
+    by_name = {f.name: f for f in macs}
+    verdicts = [(cable, cable_verdict(cable, by_name)) for cable in topology.cables]
+    slow_fixes = {
+        (end.node, end.port.label): _said_and_fix(verdict)[1]
+        for cable, verdict in verdicts
+        for end in (cable.a, cable.b)
+    }
     checks: list[Check] = []
     for f in macs:
-        checks += node_linking(f)
-    by_name = {f.name: f for f in macs}
-    for cable in topology.cables:
-        checks += cable_checks(cable, by_name)
+        checks += node_linking(f, slow_fixes)
+    for cable, verdict in verdicts:
+        checks += cable_checks(cable, verdict, by_name)
     checks += cabling_checks(topology)
     if len(facts) > 1:
         checks += backend_path_checks(ready, try_links)
     return checks
 
 
-def node_linking(facts: NodeFacts) -> list[Check]:
-    """Thunderbolt 4 or 5, RDMA on the node and on each connected port, the bridge."""
+def node_linking(facts: NodeFacts, cable_fixes: Mapping[tuple[str, str], str]) -> list[Check]:
+    """Thunderbolt 4 or 5, RDMA on the node and on each connected port (``cable_fixes``:
+    the fix of each port's cable verdict, by node and port label), the bridge."""
     name = facts.name
     if not facts.thunderbolt:
         why = facts.unknowns.get("thunderbolt", "system_profiler lists no Thunderbolt bus")
@@ -69,15 +83,19 @@ def node_linking(facts: NodeFacts) -> list[Check]:
     if verdict.on:
         checks.append(Check.ok(name, "rdma", verdict.reason))
     else:
-        checks.append(Check.warn(name, "rdma", verdict.reason, _fix(verdict.guide)))
+        checks.append(Check.warn(name, "rdma", *_said_and_fix(verdict)))
     if verdict.on:
-        checks += [port_check(facts, p) for p in connected]
+        checks += [
+            port_check(facts, p, cable_fixes.get((name, p.label), _fix("thunderbolt4")))
+            for p in connected
+        ]
     checks += bridge_checks(facts)
     return checks
 
 
-def port_check(facts: NodeFacts, port: ThunderboltPort) -> Check:
-    """One cabled port's RDMA device and its state in ibv_devinfo."""
+def port_check(facts: NodeFacts, port: ThunderboltPort, slow_fix: str) -> Check:
+    """One cabled port's RDMA device and its state in ibv_devinfo; ``slow_fix``: what to
+    do when its link is too slow for RDMA (its cable verdict's fix)."""
     name, device = facts.name, port.rdma_device or f"the RDMA device of {port.label}"
     if port.port_state == "PORT_ACTIVE":
         return Check.ok(name, "rdma-port", f"{device} ({port.label}) on {name} is PORT_ACTIVE.")
@@ -88,7 +106,7 @@ def port_check(facts: NodeFacts, port: ThunderboltPort) -> Check:
             "rdma-port",
             f"{device} ({port.label}) on {name} is {state}: its link runs at "
             f"{port.speed_gbps} Gb/s, which carries no RDMA.",
-            "Connect the Macs directly with a Thunderbolt 5 cable (80 Gb/s).",
+            slow_fix,
         )
     return Check.warn(
         name,
@@ -122,34 +140,17 @@ def bridge_checks(facts: NodeFacts) -> list[Check]:
     return [Check.ok(name, "bridge", f"{name}'s Thunderbolt Bridge is {said}.")]
 
 
-def cable_checks(cable: Cable, by_name: Mapping[str, NodeFacts]) -> list[Check]:
-    """The cable's speed and RDMA verdict, and IPv4 at both ends."""
-    verdict = cable_verdict(cable, by_name)
-    ends = [by_name[cable.a.node], by_name[cable.b.node]]
-    speed = cable.speed_gbps
+def cable_checks(
+    cable: Cable, verdict: RdmaVerdict, by_name: Mapping[str, NodeFacts]
+) -> list[Check]:
+    """The cable's speed and RDMA verdict (``cable_verdict``'s reason and fix), and IPv4
+    at both ends."""
+    said, fix = _said_and_fix(verdict)
+    message = f"{cable.describe()}: {said}"
     node = cable.a.node
-    if verdict.on:
-        checks = [Check.ok(node, "cable", f"{cable.describe()}: {verdict.reason}")]
-    elif (
-        speed is not None
-        and speed < RDMA_MIN_GBPS
-        and all(f.thunderbolt_generation == 5 for f in ends)
-    ):
-        via = f" ({', '.join(cable.via)} between them)" if cable.via else ""
-        checks = [
-            Check.warn(
-                node,
-                "cable",
-                f"{cable.describe()}: both Macs have Thunderbolt 5, but this link runs at "
-                f"{speed} Gb/s{via}: a Thunderbolt 4 cable or hub, so no RDMA over it.",
-                "Connect the two Macs directly with a Thunderbolt 5 cable (80 Gb/s; "
-                "Apple's or one sold as Thunderbolt 5).",
-            )
-        ]
-    else:
-        checks = [
-            Check.warn(node, "cable", f"{cable.describe()}: {verdict.reason}", _fix(verdict.guide))
-        ]
+    checks = [
+        Check.ok(node, "cable", message) if verdict.on else Check.warn(node, "cable", message, fix)
+    ]
     for end in (cable.a, cable.b):
         checks.append(
             ipv4_check(by_name[end.node], end.port, other(cable, end.node), rdma=verdict.on)

@@ -16,6 +16,15 @@ from core.worker.vocab import ModelSource
 
 Status = Literal["ok", "warn", "fail"]
 CLUSTER = "cluster"  # the node of checks about all nodes together
+FIX_MARK = " Fix: "  # how core.cluster's verdicts (rdma, localnet) end with their fix
+
+
+def said_and_fix(reason: str) -> tuple[str, str]:
+    """A verdict's one sentence, "what is seen. Fix: what to do" (``core.cluster.rdma``,
+    ``core.cluster.localnet``), as a check's message and fix, so a check shows the
+    verdict's own words rather than a second wording of them. No fix: ``(reason, "")``."""
+    said, mark, fix = reason.partition(FIX_MARK)
+    return (said, fix[:1].upper() + fix[1:]) if mark else (reason, "")
 
 
 @dataclass(frozen=True)
