@@ -18,6 +18,7 @@ import pytest
 from core.run.job import launcher, mlxenv
 from core.run.job.launcher import Job, JobError, JobSpec, JobState
 from core.worker import protocol as p
+from core.worker.protocol import DEFAULT_BATCH
 from tests.helpers.held_rank import HOLDING, held_python
 from tests.helpers.jobs import _alive, assert_no_ranks_left, generating, run_job, wait_finished
 
@@ -193,7 +194,14 @@ def test_ranks_end_when_the_controller_is_killed(
                 if len(held) == 2:
                     all_held.set()
 
-        spec = JobSpec(model=Path({str(tiny_models["llama"])!r}), nodes=2, python={python!r})
+        # Held ranks answer one request at a time: the hold replaces that path's generate
+        # (tests/helpers/held_rank.py), the batching path's steps are the same native calls.
+        spec = JobSpec(
+            model=Path({str(tiny_models["llama"])!r}),
+            nodes=2,
+            python={python!r},
+            batch={1 if hold is not None else DEFAULT_BATCH!r},
+        )
         job = Job(spec)
         job.log.connect(on_log)
         job.start()
