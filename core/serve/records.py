@@ -33,18 +33,24 @@ class ApiRecords:
         self,
         session: Session,
         on_answered: Callable[[Mapping[str, Any]], None] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        """``telemetry``: the one the window already feeds from this session (its figures
+        are then the very numbers its card and chat line show); else one of its own."""
         self.session = session
-        self.telemetry = Telemetry()
+        self._own = telemetry is None
+        self.telemetry = Telemetry() if telemetry is None else telemetry
         self._on_answered = on_answered
-        self._loaded(session)
+        if self._own:
+            self._loaded(session)
         self.began = time.monotonic()
         self.kept: list[RunRecord] = []  # this server's, newest last (bounded)
         self.problem: str | None = None  # why the last one could not be kept
         self._sent: dict[str, str] = {}  # request → client
         self._lock = threading.Lock()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="api-history")
-        session.event.connect(self.telemetry.feed)
+        if self._own:
+            session.event.connect(self.telemetry.feed)
         session.event.connect(self._on_event)
 
     def _loaded(self, session: Session) -> None:
@@ -63,7 +69,8 @@ class ApiRecords:
 
     def close(self) -> None:
         """Stop following the session; what is being written is written."""
-        self.session.event.disconnect(self.telemetry.feed)
+        if self._own:
+            self.session.event.disconnect(self.telemetry.feed)
         self.session.event.disconnect(self._on_event)
         self._writer.shutdown(wait=True)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from core.run.measure.telemetry import Telemetry
 from core.run.session import Session
 from core.serve.answers import DEFAULT_WAITING, Answerer
 from core.serve.app import Served
@@ -79,8 +80,12 @@ class APIServer:
         options: ServerOptions | None = None,
         log: Callable[[str], None] = lambda line: None,
         on_sent: Callable[[str, float, str, str], None] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        """``telemetry``: the window's, already fed from ``session`` (one set of numbers
+        for its card, its chat and what the API keeps); headless, the server's own."""
         self.options = options or ServerOptions()
+        self._telemetry = telemetry
         if gate.open and not is_loopback(self.options.host):
             raise ServeError(
                 f"Sharing on the network ({self.options.host}) always needs an API key; "
@@ -129,7 +134,7 @@ class APIServer:
     def start(self) -> None:
         """Bind, then serve on a thread; returns once connections are accepted."""
         self._socket = bind(self.options.host, self.options.port)
-        self.records = ApiRecords(self.answers.session, self.metrics.answered)
+        self.records = ApiRecords(self.answers.session, self.metrics.answered, self._telemetry)
         self.port = int(self._socket.getsockname()[1])
         config = uvicorn.Config(
             create_app(self.served),

@@ -23,6 +23,7 @@ from core.jsonfile import write_json_atomic
 from core.serve.keys import Gate, KeyInfo, KeyStore
 
 if TYPE_CHECKING:  # the server (starlette, uvicorn, the session's numpy) loads when it starts
+    from core.run.measure.telemetry import Telemetry
     from core.run.session import Session
     from core.serve.server import APIServer
 
@@ -88,6 +89,7 @@ class ApiService:
         self._log_line = log_line or (lambda line: log.info("api: %s", line))
         self._server: APIServer | None = None
         self._job: tuple[Session, str, int | None] | None = None
+        self._telemetry: Telemetry | None = None  # the window's, fed from the job's session
         self._lock = threading.RLock()
 
     def set_announcer(self, announce: Callable[[int | None], None] | None) -> None:
@@ -163,10 +165,18 @@ class ApiService:
             self._start()
         self.changed.emit()
 
-    def attach(self, session: Session, model: str, context: int | None) -> None:
-        """A job is ready: serve it when the API is on."""
+    def attach(
+        self,
+        session: Session,
+        model: str,
+        context: int | None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        """A job is ready: serve it when the API is on (``telemetry``: the window's, fed
+        from ``session``: what the API keeps is then what the window shows)."""
         with self._lock:
             self._job = (session, model, context)
+            self._telemetry = telemetry
             self._stop()
             self._start()
         self.changed.emit()
@@ -202,6 +212,7 @@ class ApiService:
                 ),
                 log=self._log_line,
                 on_sent=self._on_sent,
+                telemetry=self._telemetry,
             )
             server.start()
         except ServeError as error:

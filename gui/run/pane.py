@@ -453,7 +453,7 @@ class RunPane(Card):
             info = self._info
             name, context = (info.name, info.context_length) if info else ("model", None)
             self._bridge.run_in_background(
-                lambda: self.api.attach(session, name, context),
+                lambda: self.api.attach(session, name, context, self.controller.telemetry),
                 None,
                 self._api_failed,
                 queue=self._api_queue,
