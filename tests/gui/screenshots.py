@@ -99,20 +99,22 @@ def virtual_display() -> Iterator[None]:
     if os.environ.get("DISPLAY"):
         yield
         return
-    number = next(n for n in range(99, 140) if not Path(f"/tmp/.X{n}-lock").exists())
+    # Xvfb picks a free display itself and writes its number to ``-displayfd``: two runs
+    # started together never share one (the first to end would take the other's down).
+    read, write = os.pipe()
     xvfb = subprocess.Popen(
-        ["Xvfb", f":{number}", "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
+        ["Xvfb", "-displayfd", str(write), "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        pass_fds=(write,),
         preexec_fn=die_with_parent,  # no Xvfb left behind by a killed run
     )
+    os.close(write)
     try:
-        socket = Path(f"/tmp/.X11-unix/X{number}")
-        deadline = time.monotonic() + 10
-        while not socket.exists():
-            if xvfb.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("Xvfb did not start (apt-get install xvfb)")
-            time.sleep(0.05)
+        with os.fdopen(read) as said:
+            number = said.readline().strip()  # once the display is ready; "" if it died
+        if not number.isdigit():
+            raise RuntimeError("Xvfb did not start (apt-get install xvfb)")
         os.environ["DISPLAY"] = f":{number}"
         yield
     finally:
