@@ -149,10 +149,9 @@ def demo_diagram(nodes: Sequence[Node]) -> Diagram:
     Thunderbolt 5 cables, ports numbered in order on every Mac. A cable carries RDMA
     when both its Macs have it on (the demo's fourth has it off, as its table row says)."""
     names = [n.name for n in nodes]
+    facts = {n.name: getattr(n, "facts", None) for n in nodes}  # none: drawn with RDMA on
     rdma_off = {
-        n.name
-        for n in nodes
-        if getattr(n, "facts", None) is not None and node_verdict(n.facts).state == "off"
+        name for name, f in facts.items() if f is not None and node_verdict(f).state == "off"
     }
     boxes = tuple(
         DiagramNode(
