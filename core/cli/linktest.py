@@ -4,7 +4,8 @@
 TCP socket pair here), or ``--hosts a,b,...`` on real Macs (set against each cable's
 rate: 80 Gb/s Thunderbolt 5, 40 Gb/s Thunderbolt 4). The job is the model's (default:
 the demo model, small enough to copy quickly); it starts, the links are measured from
-4 KiB to 64 MiB, every rank stops.
+4 KiB to 64 MiB, every rank stops. On the demo it says plainly that the simulated Macs
+share this machine's cores and loopback, in Compare's words.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from core.cli.where import add_where_arguments, where_hosts
 from core.model.info import ModelError, read_model_info
 from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
+from core.run.planning import links_simulated
 from core.run.session import Session
 from core.run.states import Step
-from core.run.tasks.linktest import measure_links
+from core.run.tasks.linktest import LinkTest, measure_links
 from core.units import bytes_per_s
 from core.worker import protocol as p
 from core.worker.vocab import Strategy
@@ -81,14 +83,21 @@ def run_linktest(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
     if tested.not_kept:
         err.write(f"macmesh: {tested.not_kept}\n")
     if args.json:
-        out.write(json.dumps(tested.to_dict()) + "\n")
+        out.write(json.dumps({**tested.to_dict(), "simulated": session.demo}) + "\n")
     else:
-        for result in tested.results:
-            out.write(result.describe() + "\n")
-        if tested.all_sum:
-            rate = bytes_per_s(tested.all_sum[-1]["bytes_per_s"])
-            out.write(f"all_sum over {len(tested.nodes)} ranks: {rate}\n")
+        out.write(described(tested, simulated=session.demo))
     return 0
+
+
+def described(tested: LinkTest, *, simulated: bool) -> str:
+    """A line per link, the all_sum's rate, and on the demo the plain caveat."""
+    lines = [result.describe() for result in tested.results]
+    if tested.all_sum:
+        rate = bytes_per_s(tested.all_sum[-1]["bytes_per_s"])
+        lines.append(f"all_sum over {len(tested.nodes)} ranks: {rate}")
+    if simulated:
+        lines.append(links_simulated(len(tested.nodes)))
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _say_starting(session: Session, step: str, err: TextIO) -> None:

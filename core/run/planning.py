@@ -67,6 +67,24 @@ def estimate_on(info: ModelInfo, plan: Plan, facts: Sequence[NodeFacts]) -> Esti
     return estimate_plan(info, plan, nodes, rdma_mesh(nodes))
 
 
+def shared_machine(macs: int, cores: int | None = None) -> str:
+    """The demo's plain caveat, in the words every surface opens it with (Compare, the
+    link test, in the window and the CLI): "Simulated Macs: the 4 demo Macs share this
+    machine's 2 cores and its loopback". What each surface measured follows it."""
+    cores = cores or os.cpu_count() or 1
+    return (
+        f"Simulated Macs: the {macs} demo Macs share this machine's {cores} cores and its loopback"
+    )
+
+
+def links_simulated(macs: int, cores: int | None = None) -> str:
+    """The link test's caveat on the demo: its rates are loopback's, not a cable's."""
+    return (
+        f"{shared_machine(macs, cores)}, so these rates are loopback's and say nothing "
+        "about real Macs' cables."
+    )
+
+
 RUN_LABELS = ("one Mac", "cluster")  # the compare task's runs, as their figures name them
 
 
@@ -85,9 +103,9 @@ class EstimateBeside:
         if not self.simulated:
             return ""
         return (
-            f"Simulated Macs: the {macs} demo Macs share this machine's {self.cores} cores "
-            "and its loopback, so the measured figures and their ratio say nothing about "
-            "real Macs; the estimate is for the real Macs they name (docs/estimate.md)."
+            f"{shared_machine(macs, self.cores)}, so the measured figures and their ratio "
+            "say nothing about real Macs; the estimate is for the real Macs they name "
+            "(docs/estimate.md)."
         )
 
     def to_dict(self) -> dict[str, object]:

@@ -1,14 +1,17 @@
 """The Cables view's "Test links": available while a job is ready, it asks for a link
 test (the Run pane's controller runs it off the GUI thread) and draws each result on its
-cable of the map."""
+cable of the map. On the demo its result says plainly that the simulated Macs share this
+machine's cores and loopback, in Compare's words (``core.run.planning``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from core.run.planning import links_simulated
 from core.units import duration, size
 from gui.cluster.link_captions import tested_captions
 from gui.cluster.topology_view import TopologyView
@@ -24,9 +27,16 @@ class LinkTestBar(QWidget):
     requested = Signal()
     stop_requested = Signal(str)  # the running link test's request id
 
-    def __init__(self, view: TopologyView, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        view: TopologyView,
+        simulated: Callable[[], bool] = lambda: False,
+        parent: QWidget | None = None,
+    ) -> None:
+        """``simulated``: whether the Macs on the map are the demo's (asked per result)."""
         super().__init__(parent)
         self.view = view
+        self.simulated = simulated
         self.button = QPushButton("Test links")
         self.button.setToolTip(
             "Measure every link the job uses through MLX (send/recv per pair, 4 KiB to "
@@ -110,10 +120,13 @@ class LinkTestBar(QWidget):
         self._ended()
         self.view.set_measured(tested_captions(tested))
         count = len(tested.results)
-        self.note.setText(
+        words = (
             f"{count} link{'s' * (count != 1)} measured: the figures are on the cables "
             "(latency in their tooltips)."
         )
+        if self.simulated():
+            words += " " + links_simulated(len(tested.nodes))
+        self.note.setText(words)
 
     def show_failed(self, message: str) -> None:
         self.failure = message

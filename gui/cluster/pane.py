@@ -187,7 +187,7 @@ class ClusterPane(Card):
         self.views.addWidget(self.table)
         self.views.addWidget(self.topology)
         layout.addWidget(self.views)
-        self.link_bar = LinkTestBar(self.topology)
+        self.link_bar = LinkTestBar(self.topology, lambda: self.is_demo)
         layout.addWidget(self.link_bar)
         self._demo_footer = QWidget()
         footer = QHBoxLayout(self._demo_footer)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import units
 from core.cluster.probe.facts import NodeFacts
-from core.cluster.rdma import cable_verdict
+from core.cluster.rdma import cable_verdict, node_verdict
 from core.cluster.ringpath import ring_links
 from core.cluster.ringpath import summary as ring_summary
 from core.cluster.states import ProbeState
@@ -146,8 +146,13 @@ def ring_notes(ordered: Sequence[NodeFacts]) -> tuple[str, ...]:
 
 def demo_diagram(nodes: Sequence[Node]) -> Diagram:
     """A plausible map for the demo Macs (they have no probed ports): a full mesh of
-    Thunderbolt 5 cables with RDMA on, ports numbered in order on every Mac."""
+    Thunderbolt 5 cables, ports numbered in order on every Mac. A cable carries RDMA
+    when both its Macs have it on (the demo's fourth has it off, as its table row says)."""
     names = [n.name for n in nodes]
+    facts = {n.name: getattr(n, "facts", None) for n in nodes}  # none: drawn with RDMA on
+    rdma_off = {
+        name for name, f in facts.items() if f is not None and node_verdict(f).state == "off"
+    }
     boxes = tuple(
         DiagramNode(
             n.name,
@@ -166,11 +171,15 @@ def demo_diagram(nodes: Sequence[Node]) -> Diagram:
     def port(me: str, other: str) -> str:
         return str([x for x in names if x != me].index(other) + 1)
 
-    cables = tuple(
-        DiagramCable(a, b, port(a, b), port(b, a), "80 Gb/s", "on", "Simulated Thunderbolt 5 cable")
-        for i, a in enumerate(names)
-        for b in names[i + 1 :]
-    )
+    def cable(a: str, b: str) -> DiagramCable:
+        off = [x for x in (a, b) if x in rdma_off]
+        reason = "Simulated Thunderbolt 5 cable" + (
+            f"; RDMA is off on {' and '.join(off)}" if off else ""
+        )
+        state = "off" if off else "on"
+        return DiagramCable(a, b, port(a, b), port(b, a), "80 Gb/s", state, reason)
+
+    cables = tuple(cable(a, b) for i, a in enumerate(names) for b in names[i + 1 :])
     count = len(cables)
     shape = "single" if len(names) == 1 else "full mesh"
     verdict = (

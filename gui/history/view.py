@@ -173,7 +173,12 @@ class HistoryView(Card):
         notice = self._reading.notice if self._reading is not None else None
         self.status.setText(f"{notice}\n{said}" if notice else said)
         self.loaded.emit(count)
-        if records and not self.table.selectedItems():
+        # The row selected stays on the run shown: a run kept meanwhile shifts the rows,
+        # and a highlight left on its old row would name another run than the one drawn.
+        shown = [row for row, r in enumerate(records) if r.id is not None and r.id == self._wanted]
+        if shown:
+            self.table.selectRow(shown[0])
+        elif records and not self.table.selectedItems():
             self.table.selectRow(0)
 
     def _selected(self) -> None:

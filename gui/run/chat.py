@@ -3,10 +3,16 @@
 Tokens can arrive faster than a text layout is worth redoing, so pieces are buffered and
 written at most every ``FLUSH_MS`` (about as often as the plots redraw): smooth to the eye,
 and the cost stays flat however fast a cluster generates.
+
+Answers stream side by side: the ranks answer a batch of requests at once (the API's
+clients and the window's own question), their tokens interleaved. Each answer keeps its
+own place in the transcript, under its question, and grows there; a new heading per
+token switch would shred eight streams into one word per heading.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QTimer, Signal
@@ -27,6 +33,16 @@ from gui.style import set_role
 from gui.widgets import OpaqueBackground
 
 FLUSH_MS = 120
+
+
+@dataclass
+class _Streaming:
+    """An answer being written: its text's end in the document (a cursor others' inserts
+    do not move), its segment of the record, and the pieces not yet written."""
+
+    end: QTextCursor
+    segment: list[str]
+    pieces: list[str] = field(default_factory=list)
 
 
 class ChatView(QWidget):
@@ -62,9 +78,10 @@ class ChatView(QWidget):
         layout.setSpacing(8)
         layout.addWidget(self.answer, 1)
         layout.addLayout(row)
-        self._buffer: list[str] = []
         self._segments: list[list[str]] = []  # [kind, text]: heading, text or meta
-        self._open: str | None = None  # the request whose answer is being written
+        # By request: the answers being written. A Start clears them with the transcript
+        # (request ids start over with each job).
+        self._streaming: dict[str, _Streaming] = {}
         self._flush = QTimer(self)
         self._flush.setSingleShot(True)
         self._flush.setInterval(FLUSH_MS)
@@ -96,43 +113,53 @@ class ChatView(QWidget):
 
     def clear(self) -> None:
         self._flush.stop()
-        self._buffer.clear()
-        self._open = None
+        self._streaming.clear()
         self._segments.clear()
         self.answer.clear()
 
     def add_question(self, text: str) -> None:
         self.flush()
-        self._open = None
         self._heading("You")
         self._write(text, "text", new_block=False)
 
-    def add_asked(self, who: str, question: str) -> None:
-        """What an API client asked, under who asked, scrolled to (the answer follows)."""
+    def add_asked(self, who: str, question: str, request: str | None = None) -> None:
+        """What an API client asked, under who asked, scrolled to; its answer (``request``)
+        streams in right under it, whatever the others in its batch write meanwhile."""
         self.flush()
-        self._open = None
         self._heading(f"Asked through the API ({who})")
         self._write(question, "text", new_block=False)
+        if request is not None and request not in self._streaming:
+            self._begin(request)
         bar = self.answer.verticalScrollBar()
         bar.setValue(bar.maximum())
 
     def add_token(self, request: str, piece: str) -> None:
-        if request != self._open:
-            self.flush()
-            self._open = request
-            self._heading("MacMesh cluster")
-        self._buffer.append(piece)
+        streaming = self._streaming.get(request) or self._begin(request)
+        streaming.pieces.append(piece)
         if not self._flush.isActive():
             self._flush.start()
+
+    def _begin(self, request: str) -> _Streaming:
+        """The answer's place: its heading and an empty text at the transcript's end."""
+        self.flush()
+        self._heading("MacMesh cluster")
+        end = QTextCursor(self.answer.document())
+        end.movePosition(QTextCursor.MoveOperation.End)
+        end.setKeepPositionOnInsert(True)  # what others write after it stays after it
+        streaming = self._streaming[request] = _Streaming(end, self._segments[-1])
+        return streaming
 
     def finish_answer(self, request: str, done: dict[str, Any]) -> None:
         """The answer's line: ``done`` is its figures as every surface shows them
         (``core.run.measure.telemetry.answer_figures``), never the worker's raw event."""
         self.flush()
-        if request != self._open:  # no token events (telemetry off): show the whole text
+        streaming = self._streaming.pop(request, None)
+        if streaming is None:  # no token events (telemetry off): show the whole text
             self._heading("MacMesh cluster")
             self._write(done["text"], "text", new_block=False)
-        self._open = None
+        elif not streaming.segment[1] and done["text"]:  # its place, kept for no token
+            streaming.segment[1] = done["text"]
+            self._insert(streaming.end, done["text"], "text", new_block=False)
         tps, ttft = done["generation_tps"], done["ttft_s"]
         parts = [
             f"{done['generation_tokens']} tokens",
@@ -140,18 +167,33 @@ class ChatView(QWidget):
             f"first token after {units.seconds(ttft)}" if ttft is not None else None,
             "stopped" if done["finish_reason"] == p.CANCELLED else None,
         ]
-        self._write(" · ".join(p for p in parts if p), "meta", new_block=True)
+        line = " · ".join(p for p in parts if p)
+        if streaming is None:
+            self._write(line, "meta", new_block=True)
+        else:  # right under the answer, in the transcript and in its record
+            at = next(i for i, seg in enumerate(self._segments) if seg is streaming.segment)
+            self._segments.insert(at + 1, ["meta", line])
+            self._insert(streaming.end, line, "meta", new_block=True)
 
     def add_note(self, text: str) -> None:
         self.flush()
-        self._open = None
         self._write(text, "meta", new_block=True)
 
     def flush(self) -> None:
         self._flush.stop()
-        if self._buffer:
-            text, self._buffer = "".join(self._buffer), []
-            self._write(text, "text", new_block=False)
+        for streaming in self._streaming.values():
+            if streaming.pieces:
+                text, streaming.pieces = "".join(streaming.pieces), []
+                streaming.segment[1] += text
+                self._insert(streaming.end, text, "text", new_block=False)
+
+    def _insert(self, end: QTextCursor, text: str, kind: str, *, new_block: bool) -> None:
+        """Write at an answer's ``end`` and move it past what was written (it keeps its
+        place on inserts, its own too)."""
+        document = self.answer.document()
+        before, position = document.characterCount(), end.position()
+        self._render(text, kind, new_block, at=position)
+        end.setPosition(position + document.characterCount() - before)
 
     def text(self) -> str:
         self.flush()
@@ -169,12 +211,16 @@ class ChatView(QWidget):
             self._segments[-1][1] += text
         self._render(text, kind, new_block)
 
-    def _render(self, text: str, kind: str, new_block: bool) -> None:
+    def _render(self, text: str, kind: str, new_block: bool, at: int | None = None) -> None:
+        """Write at the transcript's end, or at position ``at``."""
         theme = style.current()
         bar = self.answer.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4
         cursor = QTextCursor(self.answer.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
+        if at is None:
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+        else:
+            cursor.setPosition(at)
         char = QTextCharFormat()
         char.setForeground(QColor(theme.text if kind == "text" else theme.text2))
         weight = QFont.Weight.DemiBold if kind == "heading" else QFont.Weight.Normal
@@ -190,5 +236,9 @@ class ChatView(QWidget):
     def _rerender(self, *_args: object) -> None:
         self.flush()
         self.answer.clear()
-        for kind, text in self._segments:
+        ends = {id(s.segment): s.end for s in self._streaming.values()}
+        for segment in self._segments:
+            kind, text = segment
             self._render(text, kind, new_block=True)
+            if id(segment) in ends:  # an answer still streaming ends here now
+                ends[id(segment)].movePosition(QTextCursor.MoveOperation.End)

@@ -171,7 +171,9 @@ class RunPane(Card):
         c.question.connect(self.chat.add_question)
         c.token.connect(self.chat.add_token)
         c.answer_done.connect(self.chat.finish_answer)
-        c.api_asked.connect(lambda _request, who, question: self.chat.add_asked(who, question))
+        c.api_asked.connect(
+            lambda request, who, question: self.chat.add_asked(who, question, request)
+        )
         c.failed.connect(self._failed)
         c.preflight_done.connect(self.checks.show_report)
         c.copy_progress.connect(self.checks.show_copy)

@@ -46,7 +46,8 @@ and the live-demo kit on a real demo job of four simulated Macs (``take_demokit`
 - ``split-editor``: the Model pane with a pipeline split moved by hand;
 - ``linktest-cables``: Test links, each ring link's bytes/s and share of loopback TCP
   on its cable;
-- ``compare``: one Mac vs the four, side by side, the headline large;
+- ``compare``: Compare's panel: one Mac vs the four, side by side, the headline large,
+  the estimate for the real Macs and the demo's note that its Macs are simulated;
 - ``presentation``: presentation mode (full screen);
 - ``history``: the History window, the chat run's figures and plots.
 
@@ -58,7 +59,14 @@ with the shipped demo set (``take_tune``):
 - ``finetune-compare``: finished: the adapter, then Compare with base (the mascot
   question to the base model and to the base plus adapter, side by side).
 
-``--tune`` renders only the Fine-tune view's.
+and eight API clients streaming at once from a real demo job (``take_api8``):
+
+- ``run-api-8-clients``: four apps with their own keys, two streams each, served as one
+  batch: the API panel's "serving 8 at once · M waiting", and the chat showing what each
+  client asked under the app that asked it.
+
+``--tune`` renders only the Fine-tune view's; ``--api8`` only the eight API clients';
+``--main`` only the idle, running and error states.
 ``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
 only the Run pane's setup shots; ``--library`` only the library's; ``--api`` only the API
 section's; ``--demokit`` only the live-demo kit's. Settings, logs and
@@ -91,20 +99,22 @@ def virtual_display() -> Iterator[None]:
     if os.environ.get("DISPLAY"):
         yield
         return
-    number = next(n for n in range(99, 140) if not Path(f"/tmp/.X{n}-lock").exists())
+    # Xvfb picks a free display itself and writes its number to ``-displayfd``: two runs
+    # started together never share one (the first to end would take the other's down).
+    read, write = os.pipe()
     xvfb = subprocess.Popen(
-        ["Xvfb", f":{number}", "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
+        ["Xvfb", "-displayfd", str(write), "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        pass_fds=(write,),
         preexec_fn=die_with_parent,  # no Xvfb left behind by a killed run
     )
+    os.close(write)
     try:
-        socket = Path(f"/tmp/.X11-unix/X{number}")
-        deadline = time.monotonic() + 10
-        while not socket.exists():
-            if xvfb.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("Xvfb did not start (apt-get install xvfb)")
-            time.sleep(0.05)
+        with os.fdopen(read) as said:
+            number = said.readline().strip()  # once the display is ready; "" if it died
+        if not number.isdigit():
+            raise RuntimeError("Xvfb did not start (apt-get install xvfb)")
         os.environ["DISPLAY"] = f":{number}"
         yield
     finally:
@@ -281,6 +291,111 @@ def take_api(outdir: Path) -> list[Path]:
         )
         saved.extend(shoot_themes(app, window, outdir, "run-api", 0.15, run.redraw))
         wait_for(app, lambda: run.controller.state == RunState.READY, 240, "the API answer")
+    finally:
+        if run.busy:
+            run.stop()
+            wait_for(app, lambda: not run.busy, 30, "the job to stop")
+        window.close()
+        app.processEvents()
+    return saved
+
+
+# Eight API clients at once (issue 24): four apps, each with its own key, two streams each.
+API_CLIENTS = ("Zed", "Raycast", "notebook", "Open WebUI")
+API_QUESTIONS = (  # each asks for a few sentences: eight answers stream side by side
+    "Tell me about Paris in a few sentences.",
+    "Describe the rivers of Europe in a few sentences.",
+    "Explain in a few sentences how a pipeline of computers works.",
+    "Tell me about the Mac Studio in a few sentences.",
+    "Describe the sea on a stormy day in a few sentences.",
+    "Tell me about Rome, the capital of Italy, in a few sentences.",
+    "Explain in a few sentences what a cache does.",
+    "Tell me about the history of bread in a few sentences.",
+)
+
+API8_SIZE = (1440, 1000)
+
+
+def take_api8(outdir: Path) -> list[Path]:
+    """Eight API clients streaming at once from the real demo job: the Run pane's API
+    panel serving them as one batch ("serving 8 at once · M waiting") and the chat showing
+    what each client asked, under the app that asked it; light and dark."""
+    import threading
+
+    import httpx
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from core.model.demo_model import ensure_demo_model
+    from core.run.states import RunState
+    from core.settings import Settings
+    from gui.app import configure
+    from gui.main_window import MainWindow
+    from gui.preferences import Preferences
+    from tests.helpers.serving import free_port
+
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(
+        QSettings.Format.IniFormat, QSettings.Scope.UserScope, os.environ["MACMESH_CONFIG_DIR"]
+    )
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    configure(app, "light")
+    model = ensure_demo_model()
+    window = MainWindow(Preferences(Settings(max_tokens=64)), demo=True)
+    window.resize(*API8_SIZE)  # taller: the chat shows several answers under the API panel
+    window.show()
+    run, saved = window.run, []
+    streamed: list[int] = [0] * len(API_QUESTIONS)  # chunks each client has read
+    try:
+        window.model.load(model)
+        wait_for(app, lambda: window.model.info is not None, 60, "the demo model")
+        window.model.select_strategy("pipeline")
+        run.api_button.setChecked(True)
+        panel = run.api_panel
+        panel.port.setValue(free_port())
+        panel.enabled.setChecked(True)
+        keys = [run.api.new_key(name) for name in API_CLIENTS]
+        panel.refresh()
+        run.start()
+        wait_for(app, lambda: run.api.running, 240, "the API to serve the job")
+        url = f"{run.api.address}/chat/completions"
+
+        def client(i: int) -> None:
+            body = {
+                "model": window.model.info.name,
+                "messages": [{"role": "user", "content": API_QUESTIONS[i]}],
+                "max_tokens": 160,
+                "stream": True,
+            }
+            headers = {"Authorization": f"Bearer {keys[i % len(keys)]}"}
+            with httpx.stream("POST", url, json=body, headers=headers, timeout=600) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: {"):
+                        streamed[i] += 1
+
+        for i in range(len(API_QUESTIONS)):
+            threading.Thread(target=client, args=(i,), daemon=True).start()
+        try:
+            wait_for(
+                app,
+                lambda: (
+                    run.api.serving == len(API_QUESTIONS)
+                    and run.chat.text().count("Asked through the API") == len(API_QUESTIONS)
+                    and min(streamed) >= 12
+                ),
+                300,
+                "eight clients streaming at once",
+            )
+        except TimeoutError as late:
+            seen = f"serving {run.api.serving}, {run.api.served} answered, streamed {streamed}"
+            raise TimeoutError(f"{late} ({seen})") from None
+
+        def prepare() -> None:
+            panel.refresh()
+            run.redraw()
+
+        saved.extend(shoot_themes(app, window, outdir, "run-api-8-clients", 0.15, prepare))
+        wait_for(app, lambda: run.controller.state == RunState.READY, 600, "the answers")
     finally:
         if run.busy:
             run.stop()
@@ -588,7 +703,9 @@ def take_demokit(outdir: Path) -> list[Path]:
         run.compare()
         wait_for(app, lambda: run.comparison.result is not None, 900, "the comparison")
         settle(app, 0.5)
-        shoot(run, "compare")
+        # Compare's panel whole (the pane's column scrolls it): the headline, both runs,
+        # the estimate for the real Macs and the demo's "simulated" note.
+        shoot(run.comparison, "compare")
         run.start()  # live again, for presentation mode
         wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the job to load")
         view = window.show_presentation()
@@ -611,7 +728,8 @@ def take_demokit(outdir: Path) -> list[Path]:
         wait_for(app, lambda: not run.busy, 60, "the job to stop")
         history = window.show_history()
         history.resize(1100, 820)
-        wait_for(app, lambda: history.view.table.rowCount() >= 3, 30, "the history")
+        # Every run kept (two chats, the link test, the compare) before one is chosen.
+        wait_for(app, lambda: history.view.table.rowCount() >= 4, 30, "the history")
         chat = next(i for i, r in enumerate(history.view.records) if r.kind == "chat")
         history.view.table.selectRow(chat)
         wait_for(app, lambda: history.view.current is not None, 30, "the chat run")
@@ -855,9 +973,14 @@ def main(argv: list[str]) -> int:
     run_setup_only = "--run-setup" in argv
     library_only = "--library" in argv
     api_only = "--api" in argv
+    api8_only = "--api8" in argv
+    main_only = "--main" in argv
     demokit_only = "--demokit" in argv
     tune_only = "--tune" in argv
-    flags = ("--cluster", "--run-setup", "--library", "--api", "--demokit", "--tune")
+    flags = (
+        "--cluster", "--run-setup", "--library", "--api", "--api8", "--main", "--demokit",
+        "--tune",
+    )  # fmt: skip
     argv = [a for a in argv if a not in flags]
     outdir = Path(argv[0]) if argv else ROOT / "docs" / "screenshots"
     outdir.mkdir(parents=True, exist_ok=True)
@@ -874,6 +997,10 @@ def main(argv: list[str]) -> int:
                 shots = take_demokit(outdir.resolve())
             elif api_only:
                 shots = take_api(outdir.resolve())
+            elif api8_only:
+                shots = take_api8(outdir.resolve())
+            elif main_only:
+                shots = take(outdir.resolve())
             elif library_only:
                 shots = take_library(outdir.resolve())
             elif run_setup_only:
@@ -881,9 +1008,13 @@ def main(argv: list[str]) -> int:
             else:
                 shots = take_cluster(outdir.resolve()) + take_run_setup(outdir.resolve())
                 shots += take_library(outdir.resolve())
-            only = (cluster_only, run_setup_only, library_only, api_only, demokit_only, tune_only)
+            only = (
+                cluster_only, run_setup_only, library_only, api_only, api8_only, main_only,
+                demokit_only, tune_only,
+            )  # fmt: skip
             if not any(only):
                 shots += take(outdir.resolve()) + take_api(outdir.resolve())
+                shots += take_api8(outdir.resolve())
                 shots += take_demokit(outdir.resolve()) + take_tune(outdir.resolve())
             for path in shots:
                 print(path)

@@ -197,6 +197,64 @@ def test_the_chat_shows_what_an_api_client_asked_under_who_asked_and_scrolls_to_
     assert bar.value() > 0  # scrolled down to the question, not left at the top
 
 
+def test_answers_streaming_at_once_each_grow_under_their_own_question(qtbot: QtBot) -> None:
+    """Issue 24: the ranks answer a batch at once, their tokens interleaved. Each answer
+    stays under its question (no heading per token switch), its figures line under it,
+    through a theme change's re-render too."""
+    from gui import style
+
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.show()
+    chat.add_question("Hello from the window")
+    for n in range(3):
+        chat.add_asked(f"app{n}", f"question {n}", f"api-{n}")
+    chat.add_token("mine", "Hi")  # the window's own answer joins the batch last
+    for word in ("one ", "two ", "three"):
+        for n in range(3):
+            chat.add_token(f"api-{n}", f"{word}{n}" if word == "three" else word)
+        chat.add_token("mine", f" {word.strip()}")
+    figures = {"generation_tokens": 3, "generation_tps": 5.0, "ttft_s": 0.2, "text": ""}
+    chat.finish_answer("api-1", {**figures, "finish_reason": "stop"})
+    expected = [
+        "You", "Hello from the window",
+        "MacMesh cluster", "Hi one two three",
+        "Asked through the API (app0)", "question 0", "MacMesh cluster", "one two three0",
+        "Asked through the API (app1)", "question 1", "MacMesh cluster", "one two three1",
+        "3 tokens · 5.00 tokens/s · first token after 200 ms",
+        "Asked through the API (app2)", "question 2", "MacMesh cluster", "one two three2",
+    ]  # fmt: skip
+    # The window's answer had no place yet: it opened at the end, after the questions.
+    expected = expected[:2] + expected[4:] + expected[2:4]
+    assert chat.text().splitlines() == expected
+    app = QApplication.instance()
+    style.apply(app, style.DARK)  # re-rendered from the record: the same, still streaming
+    try:
+        chat.add_token("api-0", " four")
+        chat.add_note("a note at the end")
+        chat.add_token("api-2", " four")
+        lines = chat.text().splitlines()
+        assert lines[lines.index("question 0") + 2] == "one two three0 four"
+        assert lines[lines.index("question 2") + 2] == "one two three2 four"
+        assert lines[-1] == "a note at the end"
+        assert lines.count("MacMesh cluster") == 4
+    finally:
+        style.apply(app, style.LIGHT)
+    chat.add_asked("app3", "question 3", "api-3")  # no token event: the text at its end
+    chat.add_asked("app4", "question 4", "api-4")
+    chat.finish_answer("api-3", {**figures, "text": "whole", "finish_reason": "stop"})
+    lines = chat.text().splitlines()
+    assert lines[lines.index("question 3") + 1 :][:3] == ["MacMesh cluster", "whole", lines[-4]]
+    assert lines[-4].startswith("3 tokens") and lines[-3:] == [
+        "Asked through the API (app4)",
+        "question 4",
+        "MacMesh cluster",
+    ]
+    chat.clear()  # a Start: the next job's "api-0" is a new answer
+    chat.add_token("api-0", "new")
+    assert chat.text().splitlines() == ["MacMesh cluster", "new"]
+
+
 def test_metrics_without_a_key_is_a_setting_of_the_panel_kept_in_its_file(
     qtbot: QtBot, demo_plans
 ) -> None:

@@ -169,6 +169,26 @@ def test_a_compare_shows_both_runs(qtbot: QtBot, kept: Path) -> None:
     assert "one Mac" in view.figures.text() and "42.0 tokens/s" in view.figures.text()
 
 
+def test_a_run_kept_meanwhile_leaves_the_selection_on_the_run_shown(
+    qtbot: QtBot, kept: Path
+) -> None:
+    """A new run at the top shifts the rows: the highlight follows the run drawn, never
+    left on a row that now names another run (seen in the History screenshot)."""
+    view = _view(qtbot, kept)
+    with qtbot.waitSignal(view.loaded, timeout=10_000):
+        view.refresh()
+    with qtbot.waitSignal(view.shown, timeout=10_000) as shown:
+        view.table.selectRow(2)
+    chat = shown.args[0]
+    assert chat.kind == "chat"
+    History(kept).add(_chat(4000.0))  # kept while the view shows the older chat
+    with qtbot.waitSignal(view.loaded, timeout=10_000):
+        view.refresh()
+    assert [_cell(view, r, 1) for r in range(4)] == ["Chat", "Link test", "Compare", "Chat"]
+    qtbot.waitUntil(lambda: {i.row() for i in view.table.selectedIndexes()} == {3})
+    assert view.current is not None and view.current.id == chat.id
+
+
 def test_export_to_a_folder_that_cannot_be_made_is_one_line(
     qtbot: QtBot, kept: Path, tmp_path: Path
 ) -> None:

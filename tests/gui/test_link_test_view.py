@@ -11,8 +11,13 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from core.run.measure.history import History
+from core.run.measure.links import LinkResult, Nominal
+from core.run.planning import links_simulated, shared_machine
 from core.run.states import RunState
+from core.run.tasks.linktest import LinkTest
+from gui.cluster.link_test_bar import LinkTestBar
 from gui.cluster.pane import CABLES
+from gui.cluster.topology_view import TopologyView
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
 from tests.gui.fakes import FakeBehaviour, fake_factory
@@ -71,6 +76,9 @@ def test_test_links_draws_each_result_on_its_cable(qtbot: QtBot, demo_model: Pat
     across = next(line for line in scene.cables() if {line.a, line.b} == {nodes[0], nodes[2]})
     assert not across.measured and across.caption == "80 Gb/s"  # not a link of the ring
     assert "4 links measured" in bar.note.text()
+    # Issue 25 item 3: on the demo it says plainly what Compare says of its Macs.
+    assert bar.note.text().endswith(" " + links_simulated(4)), bar.note.text()
+    assert shared_machine(4) + ", so these rates are loopback's" in bar.note.text()
     kept = History().runs()
     assert [r.kind for r in kept] == ["linktest"]
     links = kept[0].figures["links"]
@@ -150,3 +158,21 @@ def test_test_links_has_its_own_stop_and_the_job_stays(qtbot: QtBot, demo_model:
     assert History().runs() == []  # nothing kept
     assert run.controller.ask("What is the capital of France?", 4)  # the job still answers
     qtbot.waitUntil(lambda: "The capital" in run.chat.text(), timeout=20_000)
+
+
+def test_on_real_macs_the_result_has_no_demo_caveat(qtbot: QtBot) -> None:
+    """The caveat is the demo's: the bar asks whether the Macs are simulated per result."""
+    simulated = [False]
+    bar = LinkTestBar(TopologyView(), lambda: simulated[0])
+    qtbot.addWidget(bar)
+    nodes = ["studio-a", "studio-b"]
+    points = ({"bytes": 64 << 20, "seconds": 0.01, "bytes_per_s": 6.7e9},)
+    tb5 = Nominal("Thunderbolt 5", 10e9)
+    tested = LinkTest(
+        nodes, [LinkResult(0, 1, ("studio-a", "studio-b"), 9e-6, 6.7e9, points, tb5)], []
+    )
+    bar.show_tested(tested)
+    assert bar.note.text().startswith("1 link measured") and "Simulated" not in bar.note.text()
+    simulated[0] = True
+    bar.show_tested(tested)
+    assert bar.note.text().endswith(links_simulated(2))

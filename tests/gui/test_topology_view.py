@@ -130,6 +130,23 @@ def test_two_to_eight_macs_fit_without_overlapping(count: int) -> None:
     assert_tidy_boxes(scene)
 
 
+def test_the_demo_map_shows_the_cables_of_its_mac_with_rdma_off() -> None:
+    """Issue 25 item 13: the demo's fourth Mac has RDMA off (its table row and the guide
+    say so); its three cables say so too, never "RDMA on every cable"."""
+    from core.run.demo import demo_nodes
+
+    scene = layout_scene(demo_diagram(demo_nodes(4)), WIDTH)
+    states = {frozenset((line.a, line.b)): line.state for line in scene.cables()}
+    off = {pair for pair, state in states.items() if state == "off"}
+    assert off == {frozenset(("Studio D", other)) for other in ("Studio A", "Studio B", "Studio C")}
+    assert all(state == "on" for pair, state in states.items() if pair not in off)
+    assert scene.summary == "6 cables · RDMA on 3 of 6"
+    line = next(line for line in scene.cables() if frozenset((line.a, line.b)) in off)
+    assert "RDMA is off on Studio D" in line.tooltip
+    three = layout_scene(demo_diagram(demo_nodes(3)), WIDTH)
+    assert three.summary == "3 cables · RDMA on every cable"
+
+
 def assert_tidy_boxes(scene: Scene) -> None:
     for box in scene.boxes:
         assert box.rect.left() >= 0 and box.rect.right() <= scene.width

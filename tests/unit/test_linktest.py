@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from core.cli.linktest import described
 from core.cluster.topology import build_topology
 from core.run.measure import links as linktest
 from core.run.measure.links import Nominal, cable_nominals, link_results
+from core.run.planning import EstimateBeside, shared_machine
+from core.run.tasks.linktest import LinkTest
 from core.worker import protocol as p
 from core.worker.linktest import DEFAULT_SIZES, ring_pairs
 from tests.fixtures.macos.hosts import load_facts
@@ -59,6 +62,24 @@ def test_a_link_without_a_known_rate_has_no_share() -> None:
     results = link_results(_event([(0, 1)], GB, 1e-5), ["a", "b"], {})
     assert results[0].share is None and results[0].nominal.label == "rate unknown"
     assert "%" not in results[0].describe()
+
+
+def test_the_cli_says_the_demos_links_are_this_machines_loopback() -> None:
+    """Issue 25 item 3: on the demo the link test says plainly, in Compare's words, that
+    the simulated Macs share this machine's cores and loopback; on real Macs it does not."""
+    nodes = ["Studio A", "Studio B", "Studio C"]
+    event = _event([(0, 1), (1, 2), (2, 0)], rate=2 * GB, latency=2e-5)
+    tested = LinkTest(nodes, link_results(event, nodes, Nominal("loopback TCP", 3 * GB)), [])
+    lines = described(tested, simulated=True).splitlines()
+    assert lines[:3] == [r.describe() for r in tested.results]
+    opening = shared_machine(3)
+    assert opening.startswith("Simulated Macs: the 3 demo Macs share this machine's ")
+    assert lines[3].startswith(opening + ", so these rates are loopback's")
+    assert "real Macs' cables" in lines[3]
+    # Compare opens its caveat with the same words.
+    assert EstimateBeside({}, simulated=True).note(3).startswith(opening + ", so ")
+    real = described(tested, simulated=False)
+    assert "Simulated" not in real and len(real.splitlines()) == 3
 
 
 def test_cable_rates_come_from_the_thunderbolt_cables() -> None:
