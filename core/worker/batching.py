@@ -300,8 +300,8 @@ class Batcher:
         text = running.stops.feed(detokenizer.last_segment)
         if reason is not None:
             text += running.stops.flush()
-        if self.rank == 0 and not (reason == "stop" and not text):
-            running.pieces.append(text)
+        if self.rank == 0:  # every generated token has its event, end-of-sequence too (empty):
+            running.pieces.append(text)  # the token events count what ``done`` counts
             if self.stream_tokens:
                 self.events.token(running.request, index, int(response.token), text)
         if running.stops.stopped:

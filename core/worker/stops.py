@@ -23,19 +23,27 @@ class StopScanner:
             return ""
         if not self.stops:
             return piece
-        text = self._held + piece
-        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
-        if hits:
-            self.stopped = True
-            self._held = ""
-            return text[: min(hits)]
-        keep = max((_overlap(text, s) for s in self.stops), default=0)
-        self._held = text[len(text) - keep :] if keep else ""
-        return text[: len(text) - keep]
+        return self._scan(self._held + piece, final=False)
 
     def flush(self) -> str:
+        """What was held back, once the answer ended otherwise (up to a stop it holds)."""
         held, self._held = self._held, ""
-        return "" if self.stopped else held
+        return "" if self.stopped or not held else self._scan(held, final=True)
+
+    def _scan(self, text: str, final: bool) -> str:
+        """What of ``text`` may be shown; the rest is held. A stop found ends the answer
+        unless another stop may still begin before it and end in a piece to come (the
+        first in the text wins: "\n" found in ":\n" waits while ":\nQ" may follow)."""
+        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        first = min(hits, default=len(text))
+        keep = 0 if final else max((_overlap(text, s) for s in self.stops), default=0)
+        start = len(text) - keep  # where a stop may begin that the text does not end yet
+        if hits and first <= start:
+            self.stopped = True
+            self._held = ""
+            return text[:first]
+        self._held = text[start:]
+        return text[:start]
 
 
 def _overlap(text: str, stop: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import sys
 
 import pytest
@@ -19,9 +20,10 @@ pytestmark = pytest.mark.skipif(
 MIB = 1 << 20
 
 
-def _touch(size: int) -> bytearray:
-    """``size`` bytes of anonymous memory, every page written so it is resident."""
-    block = bytearray(size)
+def _touch(size: int) -> mmap.mmap:
+    """``size`` bytes of fresh anonymous memory, every page written so it is resident (an
+    mmap of its own: malloc could reuse pages a test freed, which would add nothing)."""
+    block = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     for i in range(0, size, 4096):
         block[i] = 1
     return block

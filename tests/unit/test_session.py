@@ -256,11 +256,17 @@ def test_start_runs_the_steps_in_order_once_each_up_to_the_one_asked(
 
 
 def test_the_run_plan_counts_the_kv_caches_of_the_ranks_whole_batch(info: ModelInfo) -> None:
-    from core.plan.memory import kv_bytes_per_layer
+    from core.plan.memory import CPU_FLOAT_BYTES, kv_bytes_per_layer
     from core.worker.protocol import DEFAULT_BATCH
 
-    plan = plan_on(info, demo_facts(2), Strategy.PIPELINE)
+    facts = demo_facts(2)
+    plan = plan_on(info, facts, Strategy.PIPELINE)
     assert plan.options.batch == DEFAULT_BATCH > 1
     one = kv_bytes_per_layer(info, replace(plan.options, batch=1))
+    # A CPU node keeps its KV cache in float32 (the planner counts it so).
+    cpu = {f.name for f in facts if planner_node(f).cpu}
+    wider = CPU_FLOAT_BYTES // min(info.dtype_bytes, CPU_FLOAT_BYTES)
     for rank in plan.ranks:
-        assert rank.kv_cache_bytes == DEFAULT_BATCH * one * (rank.layer_end - rank.layer_start)
+        layers = rank.layer_end - rank.layer_start
+        width = wider if rank.node in cpu else 1
+        assert rank.kv_cache_bytes == DEFAULT_BATCH * one * layers * width

@@ -48,3 +48,13 @@ def test_shown_text_is_the_text_before_the_first_stop(pieces: list[str], stops: 
     hits = [i for i in (text.find(s) for s in stops) if i >= 0]
     assert shown == (text[: min(hits)] if hits else text)
     assert scanner.stopped == bool(hits)
+
+
+def test_a_stop_found_waits_for_one_that_may_begin_before_it() -> None:
+    """Found by the property above: with stops "\\n" and ":\\nQ", the text ":\\n" holds
+    the "\\n" it found while ":\\nQ" may still complete; once it does, it wins."""
+    scanner = StopScanner(["\n", ":\nQ"])
+    assert scanner.feed(":\n") == "" and not scanner.stopped
+    assert scanner.feed("Q") == "" and scanner.stopped
+    ended = StopScanner(["\n", ":\nQ"])
+    assert ended.feed(":\n") == "" and ended.flush() == ":" and ended.stopped
