@@ -134,11 +134,14 @@ class ConnectionGuard:
                 del self._heads_of[connection.host]
 
     def _replace(self, heads: dict[GuardedH11Protocol, None]) -> bool:
-        oldest = next(iter(heads), None)
-        if oldest is None:
+        """Close the oldest head that has sent part of itself (a slow sender's), else the
+        oldest still silent: a request whose head is in flight, not read yet while the
+        loop accepts a storm of connections, is never the first to go."""
+        victim = next((c for c in heads if c.heard), None) or next(iter(heads), None)
+        if victim is None:
             return False
         self.replaced += 1
-        oldest.drop()
+        victim.drop()
         return True
 
 
@@ -149,13 +152,14 @@ class GuardedH11Protocol(H11Protocol):
     guard: ClassVar[ConnectionGuard]
 
     host: str
+    heard: bool  # part of the head being read has arrived
     _phase: str
     _deadline: asyncio.TimerHandle | None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
         self.host = self.client[0] if self.client else "?"
-        self._phase, self._deadline = "", None
+        self.heard, self._phase, self._deadline = False, "", None
         if not self.guard.admit(self):
             self.transport.abort()
             return
@@ -167,6 +171,7 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self.heard = True
         super().data_received(data)
         self._follow()
 
@@ -199,6 +204,7 @@ class GuardedH11Protocol(H11Protocol):
         self._phase = phase
         self._clear_deadline()
         if phase == "head":
+            self.heard = False  # a kept-alive connection's next head: nothing of it yet
             self.guard.reading_head(self)
             self._deadline = self.loop.call_later(self.guard.limits.head_s, self._too_slow)
         else:

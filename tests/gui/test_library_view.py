@@ -270,6 +270,8 @@ def test_a_hugging_face_error_stays_on_its_tab_above_the_list(
         raise HubError(message)
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    # huggingface_hub read HF_HUB_OFFLINE at its import (make test exports 1): online here.
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     monkeypatch.setattr("gui.model.library_view.search_models", unreachable)
     view = pane.library
     view.search_hub("qwen")

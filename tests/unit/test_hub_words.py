@@ -63,6 +63,8 @@ def test_huggingface_hub_warnings_reach_the_log_once(
             records.append(record)
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    # huggingface_hub read HF_HUB_OFFLINE at its import (make test exports 1): online here.
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     root = logging.getLogger()
     keep = Keep(logging.WARNING)
     root.addHandler(keep)

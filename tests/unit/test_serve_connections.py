@@ -22,16 +22,19 @@ from core.serve.connections import (
 class Conn:
     """A connection as the guard sees it: its client's address, and a way to drop it."""
 
-    def __init__(self, guard: ConnectionGuard, host: str) -> None:
+    def __init__(self, guard: ConnectionGuard, host: str, heard: bool = True) -> None:
         self.guard, self.host, self.dropped = guard, host, False
+        self.heard = heard  # part of its head arrived (a slow sender's has)
 
     def drop(self) -> None:
         self.dropped = True
         self.guard.release(self)  # type: ignore[arg-type]
 
 
-def _join(guard: ConnectionGuard, host: str, reading_head: bool = True) -> Conn | None:
-    conn = Conn(guard, host)
+def _join(
+    guard: ConnectionGuard, host: str, reading_head: bool = True, heard: bool = True
+) -> Conn | None:
+    conn = Conn(guard, host, heard)
     if not guard.admit(conn):  # type: ignore[arg-type]
         return None
     if reading_head:
@@ -39,6 +42,17 @@ def _join(guard: ConnectionGuard, host: str, reading_head: bool = True) -> Conn 
     else:
         guard.answering(conn)  # type: ignore[arg-type]
     return conn
+
+
+def test_a_head_not_heard_yet_is_replaced_after_every_slow_one() -> None:
+    """A request whose head is in flight (nothing of it read yet, the loop busy accepting)
+    stays while any slow sender's partial head can make room."""
+    guard = ConnectionGuard(ConnectionLimits(per_client=3, total=100))
+    in_flight = _join(guard, "10.0.0.1", heard=False)
+    slow = [_join(guard, "10.0.0.1") for _ in range(2)]
+    assert in_flight is not None and all(slow)
+    assert _join(guard, "10.0.0.1") is not None and _join(guard, "10.0.0.1") is not None
+    assert [c.dropped for c in slow if c] == [True, True] and not in_flight.dropped
 
 
 def test_a_client_over_its_bound_replaces_its_own_oldest_slow_head() -> None:
