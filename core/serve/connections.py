@@ -13,8 +13,11 @@ Here:
   a connection that misses either is closed (the route sees the client leave);
 - a client address holds at most ``per_client`` connections and the server ``total``;
   a new connection over either bound takes the place of the oldest one still sending
-  its head (the client's own, or anyone's), and is refused only when there is none, so
-  a flood of slow heads cannot starve a client that sends its request at once;
+  its head: over ``per_client`` the client's own, over ``total`` one of the client that
+  holds the most connections, so a flood of slow heads from some addresses cannot
+  starve another that sends its request at once (even one whose head is accepted but
+  not read yet, while the loop accepts the flood). A newcomer is refused only when
+  there is nobody to replace;
 - ``total`` stays below the process's open-file limit, and an accept() that still runs
   out of files is one line, at most once a minute, not a traceback per attempt; so are
   uvicorn's warnings about a client's malformed request.
@@ -97,7 +100,7 @@ class ConnectionGuard:
         ):
             self.refused += 1
             return False
-        if len(self._open) >= limits.total and not self._replace(self._heads):
+        if len(self._open) >= limits.total and not self._replace(self._heads_of_the_most()):
             self.refused += 1
             return False
         self._open[connection] = host
@@ -132,6 +135,14 @@ class ConnectionGuard:
             mine.pop(connection, None)
             if not mine:
                 del self._heads_of[connection.host]
+
+    def _heads_of_the_most(self) -> dict[GuardedH11Protocol, None]:
+        """The heads of the client addresses that hold the most connections (of those
+        with a head to replace), oldest first: who pays for room over the total."""
+        if not self._heads_of:
+            return {}
+        most = max(self._per_client[host] for host in self._heads_of)
+        return {c: None for c in self._heads if self._per_client[c.host] == most}
 
     def _replace(self, heads: dict[GuardedH11Protocol, None]) -> bool:
         """Close the oldest head that has sent part of itself (a slow sender's), else the

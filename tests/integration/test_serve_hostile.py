@@ -120,8 +120,11 @@ def _keyed() -> dict[str, str]:
     return {"Authorization": f"Bearer {KEY}"}
 
 
-def _connect(port: int, data: bytes = b"") -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+def _connect(port: int, data: bytes = b"", source: str | None = None) -> socket.socket:
+    """A connection to the server, from ``source`` (another loopback address) if given."""
+    sock = socket.create_connection(
+        ("127.0.0.1", port), timeout=10, source_address=(source, 0) if source else None
+    )
     if data:
         sock.sendall(data)
     return sock
@@ -160,18 +163,24 @@ def _ask(serving: Serving, path: str = "/v1/chat/completions", **extra: object) 
 
 
 def test_slow_heads_with_no_key_do_not_make_keyed_requests_wait(serving: Serving) -> None:
-    """Hundreds of connections that send half a head and wait: the client's own slow
-    heads are replaced (per client), nobody holds more than the total, and a keyed
-    request made meanwhile is answered at once."""
+    """Hundreds of connections that send half a head and wait, from two other addresses:
+    each attacker's own slow heads are replaced (per client), nobody holds more than the
+    total, and a keyed request made meanwhile is answered at once (over the total, the
+    addresses that hold the most pay; a flood from the client's own address can only
+    push out its own heads, so the attackers are on 127.0.0.2 and 127.0.0.3)."""
     stop, opened, slow = threading.Event(), [0], []
 
-    def slowloris() -> None:
+    def slowloris(source: str) -> None:
         while not stop.is_set() and opened[0] < 400:
             with contextlib.suppress(OSError):  # a replaced one may be reset mid-send
-                slow.append(_connect(serving.port, b"POST /v1/chat/completions HTTP/1.1\r\nHo"))
+                slow.append(
+                    _connect(serving.port, b"POST /v1/chat/completions HTTP/1.1\r\nHo", source)
+                )
             opened[0] += 1
 
-    attackers = [threading.Thread(target=slowloris) for _ in range(2)]
+    attackers = [
+        threading.Thread(target=slowloris, args=(source,)) for source in ("127.0.0.2", "127.0.0.3")
+    ]
     for attacker in attackers:
         attacker.start()
     try:

@@ -75,6 +75,20 @@ def test_over_the_total_the_oldest_slow_head_of_anyone_makes_room() -> None:
     assert guard.open == 4
 
 
+def test_over_the_total_the_client_holding_the_most_pays_not_a_request_in_flight() -> None:
+    """Two addresses flood slow heads up to the total; a third's request, accepted but
+    not read yet, is never the one replaced when the flood's newcomers need room, even
+    when none of the flood's heads has been read either."""
+    guard = ConnectionGuard(ConnectionLimits(per_client=4, total=8))
+    flood = [_join(guard, f"10.0.0.{2 + n % 2}", heard=False) for n in range(7)]
+    in_flight = _join(guard, "10.0.0.1", heard=False)
+    assert in_flight is not None and all(flood) and guard.open == 8
+    for n in range(20):
+        assert _join(guard, f"10.0.0.{2 + n % 2}", heard=False) is not None
+    assert not in_flight.dropped and guard.open == 8
+    assert sum(c.dropped for c in flood if c is not None) == 7
+
+
 def test_with_nobody_to_replace_a_newcomer_is_refused() -> None:
     guard = ConnectionGuard(ConnectionLimits(per_client=2, total=3))
     busy = [_join(guard, "10.0.0.1", reading_head=False) for _ in range(2)]
