@@ -14,8 +14,14 @@ The file is ``settings.json`` in ``core.paths.config_dir()``::
       "max_tokens": 256,                                      # longest answer, 1-32768
       "interfaces": [],                                       # network interfaces (later)
       "library_folders": ["/Volumes/models/Llama-3-8B-4bit"], # model folders added to the library
-      "model_source": "auto"                                  # auto, hub or this-mac
+      "model_source": "auto",                                 # auto, hub or this-mac
+      "batch": 8,                                             # requests served at once, 1-256
+      "prompt_cache_mb": 256                                  # per rank, MB (0: none)
     }
+
+``batch`` and ``prompt_cache_mb`` are the serving settings, one source end to end: the
+plan counts them (``core.run.planning.chat_options``), the ranks run them (the job's
+``--batch`` and ``--prompt-cache-mb``) and the API runs ``batch`` requests at once.
 
 Reading never fails: a missing file gives the defaults, a corrupt file gives the defaults
 and a warning in the log, a bad value gives that value's default and a warning. Keys this
@@ -33,6 +39,7 @@ from typing import Any
 
 from core import paths
 from core.jsonfile import write_json_atomic
+from core.worker import protocol as p
 from core.worker.vocab import ModelSource, Strategy
 
 log = logging.getLogger(__name__)
@@ -42,6 +49,7 @@ VERSION = 1
 STRATEGIES = (Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR)  # the window offers these
 MAX_DEMO_NODES = 4
 MAX_TOKENS_LIMIT = 32768
+MAX_PROMPT_CACHE_MB = 1 << 20  # a terabyte: a bound, not a size anyone asks for
 # Where nodes get their part of a model from Hugging Face: the Hub when they reach it,
 # else a copy from this Mac (auto); always the Hub; always this Mac. Plain values: the
 # command line offers them as choices, and argparse's messages then read "hub".
@@ -60,6 +68,8 @@ class Settings:
     interfaces: tuple[str, ...] = ()
     library_folders: tuple[str, ...] = ()
     model_source: ModelSource = ModelSource.AUTO
+    batch: int = p.DEFAULT_BATCH  # requests the ranks (and the API) run at once
+    prompt_cache_mb: int = p.DEFAULT_PROMPT_CACHE_MB  # each rank's prompt cache bound
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def updated(self, **changes: Any) -> Settings:
@@ -79,6 +89,8 @@ class Settings:
             interfaces=list(self.interfaces),
             library_folders=list(self.library_folders),
             model_source=self.model_source,
+            batch=self.batch,
+            prompt_cache_mb=self.prompt_cache_mb,
         )
         return data
 
@@ -158,6 +170,10 @@ def _check(name: str, value: Any, default: Any) -> Any:
         if value in MODEL_SOURCES:
             return ModelSource(value)
         raise ValueError(f"model_source must be one of {', '.join(MODEL_SOURCES)}, not {value!r}")
+    if name == "batch":
+        return _int_in(name, value, 1, p.MAX_BATCH)
+    if name == "prompt_cache_mb":
+        return _int_in(name, value, 0, MAX_PROMPT_CACHE_MB)
     raise ValueError(f"unknown setting {name!r} (default {default!r})")
 
 

@@ -28,7 +28,8 @@ from core.plan.memory import Link, Node, PlanOptions
 from core.plan.planner import make_plan
 from core.plan.report import format_plan, plan_to_dict
 from core.plan.split import parse_split
-from core.units import GIB
+from core.settings import load_settings
+from core.units import GIB, MIB
 from core.worker.vocab import Strategy
 
 # Far above any Mac (512 GB today), low enough that every byte count stays an ordinary
@@ -127,7 +128,17 @@ def _parser() -> argparse.ArgumentParser:
         help="context length in tokens to reserve KV cache for (default 4096)",
     )
     parser.add_argument(
-        "--batch", type=int, default=1, metavar="N", help="sequences generated at once (default 1)"
+        "--batch",
+        type=int,
+        metavar="N",
+        help="sequences generated at once (default: the batch setting, what a chat job runs)",
+    )
+    parser.add_argument(
+        "--prompt-cache-mb",
+        type=int,
+        metavar="MB",
+        help="each rank's prompt cache bound, counted in its share (default: the "
+        "prompt_cache_mb setting; 0: none)",
     )
     parser.add_argument(
         "--margin",
@@ -155,6 +166,12 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[Node]]:
         parser.error(f"--node {error}")
     if len({node.name for node in nodes}) != len(nodes):
         parser.error("--node: every Mac needs its own name")
+    saved = load_settings()
+    args.batch = saved.batch if args.batch is None else args.batch
+    if args.prompt_cache_mb is None:
+        args.prompt_cache_mb = saved.prompt_cache_mb
+    if args.prompt_cache_mb < 0:
+        parser.error("--prompt-cache-mb must be 0 (none) or more")
     if not (1 <= args.context <= MAX_CONTEXT and 1 <= args.batch <= MAX_BATCH):
         parser.error(
             f"--context must be 1 to {MAX_CONTEXT:,} tokens and --batch 1 to {MAX_BATCH:,}"
@@ -189,6 +206,7 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
         strategy=args.strategy,
         context_length=args.context,
         batch=args.batch,
+        prompt_cache_bytes=args.prompt_cache_mb * MIB,
         margin_fraction=args.margin,
         split=args.split,
     )

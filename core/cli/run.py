@@ -35,9 +35,11 @@ from core.model.info import ModelError
 from core.remote.targets import Target
 from core.run.checks.preflight import BACKENDS
 from core.run.placement import ClusterError, show_launch
+from core.run.planning import Serving
 from core.run.session import Session, real_hosts
 from core.run.states import Step
 from core.settings import MODEL_SOURCES, load_settings
+from core.worker import protocol as p
 from core.worker.vocab import Backend, Strategy
 
 
@@ -106,12 +108,37 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "Face downloads its own files, when the model came from there; else a copy from "
         "this Mac), hub, or this-mac; default: the model_source setting (auto)",
     )
+    add_serving_arguments(parser)
     parser.add_argument(
         "--change-network",
         action="store_true",
         help="apply the network changes the checks offer for a faster path (each Mac's "
         "admin password is asked once); without it they are only shown, with their undo",
     )
+
+
+def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    """The batch and the prompt cache: planned, run by the ranks and (``serve``) the API's
+    requests at once; default the settings' (``batch``, ``prompt_cache_mb``)."""
+    parser.add_argument(
+        "--batch",
+        type=int,
+        metavar="N",
+        help=f"requests the ranks generate at once, 1-{p.MAX_BATCH} (the API runs as many; "
+        f"default: the batch setting, {p.DEFAULT_BATCH})",
+    )
+    parser.add_argument(
+        "--prompt-cache-mb",
+        type=int,
+        metavar="MB",
+        help="conversations' KV caches each rank keeps between requests, at most this many "
+        f"MB (0: none; default: the prompt_cache_mb setting, {p.DEFAULT_PROMPT_CACHE_MB})",
+    )
+
+
+def serving_of(args: argparse.Namespace) -> Serving:
+    """``--batch`` and ``--prompt-cache-mb`` over the settings; ValueError when out of range."""
+    return Serving.chosen(args.batch, args.prompt_cache_mb)
 
 
 def run_cli(argv: Sequence[str] | None = None) -> int:
@@ -151,6 +178,7 @@ def open_session(
         check_paths=not show_launch,  # runs nothing: the paths as probed
         adapter=args.adapter,
         model_source=args.model_source or load_settings().model_source,
+        serving=serving_of(args),
     )
     follow(session, stage, err)
     err.write(f"{info.summary()}\n{with_adapter(session)}")

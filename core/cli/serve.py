@@ -25,7 +25,7 @@ from typing import TextIO
 from core import paths
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
-from core.cli.run import add_cluster_arguments, open_session
+from core.cli.run import add_cluster_arguments, open_session, serving_of
 from core.cli.steps import follow
 from core.model.info import ModelError, read_model_info
 from core.run import demo
@@ -112,10 +112,11 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
             session.info.name,
             session.info.context_length,
             gate,
-            ServerOptions(
+            ServerOptions.for_job(
+                session.spec or session.job_spec(),
                 args.host,
                 args.port,
-                args.max_waiting,
+                max_waiting=args.max_waiting,
                 metrics_without_key=args.metrics_without_key,
             ),
             log=lambda line: _say(out, line),
@@ -155,6 +156,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ClusterError("--port must be 0 to 65535")
     if args.max_waiting < 1:
         raise ClusterError("--max-waiting must be at least 1")
+    serving_of(args)  # --batch and --prompt-cache-mb in range, before any loading
     if args.no_key and not is_loopback(args.host):
         raise ClusterError(
             f"--no-key only works on a loopback address: serving on {args.host} shares the "
@@ -179,7 +181,12 @@ def _session(args: argparse.Namespace, err: TextIO, stage: Stage) -> Session:
         return open_session(args, err, stage)
     info = read_model_info(demo_model_said(err, stage))
     strategy = Strategy.PIPELINE if args.strategy == Strategy.AUTO else args.strategy
-    session = Session(info, simulated_hosts(demo.demo_facts(args.nodes)), strategy=strategy)
+    session = Session(
+        info,
+        simulated_hosts(demo.demo_facts(args.nodes)),
+        strategy=strategy,
+        serving=serving_of(args),
+    )
     follow(session, stage, err)
     session.start(Step.COPY)
     session.job_spec()

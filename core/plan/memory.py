@@ -68,6 +68,9 @@ class PlanOptions:
     margin_fraction: float = 0.05
     min_margin_bytes: int = 512 * MIB
     prefill_chunk: int = 2048  # mlx-lm's default prefill_step_size
+    # The ranks' prompt cache bound (the worker's --prompt-cache-mb, in bytes; 0: none):
+    # conversations' KV caches kept between requests, beside the batch's own.
+    prompt_cache_bytes: int = 0
     # A pipeline split set by hand: layers per rank, rank order (as a plan lists its
     # ranks); None: the planner's. Given with strategy auto, it asks for a pipeline.
     split: tuple[int, ...] | None = None
@@ -110,6 +113,20 @@ def kv_bytes_per_layer(model: ModelInfo, options: PlanOptions) -> int:
     rounded up to mlx-lm's 256-token allocation blocks."""
     tokens = -(-options.context_length // KV_CACHE_STEP) * KV_CACHE_STEP
     return model.kv_elements_per_token * model.dtype_bytes * tokens * options.batch
+
+
+def prompt_cache_tokens(model: ModelInfo, options: PlanOptions) -> int:
+    """Tokens the ranks' prompt cache keeps at most: the bound over the whole model's KV
+    bytes per token counted in float32, as every rank counts it (``core.worker.promptcache``:
+    one count on every rank, so they evict alike)."""
+    per_token = 2 * model.kv_heads * model.head_dim * CPU_FLOAT_BYTES * model.layers
+    return options.prompt_cache_bytes // per_token if per_token > 0 else 0
+
+
+def prompt_cache_bytes_per_layer(model: ModelInfo, options: PlanOptions) -> int:
+    """One layer's part of a full prompt cache, in the model's KV dtype (a node's share is
+    this times its layers, or its tensor slice of every layer)."""
+    return prompt_cache_tokens(model, options) * model.kv_elements_per_token * model.dtype_bytes
 
 
 def activation_bytes(model: ModelInfo, options: PlanOptions, shards: int = 1) -> int:

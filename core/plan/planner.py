@@ -27,6 +27,7 @@ from core.plan.memory import (
     default_gpu_limit_bytes,
     kv_bytes_per_layer,
     node_budget,
+    prompt_cache_bytes_per_layer,
 )
 from core.plan.split import fit_split, proportional_counts
 from core.units import MIB, size
@@ -69,6 +70,9 @@ class RankPlan:
     # On a CPU node, what loading holds beyond the weights at its peak (cpu_load_bytes);
     # 0 on Metal, where the weights are used as stored.
     load_bytes: int = 0
+    # Its share of the prompt cache's bound (core.worker.promptcache): conversations' KV
+    # caches kept between requests, its layers' (pipeline) or its slice's (tensor).
+    prompt_cache_bytes: int = 0
 
     @property
     def worker_weights(self) -> str:
@@ -82,7 +86,13 @@ class RankPlan:
     @property
     def need_bytes(self) -> int:
         """What the model takes on this node at its peak, margin excluded."""
-        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes + self.load_bytes
+        return (
+            self.weights_bytes
+            + self.kv_cache_bytes
+            + self.prompt_cache_bytes
+            + self.activation_bytes
+            + self.load_bytes
+        )
 
     @property
     def usable_bytes(self) -> int:
@@ -204,6 +214,8 @@ def make_plan(
         }
         chosen = outcomes.pop(options.strategy)
         others = list(outcomes.values())
+    if not chosen.fits and chosen.verdict != "invalid" and options.prompt_cache_bytes:
+        chosen = replace(chosen, reason=_prompt_cache_blamed(model, nodes, links, options, chosen))
     if chosen.strategy is Strategy.TENSOR and chosen.fits and not rdma:
         warnings.append(
             "Tensor parallelism exchanges data at every layer of every token: "
@@ -227,6 +239,27 @@ def make_plan(
         warnings=tuple(warnings),
         options=options,
         kv_bytes_per_token=model.kv_elements_per_token * model.dtype_bytes * model.layers,
+    )
+
+
+def _prompt_cache_blamed(
+    model: ModelInfo,
+    nodes: Sequence[Node],
+    links: Sequence[Link],
+    options: PlanOptions,
+    chosen: _Outcome,
+) -> str:
+    """``chosen``'s reason, saying so when the prompt cache is what does not fit (the same
+    request plans without it)."""
+    without = make_plan(model, nodes, links, replace(options, prompt_cache_bytes=0))
+    if not without.fits:
+        return chosen.reason
+    kept = max((rank.prompt_cache_bytes for rank in chosen.ranks), default=0)
+    return (
+        f"{chosen.reason} The prompt cache is what does not fit ({size(kept)} on a node "
+        f"for its bound of {size(options.prompt_cache_bytes)}): without it, "
+        f"{_lower_first(without.reason)} Lower the prompt cache (prompt_cache_mb, "
+        "--prompt-cache-mb) or set it to 0."
     )
 
 
@@ -256,8 +289,9 @@ def _recommend(
 def _single(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) -> _Outcome:
     best = ranked[0]
     kv = kv_bytes_per_layer(model, options) * model.layers
+    kept = prompt_cache_bytes_per_layer(model, options) * model.layers
     act = activation_bytes(model, options)
-    rank = _rank(0, best, 0, model.layers, model.weight_bytes, kv, act)
+    rank = _rank(0, best, 0, model.layers, model.weight_bytes, kv, act, kept)
     if rank.fits:
         reason = (
             f"Fits on {best.node} alone ({size(rank.need_bytes)} of {size(rank.usable_bytes)}"
@@ -293,10 +327,13 @@ def _tensor(
         )
     kv = kv_bytes_per_layer(model, options) * model.layers
     kv_share = -(-kv // n) if model.kv_split_by_tensor else kv
+    kept = prompt_cache_bytes_per_layer(model, options) * model.layers
+    kept_share = -(-kept // n) if model.kv_split_by_tensor else kept
     weights = -(-sum(model.layer_bytes) // n) + model.shared_bytes
     act = activation_bytes(model, options, shards=n)
     ranks = tuple(
-        _rank(r, b, 0, model.layers, weights, kv_share, act) for r, b in enumerate(ranked)
+        _rank(r, b, 0, model.layers, weights, kv_share, act, kept_share)
+        for r, b in enumerate(ranked)
     )
     smallest, per_node = ranked[-1], size(ranks[0].need_bytes)
     unused = sum(b.usable_bytes - smallest.usable_bytes for b in ranked)
@@ -381,8 +418,9 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
         )
         return _Outcome(Strategy.PIPELINE, "invalid", f"A pipeline is not possible: {problem}.")
     kv_layer = kv_bytes_per_layer(model, options)
+    kept_layer = prompt_cache_bytes_per_layer(model, options)
     act = activation_bytes(model, options)
-    costs = [b + kv_layer for b in model.layer_bytes]
+    costs = [b + kv_layer + kept_layer for b in model.layer_bytes]
     fixed = model.shared_bytes + act
     caps = [b.usable_bytes - fixed for b in reversed(ranked)]  # layer order: last rank first
     target = proportional_counts(layers, caps)
@@ -400,6 +438,7 @@ def _pipeline(model: ModelInfo, ranked: list[NodeBudget], options: PlanOptions) 
                 model.shared_bytes + sum(model.layer_bytes[ends[r] - split_[r] : ends[r]]),
                 kv_layer * split_[r],
                 act,
+                kept_layer * split_[r],
             )
             for r, b in enumerate(ranked)
         )
@@ -489,6 +528,7 @@ def _cpu_float_weights(
             rank = replace(
                 rank,
                 kv_cache_bytes=rank.kv_cache_bytes * wider,
+                prompt_cache_bytes=rank.prompt_cache_bytes * wider,
                 activation_bytes=rank.activation_bytes * wider,
                 load_bytes=cpu_load_bytes(model),
             )
@@ -504,10 +544,27 @@ def _cpu_float_weights(
 
 
 def _rank(
-    rank: int, budget: NodeBudget, start: int, end: int, weights: int, kv: int, act: int
+    rank: int,
+    budget: NodeBudget,
+    start: int,
+    end: int,
+    weights: int,
+    kv: int,
+    act: int,
+    kept: int = 0,
 ) -> RankPlan:
+    """``kept``: the node's share of the prompt cache's bound."""
     return RankPlan(
-        rank, budget.node, start, end, weights, kv, act, budget.margin_bytes, budget.gpu_limit_bytes
+        rank,
+        budget.node,
+        start,
+        end,
+        weights,
+        kv,
+        act,
+        budget.margin_bytes,
+        budget.gpu_limit_bytes,
+        prompt_cache_bytes=kept,
     )
 
 

@@ -75,6 +75,7 @@ def format_plan(plan: Plan, estimate: Estimate | None = None) -> str:
             "layers",
             "weights",
             "KV cache",
+            "prompt cache",
             "activations",
             "margin",
             "total",
@@ -115,7 +116,9 @@ def format_plan(plan: Plan, estimate: Estimate | None = None) -> str:
     options = plan.options
     lines.append(
         f"Context {options.context_length} tokens, batch {options.batch}; KV cache "
-        f"{size(plan.kv_bytes_per_token)} per token. {BYTES_NOTE}."
+        f"{size(plan.kv_bytes_per_token)} per token; prompt cache at most "
+        f"{size(options.prompt_cache_bytes)} (each node holds its layers' share). "
+        f"{BYTES_NOTE}."
     )
     if estimate is not None:
         lines += ["", estimate.summary()]
@@ -136,6 +139,7 @@ def _row(plan: Plan, rank: RankPlan) -> tuple[str, ...]:
         layers,
         size(rank.weights_bytes),
         size(rank.kv_cache_bytes),
+        size(rank.prompt_cache_bytes),
         size(rank.activation_bytes),
         size(rank.margin_bytes),
         size(rank.need_bytes + rank.margin_bytes),

@@ -17,7 +17,8 @@ from core.model.info import ModelInfo
 from core.plan.estimate import Estimate, estimate_plan, rdma_mesh
 from core.plan.memory import Node, PlanOptions
 from core.plan.planner import Plan, make_plan
-from core.units import rate
+from core.settings import load_settings
+from core.units import MIB, rate
 from core.worker import protocol as p
 from core.worker.vocab import Strategy
 
@@ -41,21 +42,71 @@ def planner_node(facts: NodeFacts) -> Node:
     )
 
 
+@dataclass(frozen=True)
+class Serving:
+    """How many requests the ranks generate at once and how much each rank keeps of past
+    conversations: one source for the plan (it counts both), the job (the worker's
+    ``--batch`` and ``--prompt-cache-mb``) and the API (it runs ``batch`` at once)."""
+
+    batch: int = p.DEFAULT_BATCH
+    prompt_cache_mb: int = p.DEFAULT_PROMPT_CACHE_MB
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch <= p.MAX_BATCH:
+            raise ValueError(
+                f"the batch (--batch, the batch setting) must be 1 to {p.MAX_BATCH} requests, "
+                f"not {self.batch}"
+            )
+        if self.prompt_cache_mb < 0:
+            raise ValueError(
+                "the prompt cache (--prompt-cache-mb, the prompt_cache_mb setting) must be "
+                f"0 (none) or more MB, not {self.prompt_cache_mb}"
+            )
+
+    @classmethod
+    def chosen(cls, batch: int | None = None, prompt_cache_mb: int | None = None) -> Serving:
+        """``batch`` and ``prompt_cache_mb`` where given (a command line's options), else
+        the settings' (``core.settings``: the window's and the CLI's)."""
+        saved = load_settings()
+        return cls(
+            saved.batch if batch is None else batch,
+            saved.prompt_cache_mb if prompt_cache_mb is None else prompt_cache_mb,
+        )
+
+    def job_fields(self) -> dict[str, int]:
+        """The ``JobSpec`` fields that run it."""
+        return {"batch": self.batch, "prompt_cache_mb": self.prompt_cache_mb}
+
+
+def chat_options(
+    strategy: Strategy | str = Strategy.AUTO,
+    split: Sequence[int] | None = None,
+    serving: Serving | None = None,
+) -> PlanOptions:
+    """The planner's options for a chat job: the ranks hold their batch of requests' KV
+    caches (``core.worker.batching``) and their share of the prompt cache's bound."""
+    serving = serving or Serving.chosen()
+    return PlanOptions(
+        strategy=Strategy(strategy),
+        split=None if split is None else tuple(split),
+        batch=serving.batch,
+        prompt_cache_bytes=serving.prompt_cache_mb * MIB,
+    )
+
+
 def plan_on(
     info: ModelInfo,
     facts: Sequence[NodeFacts],
     strategy: Strategy | str = Strategy.AUTO,
     split: Sequence[int] | None = None,
+    serving: Serving | None = None,
 ) -> Plan:
     """The planner's verdict for ``strategy`` on these nodes (one node: single), with
-    the pipeline ``split`` set by hand (rank order) when given."""
+    the pipeline ``split`` set by hand (rank order) when given, for ``serving`` (None:
+    the settings')."""
     nodes = [planner_node(f) for f in facts]
     chosen = Strategy.SINGLE if len(nodes) == 1 and split is None else Strategy(strategy)
-    # The ranks hold up to their batch of requests' KV caches at once (core.worker.batching).
-    options = PlanOptions(
-        strategy=chosen, split=None if split is None else tuple(split), batch=p.DEFAULT_BATCH
-    )
-    return make_plan(info, nodes, options=options)
+    return make_plan(info, nodes, options=chat_options(chosen, split, serving))
 
 
 def estimate_on(info: ModelInfo, plan: Plan, facts: Sequence[NodeFacts]) -> Estimate:

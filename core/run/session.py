@@ -83,7 +83,7 @@ from core.run.placement import (
     model_folders,
     planned_launch,
 )
-from core.run.planning import plan_on
+from core.run.planning import Serving, plan_on
 from core.run.states import RunState, Step
 from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, ModelSource, Strategy, Task
@@ -154,6 +154,7 @@ class Session:
         check_paths: bool = True,
         adapter: Path | str | None = None,
         model_source: ModelSource | str = ModelSource.AUTO,
+        serving: Serving | None = None,
     ) -> None:
         names = [h.name for h in hosts]
         if not hosts:
@@ -179,6 +180,9 @@ class Session:
         self.task = Task(task)
         self.job_fields = dict(job_fields or {})
         self.model_source = model_source  # auto | hub | this-mac (core.run.checks.modelsource)
+        # The batch and the prompt cache (None: the settings'): planned, run by the ranks,
+        # and the API's requests at once (``JobSpec.batch``), one source.
+        self.serving = serving or Serving.chosen()
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]
@@ -325,7 +329,7 @@ class Session:
                         for f in unknown
                     )
                     raise ClusterError(f"Cannot plan: the memory of some nodes is unknown ({why}).")
-                plan = plan_on(self.info, facts, self.strategy, self.split)
+                plan = plan_on(self.info, facts, self.strategy, self.split, self.serving)
                 if not plan.fits:
                     raise ClusterError(plan.reason)
                 if self.task is Task.FINETUNE:  # the plan's ranks, each the whole model
@@ -506,7 +510,8 @@ class Session:
         order with each rank's model folder on its node (``checked``: only after checks
         that passed). Worked out once (a node may be asked where its cache is)."""
         plan = self._planned()
-        fields: dict[str, Any] = {"task": self.task, **self.job_fields}
+        fields: dict[str, Any] = {"task": self.task, **self.serving.job_fields()}
+        fields.update(self.job_fields)
         fields.update(self._adapter_fields(plan))
         fields.update(self._data_fields(plan))
         if self.demo:

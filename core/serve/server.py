@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from core.run.job.launcher import JobSpec
 from core.run.measure.telemetry import Telemetry
 from core.run.session import Session
 from core.serve.answers import DEFAULT_WAITING, Answerer
@@ -62,10 +63,32 @@ class ServerOptions:
     port: int = 8080  # 0: any free port
     max_waiting: int = DEFAULT_WAITING
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
-    # Requests with the ranks at once: the job's batch (JobSpec.batch, the same default).
+    # Requests with the ranks at once: the job's batch (``for_job`` takes JobSpec.batch).
     max_running: int = p.DEFAULT_BATCH
     # GET /metrics without a key (a scraper in a server room); the API itself keeps its key.
     metrics_without_key: bool = False
+
+    @classmethod
+    def for_job(
+        cls,
+        spec: JobSpec,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        *,
+        max_waiting: int = DEFAULT_WAITING,
+        metrics_without_key: bool = False,
+    ) -> ServerOptions:
+        """The options to serve the job ``spec`` runs: as many requests with the ranks at
+        once as they batch (``spec.batch``, the one setting): never more, or the rest
+        would wait inside the ranks out of the queue's sight, and never fewer, or a batch
+        slot would idle while requests wait."""
+        return cls(
+            host,
+            port,
+            max_waiting,
+            max_running=spec.batch,
+            metrics_without_key=metrics_without_key,
+        )
 
 
 class APIServer:

@@ -205,7 +205,8 @@ class ApiService:
                 model,
                 context,
                 gate,
-                ServerOptions(
+                ServerOptions.for_job(
+                    session.spec or session.job_spec(),
                     self.settings.host,
                     self.settings.port,
                     metrics_without_key=self.settings.metrics_without_key,

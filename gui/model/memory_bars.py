@@ -50,7 +50,9 @@ def bars_for(plan: Plan | None) -> list[Bar]:
             continue
         detail = (
             f"rank {rank.rank}: weights {units.size(rank.weights_bytes)}, KV cache "
-            f"{units.size(rank.kv_cache_bytes)}, activations {units.size(rank.activation_bytes)}; "
+            f"{units.size(rank.kv_cache_bytes)}, prompt cache "
+            f"{units.size(rank.prompt_cache_bytes)}, activations "
+            f"{units.size(rank.activation_bytes)}; "
             f"{units.size(rank.usable_bytes)} usable after a {units.size(rank.margin_bytes)} margin"
         )
         bars.append(Bar(rank.node, rank.need_bytes, rank.usable_bytes, detail))

@@ -18,9 +18,8 @@ from PySide6.QtWidgets import QWidget
 
 from core.model.demo_model import demo_model_dir, ensure_demo_model, is_complete
 from core.model.info import ModelError, ModelInfo, read_model_info
-from core.plan.memory import PlanOptions
 from core.plan.planner import Plan, make_plan
-from core.run.planning import planner_node
+from core.run.planning import chat_options, planner_node
 from core.worker.vocab import Strategy
 from gui.bridge import Bridge
 from gui.model.drop_zone import DropZone
@@ -161,7 +160,7 @@ class ModelPane(Card):
     def _hand_plan(self, split: tuple[int, ...]) -> Plan:
         assert self._info is not None
         nodes = [planner_node(f) for f in self._nodes]
-        options = PlanOptions(strategy=Strategy.PIPELINE, split=split)
+        options = chat_options(Strategy.PIPELINE, split)
         return make_plan(self._info, nodes, options=options)
 
     # -- state --------------------------------------------------------------------------

@@ -9,9 +9,8 @@ from collections.abc import Sequence
 
 from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
-from core.plan.memory import PlanOptions
 from core.plan.planner import Plan, make_plan
-from core.run.planning import planner_node
+from core.run.planning import Serving, chat_options, planner_node
 from core.worker.vocab import Strategy
 
 CHOICES = (Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR)  # what a person can choose
@@ -33,6 +32,8 @@ def plan_all(info: ModelInfo, facts: Sequence[NodeFacts]) -> dict[Strategy, Plan
     tensor are "invalid" with the planner's reason (they need two), and auto plans a
     single Mac."""
     nodes = [planner_node(f) for f in facts]
+    serving = Serving.chosen()  # the batch and prompt cache the job will run (settings)
     return {
-        choice: make_plan(info, nodes, options=PlanOptions(strategy=choice)) for choice in CHOICES
+        choice: make_plan(info, nodes, options=chat_options(choice, serving=serving))
+        for choice in CHOICES
     }

@@ -324,6 +324,8 @@ def _serve_cli(args: list[str], home: Path, demo_model: Path) -> subprocess.Comp
         (["--demo", "--no-key", "--host", "0.0.0.0"], "always needs a key"),
         (["--demo", "--port", "70000"], "--port"),
         (["/nowhere"], "--hosts"),
+        (["--demo", "--batch", "0"], "--batch"),
+        (["--demo", "--prompt-cache-mb", "-1"], "--prompt-cache-mb"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(

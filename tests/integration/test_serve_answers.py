@@ -1,6 +1,7 @@
 """The API's line of answers over a session (a fake job: real Session, real threads):
 in order, one at a time; a request whose client left while waiting is never sent; a
-stopped cluster answers every waiting request with a 503."""
+stopped cluster answers every waiting request with a 503; no more at once than the
+job's batch (the 9th of 9 waits in line when the ranks batch 8)."""
 
 from __future__ import annotations
 
@@ -15,21 +16,36 @@ from core.run.session import Session, simulated_hosts
 from core.serve.answers import Answerer, failure
 from core.serve.errors import APIError
 from core.serve.requests import Ask
+from core.serve.server import ServerOptions
+from core.worker import protocol as p
 from tests.gui.fakes import FakeBehaviour, fake_factory
 
 
-@pytest.fixture
-def session(demo_model: Path):
+def _started(demo_model: Path, token_s: float) -> Session:
     jobs: list = []
     started = Session(
         read_model_info(demo_model),
         simulated_hosts(demo_facts(2)),
-        job_factory=fake_factory(FakeBehaviour(token_s=0.02), jobs),
+        job_factory=fake_factory(FakeBehaviour(token_s=token_s), jobs),
     )
     started.make_plan()
     started.launch()
     started.wait_ready(30)
     started.jobs = jobs  # type: ignore[attr-defined]
+    return started
+
+
+@pytest.fixture
+def session(demo_model: Path):
+    started = _started(demo_model, 0.02)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def slow_session(demo_model: Path):
+    """Answers of 8 tokens that take 2.4 s each: long enough to see who waits."""
+    started = _started(demo_model, 0.3)
     yield started
     started.stop()
 
@@ -91,3 +107,35 @@ def test_a_stopped_cluster_answers_every_waiting_request_with_a_503(session: Ses
     for end in ends:
         if end["event"] == "error":
             assert failure(end).status == 503 and "stopped" in end["message"]
+
+
+def test_a_9th_request_waits_in_line_while_the_ranks_batch_8(slow_session: Session) -> None:
+    """The server runs what the job batches (``ServerOptions.for_job``): 8 with the ranks,
+    the 9th in the queue until one of them ends, then sent."""
+    assert slow_session.spec is not None and slow_session.spec.batch == p.DEFAULT_BATCH == 8
+    options = ServerOptions.for_job(slow_session.spec)
+    sent = slow_session.jobs[0].behaviour.sent  # type: ignore[attr-defined]
+
+    async def until(condition, within_s: float = 30.0) -> None:
+        deadline = asyncio.get_running_loop().time() + within_s
+        while not condition():
+            assert asyncio.get_running_loop().time() < deadline, "not in time"
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> tuple[int, int, int, list[dict]]:
+        answers = Answerer(slow_session, options.max_waiting, max_running=options.max_running)
+        await answers.start()
+        try:
+            asked = [answers.submit(_ask(str(n)), "c") for n in range(9)]
+            await until(lambda: len(sent) >= 8)
+            await asyncio.sleep(0.5)  # a 9th, if let through, would be sent by now
+            seen = (answers.serving, answers.depth, len(sent))
+            ends = [await _until_end(answer) for answer in asked]
+            return (*seen, ends)
+        finally:
+            await answers.close()
+
+    serving, depth, sent_then, ends = asyncio.run(scenario())
+    assert (serving, depth, sent_then) == (8, 1, 8)  # the 9th waited in line
+    assert [e["event"] for e in ends] == ["done"] * 9  # and was answered after
+    assert [s["messages"][0]["content"] for s in sent] == [str(n) for n in range(9)]

@@ -84,3 +84,30 @@ def test_metrics_without_a_key_opens_metrics_alone(session: Session) -> None:
         assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 401
     finally:
         service.detach()
+
+
+def test_the_window_runs_as_many_at_once_as_the_jobs_batch(demo_model: Path) -> None:
+    """The API's requests at once come from the job's spec (its batch), not a number of
+    the window's own: a batch of 3 set in the settings reaches the ranks and the queue."""
+    from core.run.planning import Serving
+
+    started = Session(
+        read_model_info(demo_model),
+        simulated_hosts(demo_facts(2)),
+        job_factory=fake_factory(),
+        serving=Serving(batch=3),
+    )
+    started.make_plan()
+    started.launch()
+    started.wait_ready(30)
+    service = ApiService(settings=ApiSettings(enabled=True, require_key=False, port=free_port()))
+    try:
+        service.attach(started, "demo", 8192)
+        assert service.running and started.job is not None
+        assert started.job.spec.batch == 3
+        server = service._server
+        assert server is not None and server.answers.max_running == 3
+        assert server.options.max_running == 3
+    finally:
+        service.detach()
+        started.stop()
