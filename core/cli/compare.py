@@ -33,6 +33,7 @@ from core.run.tasks.compare import (
     RunFigures,
     compare,
     compare_adapter,
+    headlines,
 )
 from core.units import rate, seconds, size
 from core.worker.vocab import Strategy
@@ -127,7 +128,9 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         simulated=any(s.demo for s in sessions.values()),
     )
     if args.json:
-        out.write(json.dumps({**result.to_dict(), **beside.to_dict()}) + "\n")
+        said = headlines(result, beside)  # "lead": what the window shows large
+        document = {**result.to_dict(), **beside.to_dict(), "lead": said.lead}
+        out.write(json.dumps({**document, "measured": said.measured}) + "\n")
     else:
         out.write(side_by_side(result, beside))
     return 0
@@ -182,7 +185,8 @@ def answers_side_by_side(result: AdapterComparison) -> str:
 
 def side_by_side(result: Comparison, beside: EstimateBeside | None = None) -> str:
     """The two runs' figures in columns, the estimate for the real Macs beside them, the
-    headline, and on the demo the plain caveat that its Macs are simulated."""
+    headline (on the demo: the estimate for the real Macs, then what the simulated Macs
+    measured, said plainly to share this machine's cores and loopback)."""
     runs: list[RunFigures] = [r for r in (result.single, result.cluster) if r is not None]
     beside = beside or EstimateBeside({}, simulated=False)
     estimated = [beside.estimates.get(r.label) for r in runs]
@@ -200,13 +204,8 @@ def side_by_side(result: Comparison, beside: EstimateBeside | None = None) -> st
         rows.append(("estimate", [estimate_cell(e) for e in estimated]))
     width = max(len(cell) for _, cells in rows for cell in cells)
     lines = [f"{name:<12} " + "  ".join(f"{c:<{width}}" for c in cells) for name, cells in rows]
-    headline = result.headline()
-    if beside.simulated:
-        headline = f"Measured on simulated Macs: {headline}"
-    lines += ["", headline, *result.notes]
-    note = beside.note(len(result.cluster.nodes))
-    if note:
-        lines.append(note)
+    said = headlines(result, beside)  # on the demo: the estimate first, then the measure
+    lines += ["", said.lead, *([said.measured] if said.measured else []), *result.notes]
     for e in estimated:
         if e is not None and e.tokens_per_s is not None:
             lines.append(e.summary())

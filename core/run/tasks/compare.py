@@ -23,12 +23,12 @@ from core.run.job.launcher import Job, JobSpec
 from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.measure.telemetry import Telemetry
 from core.run.placement import ClusterError
-from core.run.planning import plan_on
+from core.run.planning import EstimateBeside, plan_on, sharing
 from core.run.session import Host, Session
 from core.run.states import Step
 from core.run.tasks.chat import answer_once
 from core.run.tasks.records import job_record
-from core.units import size
+from core.units import rate, size
 from core.worker.vocab import Strategy
 
 # Below this ratio the cluster is "not faster" (run-to-run noise is a few percent).
@@ -73,18 +73,12 @@ class Comparison:
         return self.cluster.generation_tps / self.single.generation_tps
 
     def headline(self) -> str:
-        count = len(self.cluster.nodes)
+        """The measured result in a line: "2.7× faster on 4 Macs", or why it is not."""
         if self.single is None:
             return self.no_single
         ratio = self.ratio or 0.0
-        if ratio >= FASTER:
-            return f"{ratio:.1f}× faster on {count} Macs"
-        if self.strategy == Strategy.PIPELINE:
-            return (
-                f"{ratio:.2f}× on {count} Macs: pipeline splits memory, not time; one answer is "
-                "not faster (tensor is)"
-            )
-        return f"{ratio:.2f}× on {count} Macs: not faster here (the links cost more than they save)"
+        said = ratio_words(ratio, len(self.cluster.nodes))
+        return said if ratio >= FASTER else f"{said}: {not_faster(self.strategy)}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +89,73 @@ class Comparison:
             "headline": self.headline(),
             "notes": list(self.notes),
         }
+
+
+def ratio_words(ratio: float, macs: int) -> str:
+    """A speedup as people read it: "2.7× faster on 4 Macs", or "0.85× on 4 Macs"."""
+    return (
+        f"{ratio:.1f}× faster on {macs} Macs" if ratio >= FASTER else f"{ratio:.2f}× on {macs} Macs"
+    )
+
+
+def not_faster(strategy: str) -> str:
+    """Why a cluster does not answer faster than one Mac."""
+    if strategy == Strategy.PIPELINE:
+        return "pipeline splits memory, not time; one answer is not faster (tensor is)"
+    return "not faster here (the links cost more than they save)"
+
+
+ESTIMATE_LEAD = "Estimate for the real Macs: "
+MEASURED_SIMULATED = "Measured on simulated Macs: "
+
+
+@dataclass(frozen=True)
+class Headlines:
+    """What a comparison says first (``lead``, large), and on the demo second
+    (``measured``); ``basis``: where the lead's figure comes from, when it is an estimate
+    (a tooltip), else ""."""
+
+    lead: str
+    measured: str = ""
+    basis: str = ""
+
+
+def headlines(result: Comparison, beside: EstimateBeside | None) -> Headlines:
+    """On real Macs the measured result leads (``Comparison.headline``). On the demo the
+    simulated Macs share this machine's cores and loopback, so their ratio is noise: the
+    estimate for the real Macs they name leads, labelled an estimate with its basis, and
+    the measured figure follows, said plainly to be the simulated Macs'. Without a
+    cluster estimate (a chip unknown) the measured result leads, said to be simulated."""
+    if beside is None or not beside.simulated:
+        return Headlines(result.headline())
+    macs = len(result.cluster.nodes)
+    cluster = beside.estimates.get("cluster")
+    single = beside.estimates.get("one Mac")
+    if result.single is None:
+        measured = f"{rate(result.cluster.generation_tps)} tokens/s on {macs} Macs"
+    else:
+        measured = (
+            f"{ratio_words(result.ratio or 0.0, macs)} ({rate(result.cluster.generation_tps)} "
+            f"vs {rate(result.single.generation_tps)} tokens/s)"
+        )
+    measured = (
+        f"{MEASURED_SIMULATED}{measured}; {sharing(macs, beside.cores)}, so it says nothing "
+        "about real Macs."
+    )
+    if cluster is None or cluster.tokens_per_s is None:
+        return Headlines(f"{MEASURED_SIMULATED}{result.headline()}", measured)
+    if single is None or not single.tokens_per_s or result.single is None:
+        lead = f"{rate(cluster.tokens_per_s)} tokens/s on {macs} Macs"
+        if result.single is None:
+            lead += f" ({result.no_single})" if result.no_single else ""
+    else:
+        ratio = cluster.tokens_per_s / single.tokens_per_s
+        lead = ratio_words(ratio, macs)
+        if ratio < FASTER:
+            lead += f" — {not_faster(result.strategy)}"
+    bases = [("On one Mac", single), ("On the cluster", cluster)]
+    basis = "\n\n".join(f"{what}: {e.basis()}" for what, e in bases if e is not None)
+    return Headlines(f"{ESTIMATE_LEAD}{lead}", measured, basis)
 
 
 def strongest_single(info: ModelInfo, facts: Sequence[NodeFacts]) -> tuple[str | None, str]:
