@@ -25,7 +25,7 @@ from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
-from core.run.planning import RUN_LABELS, EstimateBeside, estimate_cell, estimates_beside
+from core.run.planning import EstimateBeside, estimate_cell
 from core.run.session import Host, Session
 from core.run.tasks.compare import (
     AdapterComparison,
@@ -86,11 +86,8 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.write(f"macmesh: {exc}\n")
         return 2
 
-    sessions: dict[str, Session] = {}
-
     def watch(session: Session, what: str) -> None:
         stage.session = session
-        sessions[what] = session
         if what in ("base", "adapter"):
             which = "the base model" if what == "base" else f"base + {session.adapter_name}"
             stage(f"running {which}")
@@ -122,17 +119,10 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         return 1
     if result.not_kept:
         err.write(f"macmesh: {result.not_kept}\n")
-    beside = estimates_beside(
-        info,
-        {w: (s.plan, list(s.facts.values())) for w, s in sessions.items() if w in RUN_LABELS},
-        simulated=any(s.demo for s in sessions.values()),
-    )
-    if args.json:
-        said = headlines(result, beside)  # "lead": what the window shows large
-        document = {**result.to_dict(), **beside.to_dict(), "lead": said.lead}
-        out.write(json.dumps({**document, "measured": said.measured}) + "\n")
+    if args.json:  # with the estimates, and "lead": what the window shows large
+        out.write(json.dumps(result.to_dict()) + "\n")
     else:
-        out.write(side_by_side(result, beside))
+        out.write(side_by_side(result, result.beside))
     return 0
 
 

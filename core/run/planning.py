@@ -89,9 +89,6 @@ def links_simulated(macs: int, cores: int | None = None) -> str:
     )
 
 
-RUN_LABELS = ("one Mac", "cluster")  # the compare task's runs, as their figures name them
-
-
 @dataclass(frozen=True)
 class EstimateBeside:
     """What Compare shows beside its measured figures: the estimate for the real Macs

@@ -62,7 +62,9 @@ def figures_html(record: RunRecord) -> str:
             ("Tokens", str(f.get("generation_tokens", "–"))),
         ]
     elif record.kind == "compare":
-        rows.append(("Headline", str(f.get("headline", ""))))
+        rows.append(("Headline", record.headline()))
+        if f.get("measured"):  # the demo's: what its simulated Macs measured, said so
+            rows.append(("Measured", str(f["measured"])))
         for key in ("single", "cluster"):
             run = f.get(key)
             if run:

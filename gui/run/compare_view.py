@@ -115,16 +115,13 @@ class CompareRunner(QObject):
         self._set_busy(True)
         self.progress.emit(WHAT_WORDS["probing"])
 
-        sessions: dict[str, Session] = {}
-
         def on_session(session: Session, what: str) -> None:
             self._stopper.hold(session)
-            sessions[what] = session
             nodes = ", ".join(h.name for h in session.hosts)
             words = WHAT_WORDS.get(what, what).format(nodes=nodes)
             self._bridge.run_on_main(lambda: self.progress.emit(words))
 
-        def work() -> tuple[Comparison, EstimateBeside]:
+        def work() -> Comparison:
             result = compare(
                 info,
                 chosen,
@@ -137,15 +134,7 @@ class CompareRunner(QObject):
             )
             if self._stopper.stopped:
                 raise CompareCancelled
-            from core.run.planning import RUN_LABELS, estimates_beside
-
-            runs = {w: (x.plan, list(x.facts.values())) for w, x in sessions.items()}
-            beside = estimates_beside(
-                info,
-                {w: run for w, run in runs.items() if w in RUN_LABELS},
-                simulated=any(x.demo for x in sessions.values()),
-            )
-            return result, beside
+            return result
 
         self._bridge.run_in_background(work, self._done, self._failed, queue=self._queue)
 
@@ -156,8 +145,8 @@ class CompareRunner(QObject):
         self.progress.emit("Stopping the comparison…")
         self._stopper.stop()
 
-    def _done(self, outcome: tuple[Comparison, EstimateBeside]) -> None:
-        result, self.beside = outcome
+    def _done(self, result: Comparison) -> None:
+        self.beside = result.beside
         self._set_busy(False)
         if result.not_kept:
             self._bridge.failed.emit(result.not_kept)
@@ -195,6 +184,7 @@ class CompareView(QFrame):
         # Its own style sheet: the theme's label rules would set a smaller size.
         self.headline.setStyleSheet(f"font-size: {headline_px}px; font-weight: 600;")
         self.measured = label("", "secondary", wrap=True)  # the demo's measured figure
+        self.measured.setContentsMargins(0, 0, 0, 6)
         self.close_button = QPushButton("Close")
         set_role(self.close_button, "link")
         self.close_button.clicked.connect(self._close)
@@ -213,6 +203,7 @@ class CompareView(QFrame):
         layout.addWidget(self.measured)
         layout.addLayout(self.grid)
         layout.addWidget(self.notes)
+        layout.addStretch(1)  # room to spare goes below, not between the lines
         self.cells: dict[tuple[int, int], str] = {}
         self.tooltips: dict[tuple[int, int], str] = {}  # the estimate cells' basis
 

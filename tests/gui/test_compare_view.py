@@ -114,6 +114,8 @@ def test_compare_runs_one_mac_then_the_cluster(qtbot: QtBot, demo_plans) -> None
     kept = History().runs()
     assert [r.kind for r in kept] == ["compare"]
     assert kept[0].figures["ratio"] == pytest.approx(result.ratio, abs=0.001)
+    # The History lists what the view said first: the estimate, not the simulated ratio.
+    assert kept[0].headline() == shown and kept[0].figures["measured"] == measured
     assert all(job.state.finished for job in pane.jobs)  # no rank left behind
 
 

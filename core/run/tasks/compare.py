@@ -23,7 +23,7 @@ from core.run.job.launcher import Job, JobSpec
 from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.measure.telemetry import Telemetry
 from core.run.placement import ClusterError
-from core.run.planning import EstimateBeside, plan_on, sharing
+from core.run.planning import EstimateBeside, estimates_beside, plan_on, sharing
 from core.run.session import Host, Session
 from core.run.states import Step
 from core.run.tasks.chat import answer_once
@@ -64,6 +64,8 @@ class Comparison:
     no_single: str = ""  # why no one Mac ran it (the model needs the cluster)
     notes: list[str] = field(default_factory=list)
     not_kept: str | None = None  # why the history could not keep it
+    # The estimate for the real Macs each run names, and whether the Macs were simulated.
+    beside: EstimateBeside | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -81,13 +83,20 @@ class Comparison:
         return said if ratio >= FASTER else f"{said}: {not_faster(self.strategy)}"
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able: the measured figures and ``headline``; ``lead`` and ``measured``,
+        what every surface says first and second (``headlines``); with the estimates,
+        ``simulated`` and ``estimate`` (``EstimateBeside.to_dict``)."""
+        said = headlines(self, self.beside)
         return {
             "strategy": self.strategy,
             "single": self.single.to_dict() if self.single else None,
             "cluster": self.cluster.to_dict(),
             "ratio": None if self.ratio is None else round(self.ratio, 3),
             "headline": self.headline(),
+            "lead": said.lead,
+            "measured": said.measured,
             "notes": list(self.notes),
+            **(self.beside.to_dict() if self.beside is not None else {}),
         }
 
 
@@ -120,12 +129,13 @@ class Headlines:
     basis: str = ""
 
 
-def headlines(result: Comparison, beside: EstimateBeside | None) -> Headlines:
+def headlines(result: Comparison, beside: EstimateBeside | None = None) -> Headlines:
     """On real Macs the measured result leads (``Comparison.headline``). On the demo the
     simulated Macs share this machine's cores and loopback, so their ratio is noise: the
     estimate for the real Macs they name leads, labelled an estimate with its basis, and
     the measured figure follows, said plainly to be the simulated Macs'. Without a
     cluster estimate (a chip unknown) the measured result leads, said to be simulated."""
+    beside = beside if beside is not None else result.beside
     if beside is None or not beside.simulated:
         return Headlines(result.headline())
     macs = len(result.cluster.nodes)
@@ -239,6 +249,7 @@ def compare(
     facts = [cluster_session.facts[h.name] for h in hosts if h.name in cluster_session.facts]
     best, no_single = strongest_single(info, facts)
     single = None
+    runs: dict[str, tuple[Plan | None, list[NodeFacts]]] = {}  # each run's plan and Macs
     if best is not None:
         host = next(h for h in hosts if h.name == best)
         if host.facts is None and best in cluster_session.facts:
@@ -246,15 +257,18 @@ def compare(
         one = Session(info, [host], strategy=Strategy.SINGLE, job_factory=job_factory)
         one_plan = _begin(one, "one Mac", on_session)
         single = measured_run(one, "one Mac", prompt, max_tokens, one_plan)
+        runs["one Mac"] = (one_plan, list(one.facts.values()))
     plan = _begin(cluster_session, "cluster", on_session)
     cluster = measured_run(cluster_session, "cluster", prompt, max_tokens, plan)
+    runs["cluster"] = (plan, list(cluster_session.facts.values()))
     notes = []
     if single is not None and single.generation_tokens != cluster.generation_tokens:
         notes.append(
             f"the runs made {single.generation_tokens} and {cluster.generation_tokens} tokens "
             "(the answer ended early in one): tokens/s still compares"
         )
-    result = Comparison(single, cluster, str(plan.strategy), no_single, notes)
+    beside = estimates_beside(info, runs, simulated=cluster_session.demo)
+    result = Comparison(single, cluster, str(plan.strategy), no_single, notes, beside=beside)
     return replace(result, not_kept=keep(compare_record(cluster_session, result.to_dict())))
 
 
