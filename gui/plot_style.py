@@ -109,11 +109,12 @@ class PlotHeading(QWidget):
         return sum(parts) + self.SPACING * (len(parts) - 1)
 
     def minimumSizeHint(self) -> QSize:
-        """As narrow as the title (and extras) with the key wrapped under it: never the
-        one-line width, or the heading would hold its column open."""
+        """As narrow as the title's longest word (and the extras), the key wrapped under
+        it: never the one-line width, or the heading would hold its column open."""
         extras = sum(w.sizeHint().width() + self.SPACING for w in self.extras if not w.isHidden())
-        width = self.title.minimumSizeHint().width() + extras
-        return QSize(width, super().minimumSizeHint().height())
+        metrics = self.title.fontMetrics()
+        word = max((metrics.horizontalAdvance(w) for w in self.title.text().split()), default=0)
+        return QSize(word + extras, super().minimumSizeHint().height())
 
     def event(self, event: QEvent) -> bool:
         if event.type() == QEvent.Type.LayoutRequest:  # a key's text changed: fit anew
@@ -128,6 +129,12 @@ class PlotHeading(QWidget):
         stacked = width > 0 and self.one_line_width() > width
         if stacked != self.stacked:
             self._place(stacked)
+        # Narrower than the title itself (a crowded window): it wraps, never cut.
+        extras = sum(w.sizeHint().width() + self.SPACING for w in self.extras if not w.isHidden())
+        title = self.title.fontMetrics().horizontalAdvance(self.title.text())
+        wrap = width > 0 and title + extras > width
+        if wrap != self.title.wordWrap():
+            self.title.setWordWrap(wrap)
 
     def _place(self, stacked: bool) -> None:
         grid = self._grid

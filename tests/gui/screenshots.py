@@ -712,6 +712,8 @@ def take_demokit(outdir: Path) -> list[Path]:
         run.start()  # live again, for presentation mode
         wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the job to load")
         view = window.show_presentation()
+        # Full screen is the window manager's to make; Xvfb has none: the screen's size.
+        view.setGeometry(view.screen().geometry())
         run.chat.prompt.setText(SECOND)
         run.chat.prompt.returnPressed.emit()
         wait_for(
