@@ -10,8 +10,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QLabel, QWidget
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import QResizeEvent, QTextDocument
+from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QWidget
 
 from gui import style
 from gui.style import Theme
@@ -76,15 +77,94 @@ def theme_plot(widget: pg.PlotWidget, theme: Theme, *, tick_px: int | None = Non
         item.setLabel("left", y_label, units=widget.property("units"), **label_style(theme))
 
 
-def plot_header(title: str, *widgets: QWidget) -> QHBoxLayout:
-    """A plot's heading: its title on the left, ``widgets`` (its key) on the right."""
-    row = QHBoxLayout()
-    row.setSpacing(10)
-    row.addWidget(section(title))
-    row.addStretch(1)
-    for widget in widgets:
-        row.addWidget(widget)
-    return row
+class PlotHeading(QWidget):
+    """A plot's heading: its title on the left and its key (then ``extras``: a button) on
+    the right when they fit on one line. Where they do not (four links' names beside a
+    long title in a narrow column, or a full-screen presentation on a small display), the
+    key moves to the line under the title and wraps between its entries: title and key
+    never overlap, and no key forces its column wider than the window."""
+
+    SPACING = 10
+
+    def __init__(self, title: str, key: QLabel | None = None, *extras: QWidget) -> None:
+        super().__init__()
+        self.title = section(title)
+        self.key = key
+        self.extras = extras
+        self.stacked: bool | None = None  # the key under the title (None: not placed yet)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(self.SPACING)
+        grid.setVerticalSpacing(2)
+        grid.setColumnStretch(1, 1)
+        self._grid = grid
+        self._place(stacked=False)
+
+    def one_line_width(self) -> int:
+        """The width title, key and extras take on one line."""
+        parts = [self.title.sizeHint().width()]
+        parts += [w.sizeHint().width() for w in self.extras if not w.isHidden()]
+        if self.key is not None and self.key.text():
+            parts.append(natural_width(self.key))
+        return sum(parts) + self.SPACING * (len(parts) - 1)
+
+    def minimumSizeHint(self) -> QSize:
+        """As narrow as the title's longest word (and the extras), the key wrapped under
+        it: never the one-line width, or the heading would hold its column open."""
+        extras = sum(w.sizeHint().width() + self.SPACING for w in self.extras if not w.isHidden())
+        metrics = self.title.fontMetrics()
+        word = max((metrics.horizontalAdvance(w) for w in self.title.text().split()), default=0)
+        return QSize(word + extras, super().minimumSizeHint().height())
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:  # a key's text changed: fit anew
+            self._fit(self.width())
+        return super().event(event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self._fit(event.size().width())
+        super().resizeEvent(event)
+
+    def _fit(self, width: int) -> None:
+        stacked = width > 0 and self.one_line_width() > width
+        if stacked != self.stacked:
+            self._place(stacked)
+        # Narrower than the title itself (a crowded window): it wraps, never cut.
+        extras = sum(w.sizeHint().width() + self.SPACING for w in self.extras if not w.isHidden())
+        title = self.title.fontMetrics().horizontalAdvance(self.title.text())
+        wrap = width > 0 and title + extras > width
+        if wrap != self.title.wordWrap():
+            self.title.setWordWrap(wrap)
+
+    def _place(self, stacked: bool) -> None:
+        grid = self._grid
+        for widget in (self.title, self.key, *self.extras):
+            if widget is not None:
+                grid.removeWidget(widget)
+        grid.addWidget(self.title, 0, 0)
+        for i, extra in enumerate(self.extras):
+            grid.addWidget(extra, 0, 3 + i)
+        if self.key is not None:
+            self.key.setWordWrap(stacked)
+            if stacked:
+                grid.addWidget(self.key, 1, 0, 1, 3 + len(self.extras))
+            else:
+                grid.addWidget(self.key, 0, 2, Qt.AlignmentFlag.AlignRight)
+        self.stacked = stacked
+
+
+def plot_header(title: str, key: QLabel | None = None, *extras: QWidget) -> PlotHeading:
+    """A plot's heading (``PlotHeading``): its title, then its key and ``extras``."""
+    return PlotHeading(title, key, *extras)
+
+
+def natural_width(text_label: QLabel) -> int:
+    """The width of a label's rich text on one line, unwrapped."""
+    document = QTextDocument()
+    document.setDocumentMargin(0)
+    document.setDefaultFont(text_label.font())
+    document.setHtml(text_label.text())
+    return math.ceil(document.idealWidth()) + 2 * text_label.margin() + 2
 
 
 def key_html(entries: Iterable[KeyEntry], theme: Theme, decimals: int = 3) -> str:
@@ -97,9 +177,10 @@ def key_html(entries: Iterable[KeyEntry], theme: Theme, decimals: int = 3) -> st
             return ""
         return f"&nbsp;<b style='color:{theme.text}'>{v:,.{decimals}f}</b>"
 
-    return "&nbsp;&nbsp;&nbsp;".join(
-        f'<span style="color:{entry[0]}; font-weight:700">▬</span>&nbsp;'
-        f'<span style="color:{theme.text2}">{entry[1]}</span>{value(entry)}'
+    return "&nbsp;&nbsp; ".join(  # a space between entries: a narrow key wraps there
+        f'<span style="white-space:nowrap"><span style="color:{entry[0]}; font-weight:700">'
+        f'▬</span>&nbsp;<span style="color:{theme.text2}">{entry[1]}</span>{value(entry)}'
+        "</span>"
         for entry in entries
     )
 

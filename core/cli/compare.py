@@ -25,7 +25,7 @@ from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
-from core.run.planning import RUN_LABELS, EstimateBeside, estimate_cell, estimates_beside
+from core.run.planning import EstimateBeside, estimate_cell
 from core.run.session import Host, Session
 from core.run.tasks.compare import (
     AdapterComparison,
@@ -33,6 +33,7 @@ from core.run.tasks.compare import (
     RunFigures,
     compare,
     compare_adapter,
+    headlines,
 )
 from core.units import rate, seconds, size
 from core.worker.vocab import Strategy
@@ -85,11 +86,8 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.write(f"macmesh: {exc}\n")
         return 2
 
-    sessions: dict[str, Session] = {}
-
     def watch(session: Session, what: str) -> None:
         stage.session = session
-        sessions[what] = session
         if what in ("base", "adapter"):
             which = "the base model" if what == "base" else f"base + {session.adapter_name}"
             stage(f"running {which}")
@@ -121,15 +119,10 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         return 1
     if result.not_kept:
         err.write(f"macmesh: {result.not_kept}\n")
-    beside = estimates_beside(
-        info,
-        {w: (s.plan, list(s.facts.values())) for w, s in sessions.items() if w in RUN_LABELS},
-        simulated=any(s.demo for s in sessions.values()),
-    )
-    if args.json:
-        out.write(json.dumps({**result.to_dict(), **beside.to_dict()}) + "\n")
+    if args.json:  # with the estimates, and "lead": what the window shows large
+        out.write(json.dumps(result.to_dict()) + "\n")
     else:
-        out.write(side_by_side(result, beside))
+        out.write(side_by_side(result, result.beside))
     return 0
 
 
@@ -182,7 +175,8 @@ def answers_side_by_side(result: AdapterComparison) -> str:
 
 def side_by_side(result: Comparison, beside: EstimateBeside | None = None) -> str:
     """The two runs' figures in columns, the estimate for the real Macs beside them, the
-    headline, and on the demo the plain caveat that its Macs are simulated."""
+    headline (on the demo: the estimate for the real Macs, then what the simulated Macs
+    measured, said plainly to share this machine's cores and loopback)."""
     runs: list[RunFigures] = [r for r in (result.single, result.cluster) if r is not None]
     beside = beside or EstimateBeside({}, simulated=False)
     estimated = [beside.estimates.get(r.label) for r in runs]
@@ -200,13 +194,8 @@ def side_by_side(result: Comparison, beside: EstimateBeside | None = None) -> st
         rows.append(("estimate", [estimate_cell(e) for e in estimated]))
     width = max(len(cell) for _, cells in rows for cell in cells)
     lines = [f"{name:<12} " + "  ".join(f"{c:<{width}}" for c in cells) for name, cells in rows]
-    headline = result.headline()
-    if beside.simulated:
-        headline = f"Measured on simulated Macs: {headline}"
-    lines += ["", headline, *result.notes]
-    note = beside.note(len(result.cluster.nodes))
-    if note:
-        lines.append(note)
+    said = headlines(result, beside)  # on the demo: the estimate first, then the measure
+    lines += ["", said.lead, *([said.measured] if said.measured else []), *result.notes]
     for e in estimated:
         if e is not None and e.tokens_per_s is not None:
             lines.append(e.summary())

@@ -122,10 +122,14 @@ def shared_machine(macs: int, cores: int | None = None) -> str:
     """The demo's plain caveat, in the words every surface opens it with (Compare, the
     link test, in the window and the CLI): "Simulated Macs: the 4 demo Macs share this
     machine's 2 cores and its loopback". What each surface measured follows it."""
+    return f"Simulated Macs: {sharing(macs, cores)}"
+
+
+def sharing(macs: int, cores: int | None = None) -> str:
+    """What the demo's Macs share: "the 4 demo Macs share this machine's 2 cores and its
+    loopback" (``shared_machine``'s words, for a sentence that opens otherwise)."""
     cores = cores or os.cpu_count() or 1
-    return (
-        f"Simulated Macs: the {macs} demo Macs share this machine's {cores} cores and its loopback"
-    )
+    return f"the {macs} demo Macs share this machine's {cores} cores and its loopback"
 
 
 def links_simulated(macs: int, cores: int | None = None) -> str:
@@ -134,9 +138,6 @@ def links_simulated(macs: int, cores: int | None = None) -> str:
         f"{shared_machine(macs, cores)}, so these rates are loopback's and say nothing "
         "about real Macs' cables."
     )
-
-
-RUN_LABELS = ("one Mac", "cluster")  # the compare task's runs, as their figures name them
 
 
 @dataclass(frozen=True)
@@ -148,16 +149,6 @@ class EstimateBeside:
     estimates: dict[str, Estimate]
     simulated: bool
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
-
-    def note(self, macs: int) -> str:
-        """The demo's caveat, plainly; "" for real Macs."""
-        if not self.simulated:
-            return ""
-        return (
-            f"{shared_machine(macs, self.cores)}, so the measured figures and their ratio "
-            "say nothing about real Macs; the estimate is for the real Macs they name "
-            "(docs/estimate.md)."
-        )
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -1,10 +1,13 @@
 """A kept run's plots: tokens/s over time and each link's bytes/s (a chat), the two runs'
-tokens/s (a compare), or bytes/s by message size per link (a link test).
+tokens/s (a compare), bytes/s by message size per link (a link test), or the loss and
+tokens/s over time (a fine-tune).
 
 A chat's lines are shaped as the live plots shape them (``gui.run.plot_data``): tokens/s
 held at zero between answers, each link at zero across idle time, so neither the History
 nor an exported PNG draws a ramp across a pause. The y axis fits the part of the run the
-view shows (zoom in on one answer: its KB/s fill the plot).
+view shows (zoom in on one answer: its KB/s fill the plot). A fine-tune's loss and
+tokens/s are drawn as they were measured (training has no idle time to hold at zero).
+The keys sit in each plot's heading, as in the live plots: never over the lines.
 
 ``export_png`` writes them as shown, with pyqtgraph's own ImageExporter.
 """
@@ -21,10 +24,10 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from core.run.measure.history import RunRecord
 from gui import style
-from gui.plot_style import GRID_ALPHA, theme_plot
+from gui.plot_style import GRID_ALPHA, key_html, plot_header, theme_plot
 from gui.run.plot_data import hold_zero, zero_idle
 from gui.style import Theme
-from gui.widgets import section
+from gui.widgets import label
 
 
 def _plot(y_label: str, units: str | None, x_label: str = "", x_units: str | None = "s") -> Any:
@@ -53,37 +56,42 @@ def _link_name(series: str, nodes: list[str]) -> str:
 class RunPlots(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.top_title = section("Tokens per second")
-        self.bottom_title = section("Link bandwidth")
+        self.top_key = label("", "hint")
+        self.bottom_key = label("", "hint")
+        self.top_heading = plot_header("Tokens per second", self.top_key)
+        self.bottom_heading = plot_header("Link bandwidth", self.bottom_key)
+        self.top_title, self.bottom_title = self.top_heading.title, self.bottom_heading.title
         self.top = _plot("tokens/s", None, "time")
         self.bottom = _plot("", "B/s", "time")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.top_title)
+        layout.addWidget(self.top_heading)
         layout.addWidget(self.top, 1)
-        layout.addWidget(self.bottom_title)
+        layout.addWidget(self.bottom_heading)
         layout.addWidget(self.bottom, 1)
         self.curves: dict[str, pg.GraphicsObject] = {}
+        self.record: RunRecord | None = None
+        # Each key's entries: (the theme's series colour index, or -1 for its accent; name).
+        self._keys: tuple[list[tuple[int, str]], list[tuple[int, str]]] = ([], [])
         style.notifier().changed.connect(self.apply_theme)
         self.apply_theme(style.current())
 
     def clear(self) -> None:
         for widget in (self.top, self.bottom):
             widget.getPlotItem().clear()
-            legend = widget.getPlotItem().legend
-            if legend is not None:
-                legend.clear()
         self.curves = {}
+        self._keys = ([], [])
+        self._show_keys(style.current())
 
     def show_record(self, record: RunRecord) -> None:
         self.clear()
+        self.record = record
         theme = style.current()
         colors = theme.series
         top, bottom = self.top.getPlotItem(), self.bottom.getPlotItem()
         for item in (top, bottom):
-            if item.legend is None:
-                item.addLegend(offset=(10, 10))
             item.enableAutoRange()  # a new run: the whole of it, whatever was zoomed before
+            item.getAxis("bottom").setTicks(None)  # (a compare's names, until it sets them)
         bottom.setLogMode(x=False, y=False)
         if record.kind == "linktest":
             self.top_title.setText("ONE WAY LATENCY BY MESSAGE SIZE")
@@ -97,13 +105,16 @@ class RunPlots(QWidget):
                 name = " ↔ ".join(link.get("nodes", []))
                 pen = pg.mkPen(colors[i % len(colors)], width=2)
                 self.curves[f"latency {name}"] = top.plot(
-                    x, [p["seconds"] for p in points], pen=pen, symbol="o", name=name
+                    x, [p["seconds"] for p in points], pen=pen, symbol="o"
                 )
                 self.curves[f"bandwidth {name}"] = bottom.plot(
-                    x, [p["bytes_per_s"] for p in points], pen=pen, symbol="o", name=name
+                    x, [p["bytes_per_s"] for p in points], pen=pen, symbol="o"
                 )
+                for key in self._keys:
+                    key.append((i % len(colors), name))
             top.setLogMode(x=True, y=True)
             bottom.setLogMode(x=True, y=False)
+            self._show_keys(theme)
             return
         top.setLogMode(x=False, y=False)
         if record.kind == "compare":
@@ -143,29 +154,65 @@ class RunPlots(QWidget):
                 [[(float(i), name) for i, (name, _) in enumerate(memory)], []]
             )
             return
+        if record.kind == "finetune":
+            self._show_training(record, theme)
+            return
         self.top_title.setText("TOKENS PER SECOND")
         self.bottom_title.setText("LINK BANDWIDTH · BYTES MOVED BY MLX COLLECTIVES")
         top.setLabel("left", "tokens/s", units=None)
         top.setLabel("bottom", "time", units="s")
         bottom.setLabel("left", "", units="B/s")
         bottom.setLabel("bottom", "time", units="s")
-        for axis in (top.getAxis("bottom"), bottom.getAxis("bottom")):
-            axis.setTicks(None)
         links = 0
         for name, points in record.series.items():
             shape = hold_zero if name == "tokens_per_s" else zero_idle
-            times, values = shape(
-                np.array([t for t, _ in points], dtype=float),
-                np.array([v for _, v in points], dtype=float),
-            )
+            times, values = shape(*_arrays(points))
             if name == "tokens_per_s":
                 pen = pg.mkPen(theme.accent, width=2.5)
                 self.curves[name] = top.plot(times, values, pen=pen)
             else:
-                link = _link_name(name, record.nodes)
                 links += 1
                 pen = pg.mkPen(colors[links % len(colors)], width=2)
-                self.curves[name] = bottom.plot(times, values, pen=pen, name=link)
+                self.curves[name] = bottom.plot(times, values, pen=pen)
+                self._keys[1].append((links % len(colors), _link_name(name, record.nodes)))
+        self._show_keys(theme)
+
+    def _show_training(self, record: RunRecord, theme: Theme) -> None:
+        """A fine-tune: tokens/s trained and the loss (validation as points), over time,
+        as measured: no zero held between reports, which come every few steps."""
+        top, bottom = self.top.getPlotItem(), self.bottom.getPlotItem()
+        self.top_title.setText("TRAINED TOKENS PER SECOND")
+        self.bottom_title.setText("LOSS")
+        top.setLabel("left", "tokens/s", units=None)
+        bottom.setLabel("left", "loss", units=None)
+        for item in (top, bottom):
+            item.setLabel("bottom", "time", units="s")
+        colors = theme.series
+        rate = record.series.get("tokens_per_s", [])
+        if rate:
+            pen = pg.mkPen(colors[1 % len(colors)], width=2)
+            self.curves["tokens_per_s"] = top.plot(*_arrays(rate), pen=pen)
+        train, valid = record.series.get("train_loss", []), record.series.get("val_loss", [])
+        if train:
+            pen = pg.mkPen(theme.accent, width=2.5)
+            self.curves["train_loss"] = bottom.plot(*_arrays(train), pen=pen)
+            self._keys[1].append((-1, "training"))
+        if valid:
+            color = colors[2 % len(colors)]
+            self.curves["val_loss"] = bottom.plot(
+                *_arrays(valid), pen=None, symbol="o", symbolSize=7, symbolBrush=color
+            )
+            self._keys[1].append((2 % len(colors), "validation"))
+        self._show_keys(theme)
+
+    def _show_keys(self, theme: Theme) -> None:
+        for key, entries in zip((self.top_key, self.bottom_key), self._keys, strict=True):
+            key.setText(
+                key_html(
+                    [(theme.accent if i < 0 else theme.series[i], name) for i, name in entries],
+                    theme,
+                )
+            )
 
     def export_png(self, folder: Path, stem: str) -> list[Path]:
         """Both plots as PNG, as shown; the files written."""
@@ -182,3 +229,13 @@ class RunPlots(QWidget):
     def apply_theme(self, theme: Theme) -> None:
         for widget in (self.top, self.bottom):
             theme_plot(widget, theme)
+        if self.record is not None:  # the lines and keys in the theme's colours
+            self.show_record(self.record)
+
+
+def _arrays(points: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """A kept series' (t, value) pairs as two arrays."""
+    return (
+        np.array([t for t, _ in points], dtype=float),
+        np.array([v for _, v in points], dtype=float),
+    )

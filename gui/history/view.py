@@ -32,7 +32,13 @@ from gui.history.run_plots import RunPlots
 from gui.widgets import Card, label
 
 COLUMNS = ("When", "Kind", "Model", "Nodes", "Strategy", "Headline")
-KIND_WORDS = {"chat": "Chat", "compare": "Compare", "linktest": "Link test", "api": "API"}
+KIND_WORDS = {
+    "chat": "Chat",
+    "compare": "Compare",
+    "linktest": "Link test",
+    "api": "API",
+    "finetune": "Fine-tune",
+}
 
 
 def when(started: float) -> str:
@@ -48,7 +54,7 @@ def figures_html(record: RunRecord) -> str:
         ("Strategy", record.strategy + (f" · split {record.split}" if record.split else "")),
         ("Backend", record.backend),
     ]
-    if record.kind == "chat":
+    if record.kind in ("chat", "api"):  # an API answer's figures are a chat's
         rows += [
             ("Generation", f"{units.rate(f.get('avg_tps') or f.get('generation_tps'))} tokens/s"),
             ("Prompt", f"{units.rate(f.get('prompt_tps'))} tokens/s"),
@@ -56,7 +62,9 @@ def figures_html(record: RunRecord) -> str:
             ("Tokens", str(f.get("generation_tokens", "–"))),
         ]
     elif record.kind == "compare":
-        rows.append(("Headline", str(f.get("headline", ""))))
+        rows.append(("Headline", record.headline()))
+        if f.get("measured"):  # the demo's: what its simulated Macs measured, said so
+            rows.append(("Measured", str(f["measured"])))
         for key in ("single", "cluster"):
             run = f.get(key)
             if run:

@@ -5,8 +5,11 @@ sessions, one after the other) and keeps the result as a "compare" run; Stop can
 session running and skips the rest. ``CompareView`` shows a ``Comparison``: generation
 tokens/s, prompt tokens/s, time to first token and memory per node for each run, and
 beside them the **estimate** for the real Macs each run names (its basis in the cell's
-tooltip). On the demo it says plainly that the Macs are simulated: they share this
-machine's cores and loopback, so what they measure says nothing about real Macs.
+tooltip). On the demo the headline leads with that estimate, labelled as one, its basis
+in the headline's tooltip, and the measured figure follows in smaller type, said plainly
+to be the simulated Macs': they share this machine's cores and loopback, so what they
+measure says nothing about real Macs (``core.run.tasks.compare.headlines``, the CLI's
+words too). On real Macs the measured result leads.
 """
 
 from __future__ import annotations
@@ -42,15 +45,6 @@ WHAT_WORDS = {
 
 class CompareCancelled(Exception):
     """Stop was pressed during a comparison."""
-
-
-SIMULATED = "On simulated Macs: "
-
-
-def headline(result: Comparison, beside: EstimateBeside | None) -> str:
-    """The result's headline; on the demo, said to be measured on simulated Macs."""
-    simulated = beside is not None and beside.simulated
-    return f"{SIMULATED}{result.headline()}" if simulated else result.headline()
 
 
 def rows(result: Comparison, beside: EstimateBeside | None = None) -> list[tuple[str, list[str]]]:
@@ -121,16 +115,13 @@ class CompareRunner(QObject):
         self._set_busy(True)
         self.progress.emit(WHAT_WORDS["probing"])
 
-        sessions: dict[str, Session] = {}
-
         def on_session(session: Session, what: str) -> None:
             self._stopper.hold(session)
-            sessions[what] = session
             nodes = ", ".join(h.name for h in session.hosts)
             words = WHAT_WORDS.get(what, what).format(nodes=nodes)
             self._bridge.run_on_main(lambda: self.progress.emit(words))
 
-        def work() -> tuple[Comparison, EstimateBeside]:
+        def work() -> Comparison:
             result = compare(
                 info,
                 chosen,
@@ -143,15 +134,7 @@ class CompareRunner(QObject):
             )
             if self._stopper.stopped:
                 raise CompareCancelled
-            from core.run.planning import RUN_LABELS, estimates_beside
-
-            runs = {w: (x.plan, list(x.facts.values())) for w, x in sessions.items()}
-            beside = estimates_beside(
-                info,
-                {w: run for w, run in runs.items() if w in RUN_LABELS},
-                simulated=any(x.demo for x in sessions.values()),
-            )
-            return result, beside
+            return result
 
         self._bridge.run_in_background(work, self._done, self._failed, queue=self._queue)
 
@@ -162,8 +145,8 @@ class CompareRunner(QObject):
         self.progress.emit("Stopping the comparison…")
         self._stopper.stop()
 
-    def _done(self, outcome: tuple[Comparison, EstimateBeside]) -> None:
-        result, self.beside = outcome
+    def _done(self, result: Comparison) -> None:
+        self.beside = result.beside
         self._set_busy(False)
         if result.not_kept:
             self._bridge.failed.emit(result.not_kept)
@@ -200,6 +183,8 @@ class CompareView(QFrame):
         self.headline.setFont(style.number_font(headline_px))
         # Its own style sheet: the theme's label rules would set a smaller size.
         self.headline.setStyleSheet(f"font-size: {headline_px}px; font-weight: 600;")
+        self.measured = label("", "secondary", wrap=True)  # the demo's measured figure
+        self.measured.setContentsMargins(0, 0, 0, 6)
         self.close_button = QPushButton("Close")
         set_role(self.close_button, "link")
         self.close_button.clicked.connect(self._close)
@@ -215,15 +200,23 @@ class CompareView(QFrame):
         layout.setContentsMargins(12, 10, 12, 10)
         layout.addLayout(head)
         layout.addWidget(self.headline)
+        layout.addWidget(self.measured)
         layout.addLayout(self.grid)
         layout.addWidget(self.notes)
+        layout.addStretch(1)  # room to spare goes below, not between the lines
         self.cells: dict[tuple[int, int], str] = {}
         self.tooltips: dict[tuple[int, int], str] = {}  # the estimate cells' basis
 
     def show_result(self, result: Comparison, beside: EstimateBeside | None = None) -> None:
         """The result, with the estimate for the real Macs beside it when there is one."""
+        from core.run.tasks.compare import headlines
+
         self.result, self.beside = result, beside
-        self.headline.setText(headline(result, beside))
+        said = headlines(result, beside)
+        self.headline.setText(said.lead)
+        self.headline.setToolTip(said.basis)
+        self.measured.setText(said.measured)
+        self.measured.setVisible(bool(said.measured))
         clear_layout(self.grid)
         self.cells = {}
         shown = rows(result, beside)
@@ -238,8 +231,6 @@ class CompareView(QFrame):
                 self.grid.addWidget(cell, r, c + 1, Qt.AlignmentFlag.AlignTop)
                 self.cells[(r, c)] = text
         notes = list(result.notes)
-        if beside is not None and beside.simulated:
-            notes.append(beside.note(len(result.cluster.nodes)))
         self.notes.setText(" ".join(notes))
         self.notes.setVisible(bool(notes))
         self.show()

@@ -19,6 +19,9 @@ REPORT_S = p.TRAFFIC_S  # a rank reports its link traffic this often while bytes
 # Link samples further apart than this have idle time between them: a rank sends no
 # report while nothing moves (telemetry forgets a sender after as many intervals).
 IDLE_S = STALE_INTERVALS * REPORT_S
+# After a zero, a gap longer than this many reports is quiet: a reporter is at most
+# half a report late (it wakes every quarter of one), so longer means nothing moved.
+QUIET_REPORTS = 1.5
 
 
 def axis_top(current: float, peak: float, floor: float) -> float:
@@ -96,13 +99,25 @@ def zero_idle(
     it, and no report comes while nothing moves: where two samples are more than
     ``idle_s`` apart the rate fell to 0 one report after the first and rose from 0 one
     report before the second (a line straight between them would ramp across the pause,
-    "traffic climbing" while nothing ran). So too from the last sample to ``now`` (the
-    live view's present), when that is idle time."""
-    gaps = np.nonzero(np.diff(x) > idle_s)[0]
-    if len(gaps):
-        at = np.repeat(gaps + 1, 2)
-        zeros = np.column_stack((x[gaps] + report_s, x[gaps + 1] - report_s)).ravel()
-        x, y = np.insert(x, at, zeros), np.insert(y, at, 0.0)
+    "traffic climbing" while nothing ran). After a sample at 0 (a zero report, a sender
+    gone quiet) a shorter gap is idle too, once it outlasts a report (``QUIET_REPORTS``
+    of them, for a late reporter): the rate rose from 0 one report before the next
+    sample. (Telemetry now keeps where a report's interval began; runs kept before it
+    did not, and are drawn the same.) So too from the last sample to ``now`` (the live
+    view's present), when that is idle time."""
+    step = np.diff(x)
+    gaps = np.nonzero(step > idle_s)[0]
+    quiet = np.nonzero((step > QUIET_REPORTS * report_s) & (step <= idle_s) & (y[:-1] == 0))[0]
+    if len(gaps) or len(quiet):
+        at = np.concatenate((np.repeat(gaps + 1, 2), quiet + 1))
+        zeros = np.concatenate(
+            (
+                np.column_stack((x[gaps] + report_s, x[gaps + 1] - report_s)).ravel(),
+                x[quiet + 1] - report_s,
+            )
+        )
+        order = np.argsort(at, kind="stable")
+        x, y = np.insert(x, at[order], zeros[order]), np.insert(y, at[order], 0.0)
     if now is not None and len(x) and now - x[-1] > idle_s:
         x, y = np.append(x, (x[-1] + report_s, now)), np.append(y, (0.0, 0.0))
     return x, y

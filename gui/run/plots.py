@@ -127,13 +127,13 @@ class LivePlots(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)
-        layout.addLayout(plot_header("Tokens per second", self.token_key, self.live_button))
+        layout.addWidget(plot_header("Tokens per second", self.token_key, self.live_button))
         layout.addWidget(self.tokens, 3)
-        layout.addLayout(
+        layout.addWidget(
             plot_header("Link bandwidth · bytes moved by MLX collectives", self.link_key)
         )
         layout.addWidget(self.links, 3)
-        layout.addLayout(plot_header("Memory per node", self.memory_key))
+        layout.addWidget(plot_header("Memory per node", self.memory_key))
         layout.addWidget(self.memory, 2)
         self.empty_hint = label(
             "Press Start: tokens per second, link traffic and memory "

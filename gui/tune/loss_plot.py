@@ -117,9 +117,9 @@ class LossPlot(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)
-        layout.addLayout(plot_header("Loss", self.loss_key))
+        layout.addWidget(plot_header("Loss", self.loss_key))
         layout.addWidget(self.loss, 3)
-        layout.addLayout(plot_header("Trained tokens per second", self.rate_key))
+        layout.addWidget(plot_header("Trained tokens per second", self.rate_key))
         layout.addWidget(self.rate, 2)
         self.empty_hint = label(
             "Press Start: the loss and the tokens per second appear here, step by step.",

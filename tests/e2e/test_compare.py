@@ -48,6 +48,9 @@ def test_compare_on_two_demo_macs_runs_one_rank_then_two_and_gives_the_ratio(
         estimate = result["estimate"][run_label]
         assert estimate["label"] == "estimate" and estimate["tokens_per_s"] > 0
         assert estimate["nodes"][0]["chip"] in ("M3 Ultra", "M4 Max")
+    # What the window shows large: the estimate first, the simulated Macs' measure second.
+    assert result["lead"].startswith("Estimate for the real Macs: ")
+    assert result["measured"].startswith("Measured on simulated Macs: ")
     assert "On one Mac (" in run.stderr and "On the cluster (" in run.stderr
     kept = subprocess.run(
         [sys.executable, "-m", "gui.cli", "history", "--json"],

@@ -49,7 +49,8 @@ and the live-demo kit on a real demo job of four simulated Macs (``take_demokit`
 - ``compare``: Compare's panel: one Mac vs the four, side by side, the headline large,
   the estimate for the real Macs and the demo's note that its Macs are simulated;
 - ``presentation``: presentation mode (full screen);
-- ``history``: the History window, the chat run's figures and plots.
+- ``history``: the History window, the newest chat run's figures and plots: two answers
+  with idle time between them (the lines hold at zero across it).
 
 and the Fine-tune view on a real fine-tune of the demo model on the 2-node demo cluster
 with the shipped demo set (``take_tune``):
@@ -91,6 +92,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SIZE = (1440, 900)
 FIRST = "What is the capital of France?"
 SECOND = "And Italy? Tell me about its capital in a few sentences."
+THIRD = "And Spain?"
+IDLE_S = 8.0  # idle time between the last two answers of the live-demo kit
 
 
 @contextlib.contextmanager
@@ -709,6 +712,8 @@ def take_demokit(outdir: Path) -> list[Path]:
         run.start()  # live again, for presentation mode
         wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the job to load")
         view = window.show_presentation()
+        # Full screen is the window manager's to make; Xvfb has none: the screen's size.
+        view.setGeometry(view.screen().geometry())
         run.chat.prompt.setText(SECOND)
         run.chat.prompt.returnPressed.emit()
         wait_for(
@@ -724,12 +729,15 @@ def take_demokit(outdir: Path) -> list[Path]:
         shoot(view, "presentation", 0.4)
         view.close()
         wait_for(app, lambda: run.controller.state == RunState.READY, 300, "the answer")
+        settle(app, IDLE_S)  # idle between two answers: History's lines hold at zero
+        answered(THIRD)
         run.stop()
         wait_for(app, lambda: not run.busy, 60, "the job to stop")
         history = window.show_history()
         history.resize(1100, 820)
-        # Every run kept (two chats, the link test, the compare) before one is chosen.
-        wait_for(app, lambda: history.view.table.rowCount() >= 4, 30, "the history")
+        # Every run kept (three chats, the link test, the compare) before one is chosen:
+        # the newest chat's plots show two answers with idle time between them.
+        wait_for(app, lambda: history.view.table.rowCount() >= 5, 30, "the history")
         chat = next(i for i, r in enumerate(history.view.records) if r.kind == "chat")
         history.view.table.selectRow(chat)
         wait_for(app, lambda: history.view.current is not None, 30, "the chat run")

@@ -80,29 +80,62 @@ def test_compare_runs_one_mac_then_the_cluster(qtbot: QtBot, demo_plans) -> None
     assert result.ratio > 1.5
     assert result.headline() == f"{result.ratio:.1f}× faster on 2 Macs"
     assert pane.comparison.isVisible()
-    # The demo's Macs are simulated: the view says so, with the measured headline.
-    shown = f"On simulated Macs: {result.headline()}"
-    assert pane.comparison.headline.text() == shown
+    # The demo's Macs are simulated: the headline leads with the estimate for the real Macs
+    # named, labelled as an estimate, its basis in the tooltip; the measured figure second.
+    beside = pane.comparer.beside
+    assert beside is not None and beside.simulated
+    one, two = (beside.estimates[r.label].tokens_per_s for r in (result.single, result.cluster))
+    assert one and two
+    ratio = two / one
+    estimated = f"{ratio:.1f}× faster on 2 Macs" if ratio >= 1.05 else f"{ratio:.2f}× on 2 Macs"
+    shown = pane.comparison.headline.text()
+    assert shown.startswith(f"Estimate for the real Macs: {estimated}"), shown
+    assert result.headline() not in shown  # the measured ratio does not lead
+    basis = pane.comparison.headline.toolTip()
+    assert "On one Mac: An estimate, not a measurement" in basis
+    assert "On the cluster: An estimate, not a measurement" in basis and "GB/s" in basis
+    measured = pane.comparison.measured.text()
+    assert pane.comparison.measured.isVisible()
+    assert measured.startswith(f"Measured on simulated Macs: {result.ratio:.1f}× faster on 2 Macs")
+    assert "the 2 demo Macs share this machine's" in measured and "loopback" in measured
+    assert "says nothing about real Macs" in measured
     cells = pane.comparison.cells
     assert cells[(0, 0)] == "One Mac · Studio A" and cells[(0, 1)] == "Cluster · Studio A, Studio B"
     assert cells[(1, 0)].endswith("tokens/s") and cells[(2, 0)].endswith("tokens/s")
     # Beside the measured figures, the estimate for the real Macs named, its basis in a tooltip.
-    beside = pane.comparer.beside
-    assert beside is not None and beside.simulated
     for column, run in enumerate((result.single, result.cluster)):
         estimate = beside.estimates[run.label]
         assert cells[(4, column)] == f"{units.rate(estimate.tokens_per_s)} tokens/s (est.)"
         tooltip = pane.comparison.tooltips[(4, column)]
         assert tooltip.startswith("An estimate, not a measurement") and "GB/s" in tooltip
     assert "Studio B: 150 MB" in cells[(5, 1)]  # memory per node, as the ranks reported
-    notes = pane.comparison.notes.text()
-    assert "the 2 demo Macs share this machine's" in notes and "loopback" in notes
     assert pane.status.text() == f"Compare done: {shown}"
     assert locks == [True, False] and pane.start_button.isEnabled()
     kept = History().runs()
     assert [r.kind for r in kept] == ["compare"]
     assert kept[0].figures["ratio"] == pytest.approx(result.ratio, abs=0.001)
+    # The History lists what the view said first: the estimate, not the simulated ratio.
+    assert kept[0].headline() == shown and kept[0].figures["measured"] == measured
     assert all(job.state.finished for job in pane.jobs)  # no rank left behind
+
+
+def test_on_real_macs_the_measured_result_leads(qtbot: QtBot) -> None:
+    """Real Macs: the measured headline, as before; no estimate lead, no simulated line."""
+    from core.run.planning import EstimateBeside
+    from core.run.tasks.compare import Comparison, RunFigures
+    from gui.run.compare_view import CompareView
+
+    def run(label: str, nodes: list[str], tps: float) -> RunFigures:
+        return RunFigures(label, nodes, "tensor", len(nodes), tps, 200.0, 0.1, 40, 12, {}, "Paris")
+
+    result = Comparison(
+        run("one Mac", ["Studio A"], 20.0), run("cluster", ["Studio A", "Studio B"], 54.0), "tensor"
+    )
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.show_result(result, EstimateBeside({}, simulated=False))
+    assert view.headline.text() == "2.7× faster on 2 Macs" == result.headline()
+    assert view.headline.toolTip() == "" and not view.measured.isVisible()
 
 
 def test_compare_waits_for_the_job_to_stop(qtbot: QtBot, demo_plans) -> None:

@@ -26,6 +26,7 @@ from core.settings import Settings
 from gui.cluster.pane import CABLES, MACS
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
+from gui.plot_style import PlotHeading, natural_width
 from gui.preferences import Preferences
 from tests.gui.fakes import FakeBehaviour, fake_factory
 
@@ -225,3 +226,54 @@ def test_the_wheel_never_changes_a_left_column_setting_without_focus(
     before = combo.currentIndex()
     _wheel(combo, up=before > 0)
     assert combo.currentIndex() != before
+
+
+def _headings_clear(root: QWidget, what: str) -> None:
+    """Every plot heading shown in ``root``: its title and its key never overlap, both lie
+    inside the heading, the key's text is whole (on one line, or wrapped under the title
+    with the height it needs), and the heading ends inside ``root``."""
+    _settle()
+    headings = [h for h in root.findChildren(PlotHeading) if h.isVisible()]
+    assert headings, f"{what}: no plot heading shown"
+    for heading in headings:
+        title, key = heading.title, heading.key
+        name = f"{what}: {title.text()}"
+        assert heading.mapTo(root, QPoint(heading.width(), 0)).x() <= root.width(), name
+        assert heading.rect().contains(title.geometry()), name
+        if key is None or not key.text():
+            continue
+        assert not title.geometry().intersects(key.geometry()), f"{name} overlaps its key"
+        assert heading.rect().contains(key.geometry()), f"{name}: its key is cut"
+        if key.wordWrap():
+            assert key.height() >= key.heightForWidth(key.width()), f"{name}: key cut"
+        else:
+            assert key.width() >= natural_width(key) - 2, f"{name}: key cut"
+
+
+@pytest.mark.parametrize("size", [SMALL, QSize(1600, 1000)], ids=["1280x800", "1600x1000"])
+def test_plot_titles_never_overlap_their_keys(qtbot: QtBot, demo_model: Path, size: QSize) -> None:
+    """Four Macs' links named in the link plot's key beside its long title: in the Run
+    pane, in presentation mode and in the History, at 1280×800 and 1600×1000, the key
+    stays beside the title when it fits, else wraps under it; never over it."""
+    window = _window(qtbot, demo_model, macs=4)
+    window.resize(size)
+    run = window.run
+    run.start()
+    qtbot.waitUntil(lambda: run.controller.state == RunState.READY, timeout=10_000)
+    with qtbot.waitSignal(run.controller.recorded, timeout=20_000):
+        run.ask("What is the capital of France?")
+    qtbot.waitUntil(lambda: len(run.plots.link_curves) >= 3, timeout=10_000)
+    _headings_clear(window, f"the Run pane at {size.width()}×{size.height()}")
+    view = window.show_presentation()
+    view.setWindowState(Qt.WindowState.WindowNoState)  # the display's size, not offscreen's
+    view.resize(size)
+    qtbot.waitUntil(lambda: len(view.plots.link_curves) >= 3, timeout=10_000)
+    _headings_clear(view, f"presentation at {size.width()}×{size.height()}")
+    view.close()
+    _stop(qtbot, window)
+    history = window.show_history()
+    history.resize(size)
+    qtbot.waitUntil(lambda: history.view.current is not None, timeout=10_000)
+    assert history.view.plots.bottom_key.text().count("▬") >= 3
+    _headings_clear(history, f"History at {size.width()}×{size.height()}")
+    history.close()

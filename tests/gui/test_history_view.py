@@ -12,7 +12,8 @@ import pytest
 from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
 
-from core.run.measure.history import History, RunRecord
+from core.run.measure.history import History, RunKind, RunRecord, telemetry_series
+from core.run.measure.telemetry import Telemetry
 from core.run.states import RunState
 from gui.bridge import Bridge
 from gui.history.view import HistoryView
@@ -137,8 +138,8 @@ def test_a_chat_shows_its_series_and_exports_csv_json_png(
     record = shown.args[0]
     assert record.kind == "chat"
     assert set(view.plots.curves) == {"tokens_per_s", "link 0↔1 bytes_per_s"}
-    legend = view.plots.bottom.getPlotItem().legend
-    assert [text.text for _sample, text in legend.items] == ["Studio A ↔ Studio B"]
+    key = view.plots.bottom_key.text()  # the key, in the plot's heading
+    assert "Studio A ↔ Studio B" in key and key.count("▬") == 1
     x, y = view.plots.curves["tokens_per_s"].getData()
     assert len(x) == 20 and y[-1] == pytest.approx(49.0)
     files = view.export(tmp_path / "out")
@@ -274,6 +275,123 @@ def test_a_kept_runs_lines_hold_zero_across_idle_time_also_in_the_png(
     assert 8e3 <= box.viewRange()[1][1] < 1e5  # its KB/s fill the plot, not a flat line
     written = plots.export_png(tmp_path, "run")
     assert all(QImage(str(path)).width() >= 800 for path in written)
+
+
+def _fed_telemetry() -> Telemetry:
+    """A real job's events (times from a 2-rank demo job, seconds from its Start): the
+    join's bytes while loading, a heartbeat that forgets the quiet sender 1.3 s before the
+    first answer's first report, an answer, 10 s idle, a second answer."""
+    telemetry = Telemetry(clock=None)
+
+    def traffic(rank: int, t: float, sent: dict[str, int]) -> None:
+        telemetry.feed(
+            {
+                "event": "traffic",
+                "rank": rank,
+                "t": t,
+                "interval_s": 0.5,
+                "sent": sent,
+                "received": {},
+            }
+        )
+
+    def tokens(request: str, start: float, n: int) -> None:
+        for i in range(n):
+            telemetry.feed(
+                {
+                    "event": "token",
+                    "rank": 0,
+                    "t": start + 0.07 * i,
+                    "request": request,
+                    "index": i,
+                    "token": 1,
+                    "text": "x",
+                }
+            )
+        telemetry.feed(
+            {
+                "event": "done",
+                "rank": 0,
+                "t": start + 0.07 * n,
+                "request": request,
+                "generation_tokens": n,
+                "text": "x" * n,
+            }
+        )
+
+    traffic(0, 9.5, {"1": 4})
+    traffic(0, 10.0, {})
+    telemetry.feed({"event": "heartbeat", "rank": 1, "t": 11.6})  # expires rank 0: 0 at 11.6
+    traffic(1, 12.87, {"0": 86_819})
+    traffic(0, 12.89, {"1": 100})
+    tokens("r1", 12.93, 8)
+    traffic(1, 13.39, {"0": 16_000})
+    traffic(0, 13.41, {})
+    traffic(1, 13.89, {})
+    for beat in range(15, 24):  # idle: heartbeats only
+        telemetry.feed({"event": "heartbeat", "rank": beat % 2, "t": float(beat)})
+    traffic(1, 24.53, {"0": 18_400})
+    tokens("r2", 24.9, 4)
+    traffic(0, 25.03, {"1": 80})
+    traffic(1, 25.06, {"0": 9_400})
+    traffic(1, 25.56, {})
+    traffic(0, 25.58, {})
+    return telemetry
+
+
+def test_a_kept_runs_link_never_ramps_across_quiet_time(qtbot: QtBot, tmp_path: Path) -> None:
+    """What History hands pyqtgraph for a run read back from the history store: each
+    link at 0 through every quiet stretch, up to where the report that ends it began
+    (half a second before it), and the same in the exported PNG's plot. The screenshot
+    drew a ramp from the last zero (a heartbeat's, 1.3 s before) to the first answer's
+    first report: quiet shorter than the idle gap the plot looked for."""
+    from gui.history.run_plots import RunPlots
+
+    telemetry = _fed_telemetry()
+    record = _chat(1000.0)
+    record.series = telemetry_series(telemetry, origin=0.0)
+    path = tmp_path / "history.sqlite3"
+    run = History(path).add(record)
+    loaded = History(path).get(run)
+    assert loaded is not None
+    plots = RunPlots()
+    qtbot.addWidget(plots)
+    plots.resize(900, 600)
+    plots.show_record(loaded)
+    x, y = plots.curves["link 0↔1 bytes_per_s"].getData()
+    quiet = np.concatenate((np.linspace(10.0, 12.37, 50), np.linspace(14.4, 24.03, 50)))
+    assert np.interp(quiet, x, y).max() == 0.0  # no ramp into either answer
+    assert np.interp(12.87, x, y) > 1e5 and np.interp(24.53, x, y) > 3e4
+    tx, ty = plots.curves["tokens_per_s"].getData()
+    assert np.interp(np.linspace(13.6, 24.9, 50), tx, ty).max() == 0.0
+    written = plots.export_png(tmp_path, "run")  # the PNG is this plot, drawn as shown
+    assert len(written) == 2 and all(QImage(str(p)).width() >= 800 for p in written)
+
+
+def test_a_kept_fine_tune_shows_its_loss_as_measured(qtbot: QtBot, tmp_path: Path) -> None:
+    """A fine-tune's loss is a loss (not a link's bytes/s) and never falls to 0 between
+    reports seconds apart: nothing is held at zero in training."""
+    from gui.history.run_plots import RunPlots
+
+    record = _chat(1000.0)
+    record.kind = RunKind.FINETUNE
+    record.series = {
+        "train_loss": [(2.0 + 4 * i, 4.2 - 0.4 * i) for i in range(8)],
+        "tokens_per_s": [(2.0 + 4 * i, 300.0) for i in range(8)],
+        "val_loss": [(14.0, 3.1), (30.0, 1.5)],
+    }
+    path = tmp_path / "history.sqlite3"
+    loaded = History(path).get(History(path).add(record))
+    assert loaded is not None
+    plots = RunPlots()
+    qtbot.addWidget(plots)
+    plots.show_record(loaded)
+    assert plots.bottom_title.text() == "LOSS"
+    x, y = plots.curves["train_loss"].getData()
+    assert list(x) == [2.0 + 4 * i for i in range(8)]  # as measured, nothing inserted
+    assert np.interp(np.linspace(2.0, 30.0, 60), x, y).min() > 1.0
+    assert "validation" in plots.bottom_key.text() and "training" in plots.bottom_key.text()
+    assert set(plots.curves) == {"train_loss", "val_loss", "tokens_per_s"}
 
 
 def test_a_damaged_history_set_aside_is_said(qtbot: QtBot, tmp_path: Path) -> None:

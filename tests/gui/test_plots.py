@@ -179,6 +179,23 @@ def test_a_link_holds_zero_across_idle_time() -> None:
     assert list(tx[-2:]) == [41.0, 100.0] and list(ty[-2:]) == [0.0, 0.0]
 
 
+def test_a_link_at_zero_holds_it_through_a_shorter_quiet_gap() -> None:
+    """After a sample at 0 a gap of more than a report and a half (shorter than the idle
+    gap) is quiet too: the line rises one report before the next sample (a run kept
+    before telemetry said where a report began ramped there: 1.3 s in a screenshot).
+    A gap after a rate, or within a report's lateness, is left as it is."""
+    x = np.array([9.5, 10.0, 10.5, 11.8, 12.3, 13.3])
+    y = np.array([8.0, 0.0, 0.0, 9e4, 7e4, 7e4])
+    zx, zy = zero_idle(x, y)
+    assert zx.tolist() == pytest.approx([9.5, 10.0, 10.5, 11.3, 11.8, 12.3, 13.3])
+    assert zy.tolist() == [8.0, 0.0, 0.0, 0.0, 9e4, 7e4, 7e4]
+    late = zero_idle(np.array([1.0, 1.7]), np.array([0.0, 5.0]))  # a late report
+    assert late[0].tolist() == [1.0, 1.7]
+    both = zero_idle(np.array([0.0, 1.0, 10.0]), np.array([0.0, 5.0, 5.0]))  # quiet, idle
+    assert both[0].tolist() == pytest.approx([0.0, 0.5, 1.0, 1.5, 9.5, 10.0])
+    assert both[1].tolist() == [0.0, 0.0, 5.0, 0.0, 0.0, 5.0]
+
+
 def test_tokens_per_second_hold_zero_up_to_now() -> None:
     hx, hy = hold_zero(np.array([0.0, 1.0, 9.0]), np.array([4.0, 0.0, 5.0]), now=12.0)
     assert list(hx) == [0.0, 1.0, 9.0, 9.0] and list(hy) == [4.0, 0.0, 0.0, 5.0]  # generating

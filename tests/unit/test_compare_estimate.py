@@ -11,7 +11,7 @@ from core.cli.compare import side_by_side
 from core.plan.estimate import RDMA, TCP_RING
 from core.run.demo import DEMO_MACS
 from core.run.planning import estimate_on, estimates_beside, plan_on, rdma_on
-from core.run.tasks.compare import Comparison, RunFigures
+from core.run.tasks.compare import Comparison, Headlines, RunFigures, headlines
 from tests.helpers.header_models import synthetic_model_info
 
 GIB = 1 << 30
@@ -51,7 +51,11 @@ def test_on_the_demo_compare_says_the_macs_are_simulated_and_estimates_the_real_
         "pipeline",
     )
     text = side_by_side(result, beside)
-    assert "Measured on simulated Macs: 1.2× faster on 2 Macs" in text
+    lead = next(line for line in text.splitlines() if line.startswith("Estimate for the real"))
+    ratio = cluster.tokens_per_s / one.tokens_per_s
+    assert lead.startswith(f"Estimate for the real Macs: {ratio:.{1 if ratio >= 1.05 else 2}f}×")
+    measured = text.splitlines()[text.splitlines().index(lead) + 1]  # the estimate first
+    assert measured.startswith("Measured on simulated Macs: 1.2× faster on 2 Macs (9.60 vs 8.00")
     assert f"the 2 demo Macs share this machine's {beside.cores} cores and its loopback" in text
     row = next(line for line in text.splitlines() if line.startswith("estimate"))
     assert f"{one.tokens_per_s:.0f} tokens/s (est.)" in row
@@ -76,4 +80,4 @@ def test_on_real_macs_there_is_no_caveat_and_an_unknown_chip_says_so():
     text = side_by_side(result, beside)
     assert "Simulated" not in text and "simulated" not in text
     assert "none: chip unknown for Studio B" in text
-    assert beside.note(2) == ""
+    assert headlines(result, beside) == Headlines(result.headline())  # the measure leads

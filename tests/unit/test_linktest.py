@@ -9,6 +9,7 @@ from core.cluster.topology import build_topology
 from core.run.measure import links as linktest
 from core.run.measure.links import Nominal, cable_nominals, link_results
 from core.run.planning import EstimateBeside, shared_machine
+from core.run.tasks.compare import Comparison, RunFigures, headlines
 from core.run.tasks.linktest import LinkTest
 from core.worker import protocol as p
 from core.worker.linktest import DEFAULT_SIZES, ring_pairs
@@ -76,8 +77,16 @@ def test_the_cli_says_the_demos_links_are_this_machines_loopback() -> None:
     assert opening.startswith("Simulated Macs: the 3 demo Macs share this machine's ")
     assert lines[3].startswith(opening + ", so these rates are loopback's")
     assert "real Macs' cables" in lines[3]
-    # Compare opens its caveat with the same words.
-    assert EstimateBeside({}, simulated=True).note(3).startswith(opening + ", so ")
+    # Compare says it in the same words.
+    said = headlines(
+        Comparison(
+            None,
+            RunFigures("cluster", nodes, "pipeline", 3, 9.0, 90.0, 0.5, 8, 4, {}, ""),
+            "pipeline",
+        ),
+        EstimateBeside({}, simulated=True),
+    )
+    assert opening.removeprefix("Simulated Macs: ") + ", so " in said.measured
     real = described(tested, simulated=False)
     assert "Simulated" not in real and len(real.splitlines()) == 3
 

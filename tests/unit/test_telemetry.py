@@ -358,6 +358,33 @@ def test_links_fall_to_zero_when_traffic_stops() -> None:
     assert telemetry.link_totals() == {"0↔1": 2000}  # totals stay
 
 
+def test_a_link_rises_where_its_first_report_after_quiet_began() -> None:
+    """A report's bytes moved within its interval, not before: after a quiet stretch the
+    link's series says where that interval began (its rate then, 0), so no line ramps
+    from the last zero (a heartbeat's expiry, 1.3 s earlier here) across the quiet."""
+    telemetry = local_telemetry()
+    telemetry.feed(traffic(0, 9.5, {"1": 4}))
+    telemetry.feed(traffic(0, 10.0, {}))  # the report at zero once bytes stop
+    telemetry.feed(event("heartbeat", 1, 11.6))  # rank 0's direction expires: 0 at 11.6
+    telemetry.feed(traffic(1, 12.87, {"0": 86_819}))  # an answer's first report
+    telemetry.feed(traffic(0, 12.89, {"1": 100}))  # (rank 0 was quiet too: no ramp)
+    t, v = telemetry.link_series()["0↔1"]
+    assert t.tolist() == pytest.approx([9.5, 10.0, 11.6, 12.37, 12.87, 12.89])
+    assert v.tolist() == pytest.approx([8.0, 0.0, 0.0, 0.0, 173_638.0, 173_838.0])
+    total_t, total_v = telemetry.total_link_series()
+    assert 12.37 in total_t.round(6).tolist() and total_v[total_t.round(6) == 12.37] == [0.0]
+    telemetry.feed(traffic(1, 13.37, {"0": 50_000}))  # still moving: reports follow on
+    assert telemetry.link_series()["0↔1"][0].tolist()[-1] == pytest.approx(13.37)
+    assert len(telemetry.link_series()["0↔1"][0]) == 7
+
+
+def test_a_first_report_on_a_new_link_adds_no_earlier_point() -> None:
+    """Nothing drawn before a link's first sample, so nothing to ramp from."""
+    telemetry = local_telemetry()
+    telemetry.feed(traffic(0, 5.0, {"1": 1000}))
+    assert telemetry.link_series()["0↔1"][0].tolist() == [5.0]
+
+
 def test_a_peer_missing_from_a_report_got_nothing() -> None:
     telemetry = local_telemetry()
     telemetry.feed(traffic(0, 0.0, {"1": 1000}))

@@ -460,10 +460,13 @@ class Telemetry:
             raise ValueError(f"interval_s must be positive, not {interval}")
         sent = _peer_bytes(event["sent"], rank)
         peers = sent.keys() | {b for a, b in self._directions if a == rank}
+        began = at - interval  # this report's bytes moved after this moment, not before
         for peer in sorted(peers):
             n = sent.get(peer, 0)
-            self._directions[(rank, peer)] = _Direction(n / interval, at, interval)
             key = (min(rank, peer), max(rank, peer))
+            if n:
+                self._rise_from_quiet(key, rank, peer, began)
+            self._directions[(rank, peer)] = _Direction(n / interval, at, interval)
             self._link_totals[key] = self._link_totals.get(key, 0) + n
             rate = self._fresh_rate(rank, peer, at) + self._fresh_rate(peer, rank, at)
             if key not in self._links:
@@ -471,6 +474,30 @@ class Telemetry:
             _append_in_order(self._links[key], at, rate)
         total = sum(d.bytes_per_s for d in self._directions.values() if d.fresh_at(at))
         _append_in_order(self._link_total_series, at, total)
+
+    def _rise_from_quiet(
+        self, key: tuple[int, int], sender: int, receiver: int, began: float
+    ) -> None:
+        """A sender quiet until now (no report since one at zero, or none since it went
+        stale) reports bytes: they moved within this report's interval, from ``began``,
+        and not before. The link's rate at ``began`` (without this sender) goes in first,
+        so the line rises there instead of ramping from the link's last sample, which may
+        be seconds older (a heartbeat's expiry, a zero report): a ramp across idle time
+        in the live plots, the History and the kept series alike."""
+        previous = self._directions.get((sender, receiver))
+        if previous is not None and previous.bytes_per_s > 0:
+            return  # it was moving bytes: its reports follow one another
+        buffer = self._links.get(key)
+        last = buffer.last() if buffer is not None else None
+        if buffer is None or last is None or began <= last[0]:
+            return  # nothing drawn before (no line to ramp from), or no quiet gap
+        buffer.append(began, self._fresh_rate(receiver, sender, began))
+        total = self._link_total_series.last()
+        if total is not None and began > total[0]:
+            others = (d for pair, d in self._directions.items() if pair != (sender, receiver))
+            self._link_total_series.append(
+                began, sum(d.bytes_per_s for d in others if d.fresh_at(began))
+            )
 
     def _expire_directions(self, now: float) -> None:
         """Forgets senders gone quiet, so their links fall to 0 on the plots.

@@ -23,12 +23,12 @@ from core.run.job.launcher import Job, JobSpec
 from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.measure.telemetry import Telemetry
 from core.run.placement import ClusterError
-from core.run.planning import plan_on
+from core.run.planning import EstimateBeside, estimates_beside, plan_on, sharing
 from core.run.session import Host, Session
 from core.run.states import Step
 from core.run.tasks.chat import answer_once
 from core.run.tasks.records import job_record
-from core.units import size
+from core.units import rate, size
 from core.worker.vocab import Strategy
 
 # Below this ratio the cluster is "not faster" (run-to-run noise is a few percent).
@@ -64,6 +64,8 @@ class Comparison:
     no_single: str = ""  # why no one Mac ran it (the model needs the cluster)
     notes: list[str] = field(default_factory=list)
     not_kept: str | None = None  # why the history could not keep it
+    # The estimate for the real Macs each run names, and whether the Macs were simulated.
+    beside: EstimateBeside | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -73,28 +75,97 @@ class Comparison:
         return self.cluster.generation_tps / self.single.generation_tps
 
     def headline(self) -> str:
-        count = len(self.cluster.nodes)
+        """The measured result in a line: "2.7× faster on 4 Macs", or why it is not."""
         if self.single is None:
             return self.no_single
         ratio = self.ratio or 0.0
-        if ratio >= FASTER:
-            return f"{ratio:.1f}× faster on {count} Macs"
-        if self.strategy == Strategy.PIPELINE:
-            return (
-                f"{ratio:.2f}× on {count} Macs: pipeline splits memory, not time; one answer is "
-                "not faster (tensor is)"
-            )
-        return f"{ratio:.2f}× on {count} Macs: not faster here (the links cost more than they save)"
+        said = ratio_words(ratio, len(self.cluster.nodes))
+        return said if ratio >= FASTER else f"{said}: {not_faster(self.strategy)}"
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able: the measured figures and ``headline``; ``lead`` and ``measured``,
+        what every surface says first and second (``headlines``); with the estimates,
+        ``simulated`` and ``estimate`` (``EstimateBeside.to_dict``)."""
+        said = headlines(self, self.beside)
         return {
             "strategy": self.strategy,
             "single": self.single.to_dict() if self.single else None,
             "cluster": self.cluster.to_dict(),
             "ratio": None if self.ratio is None else round(self.ratio, 3),
             "headline": self.headline(),
+            "lead": said.lead,
+            "measured": said.measured,
             "notes": list(self.notes),
+            **(self.beside.to_dict() if self.beside is not None else {}),
         }
+
+
+def ratio_words(ratio: float, macs: int) -> str:
+    """A speedup as people read it: "2.7× faster on 4 Macs", or "0.85× on 4 Macs"."""
+    return (
+        f"{ratio:.1f}× faster on {macs} Macs" if ratio >= FASTER else f"{ratio:.2f}× on {macs} Macs"
+    )
+
+
+def not_faster(strategy: str) -> str:
+    """Why a cluster does not answer faster than one Mac."""
+    if strategy == Strategy.PIPELINE:
+        return "pipeline splits memory, not time; one answer is not faster (tensor is)"
+    return "not faster here (the links cost more than they save)"
+
+
+ESTIMATE_LEAD = "Estimate for the real Macs: "
+MEASURED_SIMULATED = "Measured on simulated Macs: "
+
+
+@dataclass(frozen=True)
+class Headlines:
+    """What a comparison says first (``lead``, large), and on the demo second
+    (``measured``); ``basis``: where the lead's figure comes from, when it is an estimate
+    (a tooltip), else ""."""
+
+    lead: str
+    measured: str = ""
+    basis: str = ""
+
+
+def headlines(result: Comparison, beside: EstimateBeside | None = None) -> Headlines:
+    """On real Macs the measured result leads (``Comparison.headline``). On the demo the
+    simulated Macs share this machine's cores and loopback, so their ratio is noise: the
+    estimate for the real Macs they name leads, labelled an estimate with its basis, and
+    the measured figure follows, said plainly to be the simulated Macs'. Without a
+    cluster estimate (a chip unknown) the measured result leads, said to be simulated."""
+    beside = beside if beside is not None else result.beside
+    if beside is None or not beside.simulated:
+        return Headlines(result.headline())
+    macs = len(result.cluster.nodes)
+    cluster = beside.estimates.get("cluster")
+    single = beside.estimates.get("one Mac")
+    if result.single is None:
+        measured = f"{rate(result.cluster.generation_tps)} tokens/s on {macs} Macs"
+    else:
+        measured = (
+            f"{ratio_words(result.ratio or 0.0, macs)} ({rate(result.cluster.generation_tps)} "
+            f"vs {rate(result.single.generation_tps)} tokens/s)"
+        )
+    measured = (
+        f"{MEASURED_SIMULATED}{measured}; {sharing(macs, beside.cores)}, so it says nothing "
+        "about real Macs."
+    )
+    if cluster is None or cluster.tokens_per_s is None:
+        return Headlines(f"{MEASURED_SIMULATED}{result.headline()}", measured)
+    if single is None or not single.tokens_per_s or result.single is None:
+        lead = f"{rate(cluster.tokens_per_s)} tokens/s on {macs} Macs"
+        if result.single is None:
+            lead += f" ({result.no_single})" if result.no_single else ""
+    else:
+        ratio = cluster.tokens_per_s / single.tokens_per_s
+        lead = ratio_words(ratio, macs)
+        if ratio < FASTER:
+            lead += f" — {not_faster(result.strategy)}"
+    bases = [("On one Mac", single), ("On the cluster", cluster)]
+    basis = "\n\n".join(f"{what}: {e.basis()}" for what, e in bases if e is not None)
+    return Headlines(f"{ESTIMATE_LEAD}{lead}", measured, basis)
 
 
 def strongest_single(info: ModelInfo, facts: Sequence[NodeFacts]) -> tuple[str | None, str]:
@@ -178,6 +249,7 @@ def compare(
     facts = [cluster_session.facts[h.name] for h in hosts if h.name in cluster_session.facts]
     best, no_single = strongest_single(info, facts)
     single = None
+    runs: dict[str, tuple[Plan | None, list[NodeFacts]]] = {}  # each run's plan and Macs
     if best is not None:
         host = next(h for h in hosts if h.name == best)
         if host.facts is None and best in cluster_session.facts:
@@ -185,15 +257,18 @@ def compare(
         one = Session(info, [host], strategy=Strategy.SINGLE, job_factory=job_factory)
         one_plan = _begin(one, "one Mac", on_session)
         single = measured_run(one, "one Mac", prompt, max_tokens, one_plan)
+        runs["one Mac"] = (one_plan, list(one.facts.values()))
     plan = _begin(cluster_session, "cluster", on_session)
     cluster = measured_run(cluster_session, "cluster", prompt, max_tokens, plan)
+    runs["cluster"] = (plan, list(cluster_session.facts.values()))
     notes = []
     if single is not None and single.generation_tokens != cluster.generation_tokens:
         notes.append(
             f"the runs made {single.generation_tokens} and {cluster.generation_tokens} tokens "
             "(the answer ended early in one): tokens/s still compares"
         )
-    result = Comparison(single, cluster, str(plan.strategy), no_single, notes)
+    beside = estimates_beside(info, runs, simulated=cluster_session.demo)
+    result = Comparison(single, cluster, str(plan.strategy), no_single, notes, beside=beside)
     return replace(result, not_kept=keep(compare_record(cluster_session, result.to_dict())))
 
 
