@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -246,6 +247,11 @@ def test_bad_requests_get_openais_error_shape_and_the_job_serves_on(
 
 
 def test_one_log_line_per_request(served: Served) -> None:
+    # A line is printed after its answer is sent: the earlier tests' last lines may still
+    # be on their way. A marker request's line comes after all of them.
+    marker = f"/v1/settled-{uuid.uuid4().hex[:8]}"
+    httpx.get(f"http://127.0.0.1:{served.port}{marker}")
+    wait_until(lambda: any(marker in line for line in served.request_lines()), 30, "the marker")
     before = len(served.request_lines())
     httpx.get(f"{served.base_url}/models", headers={"Authorization": f"Bearer {served.key}"})
     httpx.get(f"{served.base_url}/nothing-here")
