@@ -30,7 +30,8 @@ from core.library.hub import (
     revision_of,
 )
 from core.model.info import ModelError, read_model_info
-from core.plan.memory import Node
+from core.plan.memory import Node, PlanOptions
+from core.run.planning import chat_options
 from core.units import bytes_per_s, count, duration, size
 
 MAX_LIMIT = 100
@@ -81,7 +82,10 @@ def search_cli(argv: list[str], out: TextIO, err: TextIO) -> int:
     except KeyboardInterrupt:
         err.write("macmesh: interrupted; the search stopped\n")
         return INTERRUPTED
-    rows = [_with_fit(model, copy, nodes) for model, copy in zip(found, copies, strict=True)]
+    options = chat_options()  # what a Start plans with: the badge says the same
+    rows = [
+        _with_fit(model, copy, nodes, options) for model, copy in zip(found, copies, strict=True)
+    ]
     if args.json:
         out.write(json.dumps(rows, indent=2) + "\n")
         return 0
@@ -133,7 +137,10 @@ def _header_copy(model: HubModel) -> tuple[str, Path, int] | HubError:
 
 
 def _with_fit(
-    model: HubModel, copy: tuple[str, Path, int] | HubError, nodes: list[Node]
+    model: HubModel,
+    copy: tuple[str, Path, int] | HubError,
+    nodes: list[Node],
+    options: PlanOptions,
 ) -> dict[str, Any]:
     row = model.to_dict()
     try:
@@ -143,7 +150,7 @@ def _with_fit(
     except ModelError as error:
         row.update(fit=None, reason=str(error), architecture=None, weight_bytes=None)
         return row
-    badge, plan = fit(info, nodes)
+    badge, plan = fit(info, nodes, options=options)
     row.update(
         fit=badge,
         reason=plan.reason,

@@ -25,7 +25,14 @@ def badge(plan: Plan) -> str:
     return FITS
 
 
-def fit(info: ModelInfo, nodes: Sequence[Node], links: Sequence[Link] = ()) -> tuple[str, Plan]:
-    """The planner's recommendation for ``info`` on ``nodes``, and its badge."""
-    plan = make_plan(info, list(nodes), links, PlanOptions())
+def fit(
+    info: ModelInfo,
+    nodes: Sequence[Node],
+    links: Sequence[Link] = (),
+    options: PlanOptions | None = None,
+) -> tuple[str, Plan]:
+    """The planner's recommendation for ``info`` on ``nodes``, and its badge. ``options``:
+    what a Start would plan with (``core.run.planning.chat_options``: the batch's KV caches
+    and the prompt cache), so the badge and the Model pane's plan give the same verdict."""
+    plan = make_plan(info, list(nodes), links, options or PlanOptions())
     return badge(plan), plan

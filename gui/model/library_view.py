@@ -408,9 +408,10 @@ class LibraryView(QFrame):
     def _badge(self, info: ModelInfo) -> tuple[str, str]:
         if not self._nodes:
             return NO_CLUSTER, "Add Macs (or try the demo cluster) to see what fits."
-        from core.run.planning import planner_node
+        from core.run.planning import chat_options, planner_node
 
-        badge, plan = fit(info, [planner_node(f) for f in self._nodes])
+        nodes = [planner_node(f) for f in self._nodes]
+        badge, plan = fit(info, nodes, options=chat_options())
         return badge, plan.reason
 
     def _filter(self, text: str) -> None:

@@ -126,3 +126,18 @@ def test_macmesh_plan_takes_the_prompt_cache_and_the_batch(
     assert (options["batch"], options["prompt_cache_bytes"]) == (8, 256 * MIB)
     assert plan_cli([*argv, "--prompt-cache-mb", "-1"], out=io.StringIO()) == 2
     assert "--prompt-cache-mb" in capsys.readouterr().err
+
+
+def test_the_librarys_badge_gives_the_verdict_a_start_plans_with(tmp_path: Path) -> None:
+    """A Mac with room for the weights but not for a batch's KV caches and the prompt
+    cache: the library's badge says "doesn't fit", as the Model pane's plan does."""
+    from core.library.fit import NO_FIT, fit
+    from core.run.planning import Serving, chat_options
+
+    tight = [Node("a", 4 * GIB)]  # 2.17 GB usable; the weights and the rest: 1.74 GB
+    bare, _ = fit(MODEL, tight)
+    assert bare == "fits"
+    serving = Serving(batch=8, prompt_cache_mb=64 * 1024)
+    badge, plan = fit(MODEL, tight, options=chat_options(serving=serving))
+    assert badge == NO_FIT and not plan.fits
+    assert plan.fits == make_plan(MODEL, tight, options=chat_options(serving=serving)).fits
