@@ -141,6 +141,12 @@ DEFAULT_MAX_TOKENS = 128  # a generate command without max_tokens
 # first token; 8 is the default, 16 where memory has room.
 DEFAULT_BATCH = 8
 MAX_BATCH = 256
+# Tokens of a prompt read in per model call (mlx-lm's prefill step size, 2048 by default),
+# on both paths (batching or not: the same chunks give the same greedy answers). A cancel
+# (the client left, Stop) takes effect between chunks, and a batch's running streams get a
+# token between a newcomer's chunks: smaller chunks end a cancelled prompt and pause the
+# others for less. Measured on the demo's 2-rank pipeline (README, "Measured here").
+PREFILL_STEP = 512
 # The batching ranks' prompt cache (``--prompt-cache-mb``): conversations' KV caches kept
 # between requests, at most this many MB a rank (``core.worker.promptcache``).
 DEFAULT_PROMPT_CACHE_MB = 256
