@@ -179,8 +179,11 @@ def generate(
     stops = StopScanner(command.get("stop", ()))
     agreement = _Agreement(group)
 
-    def between_chunks(_done: int, _total: int) -> None:
-        if agreement.cancelled_now(cancels is not None and request in cancels):
+    def between_chunks(done: int, total: int) -> None:
+        # mlx-lm calls this once more after the first token, with the second step in
+        # flight: agreeing there would hold the first token back (the token cancel takes
+        # over from then on).
+        if done < total and agreement.cancelled_now(cancels is not None and request in cancels):
             raise _PromptCancelled
 
     cancelled = False
