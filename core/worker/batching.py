@@ -7,13 +7,20 @@ the collectives inside a pipeline or tensor shard stay matched, as long as every
 inserts and removes the same requests at the same step. That is the agreement here:
 
 - The commands arrive on every rank's stdin in the same order but at different moments.
-  Rank 0 alone decides, after each step, how many of the ``generate`` commands at the head
-  of its queue join and which running requests its cancels end; it puts that in a small
-  vector (``Control``) that the other ranks receive through an ``all_sum`` where they add
-  zeros. The sum is queued behind the next step on the generation stream and read one
-  step later (as the single-request cancel agreement does), so it never stalls a step.
-  The other ranks then take the same number of commands off their own queue (they are
-  there, or about to be: the controller wrote them to every rank).
+  Rank 0 alone decides, at each token boundary, how many of the ``generate`` commands at
+  the head of its queue join and which running requests its cancels end; it puts that in
+  a small vector (``Control``) that the other ranks receive through an ``all_sum`` where
+  they add zeros. The boundary is where the step in flight has ended: the decision is
+  taken then, on what rank 0 has seen by then, and applied before the next step, so a
+  request that arrives while others stream is prefilled in the very next step (the
+  vector's round trip and the next step's graph are the only pause: the decode steps no
+  longer overlap). The other ranks then take the same number of commands off their own
+  queue (they are there, or about to be: the controller wrote them to every rank).
+- A prompt is read in chunks of ``PREFILL_STEP`` tokens, one chunk per step, after the
+  running requests' decode (mlx-lm's ``BatchGenerator`` order): the running streams go
+  on while a newcomer's long prompt is read, and a cancel (its client left, Stop) ends a
+  request still being read at its next chunk, so it never holds the others for the rest
+  of its prompt.
 - What the tokens decide (an end-of-sequence, ``max_tokens``, a stop string) every rank
   sees alike, because every rank samples the same tokens: each request's sampler draws
   from its own key (its seed), on the same logits on every rank, or (a pipeline whose
@@ -96,37 +103,23 @@ def from_rank0(sampler: Any, group: mx.distributed.Group) -> Any:
 
 
 class Control:
-    """Rank 0's decision for one step, on every rank, read one step after it is sent:
-    ``[joining, cancelled uid + 1, ...]`` (the cancelled list padded with zeros)."""
+    """Rank 0's decision at one token boundary, on every rank: ``[joining, cancelled
+    uid + 1, ...]`` (the cancelled list padded with zeros)."""
 
     def __init__(self, group: mx.distributed.Group | None, limit: int) -> None:
         self.group = group if group is not None and group.size() > 1 else None
         self.rank = group.rank() if group is not None else 0
         self.limit = limit
-        self._pending: mx.array | list[int] | None = None
 
-    @property
-    def pending(self) -> bool:
-        return self._pending is not None
-
-    def send(self, joining: int, cancelled: list[int]) -> None:
-        """Rank 0's decision (the others' arguments are ignored: they add zeros)."""
+    def agree(self, joining: int, cancelled: list[int]) -> tuple[int, list[int]]:
+        """Rank 0's ``joining`` and ``cancelled`` on every rank (the others' arguments are
+        ignored: they add zeros). Called with nothing in flight, it returns at once."""
         values = [joining, *[uid + 1 for uid in cancelled[: self.limit]]]
         values += [0] * (self.limit + 1 - len(values))
-        if self.group is None:
-            self._pending = values
-            return
-        local = mx.array(values if self.rank == 0 else [0] * len(values), dtype=mx.int32)
-        summed = mx.distributed.all_sum(local, group=self.group, stream=generation_stream)
-        mx.async_eval(summed)
-        self._pending = summed
-
-    def receive(self) -> tuple[int, list[int]]:
-        """The decision sent last: (how many join, the uids cancelled)."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return 0, []
-        values = pending if isinstance(pending, list) else _ints(pending)
+        if self.group is not None:
+            local = mx.array(values if self.rank == 0 else [0] * len(values), dtype=mx.int32)
+            summed = mx.distributed.all_sum(local, group=self.group, stream=generation_stream)
+            values = _ints(summed)
         return values[0], [v - 1 for v in values[1:] if v > 0]
 
 
@@ -152,7 +145,6 @@ class Batcher:
         self.running: dict[int, Running] = {}  # by the generator's uid
         per_token = kv_bytes_per_token(shard.config)
         self.prompts = PromptCache(cache_bytes // per_token) if cache_bytes > 0 else None
-        self._chosen: list[dict[str, Any]] = []  # rank 0: joining at the next receive
         tokenizer = shard.tokenizer
         self.generator = BatchGenerator(
             shard.model,
@@ -160,6 +152,7 @@ class Batcher:
             sampler=greedy,
             completion_batch_size=limit,
             prefill_batch_size=limit,
+            prefill_step_size=p.PREFILL_STEP,
         )
         self._shared = shard.token_from_rank0 and group.size() > 1
         self._greedy = from_rank0(greedy, group) if self._shared else greedy
@@ -169,7 +162,7 @@ class Batcher:
     def serve(self) -> None:
         """Run commands until ``stop``. Idle, every rank waits on its own stdin."""
         while True:
-            if not self.running and not self.control.pending:
+            if not self.running:
                 mx.synchronize(generation_stream)  # nothing of a batch left on the wire
                 command = self.commands.get()
                 op = command["op"]
@@ -184,48 +177,42 @@ class Batcher:
             self.step()
 
     def step(self) -> None:
-        """One token for every running request (and the prefill of those joining), then
-        the decision of the step before applied, and this step's sent."""
-        ended: list[int] = []
-        if self.running:
-            _, responses = self.generator.next()
-            for response in responses:
-                if self._token(response):
-                    ended.append(response.uid)
-        joining, cancelled = self.control.receive()
-        for uid in cancelled:
-            if uid in self.running and uid not in ended:
-                ended.append(uid)
-                self._finish(self.running[uid], p.CANCELLED)
+        """At the token boundary (the step in flight ended), rank 0's decision agreed and
+        applied: the cancelled out, the joining in; then one step: a token for every
+        request generating, and the next chunk of every prompt being read."""
+        mx.synchronize(generation_stream)
+        chosen, cancelled = self._decide()
+        joining, cancelled = self.control.agree(len(chosen), cancelled)
+        ended = [uid for uid in cancelled if uid in self.running]
+        for uid in ended:
+            self._finish(self.running[uid], p.CANCELLED)
         self._remove(ended)
-        self._take(joining)
-        if self.running or joining:
-            self.control.send(*self._decide())
+        for _ in range(joining):
+            self._join(chosen.pop(0) if self.rank == 0 else self.commands.get())
+        if not self.running:
+            return
+        _, responses = self.generator.next()
+        self._remove([r.uid for r in responses if self._token(r)])
 
     # -- joining -------------------------------------------------------------------------
 
-    def _decide(self) -> tuple[int, list[int]]:
+    def _decide(self) -> tuple[list[dict[str, Any]], list[int]]:
         """Rank 0: the generate commands at the head of its queue that fit, and the running
         requests cancelled. Other ranks decide nothing (they add zeros)."""
         if self.rank != 0:
-            return 0, []
+            return [], []
+        chosen: list[dict[str, Any]] = []
         free = self.limit - len(self.running)
         queue = self.commands
-        while len(self._chosen) < free:
+        while len(chosen) < free:
             with queue.mutex:
                 head = queue.queue[0] if queue.queue else None
             if head is None or head["op"] != p.OP_GENERATE:
                 break
-            self._chosen.append(queue.get_nowait())
+            chosen.append(queue.get_nowait())
         cancels = self.commands.cancels
         cancelled = [uid for uid, r in self.running.items() if r.request in cancels]
-        return len(self._chosen), cancelled
-
-    def _take(self, joining: int) -> None:
-        """The ``joining`` commands rank 0 chose, taken off this rank's own queue."""
-        for _ in range(joining):
-            command = self._chosen.pop(0) if self.rank == 0 else self.commands.get()
-            self._join(command)
+        return chosen, cancelled
 
     def _join(self, command: dict[str, Any]) -> None:
         """Insert one request into the generator (every rank alike), or refuse it."""

@@ -13,7 +13,9 @@ at the same token or their collectives fall out of step. So after each token eve
 adds its "cancelled?" flag into a one-number ``all_sum`` queued behind the next step, and
 reads the sum one token later (by then it is computed: no stall); a sum above zero ends
 the answer on every rank at that same token, with a ``done`` whose finish_reason is
-"cancelled". The job stays ready for the next request.
+"cancelled". The job stays ready for the next request. A prompt is read in chunks of
+``PREFILL_STEP`` tokens, and between chunks (nothing is in flight then) the ranks agree on
+the flag at once: a cancel ends a long prompt at its next chunk, not after all of it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import mlx.core as mx
@@ -71,12 +74,25 @@ class Commands(queue.Queue[dict[str, Any]]):
         self.cancels = Cancels()
 
 
+class _PromptCancelled(Exception):
+    """Every rank agreed, between two chunks of the prompt, that its request is cancelled."""
+
+
 class _Agreement:
     """Whether every rank has seen a cancel, agreed one token late (see the module doc)."""
 
     def __init__(self, group: mx.distributed.Group | None) -> None:
         self.group = group if group is not None and group.size() > 1 else None
         self._pending: mx.array | None = None
+
+    def cancelled_now(self, local: bool) -> bool:
+        """Agreed at once: for the boundaries between a prompt's chunks (nothing is in
+        flight there, so waiting for the sum costs one round trip)."""
+        if self.group is None:
+            return local
+        flag = mx.array([1 if local else 0], dtype=mx.int32)
+        total = mx.distributed.all_sum(flag, group=self.group, stream=generation_stream)
+        return bool((total > 0).item())
 
     def cancelled(self, local: bool) -> bool:
         if self.group is None:
@@ -162,13 +178,31 @@ def generate(
         sampler = _from_rank0(sampler, group)
     stops = StopScanner(command.get("stop", ()))
     agreement = _Agreement(group)
+
+    def between_chunks(done: int, total: int) -> None:
+        # mlx-lm calls this once more after the first token, with the second step in
+        # flight: agreeing there would hold the first token back (the token cancel takes
+        # over from then on).
+        if done < total and agreement.cancelled_now(cancels is not None and request in cancels):
+            raise _PromptCancelled
+
     cancelled = False
     first_at = None
     pieces: list[str] = []
     last = None
-    for index, response in enumerate(
-        stream_generate(shard.model, shard.tokenizer, ids, max_tokens=max_tokens, sampler=sampler)
-    ):
+    tokens = stream_generate(
+        shard.model,
+        shard.tokenizer,
+        ids,
+        max_tokens=max_tokens,
+        sampler=sampler,
+        prefill_step_size=p.PREFILL_STEP,
+        prompt_progress_callback=between_chunks,
+    )
+    for index, response in enumerate(_until_prompt_cancelled(tokens)):
+        if response is None:
+            cancelled = True
+            break
         if first_at is None:
             first_at = time.monotonic()
         if agreement.cancelled(cancels is not None and request in cancels):
@@ -211,6 +245,14 @@ def generate(
             text="".join(pieces),
             peak_generation_bytes=METER.peak(),  # the process's, since loaded (residency)
         )
+
+
+def _until_prompt_cancelled(tokens: Iterator[Any]) -> Iterator[Any]:
+    """The responses, then None when the ranks agreed to cancel while reading the prompt."""
+    try:
+        yield from tokens
+    except _PromptCancelled:
+        yield None
 
 
 def serve(

@@ -2,7 +2,7 @@
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
-finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate picks some;
+finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate,serve_memory picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -148,6 +148,12 @@ def _peak_memory(model) -> dict:
     return bench_peak_memory(model)
 
 
+def _serve_memory(model) -> dict:
+    from tests.benchmarks.bench_serve_memory import bench_serve_memory
+
+    return bench_serve_memory(model)
+
+
 def _slowloris(_model) -> dict:
     from tests.benchmarks.bench_slowloris import bench_slowloris
 
@@ -206,6 +212,7 @@ BENCHES = {
     "peak_memory": _peak_memory,
     "slowloris": _slowloris,
     "estimate": _estimate,
+    "serve_memory": _serve_memory,
 }
 
 

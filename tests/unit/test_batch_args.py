@@ -32,13 +32,11 @@ def test_a_batch_the_worker_cannot_run_is_one_line(
     assert f"--batch must be 1 to {p.MAX_BATCH}" in capsys.readouterr().err
 
 
-def test_rank_0s_decision_comes_back_as_sent_one_step_later() -> None:
+def test_rank_0s_decision_comes_back_as_sent_at_the_same_boundary() -> None:
     control = Control(None, limit=4)
-    assert control.receive() == (0, [])
-    control.send(2, [0, 5, 9])
-    assert control.pending
-    assert control.receive() == (2, [0, 5, 9])
-    assert not control.pending
+    assert control.agree(0, []) == (0, [])
+    assert control.agree(2, [0, 5, 9]) == (2, [0, 5, 9])
+    assert control.agree(0, [1, 2, 3, 4, 5]) == (0, [1, 2, 3, 4])  # at most the limit
 
 
 def test_a_seeded_sampler_draws_from_its_own_key_not_the_global_state() -> None:
