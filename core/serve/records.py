@@ -46,7 +46,7 @@ class ApiRecords:
         self.began = time.monotonic()
         self.kept: list[RunRecord] = []  # this server's, newest last (bounded)
         self.problem: str | None = None  # why the last one could not be kept
-        self._sent: dict[str, str] = {}  # request → client
+        self._sent: dict[str, tuple[str, float]] = {}  # request → client, sent (monotonic)
         self._lock = threading.Lock()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="api-history")
         if self._own:
@@ -65,7 +65,7 @@ class ApiRecords:
         """Any thread: the API sent ``request`` for ``client`` at ``started``."""
         self.telemetry.request_started(request, started)
         with self._lock:
-            self._sent[request] = client
+            self._sent[request] = (client, started)
 
     def close(self) -> None:
         """Stop following the session; what is being written is written."""
@@ -78,8 +78,8 @@ class ApiRecords:
         if event["event"] != p.DONE or event["rank"] != 0:
             return
         with self._lock:
-            client = self._sent.pop(event["request"], None)
-        if client is None:
+            sent = self._sent.pop(event["request"], None)
+        if sent is None:
             return
         if self._on_answered is not None:
             request = event["request"]
@@ -88,11 +88,15 @@ class ApiRecords:
                 self._on_answered(answer_figures(event, summary))
             except Exception:  # the reader thread must keep reading
                 log.exception("an answer's figures could not be counted")
-        self._writer.submit(self._keep, event, client, time.monotonic())
+        self._writer.submit(self._keep, event, *sent, time.monotonic())
 
-    def _keep(self, done: p.Done, client: str, done_at: float) -> None:
+    def _keep(self, done: p.Done, client: str, started: float, done_at: float) -> None:
+        """Keep an answer with its series from its request's start (in seconds from the
+        server's): each record holds its own answer's, not everything since the server
+        began (which grew every record, and the controller's memory, as it served)."""
+        about = {"client": client}
         record, problem = keep_answer(
-            self.session, done, self.telemetry, self.began, RunKind.API, {"client": client}, done_at
+            self.session, done, self.telemetry, self.began, RunKind.API, about, done_at, started
         )
         with self._lock:
             self.kept = [*self.kept[-63:], record]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -185,6 +186,24 @@ def test_every_answer_is_kept_with_its_client_tokens_ttft_speed_and_cached_token
     assert figures["client"] == "key file" and figures["cached_tokens"] == 5
     assert figures["prompt_tokens"] == 12 and figures["generation_tokens"] == ANSWER_TOKENS
     assert figures["ttft_s"] > 0 and figures["generation_tps"] > 0
+
+
+def test_each_answer_keeps_its_own_series_not_the_servers(server: APIServer) -> None:
+    """A server that lives for days keeps each API answer's plotted series from that
+    answer's request on: a later answer's record holds none of an earlier one's points
+    (it held everything since the server began: the controller grew as it served)."""
+    records = server.records
+    assert records is not None
+    kept = len(records.kept)
+    assert _ask(server, "first").status_code == 200
+    wait_until(lambda: len(records.kept) > kept, 10, "the first answer kept")
+    first = records.kept[-1].series["tokens_per_s"]
+    time.sleep(1.0)
+    assert _ask(server, "second").status_code == 200
+    wait_until(lambda: len(records.kept) > kept + 1, 10, "the second answer kept")
+    second = records.kept[-1].series["tokens_per_s"]
+    assert first and second
+    assert min(t for t, _ in second) > max(t for t, _ in first)
 
 
 def test_each_server_has_its_own_registry(server: APIServer) -> None:

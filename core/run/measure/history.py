@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
 import os
 import sqlite3
 import time
@@ -349,11 +350,14 @@ def local_versions() -> dict[str, Any]:
     }
 
 
-def telemetry_series(telemetry: Telemetry, origin: float) -> dict[str, list[tuple[float, float]]]:
-    """A run's plotted series, as kept: tokens/s (smoothed) and bytes/s per link."""
-    series = {"tokens_per_s": series_points(*telemetry.tokens_per_s().smoothed, origin)}
+def telemetry_series(
+    telemetry: Telemetry, origin: float, since: float | None = None
+) -> dict[str, list[tuple[float, float]]]:
+    """A run's plotted series, as kept: tokens/s (smoothed) and bytes/s per link, in
+    seconds from ``origin``, only from ``since`` on when given (monotonic, both)."""
+    series = {"tokens_per_s": series_points(*telemetry.tokens_per_s().smoothed, origin, since)}
     for link, (times, values) in telemetry.link_series().items():
-        series[f"link {link} bytes_per_s"] = series_points(times, values, origin)
+        series[f"link {link} bytes_per_s"] = series_points(times, values, origin, since)
     return series
 
 
@@ -368,10 +372,11 @@ def keep(record: RunRecord, path: Path | None = None) -> str | None:
 
 
 def series_points(
-    times: Iterable[float], values: Iterable[float], origin: float
+    times: Iterable[float], values: Iterable[float], origin: float, since: float | None = None
 ) -> list[tuple[float, float]]:
-    """A telemetry series as (seconds from ``origin``, value) pairs."""
-    return [(float(t) - origin, float(v)) for t, v in zip(times, values, strict=True)]
+    """A telemetry series as (seconds from ``origin``, value) pairs, from ``since`` on."""
+    start = -math.inf if since is None else since
+    return [(float(t) - origin, float(v)) for t, v in zip(times, values, strict=True) if t >= start]
 
 
 def _record(row: sqlite3.Row) -> RunRecord:

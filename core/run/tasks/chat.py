@@ -130,12 +130,16 @@ def answer_record(
     telemetry: Telemetry,
     began: float,
     kind: RunKind = RunKind.CHAT,
+    since: float | None = None,
 ) -> RunRecord:
     """One answer as the history keeps it: the job as it ran (model, the ranks' nodes,
     strategy, split, backend), the figures, what each rank ran on, and the plotted series
-    from ``began`` (the session's start, monotonic)."""
+    in seconds from ``began`` (monotonic): the session's whole, or only from ``since`` on
+    (an API answer's own time: a server that lives for days keeps its answers' series,
+    not the server's, in each)."""
     figures = {**figures, "ranks": ranks_with_memory(telemetry, session.plan)}
-    return job_record(session, kind, figures, series=telemetry_series(telemetry, began))
+    series = telemetry_series(telemetry, began, since)
+    return job_record(session, kind, figures, series=series)
 
 
 def keep_answer(
@@ -146,14 +150,16 @@ def keep_answer(
     kind: RunKind = RunKind.CHAT,
     about: Mapping[str, Any] | None = None,
     done_at: float | None = None,
+    since: float | None = None,
 ) -> tuple[RunRecord, str | None]:
     """An answer of a running session (the window's chat, or the API's) kept as ``chat``
     keeps one, with ``about`` among its figures (the API's client), once its traffic is
-    in (``done_at``: when its ``done`` arrived, monotonic): the record, and why it could
-    not be kept (None: it was). Blocking (a wait, a write): off the GUI thread."""
+    in (``done_at``: when its ``done`` arrived, monotonic), its series from ``since`` on
+    (``answer_record``): the record, and why it could not be kept (None: it was).
+    Blocking (a wait, a write): off the GUI thread."""
     settle(time.monotonic() if done_at is None else done_at)
     request = done["request"]
     summary = next((r for r in telemetry.requests() if r.id == request), None)
     figures = {**answer_figures(done, summary), **(about or {})}
-    record = answer_record(session, figures, telemetry, began, kind)
+    record = answer_record(session, figures, telemetry, began, kind, since)
     return record, keep(record)
