@@ -213,6 +213,9 @@ def bench_batching(model: Path, rounds: int = 2, max_tokens: int = 32) -> dict[s
         "one_client_batching_vs_old_path": round(one / median("old_1", "aggregate_tps"), 3),
         "ttft_joining_7_streaming_s": round(statistics.median(joining), 3),
         "ttft_alone_s": round(median("batching_1", "ttft_s"), 3),
+        # the target, alone + one prefill of its prompt + 0.5 s: a lone request's first
+        # token is its prefill's, so its lone time to first token stands for the prefill
+        "ttft_joining_limit_s": round(2 * median("batching_1", "ttft_s") + 0.5, 3),
         "chat_turn5": {
             cache: {
                 "ttft_s": round(statistics.median(r["ttft_s"] for r in runs_), 3),
@@ -232,7 +235,8 @@ def bench_batching(model: Path, rounds: int = 2, max_tokens: int = 32) -> dict[s
             "micro_batched_vs_plain_8": "reported; kept only if >= 1.1",
             "aggregate_8_vs_1": ">= 3.0",
             "one_client_batching_vs_old_path": ">= 0.95",
-            "ttft_joining_7_streaming_s": "<= alone + one prefill of its prompt + 0.5 s",
+            "ttft_joining_7_streaming_s": "<= alone + one prefill of its prompt + 0.5 s "
+            "(ttft_joining_limit_s)",
             "chat_turn5_ttft_cache_on_vs_off": "<= 0.15",
         },
     }
