@@ -216,6 +216,8 @@ def make_plan(
         others = list(outcomes.values())
     if not chosen.fits and chosen.verdict != "invalid" and options.prompt_cache_bytes:
         chosen = replace(chosen, reason=_prompt_cache_blamed(model, nodes, links, options, chosen))
+    if not chosen.fits and chosen.verdict != "invalid" and options.batch > 1:
+        chosen = replace(chosen, reason=_batch_blamed(model, nodes, links, options, chosen))
     if chosen.strategy is Strategy.TENSOR and chosen.fits and not rdma:
         warnings.append(
             "Tensor parallelism exchanges data at every layer of every token: "
@@ -261,6 +263,29 @@ def _prompt_cache_blamed(
         f"{_lower_first(without.reason)} Lower the prompt cache (prompt_cache_mb, "
         "--prompt-cache-mb) or set it to 0."
     )
+
+
+def _batch_blamed(
+    model: ModelInfo,
+    nodes: Sequence[Node],
+    links: Sequence[Link],
+    options: PlanOptions,
+    chosen: _Outcome,
+) -> str:
+    """``chosen``'s reason, naming the largest smaller batch that fits when the batch is
+    what does not fit (its requests' KV caches and activations): halving down to 1."""
+    smaller = options.batch // 2
+    while smaller >= 1:
+        fewer = make_plan(model, nodes, links, replace(options, batch=smaller))
+        if fewer.fits:
+            at_once = "one request at a time" if smaller == 1 else f"{smaller} requests at once"
+            return (
+                f"{chosen.reason} The batch is what does not fit ({options.batch} requests at "
+                f"once): with {at_once}, {_lower_first(fewer.reason)} Lower the batch (the "
+                f"batch setting, --batch {smaller})."
+            )
+        smaller //= 2
+    return chosen.reason
 
 
 def _recommend(

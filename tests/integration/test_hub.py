@@ -110,19 +110,32 @@ def test_without_the_all_headers_route_each_header_is_read_by_range(tiny_hub: Fa
 
 
 def test_plan_hf_from_headers_only_with_no_weight_download(hub: FakeHub, tmp_path: Path) -> None:
+    """A 70B 6-bit llama on 64 + 32 GB, planned from its headers alone: it fits as a
+    pipeline one request at a time; a batch of 8 (the default) does not, and the plan
+    says which batch does."""
+
+    def plan(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*MACMESH, "plan", f"hf:{BIG}", "--node", "a:64", "--node", "b:32", "--json", *extra],
+            cwd=ROOT,
+            env=hub_subprocess_env(hub, tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     _big(hub)
-    result = subprocess.run(
-        [*MACMESH, "plan", f"hf:{BIG}", "--node", "a:64", "--node", "b:32", "--json"],
-        cwd=ROOT,
-        env=hub_subprocess_env(hub, tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = plan("--batch", "1")
     assert result.returncode == 0, result.stderr
-    plan = json.loads(result.stdout)
-    assert plan["model"] == BIG and plan["strategy"] == "pipeline" and plan["verdict"] == "fits"
-    assert plan["nodes_used"] == ["a", "b"] and sum(plan["split"]) == 80
+    plan_1 = json.loads(result.stdout)
+    assert plan_1["model"] == BIG and plan_1["strategy"] == "pipeline"
+    assert plan_1["verdict"] == "fits"
+    assert plan_1["nodes_used"] == ["a", "b"] and sum(plan_1["split"]) == 80
+    batched = plan("--batch", "8")
+    assert batched.returncode == 1, batched.stderr
+    reason = json.loads(batched.stdout)["reason"]
+    assert "The batch is what does not fit (8 requests at once)" in reason
+    assert "--batch" in reason
     assert hub.weight_bytes_served() == 0
     assert not [s for s in hub.served() if s.server == "cdn"]
     assert sum(s.body_bytes for s in hub.served()) < 5 * 2**20

@@ -141,3 +141,17 @@ def test_the_librarys_badge_gives_the_verdict_a_start_plans_with(tmp_path: Path)
     badge, plan = fit(MODEL, tight, options=chat_options(serving=serving))
     assert badge == NO_FIT and not plan.fits
     assert plan.fits == make_plan(MODEL, tight, options=chat_options(serving=serving)).fits
+
+
+def test_a_batch_that_does_not_fit_names_the_largest_that_does() -> None:
+    """8 requests' KV caches overfill the Mac; 4 fit: the reason says so, and how."""
+    node = [Node("a", 8 * GIB)]
+    plan = make_plan(MODEL, node, options=PlanOptions(batch=8, context_length=4096))
+    assert not plan.fits
+    assert "The batch is what does not fit (8 requests at once): with 4 requests at once" in (
+        plan.reason
+    )
+    assert "--batch 4" in plan.reason
+    assert make_plan(MODEL, node, options=PlanOptions(batch=4, context_length=4096)).fits
+    alone = make_plan(MODEL, [Node("a", 1 * GIB)], options=PlanOptions(batch=8))
+    assert not alone.fits and "batch" not in alone.reason  # no batch fits: nothing to say
