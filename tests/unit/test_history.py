@@ -97,6 +97,19 @@ def test_a_damaged_history_is_set_aside_and_a_new_one_begun(tmp_path: Path) -> N
     assert len(history.runs()) == 1
 
 
+def test_a_history_being_begun_reads_as_empty_and_is_not_set_aside(tmp_path: Path) -> None:
+    """The first write makes the file (0600) before its tables: a reader on another thread
+    in between (the History window while the API keeps its first answer) reads no runs,
+    and the file is left to its writer (seen in a full run: "no such table: runs")."""
+    path = tmp_path / "h.sqlite3"
+    path.touch(0o600)
+    history = History(path)
+    assert history.runs() == [] and history.get(1) is None
+    assert history.notice is None and [p.name for p in tmp_path.iterdir()] == ["h.sqlite3"]
+    history.add(chat(1.0))
+    assert len(History(path).runs()) == 1
+
+
 def test_a_history_that_cannot_be_written_never_costs_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

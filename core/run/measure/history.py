@@ -256,12 +256,16 @@ class History:
     # -- internals ------------------------------------------------------------------
 
     def _reading(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
-        """``read`` over the history opened read-only; no file yet, or one just set aside
-        as damaged, reads as an empty history (in memory: nothing is written)."""
+        """``read`` over the history opened read-only; no file yet, one being begun (its
+        first write makes the file before its tables), or one just set aside as damaged,
+        reads as an empty history (in memory: nothing is written)."""
         if self.path.exists():
             try:
                 with _open(f"{self.path.resolve().as_uri()}?mode=ro", uri=True) as db:
                     return read(db)
+            except sqlite3.OperationalError as error:
+                if "no such table" not in str(error):
+                    raise
             except sqlite3.DatabaseError as error:
                 if not _damaged(error):
                     raise
