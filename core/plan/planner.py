@@ -10,7 +10,7 @@ table or JSON and implements ``macmesh plan``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -253,16 +253,17 @@ def _prompt_cache_blamed(
 ) -> str:
     """``chosen``'s reason, saying so when the prompt cache is what does not fit (the same
     request plans without it)."""
-    without = make_plan(model, nodes, links, replace(options, prompt_cache_bytes=0))
-    if not without.fits:
-        return chosen.reason
     kept = max((rank.prompt_cache_bytes for rank in chosen.ranks), default=0)
-    return (
-        f"{chosen.reason} The prompt cache is what does not fit ({size(kept)} on a node "
-        f"for its bound of {size(options.prompt_cache_bytes)}): without it, "
-        f"{_lower_first(without.reason)} Lower the prompt cache (prompt_cache_mb, "
-        "--prompt-cache-mb) or set it to 0."
-    )
+
+    def says(without: Plan) -> str:
+        return (
+            f"The prompt cache is what does not fit ({size(kept)} on a node for its bound "
+            f"of {size(options.prompt_cache_bytes)}): without it, "
+            f"{_lower_first(without.reason)} Lower the prompt cache (prompt_cache_mb, "
+            "--prompt-cache-mb) or set it to 0."
+        )
+
+    return _blamed(model, nodes, links, chosen, [(replace(options, prompt_cache_bytes=0), says)])
 
 
 def _batch_blamed(
@@ -274,17 +275,34 @@ def _batch_blamed(
 ) -> str:
     """``chosen``'s reason, naming the largest smaller batch that fits when the batch is
     what does not fit (its requests' KV caches and activations): halving down to 1."""
-    smaller = options.batch // 2
-    while smaller >= 1:
-        fewer = make_plan(model, nodes, links, replace(options, batch=smaller))
-        if fewer.fits:
-            at_once = "one request at a time" if smaller == 1 else f"{smaller} requests at once"
-            return (
-                f"{chosen.reason} The batch is what does not fit ({options.batch} requests at "
-                f"once): with {at_once}, {_lower_first(fewer.reason)} Lower the batch (the "
-                f"batch setting, --batch {smaller})."
-            )
-        smaller //= 2
+
+    def says_for(smaller: int) -> Callable[[Plan], str]:
+        at_once = "one request at a time" if smaller == 1 else f"{smaller} requests at once"
+        return lambda fewer: (
+            f"The batch is what does not fit ({options.batch} requests at once): with "
+            f"{at_once}, {_lower_first(fewer.reason)} Lower the batch (the batch setting, "
+            f"--batch {smaller})."
+        )
+
+    halved = [options.batch >> shift for shift in range(1, options.batch.bit_length())]
+    attempts = [(replace(options, batch=batch), says_for(batch)) for batch in halved]
+    return _blamed(model, nodes, links, chosen, attempts)
+
+
+def _blamed(
+    model: ModelInfo,
+    nodes: Sequence[Node],
+    links: Sequence[Link],
+    chosen: _Outcome,
+    attempts: Iterable[tuple[PlanOptions, Callable[[Plan], str]]],
+) -> str:
+    """``chosen``'s reason, with what the first of ``attempts`` that fits says of its plan:
+    each attempt is the same request with one setting changed, and the sentence that names
+    that setting as what does not fit. Only ``chosen``'s reason when none fits."""
+    for changed, says in attempts:
+        plan = make_plan(model, nodes, links, changed)
+        if plan.fits:
+            return f"{chosen.reason} {says(plan)}"
     return chosen.reason
 
 
