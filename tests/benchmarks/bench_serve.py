@@ -21,12 +21,8 @@ from typing import Any
 
 import psutil
 
-from core.model.info import read_model_info
-from core.run.demo import demo_facts
-from core.run.session import Session, simulated_hosts
-from core.serve.keys import Gate
-from core.serve.server import APIServer, ServerOptions
-from tests.helpers.serving import free_port
+from core.run.session import Session
+from tests.benchmarks.demo_api import demo_api
 
 PROMPT = "Tell me a long story about a lighthouse keeper and the sea."
 
@@ -125,22 +121,10 @@ def _rss_mb() -> float:
 
 
 def bench_serve(model: Path, rounds: int = 3, max_tokens: int = 48) -> dict[str, Any]:
-    info = read_model_info(model)
-    session = Session(info, simulated_hosts(demo_facts(2)), strategy="pipeline")
-    session.start()
-    server = APIServer(
-        session,
-        info.name,
-        info.context_length,
-        Gate(open_=True),
-        ServerOptions("127.0.0.1", free_port(), max_waiting=32),
-    )
-    try:
-        session.wait_ready(300)
-        server.start()
-        url = f"{server.address}/chat/completions"
+    with demo_api(model, max_waiting=32) as served:
+        session, url, name = served.session, served.url, served.info.name
         _direct(session, 4)  # warm both paths once
-        _through_api(session, url, info.name, 4)
+        _through_api(session, url, name, 4)
         direct, api, behind = [], [], []
         for round_ in range(rounds):
             order = ("direct", "api") if round_ % 2 == 0 else ("api", "direct")
@@ -148,7 +132,7 @@ def bench_serve(model: Path, rounds: int = 3, max_tokens: int = 48) -> dict[str,
                 if side == "direct":
                     direct.append(_direct(session, max_tokens))
                 else:
-                    client, controller = _through_api(session, url, info.name, max_tokens)
+                    client, controller = _through_api(session, url, name, max_tokens)
                     api.append(client)
                     behind.append(controller)
 
@@ -156,13 +140,10 @@ def bench_serve(model: Path, rounds: int = 3, max_tokens: int = 48) -> dict[str,
             return statistics.median(r[key] for r in runs)
 
         rss_before = _rss_mb()
-        first = _queue_of(url, info.name, 32)
+        first = _queue_of(url, name, 32)
         rss_after_first = _rss_mb()
-        second = _queue_of(url, info.name, 32)
+        second = _queue_of(url, name, 32)
         rss_after = _rss_mb()
-    finally:
-        server.stop()
-        session.stop()
     return {
         "rounds": rounds,
         "max_tokens": max_tokens,

@@ -23,12 +23,7 @@ from typing import Any
 
 import psutil
 
-from core.model.info import read_model_info
-from core.run.demo import demo_facts
-from core.run.session import Session, simulated_hosts
-from core.serve.keys import Gate
-from core.serve.server import APIServer, ServerOptions
-from tests.helpers.serving import free_port
+from tests.benchmarks.demo_api import demo_api
 
 REQUESTS = 500
 EVERY = 100
@@ -62,24 +57,12 @@ def _slope(xs: list[int], ys: list[float]) -> float:
 
 
 def bench_serve_memory(model: Path, requests: int = REQUESTS) -> dict[str, Any]:
-    info = read_model_info(model)
-    session = Session(info, simulated_hosts(demo_facts(2)), strategy="pipeline")
-    session.start()
-    server = APIServer(
-        session,
-        info.name,
-        info.context_length,
-        Gate(open_=True),
-        ServerOptions("127.0.0.1", free_port(), max_waiting=64),
-    )
     samples: list[dict[str, Any]] = []
     statuses: dict[int, int] = {}
-    try:
-        session.wait_ready(300)
-        server.start()
-        assert session.job is not None
-        pids = {str(rank.rank): rank.pid for rank in session.job.ranks}
-        url = f"{server.address}/chat/completions"
+    with demo_api(model, max_waiting=64) as api:
+        job = api.session.job
+        assert job is not None
+        pids = {str(rank.rank): rank.pid for rank in job.ranks}
 
         def sample(served: int) -> None:
             ranks = {rank: _rss_mb(pid) for rank, pid in pids.items() if pid is not None}
@@ -89,12 +72,9 @@ def bench_serve_memory(model: Path, requests: int = REQUESTS) -> dict[str, Any]:
         with ThreadPoolExecutor(CLIENTS) as clients:
             for start in range(0, requests, EVERY):
                 batch = range(start, min(start + EVERY, requests))
-                for status in clients.map(lambda n: _ask(url, info.name, n), batch):
+                for status in clients.map(lambda n: _ask(api.url, api.info.name, n), batch):
                     statuses[status] = statuses.get(status, 0) + 1
                 sample(batch[-1] + 1)
-    finally:
-        server.stop()
-        session.stop()
     xs = [s["requests"] for s in samples]
     # The first 200 fill what is bounded (MLX's buffer cache, the prompt cache up to its
     # bound, the controller's kept summaries): the slope from there on is the one to watch.
