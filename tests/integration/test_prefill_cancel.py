@@ -7,11 +7,12 @@ time (``stream_generate``'s prefill, agreed between chunks).
 Measured here (2 cores shared with other work, load average 7-8), the 2-rank pipeline
 below, a ~5,600-token prompt read in whole in 6.4 s (batching) and 9.0 s (one at a time):
 cancelled 1 s into it, it ended 0.2 s and 0.4 s after the cancel, and the next request's
-first token came 0.18 s and 0.39 s after it was sent. Before (chunks of 2,048, the
-batching ranks' cancel applied a step late, the one-at-a-time path's only at the first
-token): read in whole in 11.2 s, the cancelled prompt ended 3.8 s after the cancel and
-the next request's first token came 3.85 s after it was sent (batching); one at a time,
-the cancel never took effect (the prompt was read in whole and answered).
+first token came 0.18 s and 0.39 s after it was sent. (The test cancels once rank 0
+reports the prompt's first chunks crossing the link, not after a fixed second.) Before
+(chunks of 2,048, the batching ranks' cancel applied a step late, the one-at-a-time
+path's only at the first token): read in whole in 11.2 s, the cancelled prompt ended
+3.8 s after the cancel and the next request's first token came 3.85 s after it was sent
+(batching); one at a time, the cancel never took effect (the prompt was read in whole and answered).
 """
 
 from __future__ import annotations
@@ -50,13 +51,26 @@ def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class _Arrivals:
-    """When each request's first token and its ``done`` reached the controller."""
+    """When each request's first token and its ``done`` reached the controller, and when
+    rank 0 reported its links' traffic (bytes moved in the interval: the pipeline carries
+    a prompt's activations between the ranks chunk by chunk)."""
 
     def __init__(self, job: Job) -> None:
         self.first: dict[str, float] = {}
         self.done: dict[str, float] = {}
+        self.traffic: list[tuple[float, int]] = []
         self._lock = threading.Lock()
         job.event.connect(self._on_event)
+
+    def idle_after(self, since: float) -> bool:
+        """Rank 0 reported its links still since ``since`` (the last answer's bytes told)."""
+        with self._lock:
+            return any(at > since and not moved for at, moved in self.traffic)
+
+    def moving_after(self, since: float) -> bool:
+        """Rank 0 reported bytes moving since ``since``."""
+        with self._lock:
+            return any(at > since and moved for at, moved in self.traffic)
 
     def _on_event(self, event: dict[str, Any]) -> None:
         if event.get("rank") != 0:
@@ -67,6 +81,9 @@ class _Arrivals:
                 self.first.setdefault(request, now)
             elif event["event"] == p.DONE:
                 self.done.setdefault(request, now)
+            elif event["event"] == p.TRAFFIC:
+                moved = sum(event["sent"].values()) + sum(event["received"].values())
+                self.traffic.append((now, moved))
 
 
 @pytest.mark.parametrize("batch", [8, 1])
@@ -86,8 +103,12 @@ def test_a_prompt_cancelled_while_read_in_ends_at_its_next_chunk_and_frees_the_n
         read_in = time.monotonic() - started  # the whole prompt, read alone
         assert whole["prompt_tokens"] > 4 * p.PREFILL_STEP
 
+        wait_until(lambda: arrivals.idle_after(started + read_in), 10, "the links still")
+        asked = time.monotonic()
         long = job.generate(LONG, max_tokens=1)
-        time.sleep(min(1.0, read_in / 10))  # well inside its prompt
+        # Inside its prompt: its first chunks cross the link, and no token has come yet.
+        wait_until(lambda: arrivals.moving_after(asked), 30, "the prompt's first chunks")
+        assert long not in arrivals.first
         assert job.cancel(long)
         cancelled_at = time.monotonic()
         short = job.generate("hi", max_tokens=2)
