@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.run.planning import Serving
 from core.run.states import RunState
 from gui.bridge import Bridge
 from gui.cluster.pane import ClusterPane
@@ -227,6 +228,9 @@ class MainWindow(QMainWindow):
         self.run.max_tokens.valueChanged.connect(lambda n: prefs.update(max_tokens=n))
         # Read by the next Start (gui.run.controller), as by ``macmesh run``.
         self.model.source.source_changed.connect(lambda s: prefs.update(model_source=s))
+        self.model.serving.serving_changed.connect(
+            lambda s: prefs.update(batch=s.batch, prompt_cache_mb=s.prompt_cache_mb)
+        )
         self.bridge.failed.connect(lambda message: self.statusBar().showMessage(message, 10_000))
 
     def _restore(self, demo: bool, replay: list[Node] | None = None) -> None:
@@ -234,6 +238,7 @@ class MainWindow(QMainWindow):
         self.model.select_strategy(settings.last_strategy)
         self.run.max_tokens.setValue(settings.max_tokens)
         self.model.source.select(settings.model_source)
+        self.model.serving.select(Serving(settings.batch, settings.prompt_cache_mb))
         # The demo cluster as it was left (shown or not, its size), before the model is
         # planned on it: a second launch must not plan on this Mac alone.
         self.cluster.set_demo_size(settings.demo_nodes)

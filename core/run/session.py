@@ -180,9 +180,11 @@ class Session:
         self.task = Task(task)
         self.job_fields = dict(job_fields or {})
         self.model_source = model_source  # auto | hub | this-mac (core.run.checks.modelsource)
-        # The batch and the prompt cache (None: the settings'): planned, run by the ranks,
-        # and the API's requests at once (``JobSpec.batch``), one source.
-        self.serving = serving or Serving.chosen()
+        # The batch and the prompt cache (None: the plan's, else the settings'): planned,
+        # run by the ranks, and the API's requests at once (``JobSpec.batch``), one source.
+        if serving is None:
+            serving = Serving.planned(plan.options) if plan is not None else Serving.chosen()
+        self.serving = serving
         self.plan: Plan | None = plan
         self.facts: dict[str, NodeFacts] = {h.name: h.facts for h in hosts if h.facts}
         self.targets: list[Target] = [h.target for h in hosts if h.target is not None]

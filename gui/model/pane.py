@@ -19,13 +19,14 @@ from PySide6.QtWidgets import QWidget
 from core.model.demo_model import demo_model_dir, ensure_demo_model, is_complete
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.plan.planner import Plan, make_plan
-from core.run.planning import chat_options, planner_node
+from core.run.planning import Serving, chat_options, planner_node
 from core.worker.vocab import Strategy
 from gui.bridge import Bridge
 from gui.model.drop_zone import DropZone
 from gui.model.library_view import LibraryView
 from gui.model.memory_bars import MemoryBars
 from gui.model.planning import plan_all
+from gui.model.serving_choice import ServingChoice
 from gui.model.source_choice import ModelSourceChooser
 from gui.model.split_editor import SplitEditor
 from gui.model.strategy import StrategyChooser
@@ -71,6 +72,10 @@ class ModelPane(Card):
         self.chooser = StrategyChooser()
         self.chooser.strategy_changed.connect(self._strategy_changed)
         self.body.addWidget(self.chooser)
+        self.serving = ServingChoice()
+        self.serving.select(Serving.chosen())  # the settings' until the window restores them
+        self.serving.serving_changed.connect(lambda _serving: self._replan())
+        self.body.addWidget(self.serving)
         self.plan_hint = label("", "hint", wrap=True)
         self.body.addWidget(self.plan_hint)
         self.body.addSpacing(4)
@@ -133,6 +138,7 @@ class ModelPane(Card):
         self.chooser.set_locked(locked)
         self.library.set_locked(locked)
         self.source.set_locked(locked)
+        self.serving.set_locked(locked)
         self.split_editor.set_locked(locked)
 
     def try_split(self, split: Sequence[int]) -> bool:
@@ -160,7 +166,7 @@ class ModelPane(Card):
     def _hand_plan(self, split: tuple[int, ...]) -> Plan:
         assert self._info is not None
         nodes = [planner_node(f) for f in self._nodes]
-        options = chat_options(Strategy.PIPELINE, split)
+        options = chat_options(Strategy.PIPELINE, split, self.serving.selected())
         return make_plan(self._info, nodes, options=options)
 
     # -- state --------------------------------------------------------------------------
@@ -204,7 +210,7 @@ class ModelPane(Card):
 
     def _replan(self) -> None:
         if self._info is not None and self._nodes:
-            self._plans = plan_all(self._info, self._nodes)
+            self._plans = plan_all(self._info, self._nodes, self.serving.selected())
             if self._split is not None:
                 hand = self._hand_plan(self._split)
                 if hand.fits:

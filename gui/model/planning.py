@@ -27,12 +27,14 @@ BLURBS = {
 }
 
 
-def plan_all(info: ModelInfo, facts: Sequence[NodeFacts]) -> dict[Strategy, Plan]:
-    """The plan of each choice on the nodes' probed facts. On one node pipeline and
-    tensor are "invalid" with the planner's reason (they need two), and auto plans a
-    single Mac."""
+def plan_all(
+    info: ModelInfo, facts: Sequence[NodeFacts], serving: Serving | None = None
+) -> dict[Strategy, Plan]:
+    """The plan of each choice on the nodes' probed facts, for the batch and prompt cache
+    the job will run (``serving``; None: the settings'). On one node pipeline and tensor
+    are "invalid" with the planner's reason (they need two), and auto plans a single Mac."""
     nodes = [planner_node(f) for f in facts]
-    serving = Serving.chosen()  # the batch and prompt cache the job will run (settings)
+    serving = serving or Serving.chosen()
     return {
         choice: make_plan(info, nodes, options=chat_options(choice, serving=serving))
         for choice in CHOICES

@@ -208,7 +208,8 @@ def test_the_wheel_never_changes_a_left_column_setting_without_focus(
         if w.isVisible() and w.isEnabled()
     ]
     assert any(isinstance(w, QComboBox) for w in controls)  # "Nodes get the model from"
-    assert sum(isinstance(w, QAbstractSpinBox) for w in controls) == 3  # the layers per Mac
+    # the layers per Mac, requests at once and the prompt cache
+    assert sum(isinstance(w, QAbstractSpinBox) for w in controls) == 3 + 2
     saved = window.preferences.settings
     for control in controls:
         assert control.focusPolicy() == Qt.FocusPolicy.StrongFocus, control

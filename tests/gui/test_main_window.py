@@ -142,6 +142,35 @@ def test_the_model_source_chosen_is_what_the_next_run_uses(qtbot: QtBot, demo_mo
     assert again.model.source.selected() == "hub"
 
 
+def test_the_batch_chosen_is_what_the_next_run_uses(qtbot: QtBot, demo_model: Path) -> None:
+    """Requests at once and the prompt cache, as a person types them: saved in the
+    settings (``macmesh run`` reads the same), planned, and run by the next Start."""
+    window = _window(qtbot)
+    serving = window.model.serving
+    assert (serving.batch.value(), serving.cache.value()) == (8, 256)
+    window.model.load(demo_model)
+    qtbot.waitUntil(lambda: _loaded(window), timeout=20_000)
+    serving.batch.setFocus()
+    serving.batch.selectAll()
+    qtbot.keyClicks(serving.batch, "4")
+    qtbot.keyClick(serving.batch, Qt.Key.Key_Return)
+    serving.cache.setValue(128)
+    assert (load_settings().batch, load_settings().prompt_cache_mb) == (4, 128)
+    assert window.model.plan().options.batch == 4
+    window.run.start()
+    qtbot.waitUntil(lambda: window.run.controller.state == RunState.READY, timeout=10_000)
+    session = window.run.controller.session
+    assert session is not None and session.spec is not None
+    assert (session.spec.batch, session.spec.prompt_cache_mb) == (4, 128)
+    assert not serving.batch.isEnabled()  # not while it runs
+    window.run.stop()
+    qtbot.waitUntil(lambda: not window.run.busy, timeout=10_000)
+    window.close()
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=10_000)
+    again = _window(qtbot, settings=Settings(batch=2, prompt_cache_mb=0))
+    assert (again.model.serving.batch.value(), again.model.serving.cache.text()) == (2, "Off")
+
+
 def test_the_left_column_fits_its_width_without_scrolling_sideways(
     qtbot: QtBot, demo_model: Path
 ) -> None:

@@ -196,3 +196,34 @@ def test_locking_while_a_job_runs(pane: ModelPane) -> None:
     assert not pane.chooser.options["auto"].isEnabled()
     pane.set_locked(False)
     assert pane.acceptDrops()
+
+
+def test_the_batch_and_prompt_cache_are_planned_as_chosen(
+    qtbot: QtBot, pane: ModelPane, demo_model: Path
+) -> None:
+    """Requests at once and the prompt cache take memory on every Mac: a change re-plans
+    at once, and a prompt cache that overfills the Macs is named as what does not fit."""
+    from core.settings import MAX_PROMPT_CACHE_MB
+    from core.units import MIB
+
+    pane.set_nodes(demo_nodes(2))
+    pane.select_strategy("pipeline")
+    with qtbot.waitSignal(pane.model_changed, timeout=20_000):
+        pane.load(demo_model)
+    assert pane.serving.isVisible()
+    assert (pane.plan().options.batch, pane.plan().options.prompt_cache_bytes) == (8, 256 * MIB)
+    with qtbot.waitSignal(pane.serving.serving_changed) as changed:
+        pane.serving.batch.setValue(3)
+    assert changed.args[0].batch == 3
+    assert pane.plan().options.batch == 3 and pane.plan().fits
+    pane.serving.cache.setValue(MAX_PROMPT_CACHE_MB)  # a terabyte on each Mac
+    plan = pane.plan()
+    assert not plan.fits and "The prompt cache is what does not fit" in plan.reason
+    assert pane.chooser.options["pipeline"].badge.text() == "Doesn't fit"
+    pane.serving.cache.setValue(0)
+    assert pane.serving.cache.text() == "Off"
+    assert pane.plan().fits and pane.plan().options.prompt_cache_bytes == 0
+    pane.set_locked(True)
+    assert not pane.serving.batch.isEnabled() and not pane.serving.cache.isEnabled()
+    pane.set_locked(False)
+    assert pane.serving.batch.isEnabled()

@@ -112,6 +112,19 @@ def test_what_a_session_refuses_before_it_starts(info: ModelInfo) -> None:
         Session(info, simulated_hosts(demo_facts(1)), plan=plan)
 
 
+def test_a_session_runs_the_batch_its_plan_was_made_for(info: ModelInfo) -> None:
+    """The window's plan counts the batch and prompt cache it shows: the job runs those,
+    whatever the settings say (a plan made for 2 at once must not run 8)."""
+    from core.run.planning import Serving
+
+    plan = plan_on(info, demo_facts(2), Strategy.PIPELINE, serving=Serving(2, 64))
+    session = Session(info, simulated_hosts(demo_facts(2)), plan=plan)
+    assert session.serving == Serving(2, 64)
+    assert Session(info, simulated_hosts(demo_facts(2))).serving == Serving.chosen()
+    given = Session(info, simulated_hosts(demo_facts(2)), plan=plan, serving=Serving(1, 0))
+    assert given.serving == Serving(1, 0)
+
+
 def test_a_demo_start_goes_through_its_states_and_stops(info: ModelInfo) -> None:
     behaviour = FakeBehaviour(answer="Paris it is.")
     jobs: list = []
