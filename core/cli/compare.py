@@ -104,7 +104,7 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.write(f"On {'one Mac' if what == 'one Mac' else 'the cluster'} ({names})…\n")
         err.flush()
 
-    if getattr(args, "adapter", None):
+    if args.adapter:
         return _compare_adapter(args, info, hosts, watch, out, err)
     try:
         split = split_of(args)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from core.paths import FolderError
-from core.run.measure.history import History, RunRecord
+from core.run.measure.history import History, RunKind, RunRecord
 from core.units import rate
 
 
@@ -55,12 +55,12 @@ def describe(run: RunRecord) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started))
     where = f"{run.strategy} on {', '.join(run.nodes)}"
     figures = run.figures
-    if run.kind == "compare":
+    if run.kind == RunKind.COMPARE:
         headline = str(figures.get("headline", ""))
-    elif run.kind == "linktest":
+    elif run.kind == RunKind.LINKTEST:
         links = figures.get("links", [])
         headline = f"{len(links)} link(s) tested"
-    elif run.kind == "finetune":
+    elif run.kind == RunKind.FINETUNE:
         headline = run.headline()
     else:
         tps = figures.get("generation_tps")

@@ -15,7 +15,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
@@ -107,7 +107,7 @@ def _say_starting(session: Session, step: str, err: TextIO) -> None:
         err.flush()
 
 
-def _say_testing(event: dict[str, Any], stage: Stage, err: TextIO) -> None:
+def _say_testing(event: p.Event, stage: Stage, err: TextIO) -> None:
     """Once every rank is ready the links are measured: say so."""
     if event["event"] == p.READY:
         stage("testing the links")

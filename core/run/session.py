@@ -475,17 +475,17 @@ class Session:
         return bool(self._running().cancel(request))
 
     def test_links(self, sizes: Sequence[int] | None = None, scale: float = 1.0) -> str:
-        """Measure every link the job uses (``core.run.tasks.linktest``); ``wait_done`` gives
-        the ranks' ``link_test`` event."""
+        """Measure every link the job uses (``core.run.tasks.linktest``); ``wait_link_test``
+        gives the ranks' ``link_test`` event."""
         return str(self._running().link_test(sizes, scale=scale))
 
     def rank_nodes(self) -> list[str]:
         """The node of each rank, rank order."""
         return [rank.node for rank in self._planned().ranks]
 
-    def wait_done(self, request: str, timeout: float | None = None) -> dict[str, Any]:
+    def wait_done(self, request: str, timeout: float | None = None) -> p.Done | p.LinkTest:
         """The request's ``done`` (or ``link_test``) event; JobError if the job ends first."""
-        return dict(self._running().wait_done(request, timeout))
+        return self._running().wait_done(request, timeout).copy()
 
     def wait_answer(self, request: str, timeout: float | None = None) -> p.Done:
         """The answer ``request``'s ``done`` event, typed (``wait_done`` for an ``ask``)."""
@@ -493,6 +493,14 @@ class Session:
         if done["event"] != p.DONE:
             raise JobError(f"{request} is a link test, not an answer")
         return done.copy()
+
+    def wait_link_test(self, request: str, timeout: float | None = None) -> p.LinkTest:
+        """The link test ``request``'s ``link_test`` event, typed (``wait_done`` for a
+        ``test_links``)."""
+        tested = self._running().wait_done(request, timeout)
+        if tested["event"] != p.LINK_TEST:
+            raise JobError(f"{request} is an answer, not a link test")
+        return tested.copy()
 
     def stop(self) -> None:
         """End every rank (blocking) and whatever step is left; STOPPED once the ranks

@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompt", help="run this one request, then exit")
     parser.add_argument("--max-tokens", type=int, default=p.DEFAULT_MAX_TOKENS)
     parser.add_argument("--no-chat", action="store_true", help="send --prompt as raw text")
-    parser.add_argument("--task", choices=[t.value for t in Task], default="chat")
+    parser.add_argument("--task", choices=[t.value for t in Task], default=Task.CHAT.value)
     parser.add_argument("--data", help="finetune: the data folder (train.jsonl, valid.jsonl)")
     parser.add_argument("--settings", help="finetune: the settings, JSON or a JSON file")
     parser.add_argument("--out", help="finetune: the adapter folder to write (rank 0)")

@@ -6,13 +6,14 @@ machine's cores and loopback, in Compare's words (``core.run.planning``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from core.run.planning import links_simulated
 from core.units import duration, size
+from core.worker import protocol as p
 from gui.cluster.link_captions import tested_captions
 from gui.cluster.topology_view import TopologyView
 from gui.widgets import label
@@ -81,26 +82,26 @@ class LinkTestBar(QWidget):
         self.note.setText("Testing the links, 4 KiB to 64 MiB…")
         self.requested.emit()
 
-    def show_progress(self, event: dict[str, Any], names: dict[int, str]) -> None:
+    def show_progress(self, event: p.LinkProgress, names: dict[int, str]) -> None:
         """A step of the test done (``link_progress``): which link at which size, how far,
         and the time left at the pace so far."""
-        done, total = int(event.get("done", 0)), max(int(event.get("total", 1)), 1)
-        pair = event.get("pair")
+        done, total = event["done"], max(event["total"], 1)
+        pair = event["pair"]
         what = (
-            f"{names.get(int(pair[0]), pair[0])} ↔ {names.get(int(pair[1]), pair[1])}"
+            f"{names.get(pair[0], pair[0])} ↔ {names.get(pair[1], pair[1])}"
             if pair
             else "all Macs at once (all_sum)"
         )
-        elapsed = float(event.get("elapsed_s", 0.0))
+        elapsed = event["elapsed_s"]
         left = elapsed / done * (total - done) if done else None
-        words = f"Testing {what} at {size(int(event.get('bytes', 0)))}: step {done} of {total}"
+        words = f"Testing {what} at {size(event['bytes'])}: step {done} of {total}"
         if left is not None and done < total:
             words += f", about {duration(left)} left"
         self.note.setText(words + ".")
         self.progress.setRange(0, total)
         self.progress.setValue(done)
         self.progress.show()
-        self.request = str(event.get("request", "")) or None
+        self.request = event["request"] or None
         self.stop_button.setVisible(self.request is not None and done < total)
 
     def _stop_clicked(self) -> None:

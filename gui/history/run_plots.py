@@ -22,7 +22,7 @@ import pyqtgraph as pg
 from pyqtgraph.exporters import ImageExporter
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from core.run.measure.history import RunRecord
+from core.run.measure.history import RunKind, RunRecord
 from gui import style
 from gui.plot_style import GRID_ALPHA, key_html, plot_header, theme_plot
 from gui.run.plot_data import hold_zero, zero_idle
@@ -93,7 +93,7 @@ class RunPlots(QWidget):
             item.enableAutoRange()  # a new run: the whole of it, whatever was zoomed before
             item.getAxis("bottom").setTicks(None)  # (a compare's names, until it sets them)
         bottom.setLogMode(x=False, y=False)
-        if record.kind == "linktest":
+        if record.kind == RunKind.LINKTEST:
             self.top_title.setText("ONE WAY LATENCY BY MESSAGE SIZE")
             self.bottom_title.setText("BANDWIDTH BY MESSAGE SIZE")
             top.setLabel("left", "latency", units="s")
@@ -117,7 +117,7 @@ class RunPlots(QWidget):
             self._show_keys(theme)
             return
         top.setLogMode(x=False, y=False)
-        if record.kind == "compare":
+        if record.kind == RunKind.COMPARE:
             self.top_title.setText("GENERATION TOKENS PER SECOND")
             self.bottom_title.setText("MEMORY PER NODE")
             top.setLabel("left", "tokens/s", units=None)
@@ -154,7 +154,7 @@ class RunPlots(QWidget):
                 [[(float(i), name) for i, (name, _) in enumerate(memory)], []]
             )
             return
-        if record.kind == "finetune":
+        if record.kind == RunKind.FINETUNE:
             self._show_training(record, theme)
             return
         self.top_title.setText("TOKENS PER SECOND")

@@ -26,18 +26,18 @@ from PySide6.QtWidgets import (
 )
 
 from core import units
-from core.run.measure.history import History, RunRecord
+from core.run.measure.history import History, RunKind, RunRecord
 from gui.bridge import Bridge
 from gui.history.run_plots import RunPlots
 from gui.widgets import Card, label
 
 COLUMNS = ("When", "Kind", "Model", "Nodes", "Strategy", "Headline")
 KIND_WORDS = {
-    "chat": "Chat",
-    "compare": "Compare",
-    "linktest": "Link test",
-    "api": "API",
-    "finetune": "Fine-tune",
+    RunKind.CHAT: "Chat",
+    RunKind.COMPARE: "Compare",
+    RunKind.LINKTEST: "Link test",
+    RunKind.API: "API",
+    RunKind.FINETUNE: "Fine-tune",
 }
 
 
@@ -54,14 +54,14 @@ def figures_html(record: RunRecord) -> str:
         ("Strategy", record.strategy + (f" · split {record.split}" if record.split else "")),
         ("Backend", record.backend),
     ]
-    if record.kind in ("chat", "api"):  # an API answer's figures are a chat's
+    if record.kind in (RunKind.CHAT, RunKind.API):  # an API answer's figures are a chat's
         rows += [
             ("Generation", f"{units.rate(f.get('avg_tps') or f.get('generation_tps'))} tokens/s"),
             ("Prompt", f"{units.rate(f.get('prompt_tps'))} tokens/s"),
             ("First token", units.seconds(f.get("ttft_s"))),
             ("Tokens", str(f.get("generation_tokens", "–"))),
         ]
-    elif record.kind == "compare":
+    elif record.kind == RunKind.COMPARE:
         rows.append(("Headline", record.headline()))
         if f.get("measured"):  # the demo's: what its simulated Macs measured, said so
             rows.append(("Measured", str(f["measured"])))
@@ -75,7 +75,7 @@ def figures_html(record: RunRecord) -> str:
                         f"{', '.join(run.get('nodes', []))}",
                     )
                 )
-    elif record.kind == "linktest":
+    elif record.kind == RunKind.LINKTEST:
         for link in f.get("links", []):
             share = link.get("share")
             of = f" ({share:.0%} of {link.get('nominal')})".replace("%", " %") if share else ""

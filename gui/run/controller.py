@@ -68,7 +68,7 @@ class RunController(QObject):
     recorded = Signal(object)  # a run was kept in the history: its RunRecord
     links_tested = Signal(object)  # core.run.tasks.linktest.LinkTest
     links_failed = Signal(str)  # why the link test could not run
-    link_progress = Signal(dict)  # a link test's step done (core.worker.linktest.Progress)
+    link_progress = Signal(dict)  # a link test's step done: its p.LinkProgress event
     api_asked = Signal(str, str, str)  # request id, the API client who asked it, its question
 
     def __init__(

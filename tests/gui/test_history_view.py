@@ -16,7 +16,7 @@ from core.run.measure.history import History, RunKind, RunRecord, telemetry_seri
 from core.run.measure.telemetry import Telemetry
 from core.run.states import RunState
 from gui.bridge import Bridge
-from gui.history.view import HistoryView
+from gui.history.view import KIND_WORDS, HistoryView
 from gui.main_window import MainWindow
 from gui.model.drop_zone import LOADED
 from tests.gui.fakes import fake_factory
@@ -404,3 +404,8 @@ def test_a_damaged_history_set_aside_is_said(qtbot: QtBot, tmp_path: Path) -> No
     assert status.startswith(f"The run history {path} could not be read (file is not a database)")
     assert "set aside as history.sqlite3.damaged-" in status
     assert status.endswith("No runs yet: an answer, a compare or a link test is kept here.")
+
+
+def test_every_kind_of_run_has_its_words() -> None:
+    """The list says each kind in words (a kind without them would show its wire value)."""
+    assert set(KIND_WORDS) == set(RunKind)

@@ -1,5 +1,6 @@
 """Every task keeps the same run in the history whichever front end drives it (issue 23):
-the chat, the link test, the comparison, the fine-tune and the API's answers, each once
+the chat, the link test, the comparison (and Compare with base), the fine-tune and the
+API's answers, each once
 from the command line and once from the window, on the demo cluster's real ranks. The
 two records agree in everything but the measured values: the task builds them."""
 
@@ -32,6 +33,7 @@ from gui.bridge import Bridge
 from gui.run.compare_view import CompareRunner
 from gui.run.controller import RunController
 from gui.run.pane import RunPane
+from gui.tune.actions import AdapterActions
 from gui.tune.controller import TuneController
 from tests.helpers.jobs import assert_no_ranks_left
 from tests.helpers.serving import free_port, start_serving
@@ -177,6 +179,41 @@ def test_the_comparison_keeps_the_same_record(
     from_window = only_run(RunKind.COMPARE)
     assert shape(from_window) == shape(from_cli)
     assert from_cli.backend == "ring" and from_cli.figures["single"] is not None
+
+
+def test_compare_with_base_keeps_the_same_record(
+    qtbot: QtBot, bridge: Bridge, llama: ModelInfo, tiny_adapter: Path, tmp_path: Path, monkeypatch
+) -> None:
+    fresh_history(tmp_path, monkeypatch, "cli")
+    cli(
+        run_compare,
+        model=str(llama.path),
+        demo=True,
+        hosts=None,
+        nodes=2,
+        strategy="pipeline",
+        prompt=QUESTION,
+        max_tokens=4,
+        split=None,
+        adapter=str(tiny_adapter),
+        json=True,
+    )
+    from_cli = only_run(RunKind.COMPARE)
+
+    fresh_history(tmp_path, monkeypatch, "window")
+    actions = AdapterActions(bridge)  # the Fine-tune window's Compare with base
+    failed: list[str] = []
+    compared: list[object] = []
+    actions.failed.connect(failed.append)
+    actions.compared.connect(compared.append)
+    assert actions.compare(llama, simulated_hosts(demo_facts(2)), tiny_adapter, QUESTION, 4)
+    qtbot.waitUntil(lambda: bool(compared or failed), timeout=WITHIN_MS)
+    assert not failed, failed
+    assert getattr(compared[0], "not_kept", "?") is None
+    from_window = only_run(RunKind.COMPARE)
+    assert shape(from_window) == shape(from_cli)
+    assert from_cli.figures["variant"] == from_window.figures["variant"] == "adapter"
+    assert from_cli.figures["adapter"] == from_window.figures["adapter"] == "Mochi"
 
 
 def test_the_fine_tune_keeps_the_same_record(

@@ -174,6 +174,29 @@ def test_wait_answer_gives_an_asks_done_event_and_refuses_a_link_test(info: Mode
         session.stop()
 
 
+def test_wait_link_test_gives_a_link_tests_event_and_refuses_an_answer(info: ModelInfo) -> None:
+    """The typed wait of the link-test task: a ``link_test`` event (its links and all_sum);
+    an answer's request is not a link test."""
+    session = Session(
+        info,
+        simulated_hosts(demo_facts(2)),
+        strategy=Strategy.PIPELINE,
+        job_factory=fake_factory(FakeBehaviour(answer="Paris it is.")),
+    )
+    try:
+        assert session.start() is True
+        session.wait_ready(10)
+        tested = session.wait_link_test(session.test_links(scale=0.01), 10)
+        assert tested["event"] == "link_test" and [
+            (link["a"], link["b"]) for link in tested["links"]
+        ] == [(0, 1)]
+        request = session.ask("What is the capital of France?", max_tokens=3)
+        with pytest.raises(JobError, match="not a link test"):
+            session.wait_link_test(request, 10)
+    finally:
+        session.stop()
+
+
 def test_a_job_that_cannot_start_fails_the_session(info: ModelInfo) -> None:
     factory = fake_factory(FakeBehaviour(start_error=OSError("no python here")))
     session = Session(info, simulated_hosts(demo_facts(1)), job_factory=factory)

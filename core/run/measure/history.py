@@ -99,9 +99,9 @@ class RunRecord:
         """The run's one figure for a list: tokens/s of a chat, the speedup of a compare,
         the fastest link of a link test."""
         f = self.figures
-        if self.kind == "compare":  # what Compare said first (the demo: the estimate)
+        if self.kind == RunKind.COMPARE:  # what Compare said first (the demo: the estimate)
             return str(f.get("lead") or f.get("headline", ""))
-        if self.kind == "linktest":
+        if self.kind == RunKind.LINKTEST:
             links = [link for link in f.get("links", []) if link.get("bytes_per_s")]
             if not links:
                 return "no link measured"
@@ -109,7 +109,7 @@ class RunRecord:
             share = best.get("share")
             of = f" ({share:.0%} of {best.get('nominal')})".replace("%", " %") if share else ""
             return f"{units.bytes_per_s(best['bytes_per_s'])}{of}, {len(links)} link(s)"
-        if self.kind == "finetune":
+        if self.kind == RunKind.FINETUNE:
             return _finetune_headline(f)
         tps = f.get("avg_tps") or f.get("generation_tps")
         return f"{units.rate(float(tps))} tokens/s" if tps else ""

@@ -22,6 +22,7 @@ from typing import Any
 
 from core.cluster.topology import Topology
 from core.units import bytes_per_s
+from core.worker import protocol
 
 # The same sizes as the ranks' default (core.worker.linktest.DEFAULT_SIZES).
 SIZES = tuple(4096 * 4**k for k in range(8))
@@ -83,7 +84,7 @@ class LinkResult:
 
 
 def link_results(
-    event: Mapping[str, Any],
+    event: protocol.LinkTest,
     nodes: Sequence[str],
     nominal: Mapping[frozenset[str], Nominal] | Nominal,
 ) -> list[LinkResult]:
@@ -91,7 +92,7 @@ def link_results(
     (rank order); ``nominal`` is one rate for all links, or one per pair of node names
     (a pair missing gets "unknown")."""
     results = []
-    for link in event.get("links", []):
+    for link in event["links"]:
         a, b = int(link["a"]), int(link["b"])
         points = sorted(
             (
@@ -143,14 +144,14 @@ def cable_nominals(
     return rated
 
 
-def all_sum_results(event: Mapping[str, Any]) -> list[dict[str, float]]:
+def all_sum_results(event: protocol.LinkTest) -> list[dict[str, float]]:
     return [
         {
             "bytes": float(p["bytes"]),
             "seconds": float(p["seconds"]),
             "bytes_per_s": float(p["bytes_per_s"]),
         }
-        for p in event.get("all_sum", [])
+        for p in event["all_sum"]
     ]
 
 

@@ -554,7 +554,7 @@ class Telemetry:
         )
 
 
-def answer_figures(done: Mapping[str, Any], summary: RequestSummary | None) -> dict[str, Any]:
+def answer_figures(done: protocol.Done, summary: RequestSummary | None) -> dict[str, Any]:
     """An answer's figures as every surface shows them (the module docstring says what
     each one means), from the telemetry's ``summary`` of the request; from the worker's
     ``done`` event alone when the telemetry has none (its figures then converted alike)."""

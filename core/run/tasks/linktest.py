@@ -62,10 +62,10 @@ def measure_links(session: Session, scale: float = 1.0) -> LinkTest:
             raise ClusterError(session.error or "the checks failed: nothing was started")
     session.wait_ready()
     nodes = session.rank_nodes()
-    event = session.wait_done(session.test_links(scale=scale))
+    event = session.wait_link_test(session.test_links(scale=scale))
     if event.get("cancelled"):
         raise LinkTestStopped("Link test stopped: nothing measured was kept.")
-    pairs = [(nodes[int(link["a"])], nodes[int(link["b"])]) for link in event.get("links", [])]
+    pairs = [(nodes[link["a"]], nodes[link["b"]]) for link in event["links"]]
     nominal: Nominal | dict[frozenset[str], Nominal]
     if session.demo:
         nominal = loopback_nominal(scale)
