@@ -34,7 +34,7 @@ from core.library.resolve import resolve_model
 from core.model.info import ModelError
 from core.remote.targets import Target
 from core.run.checks.preflight import BACKENDS
-from core.run.placement import ClusterError, show_launch
+from core.run.placement import ClusterError
 from core.run.planning import Serving
 from core.run.session import Session, real_hosts
 from core.run.states import Step
@@ -206,14 +206,16 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> in
     try:
         check_max_tokens(args.max_tokens)
         session = open_session(args, err, stage, args.show_launch)
-        spec = session.job_spec(checked=not args.show_launch)
+        if args.show_launch:
+            launch = session.launch_command()
+        else:
+            spec = session.job_spec()
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
     plan, report = session.plan, session.report
     assert plan is not None and report is not None
     if args.show_launch:
-        launch = show_launch(spec)
         if args.json:
             out.write(json.dumps(launch) + "\n")
         else:

@@ -145,12 +145,13 @@ def planned_launch(
     **fields: Any,
 ) -> dict[str, Any]:
     """``mlx.launch`` and its hostfile for ``plan`` on real nodes. The backend is the
-    last preflight's when there is one, else chosen from the probed ``facts`` (rank
-    order) as preflight would; the model path is each node's copy once preflight knows
-    it, else this Mac's folder. ``fields``: more of the JobSpec's (an adapter)."""
+    last preflight's when there is one that reached every node, else chosen from the
+    probed ``facts`` (rank order) as preflight would; the model path is each node's copy
+    once preflight knows it, else this Mac's folder. ``fields``: more of the JobSpec's
+    (the batch, an adapter)."""
     ordered = in_rank_order(plan, targets)
     folders: list[str] | None
-    if report is not None and report.ok:
+    if report is not None and all(t.local or t.name in report.manifests for t in ordered):
         backend, folders = report.backend, model_folders(report, plan, targets, info.path)
     else:
         by_name = {f.name: f for f in facts}

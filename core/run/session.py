@@ -520,10 +520,7 @@ class Session:
         order with each rank's model folder on its node (``checked``: only after checks
         that passed). Worked out once (a node may be asked where its cache is)."""
         plan = self._planned()
-        fields: dict[str, Any] = {"task": self.task, **self.serving.job_fields()}
-        fields.update(self.job_fields)
-        fields.update(self._adapter_fields(plan))
-        fields.update(self._data_fields(plan))
+        fields = self._spec_fields(plan)
         if self.demo:
             spec = job_spec(self.info, plan, **fields)
         else:
@@ -535,13 +532,26 @@ class Session:
         return spec
 
     def launch_command(self) -> dict[str, Any]:
-        """The equivalent ``mlx.launch`` command and hostfile for this Start."""
+        """The equivalent ``mlx.launch`` command and hostfile for this Start, with every
+        field the job runs with (the batch, the prompt cache, an adapter): the window's
+        dialog and ``macmesh run --show-launch`` both. Before the checks, the backend
+        chosen from the probed facts as the checks would, and this Mac's model folder;
+        after them, theirs. May ask a node where its cache is: not on a GUI thread."""
         plan = self._planned()
-        adapter = self._adapter_fields(plan)
+        fields = self._spec_fields(plan)
         if self.demo:
-            return demo_launch(job_spec(self.info, plan, **adapter))
+            return demo_launch(job_spec(self.info, plan, **fields))
         facts = list(self.facts.values())
-        return planned_launch(self.info, plan, self.targets, facts, self.report, **adapter)
+        return planned_launch(self.info, plan, self.targets, facts, self.report, **fields)
+
+    def _spec_fields(self, plan: Plan) -> dict[str, Any]:
+        """The JobSpec's fields beyond the plan's placement: the task, the batch and prompt
+        cache, the task's own (a fine-tune's), the adapter's and the data's."""
+        fields: dict[str, Any] = {"task": self.task, **self.serving.job_fields()}
+        fields.update(self.job_fields)
+        fields.update(self._adapter_fields(plan))
+        fields.update(self._data_fields(plan))
+        return fields
 
     # -- the adapter ---------------------------------------------------------------------
 

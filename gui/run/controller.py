@@ -106,6 +106,19 @@ class RunController(QObject):
         """The session's job once launched (``core.run.job.launcher.Job``), else None."""
         return self.session.job if self.session is not None else None
 
+    def launch_session(self, info: ModelInfo, plan: Plan, hosts: Sequence[Host] | None) -> Any:
+        """The session whose equivalent mlx.launch the window shows for ``plan``: the one
+        that ran it, whose checks know each node's copy, else one made for it and not
+        started (a ``core.run.session.Session``). ClusterError when a Mac of the plan is not
+        ready; ValueError when the adapter does not fit the model."""
+        from core.run.session import Host, Session
+
+        session = self.session
+        if session is not None and session.plan == plan and session.info.path == info.path:
+            return session
+        chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
+        return Session(info, chosen, plan=plan, backend=self.backend, adapter=self.adapter)
+
     # -- commands -------------------------------------------------------------------------
 
     def start(

@@ -311,37 +311,24 @@ class RunPane(Card):
         self.controller.start(self._info, self._plan, hosts, verify=verify, reprobe=reprobe)
 
     def launch_job(self) -> Callable[[], dict[str, Any]] | None:
-        """What works out the equivalent mlx.launch for the current plan (it may ask a
-        node over SSH where its cache is: run it off the GUI thread). None: no plan.
-        ValueError when a Mac of the plan is not ready."""
+        """What works out the equivalent mlx.launch for the current plan, as the session
+        that runs it does (it may ask a node over SSH where its cache is: run it off the GUI
+        thread). None: no plan. ValueError or ClusterError when a Mac of the plan is not
+        ready."""
         info, plan = self._info, self._plan
         if info is None or plan is None or not plan.fits:
             return None
-        hosts = self._hosts()
-        if hosts is None or hosts[0].simulated:
-
-            def demo() -> dict[str, Any]:
-                from core.run.placement import demo_launch, job_spec
-
-                return demo_launch(job_spec(info, plan))
-
-            return demo
-        targets = [h.target for h in hosts if h.target is not None]
-        facts = [h.facts for h in hosts if h.facts is not None]
-        report = self.controller.report
-
-        def real() -> dict[str, Any]:
-            from core.run.placement import planned_launch
-
-            return planned_launch(info, plan, targets, facts, report)
-
-        return real
+        session = self.controller.launch_session(info, plan, self._hosts())
+        work: Callable[[], dict[str, Any]] = session.launch_command
+        return work
 
     def show_launch(self) -> None:
         """Open the mlx.launch dialog (worked out off the GUI thread)."""
+        from core.run.placement import ClusterError
+
         try:
             work = self.launch_job()
-        except ValueError as error:
+        except (ValueError, ClusterError) as error:
             self.status.setText(f"The mlx.launch command cannot be shown yet: {error}")
             return
         if work is None:

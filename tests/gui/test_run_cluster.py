@@ -190,6 +190,28 @@ def test_the_mlx_launch_dialog_for_the_demo(qtbot: QtBot, tiny: ModelInfo) -> No
     dialog.close()
 
 
+def test_the_mlx_launch_dialog_shows_the_batch_the_start_runs(
+    qtbot: QtBot, tiny: ModelInfo
+) -> None:
+    """The dialog's command is the job a Start runs, every field included: the batch and
+    prompt cache the plan was made for (the Model pane's Requests at once), not defaults."""
+    from core.run.planning import Serving
+    from core.run.session import Session, simulated_hosts
+
+    pane = make_pane(qtbot)
+    plan = plan_all(tiny, demo_facts(2), Serving(batch=4, prompt_cache_mb=0))["pipeline"]
+    pane.set_plan(tiny, plan)
+    qtbot.mouseClick(pane.launch_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: pane.launch_dialog is not None, timeout=WAIT_MS)
+    dialog = pane.launch_dialog
+    assert dialog is not None
+    line = one_line(dialog.command.toPlainText())
+    assert "--batch 4" in line and "--prompt-cache-mb 0" in line
+    runs = Session(tiny, simulated_hosts(demo_facts(2)), plan=plan).job_spec().worker_args(0)
+    assert line.endswith(" ".join(runs))
+    dialog.close()
+
+
 def test_the_mlx_launch_dialog_for_real_macs_shows_the_hostfile(
     qtbot: QtBot, tiny: ModelInfo, tmp_path: Path
 ) -> None:
