@@ -16,9 +16,9 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QWidget
 
-from core.model.demo_model import demo_model_dir, ensure_demo_model, is_complete
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.plan.planner import Plan, make_plan
+from core.run import demo
 from core.run.planning import Serving, chat_options, planner_node
 from core.worker.vocab import Strategy
 from gui.bridge import Bridge
@@ -108,14 +108,13 @@ class ModelPane(Card):
         """The bundled SmolLM2-135M, converted once into the cache (a few seconds)."""
         self._generation += 1
         generation = self._generation
-        first_time = not is_complete(demo_model_dir())
         self.drop_zone.show_busy(
             "Preparing the demo model (once, a few seconds)…"
-            if first_time
+            if demo.needs_preparing()
             else "Reading the demo model…"
         )
         self._bridge.run_in_background(
-            lambda: read_model_info(ensure_demo_model()),
+            lambda: read_model_info(demo.demo_model()),
             lambda info: self._loaded(generation, info),
             lambda error: self._failed(generation, None, error),
         )
