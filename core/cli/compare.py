@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
 from core.cli.demo import demo_model_said
@@ -22,11 +22,11 @@ from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import add_adapter_argument, add_split_argument, split_of
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
-from core.model.info import ModelError, ModelInfo, read_model_info
+from core.model.info import ModelError, read_model_info
 from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
 from core.run.planning import EstimateBeside, estimate_cell
-from core.run.session import Host, Session
+from core.run.session import Session
 from core.run.tasks.compare import (
     AdapterComparison,
     Comparison,
@@ -37,6 +37,8 @@ from core.run.tasks.compare import (
 )
 from core.units import rate, seconds, size
 from core.worker.vocab import Strategy
+
+Compared = TypeVar("Compared", Comparison, AdapterComparison)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,46 +107,50 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.flush()
 
     if args.adapter:
-        return _compare_adapter(args, info, hosts, watch, out, err)
-    try:
-        split = split_of(args)
-        result = compare(
-            info, hosts, args.strategy, args.prompt, args.max_tokens, on_session=watch, split=split
+        return _said(
+            lambda: compare_adapter(
+                info,
+                hosts,
+                args.strategy,
+                args.prompt,
+                args.max_tokens,
+                args.adapter,
+                on_session=watch,
+                split=split_of(args),
+            ),
+            answers_side_by_side,
+            args.json,
+            out,
+            err,
         )
-    except (ClusterError, ValueError) as exc:
-        err.write(f"macmesh: {exc}\n")
-        return 2
-    except JobError as exc:
-        err.write(f"macmesh: the comparison failed: {exc}\n")
-        return 1
-    if result.not_kept:
-        err.write(f"macmesh: {result.not_kept}\n")
-    if args.json:  # with the estimates, and "lead": what the window shows large
-        out.write(json.dumps(result.to_dict()) + "\n")
-    else:
-        out.write(side_by_side(result, result.beside))
-    return 0
-
-
-def _compare_adapter(
-    args: argparse.Namespace,
-    info: ModelInfo,
-    hosts: Sequence[Host],
-    watch: Callable[[Session, str], None],
-    out: TextIO,
-    err: TextIO,
-) -> int:
-    try:
-        result = compare_adapter(
+    return _said(
+        lambda: compare(
             info,
             hosts,
             args.strategy,
             args.prompt,
             args.max_tokens,
-            args.adapter,
             on_session=watch,
-            split=split_of(args),
-        )
+            split=split_of(args),  # read inside _said: a bad --split is one line
+        ),
+        lambda result: side_by_side(result, result.beside),
+        args.json,  # with the estimates, and "lead": what the window shows large
+        out,
+        err,
+    )
+
+
+def _said(
+    run: Callable[[], Compared],
+    as_text: Callable[[Compared], str],
+    as_json: bool,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Run a comparison task and print its result (``--json``: its dict): exit 2 when it
+    cannot start, 1 when a run failed, 0 once printed (a run not kept said on ``err``)."""
+    try:
+        result = run()
     except (ClusterError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
@@ -153,7 +159,7 @@ def _compare_adapter(
         return 1
     if result.not_kept:
         err.write(f"macmesh: {result.not_kept}\n")
-    out.write(json.dumps(result.to_dict()) + "\n" if args.json else answers_side_by_side(result))
+    out.write(json.dumps(result.to_dict()) + "\n" if as_json else as_text(result))
     return 0
 
 
