@@ -7,7 +7,9 @@ another's, and cables still join: the Thunderbolt domain UUIDs the cable map pai
 kept. Addresses are mapped prefix-preservingly (two addresses that share their first n
 bits still do, so subnets, netmasks' networks and "the same LAN" survive) with a key
 drawn for this capture alone; link-local and loopback addresses are kept (they say
-nothing about where the Mac is). ``RULES`` is the list the capture's manifest carries.
+nothing about where the Mac is), and so are dotted netmasks (a Linux host's ``ifconfig``
+prints ``netmask 255.255.255.0``: mapped, its prefix length would change). ``RULES`` is
+the list the capture's manifest carries.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("uuids", "UUIDs other than the Thunderbolt domain UUIDs (domain_uuid_key), which the "
      "cable map pairs", "a UUID of the same case, 00000000-0000-4000-8000-00000000NNNN"),
     ("mac-addresses", "Ethernet (MAC) addresses", "02:00:00:NN:NN:NN"),
-    ("ipv4", "IPv4 addresses outside 169.254.0.0/16 (link-local) and 127.0.0.0/8",
+    ("ipv4", "IPv4 addresses outside 169.254.0.0/16 (link-local) and 127.0.0.0/8 (netmasks "
+     "such as 255.255.255.0, which Linux's ifconfig prints, are kept)",
      "another IPv4 address, prefix-preserving, first octet kept, key drawn per capture"),
     ("ipv6", "IPv6 addresses outside fe80::/10 (link-local) and ::1",
      "an fd00::/8 address, prefix-preserving, key drawn per capture"),
@@ -175,7 +178,7 @@ class Redactor:
             return match[0]
         if address.is_link_local or address.is_loopback or address.is_unspecified:
             return match[0]
-        if str(address) == "255.255.255.255":
+        if is_netmask(int(address)):  # 255.255.255.0: a subnet's size, nobody's address
             return match[0]
         mapped = self._prefix_preserving(int(address), 32, keep=8)
         result = ipaddress.IPv4Address(mapped)
@@ -215,6 +218,13 @@ class Redactor:
             {"id": rule, "replaces": what, "with": alias, "replacements": self.counts[rule]}
             for rule, what, alias in RULES
         ]
+
+
+def is_netmask(value: int) -> bool:
+    """A 32-bit value of leading ones then zeros (255.255.255.0, 255.255.255.255): Linux's
+    ``ifconfig`` prints a netmask so, and the probe reads the prefix length from it."""
+    host_bits = ~value & 0xFFFFFFFF
+    return value != 0 and host_bits & (host_bits + 1) == 0
 
 
 def _pairs(data: Any) -> Iterator[tuple[str, str]]:

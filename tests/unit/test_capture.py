@@ -22,7 +22,8 @@ from core.cluster.capture import (
     write_capture,
 )
 from core.cluster.probe.facts import NodeFacts, parse_probe
-from core.cluster.redact import RULES, Redactor
+from core.cluster.probe.ifconfig import parse_ifconfig
+from core.cluster.redact import RULES, Redactor, is_netmask
 from core.cluster.registry import Node, ProbeState, Source
 from core.cluster.topology import build_topology
 from tests.fixtures.macos.hosts import hosts
@@ -129,6 +130,37 @@ def test_the_last_jobs_logs_are_captured_redacted(tmp_path: Path) -> None:
     assert len(members["logs/20260102-000000/rank1.log"]) <= 256 * 1024
 
 
+LINUX_IFCONFIG = """\
+eth0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 1500
+        inet 192.0.2.2  netmask 255.255.255.0  broadcast 192.0.2.255
+        inet6 fe80::fc:ff:fe00:1  prefixlen 64  scopeid 0x20<link>
+        ether 52:54:00:12:34:56  txqueuelen 1000  (Ethernet)
+
+eth1: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 1500
+        inet 10.20.30.40  netmask 255.255.240.0  broadcast 10.20.31.255
+
+lo: flags=73<UP,LOOPBACK,RUNNING>  mtu 65536
+        inet 127.0.0.1  netmask 255.0.0.0
+"""
+
+
+def test_a_linux_hosts_netmasks_are_kept_so_its_subnets_do_not_change() -> None:
+    """Linux's ifconfig (this machine, probed with its own shell) prints dotted netmasks:
+    mapped like addresses, they gave random prefix lengths."""
+    redacted = Redactor().redact(LINUX_IFCONFIG)
+    assert "192.0.2.2 " not in redacted and "10.20.30.40" not in redacted
+    for mask in ("255.255.255.0", "255.255.240.0", "255.0.0.0"):
+        assert f"netmask {mask}" in redacted
+    before, after = parse_ifconfig(LINUX_IFCONFIG), parse_ifconfig(redacted)
+    assert isinstance(before, tuple) and isinstance(after, tuple)
+    assert [[a.prefix for a in i.addresses] for i in after] == [[24, 64], [20], [8]]
+    assert [[a.prefix for a in i.addresses] for i in before] == [[24, 64], [20], [8]]
+    assert all(is_netmask(int(ipaddress.IPv4Address(m))) for m in ("255.255.255.255", "128.0.0.0"))
+    assert not any(
+        is_netmask(int(ipaddress.IPv4Address(a))) for a in ("255.0.255.0", "10.0.0.1", "0.0.0.0")
+    )
+
+
 @pytest.mark.parametrize(
     ("members", "said"),
     [
@@ -164,9 +196,7 @@ names = st.from_regex(r"[a-z][a-z0-9-]{3,12}[a-z0-9]", fullmatch=True).filter(
 )
 serials = st.from_regex(r"[A-Z0-9]{10,12}", fullmatch=True)
 ipv4 = st.ip_addresses(v=4).filter(
-    lambda a: (
-        not (a.is_link_local or a.is_loopback or a.is_unspecified) and str(a) != "255.255.255.255"
-    )
+    lambda a: not (a.is_link_local or a.is_loopback or a.is_unspecified) and not is_netmask(int(a))
 )
 ipv6 = st.ip_addresses(v=6).filter(
     lambda a: (
