@@ -107,9 +107,10 @@ def build_capture(
     redactor = redactor or Redactor()
     sections = {node.name: _sections(node) for node in nodes}
     run, logs = newest_logs(log_root)
-    for node in nodes:  # names first, in order: this machine is mac-1
+    for node in nodes:  # names first, in order (this machine is mac-1): mac-N is node N
         redactor.host(node.name)
-        redactor.host(node.hostname)
+    for node in nodes:  # then their host names, each as its node's alias
+        redactor.host(node.hostname, same_as=node.name)
     redactor.host(platform.node())
     for node in nodes:
         redactor.user(node.user)

@@ -72,10 +72,12 @@ class Redactor:
 
     # -- learning ---------------------------------------------------------------------
 
-    def host(self, name: str | None) -> str | None:
-        """``name``'s alias (``mac-N``), given the first time it is seen. A name that is an
-        address (``127.0.0.2:2222``, a host named by its address) gets an alias for the
-        capture's folders, but its text is left to the address rules."""
+    def host(self, name: str | None, same_as: str | None = None) -> str | None:
+        """``name``'s alias (``mac-N``), given the first time it is seen (``same_as``: a
+        name already seen for the same machine, whose alias it shares: a node's host name
+        beside its Bonjour name). A name that is an address (``127.0.0.2:2222``, a host
+        named by its address) gets an alias for the capture's folders, but its text is
+        left to the address rules."""
         if not name:
             return None
         base = name.removesuffix(".").removesuffix(".local")
@@ -83,6 +85,10 @@ class Redactor:
             return self.names[base]
         if base in self._address_names:
             return self._address_names[base]
+        if same_as and (alias := self.host(same_as)) is not None:
+            if not (_address_like(base) or len(base) < MIN_NAME):
+                self._add(base, alias, "host-names")
+            return alias
         self._hosts += 1
         alias = f"mac-{self._hosts}"
         if _address_like(base) or len(base) < MIN_NAME:

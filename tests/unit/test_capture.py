@@ -107,6 +107,24 @@ def test_the_same_host_has_the_same_alias_everywhere_and_domain_uuids_are_kept()
         assert all(uuid in text for uuid in facts.domain_uuids)
 
 
+def test_the_aliases_follow_the_nodes_order_when_a_host_name_differs_from_its_name() -> None:
+    """This machine announces itself under a host name of its own: it took mac-2, and the
+    nodes were mac-1, mac-3, mac-4 (a gap, and no longer the report's order)."""
+    nodes = fixture_nodes("pair27")
+    nodes[0] = replace(
+        nodes[0],
+        hostname="builder-7f3a.local",
+        is_self=True,
+        probe_message="builder-7f3a.local answered",
+    )
+    members = build_capture(nodes)
+    manifest = json.loads(members["manifest.json"])
+    assert [n["alias"] for n in manifest["nodes"]] == ["mac-1", "mac-2"]
+    assert manifest["nodes"][0]["message"] == "mac-1.local answered"  # its node's alias
+    text = "\n".join(members.values())
+    assert "builder-7f3a" not in text
+
+
 def test_the_last_jobs_logs_are_captured_redacted(tmp_path: Path) -> None:
     runs = tmp_path / "logs" / "runs"
     old, new = runs / "20260101-000000", runs / "20260102-000000"
