@@ -179,6 +179,10 @@ def read_capture(path: Path) -> Capture:
     the size limits. CaptureError (one line) otherwise."""
     try:
         archive = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise CaptureError(f"{path} does not exist: give the path of a capture .zip") from None
+    except IsADirectoryError:
+        raise CaptureError(f"{path} is a folder: give the path of a capture .zip") from None
     except (OSError, zipfile.BadZipFile) as error:
         raise CaptureError(f"{path} is not a capture (a zip file): {error}") from None
     with archive:

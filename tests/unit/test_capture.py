@@ -206,6 +206,18 @@ def test_a_file_that_is_not_a_capture_is_refused_in_one_line(
     assert said in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_a_missing_file_or_a_folder_is_said_as_such(tmp_path: Path) -> None:
+    with pytest.raises(CaptureError) as caught:
+        read_capture(tmp_path / "studio.zip")
+    assert (
+        str(caught.value)
+        == f"{tmp_path / 'studio.zip'} does not exist: give the path of a capture .zip"
+    )
+    with pytest.raises(CaptureError) as caught:
+        read_capture(tmp_path)
+    assert str(caught.value) == f"{tmp_path} is a folder: give the path of a capture .zip"
+
+
 # -- redaction: seeded values never survive --------------------------------------------
 
 _ALIASES = re.compile(r"(?i)(mac|user|serial)-\d+")
