@@ -193,7 +193,7 @@ def verdict(report: DoctorReport) -> str:
     failed = sum(f.check.status == "fail" for f in report.findings)
     said = [f"{failed} check{'s' * (failed != 1)} fail{'s' * (failed == 1)}"] if failed else []
     if blocked := [n for n in report.nodes if n not in report.ready]:
-        said.append(f"not ready: {', '.join(blocked)}")
+        said.append(f"{', '.join(blocked)} could not be probed")
     return f"Not ready ({'; '.join(said)}). Do what each fix says, then check again."
 
 

@@ -263,6 +263,10 @@ def test_each_way_of_not_reaching_a_node_says_its_fix() -> None:
     assert noshh.status == "fail" and "Sharing > Remote Login" in noshh.fix
     new = one(report, "host-key", "new")
     assert new.status == "fail" and "fingerprint" in new.fix and unknown.fingerprint in new.message
+    assert format_doctor(report).splitlines()[-1] == (
+        "Not ready: 6 checks failed; off, sleepy, denied, changed, noshh, new could not be "
+        "probed. Fix what each FAIL says, then run macmesh doctor again."
+    )
 
 
 def test_local_network_permission() -> None:

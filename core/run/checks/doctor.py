@@ -249,6 +249,6 @@ def format_doctor(report: DoctorReport) -> str:
         blocked = [n for n in report.nodes if n not in report.ready]
         said = f"{failed} check{'s' if failed != 1 else ''} failed"
         if blocked:
-            said += f"; not ready: {', '.join(blocked)}"
+            said += f"; {', '.join(blocked)} could not be probed"
         lines.append(f"Not ready: {said}. Fix what each FAIL says, then run macmesh doctor again.")
     return "\n".join(lines) + "\n"
