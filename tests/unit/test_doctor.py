@@ -269,6 +269,27 @@ def test_each_way_of_not_reaching_a_node_says_its_fix() -> None:
     )
 
 
+def test_bonjour_says_on_which_of_this_machines_interfaces_each_node_is_seen() -> None:
+    """studio-e runs the doctor (probed with its own shell); studio-f is seen at its
+    Ethernet address, at an IPv6 link-local address scoped to the cable, and at an
+    address no interface of studio-e holds."""
+    here, there = load_facts("pair27")
+    me = replace(ready(here, 0), node=replace(ready(here, 0).node, is_self=True))
+    other = ready(there, 1)
+    addresses = ("10.0.0.242", "fe80::f2f2:f2f2:ff:7%en2", "fe80::9", "192.0.2.7")
+    other = replace(other, node=replace(other.node, addresses=addresses))
+    bonjour = one(diagnose([me, other], LOOPBACK, on_mac=True), "bonjour", "studio-f")
+    assert bonjour.status == "ok"
+    assert bonjour.message == (
+        "studio-f is seen over Bonjour at 10.0.0.242 (this machine's en0, Ethernet), "
+        "fe80::f2f2:f2f2:ff:7%en2 (this machine's en2, Thunderbolt 1), fe80::9, 192.0.2.7 "
+        "(browsing 127.0.0.1)."
+    )
+    # Without this machine's facts (not probed), the addresses alone.
+    alone = one(diagnose([other], LOOPBACK, on_mac=True), "bonjour", "studio-f")
+    assert alone.message.startswith("studio-f is seen over Bonjour at 10.0.0.242, fe80::")
+
+
 def test_local_network_permission() -> None:
     facts = load_facts("pair27")
     by_hand = [ready(f, n, frozenset({Source.MANUAL})) for n, f in enumerate(facts)]
