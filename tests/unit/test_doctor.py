@@ -281,8 +281,8 @@ def test_bonjour_says_on_which_of_this_machines_interfaces_each_node_is_seen() -
     bonjour = one(diagnose([me, other], LOOPBACK, on_mac=True), "bonjour", "studio-f")
     assert bonjour.status == "ok"
     assert bonjour.message == (
-        "studio-f is seen over Bonjour at 10.0.0.242 (this machine's en0, Ethernet), "
-        "fe80::f2f2:f2f2:ff:7%en2 (this machine's en2, Thunderbolt 1), fe80::9, 192.0.2.7 "
+        "studio-f is seen over Bonjour at 10.0.0.242 on this machine's en0 (Ethernet), "
+        "fe80::f2f2:f2f2:ff:7%en2 on this machine's en2 (Thunderbolt 1), fe80::9, 192.0.2.7 "
         "(browsing 127.0.0.1)."
     )
     # Without this machine's facts (not probed), the addresses alone.

@@ -82,8 +82,8 @@ def _at(address: str, mine: NodeFacts | None) -> str:
     interface = arrived_on(address, mine)
     if interface is None:
         return address
-    port = f", {interface.port}" if interface.port else ""
-    return f"{address} (this machine's {interface.name}{port})"
+    port = f" ({interface.port})" if interface.port else ""
+    return f"{address} on this machine's {interface.name}{port}"
 
 
 def node_finding(s: Seen, interfaces: Interfaces, mine: NodeFacts | None = None) -> list[Check]:
