@@ -132,7 +132,8 @@ def build_capture(
                 "state": node.probe_state.value,
                 "message": redactor.redact(node.probe_message),
                 "sources": sorted(str(s) for s in node.sources),
-                "versions": _versions(facts),
+                # The MacMesh a node announces (its _macmesh._tcp record), beside its probe's.
+                "versions": {"macmesh": node.macmesh_version or None, **_versions(facts)},
             }
         )
         for name, section in sections[node.name].items():

@@ -125,6 +125,14 @@ def test_the_aliases_follow_the_nodes_order_when_a_host_name_differs_from_its_na
     assert "builder-7f3a" not in text
 
 
+def test_each_nodes_announced_macmesh_version_is_in_the_manifest() -> None:
+    nodes = fixture_nodes("pair27")
+    nodes[0] = replace(nodes[0], macmesh_version="0.1.0")
+    manifest = json.loads(build_capture(nodes)["manifest.json"])
+    assert [n["versions"]["macmesh"] for n in manifest["nodes"]] == ["0.1.0", None]
+    assert manifest["nodes"][0]["versions"]["mlx"] == "0.32.4"  # and the probe's
+
+
 def test_the_last_jobs_logs_are_captured_redacted(tmp_path: Path) -> None:
     runs = tmp_path / "logs" / "runs"
     old, new = runs / "20260101-000000", runs / "20260102-000000"
