@@ -437,3 +437,38 @@ def test_the_demos_simulated_macs_are_checked_with_this_machines_python() -> Non
     assert python.status == "ok" and "/opt/here/python3" in python.message
     # The simulated Macs are not Macs Bonjour should have found: no permission blamed.
     assert "answer over SSH" not in one(report, "local-network").message
+
+
+def test_a_replayed_captures_macs_keep_their_own_python_in_the_report(tmp_path: Path) -> None:
+    """``macmesh demo --replay``: a captured Mac's checks are the studio's, so they name
+    the Python it ran there, never this machine's (whose path beside the captured
+    "command not found" read as a contradiction)."""
+    from core.cluster.capture import write_capture
+    from core.run.demo import replay_nodes
+    from tests.unit.test_capture import fixture_nodes
+
+    capture = write_capture(tmp_path / "c.zip", fixture_nodes("pair27"), log_root=tmp_path)
+    here = replace(load_facts("ring4")[0], python_executable="/opt/here/python3")
+    nodes = replay_nodes(capture)
+    broken = nodes[1].facts
+    assert broken is not None and broken.probe_output
+    nodes[1] = replace(
+        nodes[1],
+        facts=replace(
+            broken,
+            python_version=None,
+            python_executable=None,
+            unknowns={**broken.unknowns, "python_version": "python3: command not found"},
+        ),
+    )
+    report = diagnose(simulated_seen(nodes, here), LOOPBACK, on_mac=True)
+    ok = one(report, "python", "mac-1")
+    assert ok.status == "ok" and "/Users/user-1/mlx/bin/python3" in ok.message
+    failed = one(report, "python", "mac-2")
+    assert failed.status == "fail" and "/opt/here" not in failed.message
+    assert failed.message == (
+        "mac-2 has no usable Python at the Python it was probed with "
+        "(python3: command not found)."
+    )
+    bonjour = one(report, "bonjour", "mac-1")
+    assert bonjour.message.startswith("mac-1 is a Mac of the replayed capture:")

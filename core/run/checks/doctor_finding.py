@@ -89,14 +89,12 @@ def _at(address: str, mine: NodeFacts | None) -> str:
 def node_finding(s: Seen, interfaces: Interfaces, mine: NodeFacts | None = None) -> list[Check]:
     node, name = s.node, s.node.name
     if Source.DEMO in node.sources:
-        return [
-            Check.ok(
-                name,
-                "bonjour",
-                f"{name} is a simulated Mac of the demo cluster: its rank runs on this "
-                "machine, nothing to find.",
-            )
-        ]
+        captured = isinstance(node.facts, NodeFacts) and bool(node.facts.probe_output)
+        what = (
+            "a Mac of the replayed capture" if captured else "a simulated Mac of the demo cluster"
+        )
+        said = f"{name} is {what}: its rank runs on this machine, nothing to find."
+        return [Check.ok(name, "bonjour", said)]
     if node.is_self:
         how = "ready" if node.probe_state is ProbeState.READY else node.probe_message
         return [

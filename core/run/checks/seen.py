@@ -26,6 +26,9 @@ HERE_FIELDS = (
 )
 
 
+CAPTURED_PYTHON = "the Python it was probed with"  # a capture says not which, when none ran
+
+
 @dataclass(frozen=True)
 class Seen:
     """One node as the scanner left it: the registry's node, the SSH failure of its last
@@ -72,9 +75,12 @@ def simulated_seen(nodes: Sequence[Node], here: NodeFacts) -> list[Seen]:
     seen = []
     for node in nodes:
         facts = node.facts if isinstance(node.facts, NodeFacts) else None
+        python = here.python_executable
         if facts is not None and not facts.probe_output:
             facts = replace(facts, **{name: getattr(here, name) for name in HERE_FIELDS})
             node = replace(node, facts=facts)
-        target = Target(name=node.name, host="127.0.0.1", python=here.python_executable, local=True)
+        elif facts is not None:  # captured: its checks name the Python it ran, not ours
+            python = facts.python_executable or CAPTURED_PYTHON
+        target = Target(name=node.name, host="127.0.0.1", python=python, local=True)
         seen.append(Seen(node, None, target if facts is not None else None))
     return seen
