@@ -3,6 +3,7 @@ over each way a node can fail to be found: every verdict with its fix."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -448,7 +449,12 @@ def test_a_replayed_captures_macs_keep_their_own_python_in_the_report(tmp_path: 
     from tests.unit.test_capture import fixture_nodes
 
     capture = write_capture(tmp_path / "c.zip", fixture_nodes("pair27"), log_root=tmp_path)
-    here = replace(load_facts("ring4")[0], python_executable="/opt/here/python3")
+    here = replace(
+        load_facts("ring4")[0],
+        python_executable="/opt/here/python3",
+        blas_path="/usr/lib/libopenblas.so.0",
+        blas_source="system",
+    )
     nodes = replay_nodes(capture)
     broken = nodes[1].facts
     assert broken is not None and broken.probe_output
@@ -467,8 +473,14 @@ def test_a_replayed_captures_macs_keep_their_own_python_in_the_report(tmp_path: 
     failed = one(report, "python", "mac-2")
     assert failed.status == "fail" and "/opt/here" not in failed.message
     assert failed.message == (
-        "mac-2 has no usable Python at the Python it was probed with "
-        "(python3: command not found)."
+        "mac-2 has no usable Python at the Python it was probed with (python3: command not found)."
     )
     bonjour = one(report, "bonjour", "mac-1")
     assert bonjour.message.startswith("mac-1 is a Mac of the replayed capture:")
+    # Off a Mac their ranks run on this CPU, with this machine's BLAS, not "install
+    # Debian's libopenblas0 on mac-1".
+    if sys.platform != "darwin":
+        blas = one(report, "blas", "mac-1")
+        assert blas.status == "ok" and "/usr/lib/libopenblas.so.0" in blas.message
+    else:
+        assert not find(report, "blas")
