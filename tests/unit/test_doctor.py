@@ -304,6 +304,25 @@ def test_local_network_permission() -> None:
     assert linux.status == "ok" and "not a Mac" in linux.message
 
 
+def test_this_macs_mdns_sends_refused_say_the_permission_is_denied() -> None:
+    """The doctor's first sign (``send_errors``, from ``mdns_send_errors``): every send
+    refused with EHOSTUNREACH is the permission denied, even with no Mac named."""
+    from core.cluster.localnet import MACOS_EHOSTUNREACH
+
+    refused = {"en0": MACOS_EHOSTUNREACH, "en1": MACOS_EHOSTUNREACH}
+    check = one(diagnose([], "all", on_mac=True, send_errors=refused), "local-network")
+    assert check.status == "warn"
+    assert check.message.startswith(
+        "Bonjour cannot send on any interface (en0, en1: [Errno 65] No route to host): "
+        "macOS's Local Network permission is denied for MacMesh (browsing all)."
+    )
+    assert check.fix.startswith("On this Mac open System Settings > Privacy & Security")
+    facts = load_facts("pair27")
+    found = [ready(f, n) for n, f in enumerate(facts)]
+    sent = one(diagnose(found, "all", on_mac=True, send_errors={"en0": None}), "local-network")
+    assert sent.status == "ok"
+
+
 def test_the_local_network_check_is_localnets_verdict_with_its_fix() -> None:
     """localnet-denied: healthy nodes that answer over SSH, none seen over Bonjour."""
     facts = load_facts("localnet-denied")

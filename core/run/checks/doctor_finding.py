@@ -11,7 +11,7 @@ chosen by the failure's kind the scanner kept.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from core.cluster.discovery import Interfaces
 from core.cluster.localnet import local_network_verdict
@@ -47,13 +47,19 @@ def _browsed(interfaces: Interfaces) -> str:
     return interfaces if isinstance(interfaces, str) else ", ".join(interfaces) or "no interface"
 
 
-def finding_checks(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bool) -> list[Check]:
-    """Every node's Finding checks, then the Local Network permission (the cluster's)."""
+def finding_checks(
+    seen: Sequence[Seen],
+    interfaces: Interfaces,
+    on_mac: bool,
+    send_errors: Mapping[str, int | None] | None = None,
+) -> list[Check]:
+    """Every node's Finding checks, then the Local Network permission (the cluster's;
+    ``send_errors``: this Mac's mDNS send per browsed interface, when tried)."""
     mine = next((s.facts for s in seen if s.node.is_self and s.facts is not None), None)
     checks: list[Check] = []
     for s in seen:
         checks += node_finding(s, interfaces, mine)
-    checks.append(local_network_check(seen, interfaces, on_mac))
+    checks.append(local_network_check(seen, interfaces, on_mac, send_errors or {}))
     return checks
 
 
@@ -207,11 +213,18 @@ def host_key_checks(s: Seen) -> list[Check]:
     return checks
 
 
-def local_network_check(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bool) -> Check:
+def local_network_check(
+    seen: Sequence[Seen],
+    interfaces: Interfaces,
+    on_mac: bool,
+    send_errors: Mapping[str, int | None] | None = None,
+) -> Check:
     """macOS 15 and later let an app browse Bonjour only with the Local Network
     permission; without it browsing finds nothing, silently. ``local_network_verdict``
-    judges it from the Macs Bonjour found and those that answered SSH (this machine and
-    the demo's simulated Macs are neither); its reason and fix are the check's."""
+    judges it from this Mac's mDNS sends (``send_errors``: each refused with
+    EHOSTUNREACH is the permission denied), the Macs Bonjour found and those that
+    answered SSH (this machine and the demo's simulated Macs are neither); its reason
+    and fix are the check's."""
     if not on_mac:
         return Check.ok(
             CLUSTER,
@@ -221,7 +234,7 @@ def local_network_check(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bo
     others = [s for s in seen if not s.node.is_self and Source.DEMO not in s.node.sources]
     found = [s.node.name for s in others if Source.BONJOUR in s.node.sources]
     answering = [s.node.name for s in others if s.node.probe_state in _ANSWERED]
-    verdict = local_network_verdict({}, found, answering)  # this Mac's mDNS sends: not read
+    verdict = local_network_verdict(send_errors or {}, found, answering)
     said, fix = said_and_fix(verdict.reason)
     said = f"{said.removesuffix('.')} (browsing {_browsed(interfaces)})."
     if verdict.ok:
