@@ -27,9 +27,10 @@ from typing import Any
 # (id, what is replaced, with what): the manifest lists each with how often it applied.
 RULES: tuple[tuple[str, str, str], ...] = (
     ("host-names", "the nodes' names and host names (the Bonjour names, .local names, "
-     "this machine's name)", "mac-N (mac-N.local)"),
+     "this machine's name; one of 1 or 2 characters is left: it would match ordinary "
+     "words)", "mac-N (mac-N.local)"),
     ("user-names", "user names: SSH users, this machine's user, home folders "
-     "(/Users/NAME, /home/NAME)", "user-N"),
+     "(/Users/NAME, /home/NAME; one of 1 or 2 characters is left)", "user-N"),
     ("serials", "serial numbers and device identifiers: every JSON value under a key "
      "naming a serial, UDID or UUID, and 'Serial Number: X' lines", "SERIAL-N"),
     ("uuids", "UUIDs other than the Thunderbolt domain UUIDs (domain_uuid_key), which the "

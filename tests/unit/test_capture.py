@@ -125,6 +125,18 @@ def test_the_aliases_follow_the_nodes_order_when_a_host_name_differs_from_its_na
     assert "builder-7f3a" not in text
 
 
+def test_the_manifest_says_that_names_of_two_characters_are_left() -> None:
+    """A machine named "vm" is not replaced (it would replace "vm" in every text): the
+    manifest says so, so whoever reads it before sending knows."""
+    nodes = fixture_nodes("pair27")
+    nodes[0] = replace(nodes[0], name="vm", hostname="vm.local", probe_message="vm is up")
+    manifest = json.loads(build_capture(nodes)["manifest.json"])
+    assert manifest["nodes"][0]["message"] == "vm is up"
+    rules = {r["id"]: r["replaces"] for r in manifest["redaction"]}
+    assert "one of 1 or 2 characters is left" in rules["host-names"]
+    assert "one of 1 or 2 characters is left" in rules["user-names"]
+
+
 def test_each_nodes_announced_macmesh_version_is_in_the_manifest() -> None:
     nodes = fixture_nodes("pair27")
     nodes[0] = replace(nodes[0], macmesh_version="0.1.0")
