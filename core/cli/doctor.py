@@ -22,6 +22,7 @@ from typing import TextIO
 
 from core.cli.nodes import add_arguments as add_node_arguments
 from core.cli.nodes import scanned
+from core.cluster.localnet import browsed_addresses, mdns_send_errors
 from core.run.checks.doctor import diagnose, format_doctor
 from core.run.checks.seen import seen_by
 
@@ -53,8 +54,13 @@ def doctor_cli(argv: list[str], out: TextIO | None = None) -> int:
             seen = seen_by(scanner, nodes)
     except ValueError as error:
         return _bad(str(error))
+    on_mac = running_on_mac()
     report = diagnose(
-        seen, interfaces, on_mac=sys.platform == "darwin", try_links=not args.no_try_paths
+        seen,
+        interfaces,
+        on_mac=on_mac,
+        try_links=not args.no_try_paths,
+        send_errors=mdns_send_errors(browsed_addresses(interfaces)) if on_mac else None,
     )
     if args.json:
         json.dump(report.to_dict(), out, indent=2, ensure_ascii=False)
@@ -70,6 +76,11 @@ def doctor_cli(argv: list[str], out: TextIO | None = None) -> int:
             return _bad(f"cannot write the capture {args.capture}: {error.strerror or error}")
         sys.stderr.write(f"macmesh doctor: capture saved to {written} (redacted).\n")
     return 0 if report.ok else 1
+
+
+def running_on_mac() -> bool:
+    """macOS asks for the Local Network permission: its checks run only there."""
+    return sys.platform == "darwin"
 
 
 def _check_capture_path(path: Path) -> None:

@@ -107,9 +107,10 @@ def build_capture(
     redactor = redactor or Redactor()
     sections = {node.name: _sections(node) for node in nodes}
     run, logs = newest_logs(log_root)
-    for node in nodes:  # names first, in order: this machine is mac-1
+    for node in nodes:  # names first, in order (this machine is mac-1): mac-N is node N
         redactor.host(node.name)
-        redactor.host(node.hostname)
+    for node in nodes:  # then their host names, each as its node's alias
+        redactor.host(node.hostname, same_as=node.name)
     redactor.host(platform.node())
     for node in nodes:
         redactor.user(node.user)
@@ -131,7 +132,8 @@ def build_capture(
                 "state": node.probe_state.value,
                 "message": redactor.redact(node.probe_message),
                 "sources": sorted(str(s) for s in node.sources),
-                "versions": _versions(facts),
+                # The MacMesh a node announces (its _macmesh._tcp record), beside its probe's.
+                "versions": {"macmesh": node.macmesh_version or None, **_versions(facts)},
             }
         )
         for name, section in sections[node.name].items():
@@ -178,6 +180,10 @@ def read_capture(path: Path) -> Capture:
     the size limits. CaptureError (one line) otherwise."""
     try:
         archive = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise CaptureError(f"{path} does not exist: give the path of a capture .zip") from None
+    except IsADirectoryError:
+        raise CaptureError(f"{path} is a folder: give the path of a capture .zip") from None
     except (OSError, zipfile.BadZipFile) as error:
         raise CaptureError(f"{path} is not a capture (a zip file): {error}") from None
     with archive:

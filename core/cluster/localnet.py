@@ -9,15 +9,22 @@ are not held back by the permission (a ``dns-sd`` subprocess runs with its own, 
 PR #1103), so the nodes' probe outputs look healthy: the evidence is on the Mac running
 MacMesh. On macOS 27 the app may be missing from that list (exo #2259), and after a
 restart a granted permission can stop working until it is switched off and on (exo #952,
-#1035). Pure function: nothing is sent here.
+#1035). The verdict is a pure function; ``mdns_send_errors`` gathers its first sign: one
+mDNS query sent from each browsed interface, as MacMesh itself (run only on a Mac: the
+permission is macOS's).
 """
 
 from __future__ import annotations
 
 import errno
-from collections.abc import Collection, Mapping
+import ipaddress
+import socket
+import struct
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+import psutil
 
 MACOS_EHOSTUNREACH = 65  # macOS's errno for "No route to host" (Linux: 113)
 _BLOCKED = {MACOS_EHOSTUNREACH, errno.EHOSTUNREACH}
@@ -27,6 +34,53 @@ FIX = (
 )
 
 State = Literal["ok", "blocked", "suspect", "unknown"]
+MDNS_GROUP = ("224.0.0.251", 5353)
+
+
+def _query(name: str = "_macmesh._tcp.local") -> bytes:
+    """A one-question mDNS query (RFC 6762: id 0, no flags; PTR, class IN)."""
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split("."))
+    return struct.pack("!6H", 0, 0, 1, 0, 0, 0) + labels + b"\0" + struct.pack("!2H", 12, 1)
+
+
+def browsed_addresses(interfaces: Sequence[str] | Literal["all"]) -> dict[str, str]:
+    """The IPv4 address of each interface Bonjour browses, by interface name: every one
+    up with an address outside loopback for "all", else those named or whose address
+    is given (an address no interface holds is left out)."""
+    stats = psutil.net_if_stats()
+    chosen: dict[str, str] = {}
+    for name, nics in psutil.net_if_addrs().items():
+        for nic in nics:
+            if nic.family != socket.AF_INET or name in chosen:
+                continue
+            if interfaces == "all":
+                wanted = not ipaddress.ip_address(nic.address).is_loopback and (
+                    name in stats and stats[name].isup
+                )
+            else:
+                wanted = name in interfaces or nic.address in interfaces
+            if wanted:
+                chosen[name] = nic.address
+    return chosen
+
+
+def mdns_send_errors(addresses: Mapping[str, str]) -> dict[str, int | None]:
+    """Per interface (name → its IPv4 address), the errno of one mDNS query sent out of
+    it to 224.0.0.251:5353, None when it went out: ``local_network_verdict``'s first
+    argument. What Bonjour sends every few seconds anyway; nothing waits for answers."""
+    errors: dict[str, int | None] = {}
+    for name, address in addresses.items():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP) as sock:
+            try:
+                sock.setsockopt(
+                    socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(address)
+                )
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 255)
+                sock.sendto(_query(), MDNS_GROUP)
+                errors[name] = None
+            except OSError as error:
+                errors[name] = error.errno
+    return errors
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ another's, and cables still join: the Thunderbolt domain UUIDs the cable map pai
 kept. Addresses are mapped prefix-preservingly (two addresses that share their first n
 bits still do, so subnets, netmasks' networks and "the same LAN" survive) with a key
 drawn for this capture alone; link-local and loopback addresses are kept (they say
-nothing about where the Mac is). ``RULES`` is the list the capture's manifest carries.
+nothing about where the Mac is), and so are dotted netmasks (a Linux host's ``ifconfig``
+prints ``netmask 255.255.255.0``: mapped, its prefix length would change). ``RULES`` is
+the list the capture's manifest carries.
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ from typing import Any
 # (id, what is replaced, with what): the manifest lists each with how often it applied.
 RULES: tuple[tuple[str, str, str], ...] = (
     ("host-names", "the nodes' names and host names (the Bonjour names, .local names, "
-     "this machine's name)", "mac-N (mac-N.local)"),
+     "this machine's name; one of 1 or 2 characters is left: it would match ordinary "
+     "words)", "mac-N (mac-N.local)"),
     ("user-names", "user names: SSH users, this machine's user, home folders "
-     "(/Users/NAME, /home/NAME)", "user-N"),
+     "(/Users/NAME, /home/NAME; one of 1 or 2 characters is left)", "user-N"),
     ("serials", "serial numbers and device identifiers: every JSON value under a key "
      "naming a serial, UDID or UUID, and 'Serial Number: X' lines", "SERIAL-N"),
     ("uuids", "UUIDs other than the Thunderbolt domain UUIDs (domain_uuid_key), which the "
      "cable map pairs", "a UUID of the same case, 00000000-0000-4000-8000-00000000NNNN"),
     ("mac-addresses", "Ethernet (MAC) addresses", "02:00:00:NN:NN:NN"),
-    ("ipv4", "IPv4 addresses outside 169.254.0.0/16 (link-local) and 127.0.0.0/8",
+    ("ipv4", "IPv4 addresses outside 169.254.0.0/16 (link-local) and 127.0.0.0/8 (netmasks "
+     "such as 255.255.255.0, which Linux's ifconfig prints, are kept)",
      "another IPv4 address, prefix-preserving, first octet kept, key drawn per capture"),
     ("ipv6", "IPv6 addresses outside fe80::/10 (link-local) and ::1",
      "an fd00::/8 address, prefix-preserving, key drawn per capture"),
@@ -69,10 +73,12 @@ class Redactor:
 
     # -- learning ---------------------------------------------------------------------
 
-    def host(self, name: str | None) -> str | None:
-        """``name``'s alias (``mac-N``), given the first time it is seen. A name that is an
-        address (``127.0.0.2:2222``, a host named by its address) gets an alias for the
-        capture's folders, but its text is left to the address rules."""
+    def host(self, name: str | None, same_as: str | None = None) -> str | None:
+        """``name``'s alias (``mac-N``), given the first time it is seen (``same_as``: a
+        name already seen for the same machine, whose alias it shares: a node's host name
+        beside its Bonjour name). A name that is an address (``127.0.0.2:2222``, a host
+        named by its address) gets an alias for the capture's folders, but its text is
+        left to the address rules."""
         if not name:
             return None
         base = name.removesuffix(".").removesuffix(".local")
@@ -80,6 +86,10 @@ class Redactor:
             return self.names[base]
         if base in self._address_names:
             return self._address_names[base]
+        if same_as and (alias := self.host(same_as)) is not None:
+            if not (_address_like(base) or len(base) < MIN_NAME):
+                self._add(base, alias, "host-names")
+            return alias
         self._hosts += 1
         alias = f"mac-{self._hosts}"
         if _address_like(base) or len(base) < MIN_NAME:
@@ -175,7 +185,7 @@ class Redactor:
             return match[0]
         if address.is_link_local or address.is_loopback or address.is_unspecified:
             return match[0]
-        if str(address) == "255.255.255.255":
+        if is_netmask(int(address)):  # 255.255.255.0: a subnet's size, nobody's address
             return match[0]
         mapped = self._prefix_preserving(int(address), 32, keep=8)
         result = ipaddress.IPv4Address(mapped)
@@ -215,6 +225,13 @@ class Redactor:
             {"id": rule, "replaces": what, "with": alias, "replacements": self.counts[rule]}
             for rule, what, alias in RULES
         ]
+
+
+def is_netmask(value: int) -> bool:
+    """A 32-bit value of leading ones then zeros (255.255.255.0, 255.255.255.255): Linux's
+    ``ifconfig`` prints a netmask so, and the probe reads the prefix length from it."""
+    host_bits = ~value & 0xFFFFFFFF
+    return value != 0 and host_bits & (host_bits + 1) == 0
 
 
 def _pairs(data: Any) -> Iterator[tuple[str, str]]:

@@ -55,7 +55,14 @@ def report_task(pane: Any, try_links: bool = True) -> tuple[list[Node], Callable
         if scanner is None:
             return diagnose([], (), on_mac=on_mac)
         seen = seen_by(scanner, nodes)
-        return diagnose(seen, scanner.interfaces, on_mac=on_mac, try_links=try_links)
+        sends = None
+        if on_mac:  # this Mac's own mDNS sends: the Local Network permission's first sign
+            from core.cluster.localnet import browsed_addresses, mdns_send_errors
+
+            sends = mdns_send_errors(browsed_addresses(scanner.interfaces))
+        return diagnose(
+            seen, scanner.interfaces, on_mac=on_mac, try_links=try_links, send_errors=sends
+        )
 
     return nodes, work
 
@@ -193,7 +200,7 @@ def verdict(report: DoctorReport) -> str:
     failed = sum(f.check.status == "fail" for f in report.findings)
     said = [f"{failed} check{'s' * (failed != 1)} fail{'s' * (failed == 1)}"] if failed else []
     if blocked := [n for n in report.nodes if n not in report.ready]:
-        said.append(f"not ready: {', '.join(blocked)}")
+        said.append(f"{', '.join(blocked)} could not be probed")
     return f"Not ready ({'; '.join(said)}). Do what each fix says, then check again."
 
 

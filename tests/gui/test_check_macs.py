@@ -120,7 +120,7 @@ def test_the_report_over_the_scanners_macs_shows_each_group_verdict_and_fix(
             "LINKING THE MACS",
         ]
         assert dialog.verdict.text().startswith("Not ready (")
-        assert "not ready: sleepy" in dialog.verdict.text()
+        assert "; sleepy could not be probed)" in dialog.verdict.text()
 
         # The capture: written where the person picked, redacted (no host name left).
         assert dialog.capture_button.isEnabled()

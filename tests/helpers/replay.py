@@ -52,6 +52,16 @@ def capture_fixture_set(capture: Path, folder: Path) -> Path:
     return folder
 
 
+def captured_linux(capture: Path) -> set[str]:
+    """The aliases of the capture's Linux hosts (the manifest's ``kind``): the test bench
+    announces them as a Linux box does (SSH only), not as a Mac."""
+    return {
+        str(node.get("alias"))
+        for node in read_capture(capture).manifest.get("nodes", [])
+        if isinstance(node, dict) and node.get("kind") == "Linux"
+    }
+
+
 def replay_hosts(folder: Path) -> list[Path]:
     """The simulated nodes of a replayed capture, in the capture's order (mac-1, mac-2...)."""
     found = [p for p in folder.iterdir() if p.is_dir()]

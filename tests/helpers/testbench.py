@@ -35,7 +35,7 @@ from core.cluster.capture import CaptureError
 from tests.fixtures.macos.hosts import ROOT as FIXTURES
 from tests.fixtures.macos.hosts import SETS, hosts
 from tests.fixtures.macos.make_bin import make_bin
-from tests.helpers.replay import capture_fixture_set, replay_hosts
+from tests.helpers.replay import capture_fixture_set, captured_linux, replay_hosts
 from tests.helpers.sshd import SSHServer, running_sshd
 
 LOOPBACK = ["127.0.0.1"]
@@ -96,9 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # goodbyes on `kill` too
     with tempfile.TemporaryDirectory(prefix="macmesh-testbench-") as tmp:
         root = Path(tmp)
+        linux = {LINUX_HOST.name} if args.linux else set()
         if args.replay is not None:
             try:
                 host_dirs = replay_hosts(capture_fixture_set(args.replay, root / "replay"))
+                linux |= captured_linux(args.replay)
             except CaptureError as error:
                 parser.exit(2, f"testbench: {error}\n")
         else:
@@ -113,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with running_sshd(root / "sshd", bins, addresses) as server:
             records = []
             for address, host_dir in zip(addresses, host_dirs, strict=True):
-                make = linux_records if host_dir == LINUX_HOST else mac_records
+                make = linux_records if host_dir.name in linux else mac_records
                 records += make(host_dir.name, host_dir.name, address, server.port)
             if args.trust:
                 names = [f"{h.name}.local" for h in host_dirs]

@@ -17,13 +17,14 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from core.cluster.probe.facts import parse_probe
 from tests.fixtures.macos.hosts import hosts, load_facts
 from tests.fixtures.macos.hosts import probe_output as fixture_output
-from tests.helpers.replay import capture_fixture_set, replay_hosts
+from tests.helpers.replay import capture_fixture_set, captured_linux, replay_hosts
 from tests.helpers.sshd import require_sshd, running_sshd
 from tests.helpers.testbench import mac_records, published, trusted_known_hosts
 from tests.integration.test_doctor_cli import client_env, fake_bins
@@ -84,6 +85,19 @@ def test_the_helper_turns_a_capture_into_a_fixture_set_with_the_same_facts(
         assert (after.chip, after.memory_bytes, after.rdma_devices, after.disk_free_bytes) == (
             before.chip, before.memory_bytes, before.rdma_devices, before.disk_free_bytes
         )  # fmt: skip
+
+
+def test_a_captured_linux_host_is_announced_as_a_linux_box(tmp_path: Path) -> None:
+    """The test bench publishes a replayed Linux host with SSH only (as Avahi does), not
+    with a Mac's device-info record (model Mac15,14)."""
+    from core.cluster.capture import write_capture
+    from core.cluster.registry import Node, ProbeState
+
+    facts = [*load_facts("pair27"), *load_facts("linux")]
+    nodes = [Node(f.name, facts=f, probe_state=ProbeState.READY) for f in facts]
+    nodes[0] = replace(nodes[0], is_mac=True)
+    capture = write_capture(tmp_path / "mixed.zip", nodes, log_root=tmp_path / "none")
+    assert captured_linux(capture) == {"mac-3"}
 
 
 def test_ring4_captured_and_replayed_gives_the_same_nodes_report(tmp_path: Path) -> None:

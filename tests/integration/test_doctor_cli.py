@@ -266,6 +266,31 @@ def test_doctor_names_each_field_sets_verdict_and_fix(
     assert rc == 0 and report["ok"]  # each set can run a job: the fixes make it faster
 
 
+def test_on_a_mac_the_doctor_sends_on_each_browsed_interface_and_says_a_refusal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command's wiring of the Local Network check: its mDNS sends are tried on the
+    browsed interfaces (here loopback, with every send refused as macOS refuses them)."""
+    import core.cli.doctor as command
+    from core.cluster.localnet import MACOS_EHOSTUNREACH
+
+    tried: list[dict[str, str]] = []
+
+    def refused(addresses: dict[str, str]) -> dict[str, int | None]:
+        tried.append(dict(addresses))
+        return dict.fromkeys(addresses, MACOS_EHOSTUNREACH)
+
+    monkeypatch.setattr(command, "running_on_mac", lambda: True)
+    monkeypatch.setattr(command, "mdns_send_errors", refused)
+    argv = ["--json", "--no-publish", "--interfaces", "127.0.0.1", "--wait", "0"]
+    assert command.doctor_cli(argv) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [list(t.values()) for t in tried] == [["127.0.0.1"]]
+    local = checks(report, "cluster", "local-network")[0]
+    assert local["status"] == "warn" and "Local Network permission is denied" in local["message"]
+    assert "Privacy & Security > Local Network" in local["fix"]
+
+
 @pytest.mark.parametrize(
     ("argv", "said"),
     [

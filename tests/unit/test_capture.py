@@ -22,7 +22,8 @@ from core.cluster.capture import (
     write_capture,
 )
 from core.cluster.probe.facts import NodeFacts, parse_probe
-from core.cluster.redact import RULES, Redactor
+from core.cluster.probe.ifconfig import parse_ifconfig
+from core.cluster.redact import RULES, Redactor, is_netmask
 from core.cluster.registry import Node, ProbeState, Source
 from core.cluster.topology import build_topology
 from tests.fixtures.macos.hosts import hosts
@@ -106,6 +107,44 @@ def test_the_same_host_has_the_same_alias_everywhere_and_domain_uuids_are_kept()
         assert all(uuid in text for uuid in facts.domain_uuids)
 
 
+def test_the_aliases_follow_the_nodes_order_when_a_host_name_differs_from_its_name() -> None:
+    """This machine announces itself under a host name of its own: it took mac-2, and the
+    nodes were mac-1, mac-3, mac-4 (a gap, and no longer the report's order)."""
+    nodes = fixture_nodes("pair27")
+    nodes[0] = replace(
+        nodes[0],
+        hostname="builder-7f3a.local",
+        is_self=True,
+        probe_message="builder-7f3a.local answered",
+    )
+    members = build_capture(nodes)
+    manifest = json.loads(members["manifest.json"])
+    assert [n["alias"] for n in manifest["nodes"]] == ["mac-1", "mac-2"]
+    assert manifest["nodes"][0]["message"] == "mac-1.local answered"  # its node's alias
+    text = "\n".join(members.values())
+    assert "builder-7f3a" not in text
+
+
+def test_the_manifest_says_that_names_of_two_characters_are_left() -> None:
+    """A machine named "vm" is not replaced (it would replace "vm" in every text): the
+    manifest says so, so whoever reads it before sending knows."""
+    nodes = fixture_nodes("pair27")
+    nodes[0] = replace(nodes[0], name="vm", hostname="vm.local", probe_message="vm is up")
+    manifest = json.loads(build_capture(nodes)["manifest.json"])
+    assert manifest["nodes"][0]["message"] == "vm is up"
+    rules = {r["id"]: r["replaces"] for r in manifest["redaction"]}
+    assert "one of 1 or 2 characters is left" in rules["host-names"]
+    assert "one of 1 or 2 characters is left" in rules["user-names"]
+
+
+def test_each_nodes_announced_macmesh_version_is_in_the_manifest() -> None:
+    nodes = fixture_nodes("pair27")
+    nodes[0] = replace(nodes[0], macmesh_version="0.1.0")
+    manifest = json.loads(build_capture(nodes)["manifest.json"])
+    assert [n["versions"]["macmesh"] for n in manifest["nodes"]] == ["0.1.0", None]
+    assert manifest["nodes"][0]["versions"]["mlx"] == "0.32.4"  # and the probe's
+
+
 def test_the_last_jobs_logs_are_captured_redacted(tmp_path: Path) -> None:
     runs = tmp_path / "logs" / "runs"
     old, new = runs / "20260101-000000", runs / "20260102-000000"
@@ -127,6 +166,37 @@ def test_the_last_jobs_logs_are_captured_redacted(tmp_path: Path) -> None:
     assert rank0.startswith("rank 0 on mac-1 at ")
     assert members["logs/20260102-000000/rank1.log"].endswith("the end\n")
     assert len(members["logs/20260102-000000/rank1.log"]) <= 256 * 1024
+
+
+LINUX_IFCONFIG = """\
+eth0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 1500
+        inet 192.0.2.2  netmask 255.255.255.0  broadcast 192.0.2.255
+        inet6 fe80::fc:ff:fe00:1  prefixlen 64  scopeid 0x20<link>
+        ether 52:54:00:12:34:56  txqueuelen 1000  (Ethernet)
+
+eth1: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 1500
+        inet 10.20.30.40  netmask 255.255.240.0  broadcast 10.20.31.255
+
+lo: flags=73<UP,LOOPBACK,RUNNING>  mtu 65536
+        inet 127.0.0.1  netmask 255.0.0.0
+"""
+
+
+def test_a_linux_hosts_netmasks_are_kept_so_its_subnets_do_not_change() -> None:
+    """Linux's ifconfig (this machine, probed with its own shell) prints dotted netmasks:
+    mapped like addresses, they gave random prefix lengths."""
+    redacted = Redactor().redact(LINUX_IFCONFIG)
+    assert "192.0.2.2 " not in redacted and "10.20.30.40" not in redacted
+    for mask in ("255.255.255.0", "255.255.240.0", "255.0.0.0"):
+        assert f"netmask {mask}" in redacted
+    before, after = parse_ifconfig(LINUX_IFCONFIG), parse_ifconfig(redacted)
+    assert isinstance(before, tuple) and isinstance(after, tuple)
+    assert [[a.prefix for a in i.addresses] for i in after] == [[24, 64], [20], [8]]
+    assert [[a.prefix for a in i.addresses] for i in before] == [[24, 64], [20], [8]]
+    assert all(is_netmask(int(ipaddress.IPv4Address(m))) for m in ("255.255.255.255", "128.0.0.0"))
+    assert not any(
+        is_netmask(int(ipaddress.IPv4Address(a))) for a in ("255.0.255.0", "10.0.0.1", "0.0.0.0")
+    )
 
 
 @pytest.mark.parametrize(
@@ -156,6 +226,18 @@ def test_a_file_that_is_not_a_capture_is_refused_in_one_line(
     assert said in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_a_missing_file_or_a_folder_is_said_as_such(tmp_path: Path) -> None:
+    with pytest.raises(CaptureError) as caught:
+        read_capture(tmp_path / "studio.zip")
+    assert (
+        str(caught.value)
+        == f"{tmp_path / 'studio.zip'} does not exist: give the path of a capture .zip"
+    )
+    with pytest.raises(CaptureError) as caught:
+        read_capture(tmp_path)
+    assert str(caught.value) == f"{tmp_path} is a folder: give the path of a capture .zip"
+
+
 # -- redaction: seeded values never survive --------------------------------------------
 
 _ALIASES = re.compile(r"(?i)(mac|user|serial)-\d+")
@@ -164,9 +246,7 @@ names = st.from_regex(r"[a-z][a-z0-9-]{3,12}[a-z0-9]", fullmatch=True).filter(
 )
 serials = st.from_regex(r"[A-Z0-9]{10,12}", fullmatch=True)
 ipv4 = st.ip_addresses(v=4).filter(
-    lambda a: (
-        not (a.is_link_local or a.is_loopback or a.is_unspecified) and str(a) != "255.255.255.255"
-    )
+    lambda a: not (a.is_link_local or a.is_loopback or a.is_unspecified) and not is_netmask(int(a))
 )
 ipv6 = st.ip_addresses(v=6).filter(
     lambda a: (

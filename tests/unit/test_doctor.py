@@ -3,6 +3,7 @@ over each way a node can fail to be found: every verdict with its fix."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -263,6 +264,31 @@ def test_each_way_of_not_reaching_a_node_says_its_fix() -> None:
     assert noshh.status == "fail" and "Sharing > Remote Login" in noshh.fix
     new = one(report, "host-key", "new")
     assert new.status == "fail" and "fingerprint" in new.fix and unknown.fingerprint in new.message
+    assert format_doctor(report).splitlines()[-1] == (
+        "Not ready: 6 checks failed; off, sleepy, denied, changed, noshh, new could not be "
+        "probed. Fix what each FAIL says, then run macmesh doctor again."
+    )
+
+
+def test_bonjour_says_on_which_of_this_machines_interfaces_each_node_is_seen() -> None:
+    """studio-e runs the doctor (probed with its own shell); studio-f is seen at its
+    Ethernet address, at an IPv6 link-local address scoped to the cable, and at an
+    address no interface of studio-e holds."""
+    here, there = load_facts("pair27")
+    me = replace(ready(here, 0), node=replace(ready(here, 0).node, is_self=True))
+    other = ready(there, 1)
+    addresses = ("10.0.0.242", "fe80::f2f2:f2f2:ff:7%en2", "fe80::9", "192.0.2.7")
+    other = replace(other, node=replace(other.node, addresses=addresses))
+    bonjour = one(diagnose([me, other], LOOPBACK, on_mac=True), "bonjour", "studio-f")
+    assert bonjour.status == "ok"
+    assert bonjour.message == (
+        "studio-f is seen over Bonjour at 10.0.0.242 on this machine's en0 (Ethernet), "
+        "fe80::f2f2:f2f2:ff:7%en2 on this machine's en2 (Thunderbolt 1), fe80::9, 192.0.2.7 "
+        "(browsing 127.0.0.1)."
+    )
+    # Without this machine's facts (not probed), the addresses alone.
+    alone = one(diagnose([other], LOOPBACK, on_mac=True), "bonjour", "studio-f")
+    assert alone.message.startswith("studio-f is seen over Bonjour at 10.0.0.242, fe80::")
 
 
 def test_local_network_permission() -> None:
@@ -276,6 +302,25 @@ def test_local_network_permission() -> None:
     assert one(diagnose(found, LOOPBACK, on_mac=True), "local-network").status == "ok"
     linux = one(diagnose(by_hand, LOOPBACK, on_mac=False), "local-network")
     assert linux.status == "ok" and "not a Mac" in linux.message
+
+
+def test_this_macs_mdns_sends_refused_say_the_permission_is_denied() -> None:
+    """The doctor's first sign (``send_errors``, from ``mdns_send_errors``): every send
+    refused with EHOSTUNREACH is the permission denied, even with no Mac named."""
+    from core.cluster.localnet import MACOS_EHOSTUNREACH
+
+    refused = {"en0": MACOS_EHOSTUNREACH, "en1": MACOS_EHOSTUNREACH}
+    check = one(diagnose([], "all", on_mac=True, send_errors=refused), "local-network")
+    assert check.status == "warn"
+    assert check.message.startswith(
+        "Bonjour cannot send on any interface (en0, en1: [Errno 65] No route to host): "
+        "macOS's Local Network permission is denied for MacMesh (browsing all)."
+    )
+    assert check.fix.startswith("On this Mac open System Settings > Privacy & Security")
+    facts = load_facts("pair27")
+    found = [ready(f, n) for n, f in enumerate(facts)]
+    sent = one(diagnose(found, "all", on_mac=True, send_errors={"en0": None}), "local-network")
+    assert sent.status == "ok"
 
 
 def test_the_local_network_check_is_localnets_verdict_with_its_fix() -> None:
@@ -412,3 +457,49 @@ def test_the_demos_simulated_macs_are_checked_with_this_machines_python() -> Non
     assert python.status == "ok" and "/opt/here/python3" in python.message
     # The simulated Macs are not Macs Bonjour should have found: no permission blamed.
     assert "answer over SSH" not in one(report, "local-network").message
+
+
+def test_a_replayed_captures_macs_keep_their_own_python_in_the_report(tmp_path: Path) -> None:
+    """``macmesh demo --replay``: a captured Mac's checks are the studio's, so they name
+    the Python it ran there, never this machine's (whose path beside the captured
+    "command not found" read as a contradiction)."""
+    from core.cluster.capture import write_capture
+    from core.run.demo import replay_nodes
+    from tests.unit.test_capture import fixture_nodes
+
+    capture = write_capture(tmp_path / "c.zip", fixture_nodes("pair27"), log_root=tmp_path)
+    here = replace(
+        load_facts("ring4")[0],
+        python_executable="/opt/here/python3",
+        blas_path="/usr/lib/libopenblas.so.0",
+        blas_source="system",
+    )
+    nodes = replay_nodes(capture)
+    broken = nodes[1].facts
+    assert broken is not None and broken.probe_output
+    nodes[1] = replace(
+        nodes[1],
+        facts=replace(
+            broken,
+            python_version=None,
+            python_executable=None,
+            unknowns={**broken.unknowns, "python_version": "python3: command not found"},
+        ),
+    )
+    report = diagnose(simulated_seen(nodes, here), LOOPBACK, on_mac=True)
+    ok = one(report, "python", "mac-1")
+    assert ok.status == "ok" and "/Users/user-1/mlx/bin/python3" in ok.message
+    failed = one(report, "python", "mac-2")
+    assert failed.status == "fail" and "/opt/here" not in failed.message
+    assert failed.message == (
+        "mac-2 has no usable Python at the Python it was probed with (python3: command not found)."
+    )
+    bonjour = one(report, "bonjour", "mac-1")
+    assert bonjour.message.startswith("mac-1 is a Mac of the replayed capture:")
+    # Off a Mac their ranks run on this CPU, with this machine's BLAS, not "install
+    # Debian's libopenblas0 on mac-1".
+    if sys.platform != "darwin":
+        blas = one(report, "blas", "mac-1")
+        assert blas.status == "ok" and "/usr/lib/libopenblas.so.0" in blas.message
+    else:
+        assert not find(report, "blas")

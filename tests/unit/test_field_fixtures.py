@@ -169,6 +169,22 @@ def test_every_mdns_send_refused_means_the_permission_is_denied() -> None:
     )
 
 
+def test_an_mdns_query_goes_out_of_the_loopback_interface_and_a_foreign_one_says_why() -> None:
+    """``mdns_send_errors`` as the doctor runs it on a Mac, here on loopback only: the
+    query is one zeroconf reads; an address no interface holds gives its errno."""
+    from zeroconf import DNSIncoming
+
+    from core.cluster.localnet import _query, browsed_addresses, mdns_send_errors
+
+    (question,) = DNSIncoming(_query()).questions
+    assert question.name == "_macmesh._tcp.local." and question.type == 12
+    loopback = browsed_addresses(["127.0.0.1"])
+    assert list(loopback.values()) == ["127.0.0.1"]
+    assert mdns_send_errors(loopback) == dict.fromkeys(loopback)
+    refused = mdns_send_errors({"nowhere0": "192.0.2.77"})  # TEST-NET-1: not ours
+    assert isinstance(refused["nowhere0"], int) and refused["nowhere0"] > 0
+
+
 def test_macs_reached_over_ssh_but_not_found_by_bonjour_are_suspect() -> None:
     names = sorted(by_name("localnet-denied"))
     verdict = local_network_verdict({"en0": None}, found=(), reached=names)

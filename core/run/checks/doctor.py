@@ -17,7 +17,7 @@ node can run a job (``DoctorReport.ok``: every node ready, no check failed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,13 +87,16 @@ def diagnose(
     *,
     on_mac: bool,
     try_links: bool = False,
+    send_errors: Mapping[str, int | None] | None = None,
 ) -> DoctorReport:
     """The report over ``seen`` (this machine first, then by name). ``on_mac``: this
     machine is a Mac (Bonjour then needs the Local Network permission); ``try_links``:
     the ring's chosen paths tried with TCP connects over SSH (False: as probed; the only
-    part that is not pure)."""
+    part that is not pure); ``send_errors``: this Mac's mDNS send on each browsed
+    interface (``core.cluster.localnet.mdns_send_errors``; None: not tried)."""
     ready = [s for s in seen if s.facts is not None and s.target is not None]
-    findings = [Finding("finding", c) for c in finding_checks(seen, interfaces, on_mac)]
+    finding = finding_checks(seen, interfaces, on_mac, send_errors or {})
+    findings = [Finding("finding", c) for c in finding]
     findings += [Finding("running", c) for c in running_checks(ready)]
     findings += [Finding("linking", c) for c in linking_checks(ready, try_links)]
     shown = interfaces if isinstance(interfaces, str) else tuple(interfaces)
@@ -249,6 +252,6 @@ def format_doctor(report: DoctorReport) -> str:
         blocked = [n for n in report.nodes if n not in report.ready]
         said = f"{failed} check{'s' if failed != 1 else ''} failed"
         if blocked:
-            said += f"; not ready: {', '.join(blocked)}"
+            said += f"; {', '.join(blocked)} could not be probed"
         lines.append(f"Not ready: {said}. Fix what each FAIL says, then run macmesh doctor again.")
     return "\n".join(lines) + "\n"

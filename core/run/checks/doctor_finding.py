@@ -10,10 +10,13 @@ chosen by the failure's kind the scanner kept.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ipaddress
+from collections.abc import Mapping, Sequence
 
 from core.cluster.discovery import Interfaces
 from core.cluster.localnet import local_network_verdict
+from core.cluster.probe.facts import NodeFacts
+from core.cluster.probe.ifconfig import IfAddress, NetInterface
 from core.cluster.registry import ProbeState, Source
 from core.cluster.scanner import REMOTE_LOGIN_OFF
 from core.remote.ssh import (
@@ -44,42 +47,79 @@ def _browsed(interfaces: Interfaces) -> str:
     return interfaces if isinstance(interfaces, str) else ", ".join(interfaces) or "no interface"
 
 
-def finding_checks(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bool) -> list[Check]:
-    """Every node's Finding checks, then the Local Network permission (the cluster's)."""
+def finding_checks(
+    seen: Sequence[Seen],
+    interfaces: Interfaces,
+    on_mac: bool,
+    send_errors: Mapping[str, int | None] | None = None,
+) -> list[Check]:
+    """Every node's Finding checks, then the Local Network permission (the cluster's;
+    ``send_errors``: this Mac's mDNS send per browsed interface, when tried)."""
+    mine = next((s.facts for s in seen if s.node.is_self and s.facts is not None), None)
     checks: list[Check] = []
     for s in seen:
-        checks += node_finding(s, interfaces)
-    checks.append(local_network_check(seen, interfaces, on_mac))
+        checks += node_finding(s, interfaces, mine)
+    checks.append(local_network_check(seen, interfaces, on_mac, send_errors or {}))
     return checks
 
 
-def node_finding(s: Seen, interfaces: Interfaces) -> list[Check]:
+def arrived_on(address: str, mine: NodeFacts | None) -> NetInterface | None:
+    """This machine's interface an address of a node is reached on: the one named by an
+    IPv6 scope (``fe80::1%en0``), else the one whose subnet holds it. None when this
+    machine was not probed or no interface holds it."""
+    if mine is None:
+        return None
+    ip, _, scope = address.partition("%")
+    if scope:
+        return mine.interface(scope)
+    try:
+        parsed = ipaddress.ip_address(ip)
+    except ValueError:
+        return None
+    if parsed.version == 6 and parsed.is_link_local:  # every interface has fe80::/64
+        return None
+    found = IfAddress(ip, 32, 4) if parsed.version == 4 else IfAddress(ip, 128, 6)
+    return next(
+        (i for i in mine.interfaces if any(a.same_subnet(found) for a in i.addresses)), None
+    )
+
+
+def _at(address: str, mine: NodeFacts | None) -> str:
+    interface = arrived_on(address, mine)
+    if interface is None:
+        return address
+    port = f" ({interface.port})" if interface.port else ""
+    return f"{address} on this machine's {interface.name}{port}"
+
+
+def node_finding(s: Seen, interfaces: Interfaces, mine: NodeFacts | None = None) -> list[Check]:
     node, name = s.node, s.node.name
     if Source.DEMO in node.sources:
-        return [
-            Check.ok(
-                name,
-                "bonjour",
-                f"{name} is a simulated Mac of the demo cluster: its rank runs on this "
-                "machine, nothing to find.",
-            )
-        ]
+        captured = isinstance(node.facts, NodeFacts) and bool(node.facts.probe_output)
+        what = (
+            "a Mac of the replayed capture" if captured else "a simulated Mac of the demo cluster"
+        )
+        said = f"{name} is {what}: its rank runs on this machine, nothing to find."
+        return [Check.ok(name, "bonjour", said)]
     if node.is_self:
         how = "ready" if node.probe_state is ProbeState.READY else node.probe_message
         return [
             Check.ok(name, "bonjour", f"{name} is this machine, probed with its own shell ({how}).")
         ]
-    checks = [bonjour_check(s, interfaces), remote_login_check(s)]
+    checks = [bonjour_check(s, interfaces, mine), remote_login_check(s)]
     if (firewall := firewall_check(s)) is not None:
         checks.append(firewall)
     checks += host_key_checks(s)
     return checks
 
 
-def bonjour_check(s: Seen, interfaces: Interfaces) -> Check:
+def bonjour_check(s: Seen, interfaces: Interfaces, mine: NodeFacts | None = None) -> Check:
+    """Whether Bonjour sees the node, at which addresses and on which of this machine's
+    interfaces (``mine``: this machine's facts, when it was probed)."""
     node, name = s.node, s.node.name
     if Source.BONJOUR in node.sources:
-        at = f" at {', '.join(node.addresses)}" if node.addresses else ""
+        shown = ", ".join(_at(a, mine) for a in node.addresses)
+        at = f" at {shown}" if shown else ""
         return Check.ok(
             name, "bonjour", f"{name} is seen over Bonjour{at} (browsing {_browsed(interfaces)})."
         )
@@ -173,11 +213,18 @@ def host_key_checks(s: Seen) -> list[Check]:
     return checks
 
 
-def local_network_check(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bool) -> Check:
+def local_network_check(
+    seen: Sequence[Seen],
+    interfaces: Interfaces,
+    on_mac: bool,
+    send_errors: Mapping[str, int | None] | None = None,
+) -> Check:
     """macOS 15 and later let an app browse Bonjour only with the Local Network
     permission; without it browsing finds nothing, silently. ``local_network_verdict``
-    judges it from the Macs Bonjour found and those that answered SSH (this machine and
-    the demo's simulated Macs are neither); its reason and fix are the check's."""
+    judges it from this Mac's mDNS sends (``send_errors``: each refused with
+    EHOSTUNREACH is the permission denied), the Macs Bonjour found and those that
+    answered SSH (this machine and the demo's simulated Macs are neither); its reason
+    and fix are the check's."""
     if not on_mac:
         return Check.ok(
             CLUSTER,
@@ -187,7 +234,7 @@ def local_network_check(seen: Sequence[Seen], interfaces: Interfaces, on_mac: bo
     others = [s for s in seen if not s.node.is_self and Source.DEMO not in s.node.sources]
     found = [s.node.name for s in others if Source.BONJOUR in s.node.sources]
     answering = [s.node.name for s in others if s.node.probe_state in _ANSWERED]
-    verdict = local_network_verdict({}, found, answering)  # this Mac's mDNS sends: not read
+    verdict = local_network_verdict(send_errors or {}, found, answering)
     said, fix = said_and_fix(verdict.reason)
     said = f"{said.removesuffix('.')} (browsing {_browsed(interfaces)})."
     if verdict.ok:

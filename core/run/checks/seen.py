@@ -26,6 +26,9 @@ HERE_FIELDS = (
 )
 
 
+CAPTURED_PYTHON = "the Python it was probed with"  # a capture says not which, when none ran
+
+
 @dataclass(frozen=True)
 class Seen:
     """One node as the scanner left it: the registry's node, the SSH failure of its last
@@ -67,14 +70,21 @@ def seen_by(scanner: Probing, nodes: Sequence[Node]) -> list[Seen]:
 def simulated_seen(nodes: Sequence[Node], here: NodeFacts) -> list[Seen]:
     """The demo's simulated Macs as the doctor sees them, each reached locally. A Mac
     read back from a capture (its facts have a probe's output) keeps what the studio's
-    Mac said; the demo's own say nothing of Python, mlx, BLAS or disk, so theirs are
-    this machine's (``here``: its probe), where their ranks run."""
+    Mac said, but for the BLAS its rank uses on this machine's CPU (a Mac reports none);
+    the demo's own say nothing of Python, mlx, BLAS or disk, so theirs are this
+    machine's (``here``: its probe), where their ranks run."""
     seen = []
     for node in nodes:
         facts = node.facts if isinstance(node.facts, NodeFacts) else None
+        python = here.python_executable
         if facts is not None and not facts.probe_output:
             facts = replace(facts, **{name: getattr(here, name) for name in HERE_FIELDS})
             node = replace(node, facts=facts)
-        target = Target(name=node.name, host="127.0.0.1", python=here.python_executable, local=True)
+        elif facts is not None:  # captured: its checks name the Python it ran, not ours
+            python = facts.python_executable or CAPTURED_PYTHON
+            if facts.is_macos and facts.runs_on_cpu:  # a Mac's rank on this CPU: our BLAS
+                facts = replace(facts, blas_path=here.blas_path, blas_source=here.blas_source)
+                node = replace(node, facts=facts)
+        target = Target(name=node.name, host="127.0.0.1", python=python, local=True)
         seen.append(Seen(node, None, target if facts is not None else None))
     return seen
