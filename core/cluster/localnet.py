@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
-import struct
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -35,12 +34,17 @@ FIX = (
 
 State = Literal["ok", "blocked", "suspect", "unknown"]
 MDNS_GROUP = ("224.0.0.251", 5353)
+QUERY, TYPE_PTR, CLASS_IN = 0, 12, 1  # RFC 1035: a query's flags, a PTR record, class IN
 
 
-def _query(name: str = "_macmesh._tcp.local") -> bytes:
-    """A one-question mDNS query (RFC 6762: id 0, no flags; PTR, class IN)."""
-    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split("."))
-    return struct.pack("!6H", 0, 0, 1, 0, 0, 0) + labels + b"\0" + struct.pack("!2H", 12, 1)
+def _query(name: str = "_macmesh._tcp.local.") -> bytes:
+    """A one-question mDNS query (PTR, class IN), as zeroconf writes its own."""
+    from zeroconf import DNSOutgoing, DNSQuestion
+
+    query = DNSOutgoing(QUERY)
+    query.add_question(DNSQuestion(name, TYPE_PTR, CLASS_IN))
+    (packet,) = query.packets()
+    return packet
 
 
 def browsed_addresses(interfaces: Sequence[str] | Literal["all"]) -> dict[str, str]:
