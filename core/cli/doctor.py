@@ -22,8 +22,7 @@ from typing import TextIO
 
 from core.cli.nodes import add_arguments as add_node_arguments
 from core.cli.nodes import scanned
-from core.cluster.localnet import browsed_addresses, mdns_send_errors
-from core.run.checks.doctor import diagnose, format_doctor
+from core.run.checks.doctor import diagnose_here, format_doctor
 from core.run.checks.seen import seen_by
 
 
@@ -55,13 +54,7 @@ def doctor_cli(argv: list[str], out: TextIO | None = None) -> int:
     except ValueError as error:
         return _bad(str(error))
     on_mac = running_on_mac()
-    report = diagnose(
-        seen,
-        interfaces,
-        on_mac=on_mac,
-        try_links=not args.no_try_paths,
-        send_errors=mdns_send_errors(browsed_addresses(interfaces)) if on_mac else None,
-    )
+    report = diagnose_here(seen, interfaces, on_mac=on_mac, try_links=not args.no_try_paths)
     if args.json:
         json.dump(report.to_dict(), out, indent=2, ensure_ascii=False)
         out.write("\n")

@@ -43,7 +43,7 @@ def report_task(pane: Any, try_links: bool = True) -> tuple[list[Node], Callable
     demo: bool = pane.is_demo
 
     def work() -> DoctorReport:
-        from core.run.checks.doctor import diagnose
+        from core.run.checks.doctor import diagnose, diagnose_here
         from core.run.checks.seen import seen_by, simulated_seen
 
         on_mac = sys.platform == "darwin"
@@ -55,14 +55,7 @@ def report_task(pane: Any, try_links: bool = True) -> tuple[list[Node], Callable
         if scanner is None:
             return diagnose([], (), on_mac=on_mac)
         seen = seen_by(scanner, nodes)
-        sends = None
-        if on_mac:  # this Mac's own mDNS sends: the Local Network permission's first sign
-            from core.cluster.localnet import browsed_addresses, mdns_send_errors
-
-            sends = mdns_send_errors(browsed_addresses(scanner.interfaces))
-        return diagnose(
-            seen, scanner.interfaces, on_mac=on_mac, try_links=try_links, send_errors=sends
-        )
+        return diagnose_here(seen, scanner.interfaces, on_mac=on_mac, try_links=try_links)
 
     return nodes, work
 

@@ -272,6 +272,7 @@ def test_on_a_mac_the_doctor_sends_on_each_browsed_interface_and_says_a_refusal(
     """The command's wiring of the Local Network check: its mDNS sends are tried on the
     browsed interfaces (here loopback, with every send refused as macOS refuses them)."""
     import core.cli.doctor as command
+    import core.cluster.localnet as localnet
     from core.cluster.localnet import MACOS_EHOSTUNREACH
 
     tried: list[dict[str, str]] = []
@@ -281,7 +282,7 @@ def test_on_a_mac_the_doctor_sends_on_each_browsed_interface_and_says_a_refusal(
         return dict.fromkeys(addresses, MACOS_EHOSTUNREACH)
 
     monkeypatch.setattr(command, "running_on_mac", lambda: True)
-    monkeypatch.setattr(command, "mdns_send_errors", refused)
+    monkeypatch.setattr(localnet, "mdns_send_errors", refused)
     argv = ["--json", "--no-publish", "--interfaces", "127.0.0.1", "--wait", "0"]
     assert command.doctor_cli(argv) == 1
     report = json.loads(capsys.readouterr().out)

@@ -108,6 +108,20 @@ def diagnose(
     )
 
 
+def diagnose_here(
+    seen: Sequence[Seen], interfaces: Interfaces, *, on_mac: bool, try_links: bool
+) -> DoctorReport:
+    """The report as ``macmesh doctor`` and the window's Check my Macs make it over the
+    Macs they found: on a Mac, with this Mac's own mDNS sends out of each browsed
+    interface first (the Local Network permission's first sign)."""
+    sends = None
+    if on_mac:
+        from core.cluster.localnet import browsed_addresses, mdns_send_errors
+
+        sends = mdns_send_errors(browsed_addresses(interfaces))
+    return diagnose(seen, interfaces, on_mac=on_mac, try_links=try_links, send_errors=sends)
+
+
 # -- running -----------------------------------------------------------------------------
 
 
