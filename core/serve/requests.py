@@ -145,7 +145,7 @@ def messages(value: Any, param: str = "messages") -> list[dict[str, str]]:
         if not isinstance(message, dict):
             raise bad_request(f"'{where}' must be an object with 'role' and 'content'.", where)
         role = message.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:  # a list is no role (nor hashable)
             raise bad_request(
                 f"'{where}.role' must be one of {', '.join(sorted(ROLES))}.", f"{where}.role"
             )

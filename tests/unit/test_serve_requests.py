@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.serve.dialects import anthropic_request, ollama_request
 from core.serve.errors import APIError
 from core.serve.requests import (
     DEFAULT_COMPLETION_TOKENS,
@@ -69,6 +70,8 @@ def test_a_completion_takes_raw_text() -> None:
         (_chat(messages=[]), 400, "messages"),
         (_chat(messages="hi"), 400, "messages"),
         (_chat(messages=[{"role": "wizard", "content": "x"}]), 400, "messages[0].role"),
+        (_chat(messages=[{"role": [], "content": ""}]), 400, "messages[0].role"),  # unhashable
+        (_chat(messages=[{"role": {"a": 1}, "content": ""}]), 400, "messages[0].role"),
         (_chat(messages=[{"role": "user", "content": 5}]), 400, "messages[0].content"),
         (
             _chat(messages=[{"role": "user", "content": [{"type": "image_url"}]}]),
@@ -134,14 +137,34 @@ FIELDS = st.sampled_from(
         "n",
         "prompt",
         "max_completion_tokens",
+        "system",  # Anthropic's
+        "stop_sequences",
+        "options",  # Ollama's
     ]
 )
 
 
+# Messages shaped as clients send them, each field anything: a role that is a list or an
+# object once reached a set lookup and crashed the API (unhashable; found by the e2e fuzz).
+MESSAGES = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "assistant", "robot"]) | JSON},
+        optional={"content": st.text(max_size=8) | JSON},
+    ),
+    max_size=3,
+)
+
+
 @settings(suppress_health_check=[HealthCheck.too_slow])  # a busy shared machine
-@given(st.dictionaries(FIELDS, JSON | st.just(MODEL) | st.just(HI), max_size=8))
+@given(
+    st.dictionaries(FIELDS, JSON | st.just(MODEL) | st.just(HI) | MESSAGES, max_size=8)
+    | st.fixed_dictionaries(
+        {"model": st.just(MODEL), "messages": MESSAGES},
+        optional={name: JSON for name in ("max_tokens", "stop", "system", "options")},
+    )
+)
 def test_any_body_is_an_ask_or_a_4xx_never_a_crash(body: dict) -> None:
-    for parse in (chat_request, completion_request):
+    for parse in (chat_request, completion_request, anthropic_request, ollama_request):
         try:
             ask = parse(json.loads(json.dumps(body)), MODEL, 8192)
         except APIError as error:
