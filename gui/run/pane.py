@@ -416,12 +416,15 @@ class RunPane(Card):
     # -- output ---------------------------------------------------------------------------------
 
     def redraw(self, force: bool = False) -> None:
-        """The timer's tick: skip it unless telemetry moved since the last one."""
+        """The timer's tick: skip it unless telemetry moved since the last one was drawn
+        whole (the link plot redraws every other tick: a tick that left it out leaves the
+        version to draw again, or an answer's last reports would wait for the next event)."""
         c = self.controller
         if c.telemetry is None or (c.version == self._drawn and not force):
             return
-        self._drawn = c.version
+        whole = self.plots.links_due()
         self.plots.refresh(c)
+        self._drawn = c.version if whole else -1
         self.numbers.update_from(
             c.telemetry.current(), c.state == RunState.GENERATING, live=c.state.active
         )

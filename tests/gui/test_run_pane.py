@@ -256,3 +256,27 @@ def test_the_status_says_when_an_adapter_is_loaded(
     qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
     assert pane.status.text().startswith("Ready · ")
     assert pane.status.text().endswith(f" · with the adapter {tiny_adapter.name}")
+
+
+def test_an_answers_last_link_reports_are_drawn_though_nothing_moves_after(
+    qtbot: QtBot, demo_plans
+) -> None:
+    """The link plot redraws every other tick and a tick is skipped while telemetry stands
+    still: reports that land on a tick without the links are drawn at the next one, not
+    left off until something else happens (a full run saw a fast answer's links missing)."""
+    pane = _pane(qtbot, demo_plans)
+    pane.start()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    with qtbot.waitSignal(pane.controller.recorded, timeout=10_000):
+        pane.ask("What is the capital of France?")
+    pane.timer.stop()  # the ticks, one by one, by hand
+    assert pane.controller.telemetry.link_series()
+    pane.plots.clear()
+    pane._drawn = -1  # the answer's last reports not drawn yet
+    pane.plots._ticks = 1  # and the next tick leaves the links out
+    pane.redraw()
+    assert not pane.plots.link_curves
+    version = pane.controller.version
+    pane.redraw()  # nothing moved since
+    assert pane.controller.version == version
+    assert list(pane.plots.link_curves) == ["0↔1"]
