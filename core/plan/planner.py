@@ -214,10 +214,9 @@ def make_plan(
         }
         chosen = outcomes.pop(options.strategy)
         others = list(outcomes.values())
-    if not chosen.fits and chosen.verdict != "invalid" and options.prompt_cache_bytes:
-        chosen = replace(chosen, reason=_prompt_cache_blamed(model, nodes, links, options, chosen))
-    if not chosen.fits and chosen.verdict != "invalid" and options.batch > 1:
-        chosen = replace(chosen, reason=_batch_blamed(model, nodes, links, options, chosen))
+    if not chosen.fits and chosen.verdict != "invalid":
+        for attempts in (_without_prompt_cache(options, chosen), _smaller_batches(options)):
+            chosen = replace(chosen, reason=_blamed(model, nodes, links, chosen, attempts))
     if chosen.strategy is Strategy.TENSOR and chosen.fits and not rdma:
         warnings.append(
             "Tensor parallelism exchanges data at every layer of every token: "
@@ -244,15 +243,14 @@ def make_plan(
     )
 
 
-def _prompt_cache_blamed(
-    model: ModelInfo,
-    nodes: Sequence[Node],
-    links: Sequence[Link],
-    options: PlanOptions,
-    chosen: _Outcome,
-) -> str:
-    """``chosen``'s reason, saying so when the prompt cache is what does not fit (the same
-    request plans without it)."""
+Attempt = tuple[PlanOptions, Callable[[Plan], str]]  # one setting changed; what it says
+
+
+def _without_prompt_cache(options: PlanOptions, chosen: _Outcome) -> list[Attempt]:
+    """The same request without the prompt cache, and the sentence naming the cache as
+    what does not fit (none without a cache)."""
+    if not options.prompt_cache_bytes:
+        return []
     kept = max((rank.prompt_cache_bytes for rank in chosen.ranks), default=0)
 
     def says(without: Plan) -> str:
@@ -263,18 +261,12 @@ def _prompt_cache_blamed(
             "--prompt-cache-mb) or set it to 0."
         )
 
-    return _blamed(model, nodes, links, chosen, [(replace(options, prompt_cache_bytes=0), says)])
+    return [(replace(options, prompt_cache_bytes=0), says)]
 
 
-def _batch_blamed(
-    model: ModelInfo,
-    nodes: Sequence[Node],
-    links: Sequence[Link],
-    options: PlanOptions,
-    chosen: _Outcome,
-) -> str:
-    """``chosen``'s reason, naming the largest smaller batch that fits when the batch is
-    what does not fit (its requests' KV caches and activations): halving down to 1."""
+def _smaller_batches(options: PlanOptions) -> list[Attempt]:
+    """The same request with the batch halved, down to 1 (its requests' KV caches and
+    activations), each with the sentence naming that batch as the largest that fits."""
 
     def says_for(smaller: int) -> Callable[[Plan], str]:
         at_once = "one request at a time" if smaller == 1 else f"{smaller} requests at once"
@@ -285,8 +277,7 @@ def _batch_blamed(
         )
 
     halved = [options.batch >> shift for shift in range(1, options.batch.bit_length())]
-    attempts = [(replace(options, batch=batch), says_for(batch)) for batch in halved]
-    return _blamed(model, nodes, links, chosen, attempts)
+    return [(replace(options, batch=batch), says_for(batch)) for batch in halved]
 
 
 def _blamed(
@@ -294,7 +285,7 @@ def _blamed(
     nodes: Sequence[Node],
     links: Sequence[Link],
     chosen: _Outcome,
-    attempts: Iterable[tuple[PlanOptions, Callable[[Plan], str]]],
+    attempts: Iterable[Attempt],
 ) -> str:
     """``chosen``'s reason, with what the first of ``attempts`` that fits says of its plan:
     each attempt is the same request with one setting changed, and the sentence that names
