@@ -75,6 +75,25 @@ def cli(command: Callable[..., int], **fields: object) -> None:
     assert code == 0, err.getvalue()
 
 
+def compare_from_cli(llama: ModelInfo, adapter: Path | None) -> RunRecord:
+    """``macmesh compare --demo --nodes 2 --strategy pipeline`` (``--adapter``: Compare
+    with base), and the one record it kept."""
+    cli(
+        run_compare,
+        model=str(llama.path),
+        demo=True,
+        hosts=None,
+        nodes=2,
+        strategy="pipeline",
+        prompt=QUESTION,
+        max_tokens=4,
+        split=None,
+        adapter=None if adapter is None else str(adapter),
+        json=True,
+    )
+    return only_run(RunKind.COMPARE)
+
+
 def fresh_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setenv("MACMESH_DATA_DIR", str(tmp_path / name))
 
@@ -150,20 +169,7 @@ def test_the_comparison_keeps_the_same_record(
     qtbot: QtBot, bridge: Bridge, llama: ModelInfo, tmp_path: Path, monkeypatch
 ) -> None:
     fresh_history(tmp_path, monkeypatch, "cli")
-    cli(
-        run_compare,
-        model=str(llama.path),
-        demo=True,
-        hosts=None,
-        nodes=2,
-        strategy="pipeline",
-        prompt=QUESTION,
-        max_tokens=4,
-        split=None,
-        adapter=None,
-        json=True,
-    )
-    from_cli = only_run(RunKind.COMPARE)
+    from_cli = compare_from_cli(llama, None)
 
     fresh_history(tmp_path, monkeypatch, "window")
     runner = CompareRunner(bridge)
@@ -185,20 +191,7 @@ def test_compare_with_base_keeps_the_same_record(
     qtbot: QtBot, bridge: Bridge, llama: ModelInfo, tiny_adapter: Path, tmp_path: Path, monkeypatch
 ) -> None:
     fresh_history(tmp_path, monkeypatch, "cli")
-    cli(
-        run_compare,
-        model=str(llama.path),
-        demo=True,
-        hosts=None,
-        nodes=2,
-        strategy="pipeline",
-        prompt=QUESTION,
-        max_tokens=4,
-        split=None,
-        adapter=str(tiny_adapter),
-        json=True,
-    )
-    from_cli = only_run(RunKind.COMPARE)
+    from_cli = compare_from_cli(llama, tiny_adapter)
 
     fresh_history(tmp_path, monkeypatch, "window")
     actions = AdapterActions(bridge)  # the Fine-tune window's Compare with base

@@ -150,9 +150,8 @@ def test_a_demo_start_goes_through_its_states_and_stops(info: ModelInfo) -> None
     assert job.state.finished
 
 
-def test_wait_answer_gives_an_asks_done_event_and_refuses_a_link_test(info: ModelInfo) -> None:
-    """The typed wait: an answer's ``done`` event (every field of a ``protocol.Done``); a
-    link test's request is not an answer."""
+def _fake_demo_session(info: ModelInfo) -> Session:
+    """A pipeline on two demo Macs over the fake job ("Paris it is."), started and ready."""
     session = Session(
         info,
         simulated_hosts(demo_facts(2)),
@@ -162,6 +161,17 @@ def test_wait_answer_gives_an_asks_done_event_and_refuses_a_link_test(info: Mode
     try:
         assert session.start() is True
         session.wait_ready(10)
+    except BaseException:
+        session.stop()
+        raise
+    return session
+
+
+def test_wait_answer_gives_an_asks_done_event_and_refuses_a_link_test(info: ModelInfo) -> None:
+    """The typed wait: an answer's ``done`` event (every field of a ``protocol.Done``); a
+    link test's request is not an answer."""
+    session = _fake_demo_session(info)
+    try:
         request = session.ask("What is the capital of France?", max_tokens=3)
         done = session.wait_answer(request, 10)
         assert done["event"] == "done" and done["request"] == request
@@ -177,15 +187,8 @@ def test_wait_answer_gives_an_asks_done_event_and_refuses_a_link_test(info: Mode
 def test_wait_link_test_gives_a_link_tests_event_and_refuses_an_answer(info: ModelInfo) -> None:
     """The typed wait of the link-test task: a ``link_test`` event (its links and all_sum);
     an answer's request is not a link test."""
-    session = Session(
-        info,
-        simulated_hosts(demo_facts(2)),
-        strategy=Strategy.PIPELINE,
-        job_factory=fake_factory(FakeBehaviour(answer="Paris it is.")),
-    )
+    session = _fake_demo_session(info)
     try:
-        assert session.start() is True
-        session.wait_ready(10)
         tested = session.wait_link_test(session.test_links(scale=0.01), 10)
         assert tested["event"] == "link_test" and [
             (link["a"], link["b"]) for link in tested["links"]
