@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QWidget
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.plan.planner import Plan, make_plan
 from core.run import demo
-from core.run.planning import Serving, chat_options, planner_node
+from core.run.planning import chat_options, planner_node
 from core.worker.vocab import Strategy
 from gui.bridge import Bridge
 from gui.model.drop_zone import DropZone
@@ -73,7 +73,6 @@ class ModelPane(Card):
         self.chooser.strategy_changed.connect(self._strategy_changed)
         self.body.addWidget(self.chooser)
         self.serving = ServingChoice()
-        self.serving.select(Serving.chosen())  # the settings' until the window restores them
         self.serving.serving_changed.connect(lambda _serving: self._replan())
         self.body.addWidget(self.serving)
         self.plan_hint = label("", "hint", wrap=True)
