@@ -29,7 +29,7 @@ bound by the GPU's arithmetic, which Apple does not publish, so it is not estima
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from core.model.experts import Experts
 from core.model.info import ModelInfo
@@ -81,7 +81,7 @@ class Workload:
     kv_bytes_per_token_layer: int
     exchange_bytes: int
     kv_split_by_tensor: bool = True
-    experts: Experts = Experts()
+    experts: Experts = field(default_factory=Experts)
     # Query heads per KV head: attention reads each KV head once per group of query heads
     # sharing it, partly from the GPU's cache; the cache is counted √group times.
     kv_group: float = 1.0

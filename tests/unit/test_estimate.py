@@ -19,6 +19,7 @@ from core.plan.calibration import (
     worked_examples_table,
 )
 from core.plan.chips import CHIPS, chip_spec, normalise_chip
+from core.plan.costs import PIPELINE_HOP_S
 from core.plan.estimate import (
     EFFICIENCY,
     LAYER_OVERHEAD_S,
@@ -112,8 +113,9 @@ def test_tensor_over_rdma_is_faster_and_over_tcp_slower_than_one_mac():
     )
     assert rdma.tokens_per_s > 1.3 * one.tokens_per_s
     assert tcp.tokens_per_s < one.tokens_per_s
-    # Two all-reduces per layer: one round each over the RDMA mesh, 2(N-1) over the ring.
-    assert rdma.link_s == pytest.approx(80 * 2 * (37e-6 + 16384 / 9.25e9))
+    # Two all-reduces per layer: one round each over the RDMA mesh (15 µs, + 8 µs a peer),
+    # 2(N-1) over the ring.
+    assert rdma.link_s == pytest.approx(80 * 2 * (15e-6 + 8e-6 + 16384 / 9.25e9))
     assert tcp.link_s == pytest.approx(80 * 2 * (2 * 300e-6 + 16384 / 1.25e9))
     assert rdma.nodes[0].bytes_per_token == 40 * 500_000_000 + 600_000_000 + 4096 * 4096 * 40
 
@@ -125,7 +127,9 @@ def test_a_pipeline_adds_its_stages_and_one_hop_per_boundary():
         work, Strategy.PIPELINE, _stages("M4 Pro", 4, Strategy.PIPELINE), TCP_RING, 100
     )
     assert pipe.compute_s == pytest.approx(one.compute_s)  # the same bytes, one stage at a time
-    assert pipe.link_s == pytest.approx(4 * (300e-6 + 16384 / 1.25e9))
+    # A hand-off per boundary: the link's latency, the vector, and the stages' hand-over.
+    assert pipe.link_s == pytest.approx(4 * (300e-6 + PIPELINE_HOP_S + 16384 / 1.25e9))
+    assert pipe.tokens_per_s < one.tokens_per_s  # at batch 1, slower than one Mac
     assert sum(n.bytes_per_token for n in pipe.nodes) == one.nodes[0].bytes_per_token
     first, *_, last = pipe.nodes
     assert last.bytes_per_token - first.bytes_per_token == 600_000_000  # the head: last stage
@@ -202,8 +206,13 @@ def test_the_report_and_its_json_carry_the_estimate_labelled_with_its_basis():
         and "not estimated" in data["time_to_first_token_reason"]
     )
     text = format_plan(plan, estimate)
+    low, high = estimate.band
+    assert low == pytest.approx(estimate.tokens_per_s / 1.12)
+    assert high == pytest.approx(estimate.tokens_per_s / 0.88)
+    assert data["tokens_per_s_band"] == [round(low, 2), round(high, 2)]
     assert (
-        f"Estimate for real Macs: {estimate.tokens_per_s:.1f} tokens/s (M3 Ultra, single)" in text
+        f"Estimate for real Macs: {estimate.tokens_per_s:.1f} tokens/s (likely {low:.1f}–"
+        f"{high:.1f}) (M3 Ultra, single)" in text
     )
     assert "docs/estimate.md" in text
     assert "estimate" not in plan_to_dict(plan)  # without one, the JSON is as before

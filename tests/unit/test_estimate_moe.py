@@ -1,0 +1,196 @@
+"""The estimate for mixtures of experts (issue 32): active bytes from real models' headers,
+the MoE families, batches, several Macs, ``auto`` by speed, and ``macmesh plan`` on
+header-only copies of real models (MLX's own names, shapes and dtypes, no weights)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import core.cli.plan as plan_module
+from core.cli.plan import plan_cli
+from core.library.hub import read_header_copy
+from core.model.experts import MOE_FAMILIES, is_routed_expert
+from core.model.info import ModelInfo, read_model_info
+from core.plan.calibration import ALL_CALIBRATION, MOE_CALIBRATION
+from core.plan.chips import CHIPS
+from core.plan.choose import plan_by_speed
+from core.plan.costs import BAND_DENSE, BAND_MOE, RDMA
+from core.plan.estimate import Stage, estimate_decode, workload_of
+from core.plan.memory import Link, Node, PlanOptions
+from core.worker.vocab import Strategy
+from tests.helpers.header_models import (
+    kimi_k2_config,
+    moe_mla_tensors,
+    qwen3_moe_config,
+    qwen3_moe_tensors,
+    write_header_only_model,
+)
+
+GIB = 1 << 30
+MLX_LM_MOE = (
+    "qwen2_moe qwen3_moe qwen3_next deepseek_v2 deepseek_v3 deepseek_v32 kimi_k2 glm4_moe "
+    "gpt_oss llama4 mixtral minimax phimoe granitemoe olmoe bailing_moe"
+).split()
+
+
+@pytest.fixture(scope="module")
+def qwen3_30b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("hub") / "Qwen3-30B-A3B-4bit"
+    config = qwen3_moe_config()
+    return write_header_only_model(folder, config, qwen3_moe_tensors(config), files=4)
+
+
+@pytest.fixture(scope="module")
+def qwen3_235b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("hub") / "Qwen3-235B-A22B-4bit"
+    config = qwen3_moe_config(layers=94, hidden=4096, heads=64, moe_inter=1536)
+    return write_header_only_model(folder, config, qwen3_moe_tensors(config), files=8)
+
+
+def _info(folder: Path) -> ModelInfo:
+    return read_header_copy(f"mlx-community/{folder.name}", folder, 0)
+
+
+def test_every_moe_family_mlx_lm_ships_is_known():
+    assert set(MLX_LM_MOE) <= set(MOE_FAMILIES)
+    assert is_routed_expert("mlp.switch_mlp.up_proj.weight")
+    assert is_routed_expert("feed_forward.experts.down_proj.scales")
+    assert is_routed_expert("block_sparse_moe.experts.17.w1.weight")
+    assert not is_routed_expert("mlp.shared_experts.up_proj.weight")
+    assert not is_routed_expert("mlp.gate.weight")
+
+
+def test_a_token_reads_the_active_bytes_of_qwen3_30b_a3b(qwen3_30b: Path):
+    info = _info(qwen3_30b)
+    experts = info.experts
+    assert (experts.total, experts.per_token, experts.note) == (128, 8, "")
+    assert len(experts.layer_bytes) == 48 and all(experts.layer_bytes)
+    work = workload_of(info)
+    active = sum(work.read_bytes(i) for i in range(48)) + work.head_bytes
+    # ~3.0 B active parameters at 4.5 bits: about 1.7 GB a token, of 17 GB of weights.
+    assert 1.5e9 < active < 1.9e9
+    assert info.weight_bytes > 9 * active
+    # A batch reads more experts: uniform routing's N(1-(1-k/N)^B), up to all of them.
+    assert work.read_bytes(0, 8) > work.read_bytes(0, 1)
+    assert work.read_bytes(0, 10_000) == pytest.approx(info.layer_bytes[0])
+
+
+def test_macmesh_plan_on_qwen3_30b_a3b_and_one_m3_max(qwen3_30b: Path, monkeypatch):
+    monkeypatch.setattr(plan_module, "resolve_model", lambda _text: _info(qwen3_30b))
+    out = io.StringIO()
+    argv = ["hf:mlx-community/Qwen3-30B-A3B-4bit", "--node", "mac:64@M3-Max", "--batch", "8"]
+    assert plan_cli([*argv, "--json"], out=out) == 0
+    estimate = json.loads(out.getvalue())["estimate"]
+    assert 50 <= estimate["tokens_per_s"] <= 85, estimate["tokens_per_s"]
+    low, high = estimate["tokens_per_s_band"]
+    assert low < estimate["tokens_per_s"] < high
+    assert estimate["batch"] == 8 and estimate["aggregate_tokens_per_s"] > 2 * low
+    assert "8 of 128 routed experts" in estimate["experts"]
+    text = io.StringIO()
+    assert plan_cli(argv, out=text) == 0
+    said = re.search(r"Estimate for real Macs: ([\d.]+) tokens/s \(likely ", text.getvalue())
+    assert said and float(said.group(1)) == pytest.approx(estimate["tokens_per_s"], abs=0.06)
+    assert "8 at once:" in text.getvalue()
+
+
+def test_auto_picks_tensor_on_four_m3_ultras_over_rdma_for_a_moe_one_mac_holds(
+    qwen3_235b: Path, monkeypatch
+):
+    info = _info(qwen3_235b)
+    nodes = [Node(f"studio-{i}", 512 * GIB, chip="M3 Ultra") for i in range(4)]
+    links = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
+    options = PlanOptions(batch=1, prompt_cache_bytes=0)
+    choice = plan_by_speed(info, nodes[:1], (), options)
+    assert choice.plan.strategy is Strategy.SINGLE and choice.plan.fits  # one Mac holds it
+    choice = plan_by_speed(info, nodes, links, options)
+    assert choice.plan.strategy is Strategy.TENSOR and choice.plan.requested is Strategy.AUTO
+    assert choice.plan.reason.startswith("tensor: ") and "× one Mac (estimate" in choice.plan.reason
+    tensor = choice.per_strategy[Strategy.TENSOR].tokens_per_s
+    single = choice.per_strategy[Strategy.SINGLE].tokens_per_s
+    pipeline = choice.per_strategy[Strategy.PIPELINE].tokens_per_s
+    assert tensor and single and pipeline and tensor > single > pipeline
+    # Published runs of this kind: tensor 1.4-1.9x one Mac on 4 Macs.
+    assert 1.1 < tensor / single < 2.0
+    # Without RDMA (the ring over TCP) tensor loses: one Mac it is.
+    assert plan_by_speed(info, nodes, (), options).plan.strategy is Strategy.SINGLE
+    # The CLI prints the reason.
+    monkeypatch.setattr(plan_module, "resolve_model", lambda _text: info)
+    out = io.StringIO()
+    argv = ["hf:mlx-community/Qwen3-235B-A22B-4bit", "--rdma", "--batch", "1"]
+    argv += [arg for i in range(4) for arg in ("--node", f"studio-{i}:512@M3-Ultra")]
+    assert plan_cli(argv, out=out) == 0
+    assert ": tensor (fits)\ntensor: " in out.getvalue()
+    assert "Estimate per strategy:\n  tensor: " in out.getvalue()
+
+
+def test_without_chips_auto_keeps_todays_rule(qwen3_235b: Path):
+    info = _info(qwen3_235b)
+    nodes = [Node(f"studio-{i}", 512 * GIB) for i in range(4)]
+    links = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
+    choice = plan_by_speed(info, nodes, links, PlanOptions(batch=1))
+    assert choice.plan.strategy is Strategy.SINGLE
+    assert choice.estimate.tokens_per_s is None and "chip unknown" in choice.estimate.reason
+
+
+def test_mla_cache_is_the_compressed_latent_and_not_split(tmp_path: Path):
+    config = kimi_k2_config(layers=4, experts=16)
+    folder = write_header_only_model(tmp_path / "kimi", config, moe_mla_tensors(config))
+    info = read_model_info(folder, check_data=False)
+    assert info.experts.total == 16 and info.experts.per_token == 8
+    assert info.experts.layer_bytes[0] == 0 and all(info.experts.layer_bytes[1:])  # 1 dense
+    work = workload_of(info)
+    assert work.kv_bytes_per_token_layer == (512 + 64) * 2 and not work.kv_split_by_tensor
+
+
+def test_an_unknown_family_that_stores_experts_is_counted_dense_and_says_so(tmp_path: Path):
+    config = qwen3_moe_config(layers=2, experts=8)
+    folder = write_header_only_model(tmp_path / "moe", config, qwen3_moe_tensors(config))
+    (folder / "config.json").write_text(json.dumps({**config, "num_experts": None}))
+    info = read_model_info(folder, check_data=False)
+    assert not info.experts.moe and "every expert is counted as read" in info.experts.note
+    assert "Counted as dense" in workload_of(info).experts_text()
+
+
+def test_tensor_keeps_the_fixed_cost_and_a_pipeline_at_batch_1_is_slower_than_one_mac():
+    work = next(p.work for p in MOE_CALIBRATION if p.model == "Llama 4 Maverick, MLX 4-bit")
+    ultra = CHIPS["M3 Ultra"]
+    one = estimate_decode(work, Strategy.SINGLE, [Stage("a", ultra, 0, 48, True)], None, 300)
+    four = [Stage(f"m{i}", ultra, 0, 48, True) for i in range(4)]
+    tensor = estimate_decode(work, Strategy.TENSOR, four, RDMA, 300)
+    assert tensor.fixed_s == pytest.approx(one.fixed_s)  # does not shrink with Macs
+    assert tensor.link_s == pytest.approx(48 * 2 * RDMA.all_reduce_s(4, 5120 * 2))
+    cut = [0, 12, 24, 36, 48]
+    stages = [Stage(f"m{i}", ultra, cut[i], cut[i + 1], i == 3) for i in range(4)]
+    pipeline = estimate_decode(work, Strategy.PIPELINE, stages, RDMA, 300)
+    assert pipeline.tokens_per_s < one.tokens_per_s < tensor.tokens_per_s
+    # Mixed chips: tensor waits for the slowest.
+    mixed = [*four[:3], Stage("max", CHIPS["M3 Max"], 0, 48, True)]
+    assert estimate_decode(work, Strategy.TENSOR, mixed, RDMA, 300).compute_s == max(
+        n.seconds for n in estimate_decode(work, Strategy.TENSOR, mixed, RDMA, 300).nodes
+    )
+
+
+def test_a_long_context_reads_the_kv_cache():
+    minimax = [p for p in MOE_CALIBRATION if p.model.startswith("MiniMax")]
+    short, long = sorted(minimax, key=lambda p: p.context_tokens)
+    assert long.estimate().tokens_per_s < short.estimate().tokens_per_s / 3
+
+
+def test_the_calibration_covers_what_the_issue_asks():
+    moe = [p for p in ALL_CALIBRATION if p.moe]
+    fitted = [p for p in moe if p.fitted]
+    held = [p for p in moe if not p.fitted]
+    assert len(fitted) >= 10 and len(held) >= 5
+    families = {p.model.split(",")[0].split("-")[0].split(" ")[0] for p in fitted}
+    assert len(families) >= 4, families
+    assert {p.chip for p in fitted} >= {"M3 Max", "M3 Ultra"}
+    assert any(p.macs > 1 for p in fitted)
+    for point in ALL_CALIBRATION:
+        assert abs(point.error) <= point.tolerance, (point.model, point.macs_label, point.error)
+        band = BAND_MOE if point.moe else BAND_DENSE
+        assert abs(point.error) <= band  # the band holds every published figure
