@@ -32,10 +32,24 @@ from tests.helpers.header_models import (
 )
 
 GIB = 1 << 30
-MLX_LM_MOE = (
-    "qwen2_moe qwen3_moe qwen3_next deepseek_v2 deepseek_v3 deepseek_v32 kimi_k2 glm4_moe "
-    "gpt_oss llama4 mixtral minimax phimoe granitemoe olmoe bailing_moe"
-).split()
+MLX_LM_MOE = [
+    "qwen2_moe",
+    "qwen3_moe",
+    "qwen3_next",
+    "deepseek_v2",
+    "deepseek_v3",
+    "deepseek_v32",
+    "kimi_k2",
+    "glm4_moe",
+    "gpt_oss",
+    "llama4",
+    "mixtral",
+    "minimax",
+    "phimoe",
+    "granitemoe",
+    "olmoe",
+    "bailing_moe",
+]
 
 
 @pytest.fixture(scope="module")
