@@ -10,6 +10,8 @@ MLX's affine quantization keeps a 16-bit scale and bias per group of 64 weights,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from core.model.experts import Experts
 from core.plan.estimate import Workload
 
@@ -53,8 +55,8 @@ def _moe(
     bits: float,
     hidden: int,
     vocab: int,
-    other: list[float],
-    routed: list[float],
+    other: Sequence[float],
+    routed: Sequence[float],
     experts: int,
     k: int,
     kv_bytes_per_token_layer: int,

@@ -13,7 +13,6 @@ from core.cli.plan import parse_node, plan_cli
 from core.model.info import read_model_info
 from core.plan.calibration import (
     ALL_CALIBRATION,
-    CALIBRATION,
     TOLERANCE,
     WORKED_EXAMPLES,
     calibration_table,
