@@ -182,9 +182,16 @@ def estimates_beside(
 
 
 def estimate_cell(estimate: Estimate | None) -> str:
-    """A run's estimate in a table: "15.9 tokens/s (est.)", or why there is none."""
+    """A run's estimate in a table: "15.9 tokens/s (est.), likely 14.2–18.1; 8 at once:
+    61.0 in all", or why there is none."""
     if estimate is None:
         return "—"
     if estimate.tokens_per_s is None:
         return f"none: {estimate.reason}"
-    return f"{rate(estimate.tokens_per_s)} tokens/s (est.)"
+    cell = f"{rate(estimate.tokens_per_s)} tokens/s (est.)"
+    band = estimate.band
+    if band is not None:
+        cell += f", likely {rate(band[0])}–{rate(band[1])}"
+    if estimate.batch > 1 and estimate.aggregate_tokens_per_s is not None:
+        cell += f"; {estimate.batch} at once: {rate(estimate.aggregate_tokens_per_s)} in all"
+    return cell
