@@ -208,3 +208,25 @@ def test_the_calibration_covers_what_the_issue_asks():
         assert abs(point.error) <= point.tolerance, (point.model, point.macs_label, point.error)
         band = BAND_MOE if point.moe else BAND_DENSE
         assert abs(point.error) <= band  # the band holds every published figure
+
+
+def test_the_docs_header_only_figures_are_the_codes(tmp_path: Path, qwen3_30b, qwen3_235b):
+    """docs/estimate.md quotes `tests.tools.plan_headers`: the same numbers."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "estimate.md").read_text()
+    doc = " ".join(doc.split())
+    mac = [Node("mac", 64 * GIB, chip="M3 Max")]
+    small = plan_by_speed(_info(qwen3_30b), mac, (), PlanOptions(batch=1)).estimate
+    assert f"gives {small.rate_text()} at the default 4,096-token context" in doc
+    four = [Node(n, 512 * GIB, chip="M3 Ultra") for n in "abcd"]
+    links = [Link(a.name, b.name, 80.0, True) for i, a in enumerate(four) for b in four[i + 1 :]]
+    big = plan_by_speed(_info(qwen3_235b), four, links, PlanOptions(batch=1))
+    assert f'"{big.plan.reason.split(". ")[0]}."' in doc
+    config = kimi_k2_config()
+    folder = write_header_only_model(
+        tmp_path / "Kimi-K2-Instruct-8bit", config, moe_mla_tensors(config)
+    )
+    kimi = plan_by_speed(read_header_copy("k", folder, 0), four, links, PlanOptions(batch=1))
+    tensor = kimi.per_strategy[Strategy.TENSOR].tokens_per_s
+    pipeline = kimi.per_strategy[Strategy.PIPELINE].tokens_per_s
+    assert kimi.plan.strategy is Strategy.TENSOR and tensor and pipeline
+    assert f"tensor {tensor:.1f} tokens/s, pipeline {pipeline:.1f}" in doc
