@@ -35,9 +35,16 @@ class Choice:
     per_strategy: dict[Strategy, Estimate]
 
     def lines(self) -> list[str]:
-        """ "tensor: 76.1 tokens/s (likely ...)" per strategy, the chosen first."""
+        """ "tensor: 76.1 tokens/s (likely ...); 8 at once: ..." per strategy, the chosen
+        first."""
         ordered = sorted(self.per_strategy.items(), key=lambda kv: kv[0] != self.plan.strategy)
-        return [f"{strategy.value}: {e.rate_text()}" for strategy, e in ordered]
+        lines = []
+        for strategy, e in ordered:
+            line = f"{strategy.value}: {e.rate_text()}"
+            if e.tokens_per_s is not None and e.batch > 1 and e.aggregate_tokens_per_s:
+                line += f"; {e.batch} at once: {e.aggregate_tokens_per_s:.1f} tokens/s in all"
+            lines.append(line)
+        return lines
 
 
 def speed_of(estimate: Estimate) -> float | None:
@@ -60,16 +67,7 @@ def plan_by_speed(
     more than one Mac, the fastest strategy that fits."""
     options = options or PlanOptions()
     base = make_plan(model, nodes, links, options)
-    estimates = (
-        {
-            s: estimate_plan(
-                model, make_plan(model, nodes, links, replace(options, strategy=s)), nodes, links
-            )
-            for s in _ORDER
-        }
-        if len(nodes) > 1
-        else {}
-    )
+    estimates = _each(model, nodes, links, options)
     chosen_estimate = estimate_plan(model, base, nodes, links)
     if len(nodes) > 1:
         estimates[base.strategy] = chosen_estimate
@@ -92,6 +90,20 @@ def plan_by_speed(
         picked = make_plan(model, nodes, links, replace(options, strategy=fastest))
         plan = replace(picked, requested=Strategy.AUTO, reason=f"{why} {picked.reason}")
     return Choice(plan, estimates[fastest], estimates)
+
+
+def _each(
+    model: ModelInfo, nodes: Sequence[Node], links: Sequence[Link], options: PlanOptions
+) -> dict[Strategy, Estimate]:
+    """Every strategy's estimate on several Macs (a split by hand is the pipeline's)."""
+    if len(nodes) < 2:
+        return {}
+    estimates = {}
+    for strategy in _ORDER:
+        split = options.split if strategy is Strategy.PIPELINE else None
+        plan = make_plan(model, nodes, links, replace(options, strategy=strategy, split=split))
+        estimates[strategy] = estimate_plan(model, plan, nodes, links)
+    return estimates
 
 
 def _why(fastest: Strategy, speeds: dict[Strategy, float], batch: int) -> str:
