@@ -230,3 +230,13 @@ def test_the_docs_header_only_figures_are_the_codes(tmp_path: Path, qwen3_30b, q
     pipeline = kimi.per_strategy[Strategy.PIPELINE].tokens_per_s
     assert kimi.plan.strategy is Strategy.TENSOR and tensor and pipeline
     assert f"tensor {tensor:.1f} tokens/s, pipeline {pipeline:.1f}" in doc
+
+
+def test_the_library_index_keeps_a_models_experts(qwen3_30b: Path):
+    """The library's memo (library-index.json) gives back the same experts it was given."""
+    from core.library.memo import info_from_json, info_to_json
+
+    info = _info(qwen3_30b)
+    again = info_from_json(json.loads(json.dumps(info_to_json(info))))
+    assert again is not None and again.experts == info.experts and again.experts.moe
+    assert info_from_json({**info_to_json(info), "experts": "garbage"}) is None
