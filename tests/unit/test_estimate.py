@@ -14,9 +14,7 @@ from core.model.info import read_model_info
 from core.plan.calibration import (
     ALL_CALIBRATION,
     TOLERANCE,
-    WORKED_EXAMPLES,
     calibration_table,
-    worked_examples_table,
 )
 from core.plan.chips import CHIPS, chip_spec, normalise_chip
 from core.plan.costs import (
@@ -39,6 +37,7 @@ from core.plan.estimate import (
 )
 from core.plan.planner import Link, Node, PlanOptions, make_plan
 from core.plan.report import format_plan, plan_to_dict
+from core.plan.worked_example import WORKED_EXAMPLES, worked_examples_table
 from core.worker.vocab import Strategy
 from tests.helpers.header_models import synthetic_model_info
 
