@@ -130,6 +130,13 @@ def test_auto_picks_tensor_on_four_m3_ultras_over_rdma_for_a_moe_one_mac_holds(
     assert tensor and single and pipeline and tensor > single > pipeline
     # Published runs of this kind: tensor 1.4-1.9x one Mac on 4 Macs.
     assert 1.1 < tensor / single < 2.0
+    # Serving 8 at once: chosen by the aggregate, and said so.
+    served = plan_by_speed(info, nodes, links, PlanOptions(batch=8, prompt_cache_bytes=0))
+    aggregate = served.per_strategy[Strategy.TENSOR].aggregate_tokens_per_s
+    assert served.plan.strategy is Strategy.TENSOR and "(estimate, in all at the batch)" in (
+        served.plan.reason
+    )
+    assert aggregate and aggregate > 4 * tensor  # a batch reads its experts once a step
     # Without RDMA (the ring over TCP) tensor loses: one Mac it is.
     assert plan_by_speed(info, nodes, (), options).plan.strategy is Strategy.SINGLE
     # The CLI prints the reason.
@@ -240,3 +247,21 @@ def test_the_library_index_keeps_a_models_experts(qwen3_30b: Path):
     again = info_from_json(json.loads(json.dumps(info_to_json(info))))
     assert again is not None and again.experts == info.experts and again.experts.moe
     assert info_from_json({**info_to_json(info), "experts": "garbage"}) is None
+
+
+def test_the_constants_are_what_the_fit_finds():
+    """costs.py holds the fit's answer: the search from them finds no better step."""
+    from core.plan import costs
+    from tests.tools import fit_estimate
+
+    names = list(fit_estimate.GRIDS)
+    before = {name: fit_estimate._get(name) for name in names}
+    try:
+        found = fit_estimate.fit()
+    finally:
+        for name, value in before.items():
+            fit_estimate._set(name, value)
+    for name in names:
+        assert found[name] == pytest.approx(before[name]), name
+    assert found["worst_over_tolerance"] <= 1.0
+    assert before["EFFICIENCY"] == costs.EFFICIENCY
