@@ -265,3 +265,80 @@ def test_the_constants_are_what_the_fit_finds():
         assert found[name] == pytest.approx(before[name]), name
     assert found["worst_over_tolerance"] <= 1.0
     assert before["EFFICIENCY"] == costs.EFFICIENCY
+
+
+def _layered(prefix: str, layers: int, parts: dict[str, tuple[int, ...]]) -> dict:
+    """``{prefix}.layers.N.{name}``: (shape) for every layer, float16."""
+    return {
+        f"{prefix}.layers.{n}.{name}": ("F16", shape)
+        for n in range(layers)
+        for name, shape in parts.items()
+    }
+
+
+@pytest.mark.parametrize("family", ["llama4", "gpt_oss"])
+def test_other_families_read_their_experts_from_their_own_names(tmp_path: Path, family: str):
+    """Llama 4 keeps its text config under text_config and its experts under
+    feed_forward.experts (a shared_expert beside them); gpt-oss under mlp.experts."""
+    hidden, experts, inter = 64, 8, 32
+    attention = {
+        "self_attn.q_proj.weight": (hidden, hidden),
+        "self_attn.k_proj.weight": (hidden, hidden),
+        "self_attn.v_proj.weight": (hidden, hidden),
+        "self_attn.o_proj.weight": (hidden, hidden),
+        "input_layernorm.weight": (hidden,),
+        "post_attention_layernorm.weight": (hidden,),
+    }
+    text = {
+        "hidden_size": hidden,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "vocab_size": 128,
+        "intermediate_size": inter,
+        "num_local_experts": experts,
+        "num_experts_per_tok": 1 if family == "llama4" else 2,
+    }
+    if family == "llama4":
+        config = {
+            "model_type": "llama4",
+            "text_config": {
+                **text,
+                "model_type": "llama4_text",
+                "intermediate_size_mlp": 2 * inter,
+                "interleave_moe_layer_step": 1,
+                "rope_scaling": None,
+            },
+            "vision_config": {},
+        }
+        ff = "feed_forward"
+        mlp = {
+            f"{ff}.router.weight": (experts, hidden),
+            f"{ff}.shared_expert.up_proj.weight": (inter, hidden),
+            **{
+                f"{ff}.experts.{p}.weight": (experts, inter, hidden)
+                for p in ("gate_proj", "up_proj")
+            },
+            f"{ff}.experts.down_proj.weight": (experts, hidden, inter),
+        }
+        prefix = "language_model.model"
+        shared = {f"{prefix}.embed_tokens.weight": ("F16", (128, hidden))}
+    else:
+        config = {"model_type": "gpt_oss", **text, "head_dim": 16}
+        mlp = {
+            "mlp.router.weight": (experts, hidden),
+            **{
+                f"mlp.experts.{p}.weight": (experts, inter, hidden)
+                for p in ("gate_proj", "up_proj")
+            },
+            "mlp.experts.down_proj.weight": (experts, hidden, inter),
+        }
+        prefix = "model"
+        shared = {f"{prefix}.embed_tokens.weight": ("F16", (128, hidden))}
+    tensors = {**shared, **_layered(prefix, 2, {**attention, **mlp})}
+    folder = write_header_only_model(tmp_path / family, config, tensors)
+    info = read_model_info(folder, check_data=False)
+    routed = 3 * experts * inter * hidden * 2
+    assert info.experts.total == experts and info.experts.note == ""
+    assert info.experts.per_token == text["num_experts_per_tok"]
+    assert info.experts.layer_bytes == (routed, routed)
