@@ -198,6 +198,14 @@ def side_by_side(result: Comparison, beside: EstimateBeside | None = None) -> st
     ]
     if any(e is not None for e in estimated):
         rows.append(("estimate", [estimate_cell(e) for e in estimated]))
+    ratios = result.estimate_ratios
+    if ratios:  # real Macs: how far the estimate was from what they did
+        rows.append(
+            (
+                "measured/est",
+                [f"{ratios[r.label]:.2f}×" if r.label in ratios else "—" for r in runs],
+            )
+        )
     width = max(len(cell) for _, cells in rows for cell in cells)
     lines = [f"{name:<12} " + "  ".join(f"{c:<{width}}" for c in cells) for name, cells in rows]
     said = headlines(result, beside)  # on the demo: the estimate first, then the measure

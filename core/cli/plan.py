@@ -23,9 +23,8 @@ from core.cli.options import add_split_argument
 from core.library.resolve import resolve_model
 from core.model.info import ModelError
 from core.plan.chips import CHIPS, normalise_chip
-from core.plan.estimate import estimate_plan
+from core.plan.choose import plan_by_speed
 from core.plan.memory import Link, Node, PlanOptions
-from core.plan.planner import make_plan
 from core.plan.report import format_plan, plan_to_dict
 from core.plan.split import parse_split
 from core.settings import load_settings
@@ -118,7 +117,8 @@ def _parser() -> argparse.ArgumentParser:
         "--strategy",
         choices=[s.value for s in Strategy],
         default=Strategy.AUTO.value,
-        help="auto (default) recommends one",
+        help="auto (default) recommends one: with every chip known (@CHIP), the fastest "
+        "estimate among the strategies that fit",
     )
     parser.add_argument(
         "--context",
@@ -211,11 +211,17 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
         split=args.split,
     )
     links = links if args.rdma else []
-    plan = make_plan(model, nodes, links, options)
-    estimate = estimate_plan(model, plan, nodes, links)
+    choice = plan_by_speed(model, nodes, links, options)
+    plan, estimate = choice.plan, choice.estimate
     if args.json:
-        text = json.dumps(plan_to_dict(plan, estimate), indent=2)
+        data = plan_to_dict(plan, estimate)
+        data["estimates_by_strategy"] = {
+            strategy.value: e.to_dict() for strategy, e in choice.per_strategy.items()
+        }
+        text = json.dumps(data, indent=2)
     else:
         text = format_plan(plan, estimate)
+        if len(choice.per_strategy) > 1:
+            text += "\nEstimate per strategy:\n" + "\n".join(f"  {line}" for line in choice.lines())
     print(text, file=out)
     return 0 if plan.fits else 1

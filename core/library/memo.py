@@ -21,12 +21,13 @@ from typing import Any
 
 from core import __version__, paths
 from core.jsonfile import write_json_atomic
+from core.model.experts import Experts
 from core.model.info import ModelInfo
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "library-index.json"
-VERSION = 1
+VERSION = 2  # 2: a model's routed experts (ModelInfo.experts)
 
 
 def signature(folder: Path, extra: str = "") -> str:
@@ -120,6 +121,12 @@ def info_to_json(info: ModelInfo) -> dict[str, Any]:
     data["path"] = str(info.path)
     data["weight_files"] = [str(p) for p in info.weight_files]
     data["layer_bytes"] = list(info.layer_bytes)
+    data["experts"] = {
+        "total": info.experts.total,
+        "per_token": info.experts.per_token,
+        "layer_bytes": list(info.experts.layer_bytes),
+        "note": info.experts.note,
+    }
     return data
 
 
@@ -129,6 +136,13 @@ def info_from_json(data: dict[str, Any]) -> ModelInfo | None:
         values["path"] = Path(values["path"])
         values["weight_files"] = tuple(Path(p) for p in values["weight_files"])
         values["layer_bytes"] = tuple(int(n) for n in values["layer_bytes"])
+        experts = values["experts"]
+        values["experts"] = Experts(
+            int(experts["total"]),
+            int(experts["per_token"]),
+            tuple(int(n) for n in experts["layer_bytes"]),
+            str(experts["note"]),
+        )
         return ModelInfo(**values)
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.model.experts import Experts, is_routed_expert, read_experts
 from core.model.safetensors_headers import FLOAT_DTYPES, HeaderError, TensorEntry, read_header
 from core.model.validate import (
     MAX_CONTEXT,
@@ -77,6 +78,9 @@ class ModelInfo:
     shared_bytes: int
     kv_elements_per_token: int
     kv_split_by_tensor: bool = True
+    # The routed experts of a mixture of experts (none for a dense model): what a token
+    # reads of each layer is the rest of it and ``per_token`` of ``total`` experts.
+    experts: Experts = field(default_factory=Experts, hash=False)
 
     @property
     def quantization_label(self) -> str:
@@ -146,7 +150,7 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
         )
     quantization = config.quantization()
     named_dtype = config.name("torch_dtype", "dtype")  # checked even when tensors say it
-    layer_bytes, shared_bytes, seen = _tally_bytes(tensors, layers)
+    layer_bytes, shared_bytes, seen, expert_bytes = _tally_bytes(tensors, layers)
     missing = sorted(set(range(layers)) - seen)
     if missing:
         shown = ", ".join(str(n) for n in missing[:8]) + (" ..." if len(missing) > 8 else "")
@@ -194,6 +198,7 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
             else 2 * kv_heads * head_dim
         ),
         kv_split_by_tensor=not kv_rank,
+        experts=read_experts(config, expert_bytes),
     )
 
 
@@ -260,13 +265,17 @@ def _weight_files(folder: Path) -> list[Path]:
     return files
 
 
-def _tally_bytes(tensors: dict[str, TensorEntry], layers: int) -> tuple[list[int], int, set[int]]:
-    """Bytes per layer, shared bytes, and the layer numbers that have any tensor.
+def _tally_bytes(
+    tensors: dict[str, TensorEntry], layers: int
+) -> tuple[list[int], int, set[int], list[int]]:
+    """Bytes per layer, shared bytes, the layer numbers that have any tensor, and the
+    bytes of each layer's routed experts (part of its bytes).
 
     Layer numbers past the config's count (multi-token-prediction layers) are dropped by
     mlx-lm's sanitize, so they are neither layers nor shared here.
     """
     per_layer = [0] * layers
+    experts = [0] * layers
     shared = 0
     seen: set[int] = set()
     for name, tensor in tensors.items():
@@ -276,9 +285,11 @@ def _tally_bytes(tensors: dict[str, TensorEntry], layers: int) -> tuple[list[int
             if n < layers:
                 per_layer[n] += tensor.nbytes
                 seen.add(n)
+                if is_routed_expert(name[match.end() :]):
+                    experts[n] += tensor.nbytes
         else:
             shared += tensor.nbytes
-    return per_layer, shared, seen
+    return per_layer, shared, seen, experts
 
 
 def _public_quantization(quantization: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -1,30 +1,53 @@
 """An **estimate** of decode tokens/s on real Macs, from a plan, the model's bytes and the
 chips' memory bandwidth. Pure functions, no I/O.
 
-Decoding one token reads every active weight and the whole KV cache once; on Apple
-silicon that read is the bottleneck, so a node's time for its part of a token is
+Decoding one token reads the weights it uses and the whole KV cache once; on Apple silicon
+that read is the bottleneck. A token uses every dense weight, but of a mixture of experts'
+routed experts only the ``k`` its router picks in each layer (``core/model/experts.py``).
+So a node's time for its part of a token is
 
-    bytes it reads / (EFFICIENCY × its chip's bandwidth) + its layers × LAYER_OVERHEAD_S
+    (weights it reads + KV cache × √(query heads per KV head)) / (EFFICIENCY × bandwidth)
+        + its layers × LAYER_OVERHEAD_S (+ MOE_LAYER_OVERHEAD_S for a MoE layer)
 
-and the links add their part: tensor parallelism two all-reduces of one activation vector
-per layer, a pipeline one hop per stage boundary (the last stage's token going back to the
-first included). Single: one node. Pipeline: the stages run one after another, so their
-times add. Tensor: every node works on every layer at once, so the slowest sets the pace.
+and the links add theirs: tensor parallelism two all-reduces of one activation vector per
+layer (the fixed per-layer costs do not shrink: every Mac runs every layer), a pipeline
+one hand-off per stage boundary (the last stage's token going back to the first included).
+Single: one node. Pipeline: the stages run one after another, so their times add, and at
+batch 1 it is slower than one Mac. Tensor: every node works on every layer at once, so the
+slowest sets the pace.
 
-EFFICIENCY and LAYER_OVERHEAD_S were fitted to published figures (core/plan/calibration.py),
-the link figures come from published measurements; ``docs/estimate.md`` writes the model
-out with every source, so a person can redo the numbers by hand. No time-to-first-token:
-prefill is bound by the GPU's arithmetic, which Apple does not publish, so it is not
-estimated rather than guessed.
+A batch of B sequences decodes B tokens a step: the step reads the experts the batch
+routes to (N·(1-(1-k/N)^B) of N with uniform routing, an upper bound), every sequence's KV
+cache, and pays the fixed costs once; the aggregate is B / the step's time.
+
+The constants (``core/plan/costs.py``) were fitted to published figures
+(``core/plan/calibration.py``); ``docs/estimate.md`` writes the model out with every
+source, so a person can redo the numbers by hand. No time-to-first-token: prefill is
+bound by the GPU's arithmetic, which Apple does not publish, so it is not estimated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from core.model.experts import Experts
 from core.model.info import ModelInfo
 from core.plan.chips import ChipSpec, chip_spec
+from core.plan.costs import (
+    BAND_DENSE,
+    BAND_MOE,
+    EFFICIENCY,
+    KV_GROUP_EXPONENT,
+    LABEL,
+    LAYER_OVERHEAD_S,
+    MOE_LAYER_OVERHEAD_S,
+    PIPELINE_HOP_S,
+    RDMA,
+    TCP_RING,
+    LinkProfile,
+)
+from core.plan.estimate_result import Estimate, NodeLoad
 from core.plan.memory import Link, Node
 from core.plan.planner import Plan, make_plan
 from core.worker.vocab import Strategy
@@ -46,68 +69,68 @@ __all__ = [
     "workload_of",
 ]
 
-LABEL = "estimate"
-# Share of the published bandwidth a decode step reaches, and a fixed cost per layer per
-# token (kernel dispatch and synchronisation): fitted to the calibration figures.
-EFFICIENCY = 0.83
-LAYER_OVERHEAD_S = 40e-6
-
-
-@dataclass(frozen=True)
-class LinkProfile:
-    """How a link costs an exchange: a fixed latency plus bytes at its rate. ``mesh``: an
-    all-reduce is one round (JACCL's mesh); otherwise a ring's 2(N-1) steps."""
-
-    name: str
-    latency_s: float
-    bytes_per_s: float
-    mesh: bool
-    source: str
-
-
-# PyTorch's TCCL over Thunderbolt 5 RDMA (pytorch/pytorch#181087): a 1 MiB all-reduce in
-# 0.15 ms, 16 MiB in 1.85 ms, so 37 µs fixed plus 9.25 GB/s.
-RDMA = LinkProfile(
-    "RDMA over Thunderbolt 5",
-    37e-6,
-    9.25e9,
-    mesh=True,
-    source="37 µs + 9.25 GB/s per all-reduce, from all-reduce timings over Thunderbolt 5 RDMA",
-)
-# Thunderbolt networking over TCP before RDMA: ~300 µs a message (Jeff Geerling's RDMA
-# write-up); the rate is 10 Gb/s Ethernet's, which activation vectors of a few KB never fill.
-TCP_RING = LinkProfile(
-    "MLX ring over TCP",
-    300e-6,
-    10e9 / 8,
-    mesh=False,
-    source="300 µs a message over TCP (Thunderbolt networking without RDMA), 10 Gb/s",
-)
-
 
 @dataclass(frozen=True)
 class Workload:
-    """What decoding one token reads, from the model's headers: each layer's weights, the
-    output head, the KV cache per token per layer, and one activation vector's size."""
+    """What decoding one token reads, from the model's headers: each layer's weights (of
+    which ``experts.layer_bytes`` are routed experts), the output head and one embedding
+    row, the KV cache per token per layer, and one activation vector's size."""
 
     layer_bytes: tuple[int, ...]
     head_bytes: int
     kv_bytes_per_token_layer: int
     exchange_bytes: int
     kv_split_by_tensor: bool = True
+    experts: Experts = field(default_factory=Experts)
+    # Query heads per KV head: attention reads each KV head once per group of query heads
+    # sharing it, partly from the GPU's cache; the cache is counted √group times.
+    kv_group: float = 1.0
+
+    def read_bytes(self, layer: int, batch: int = 1) -> float:
+        """The bytes of ``layer``'s weights a step of ``batch`` tokens reads."""
+        routed = self.experts.layer_bytes[layer] if self.experts.moe else 0
+        return self.layer_bytes[layer] - routed + routed * self.experts.read_share(batch)
+
+    def fixed_s(self, layer: int) -> float:
+        """``layer``'s fixed cost a step."""
+        moe = self.experts.moe and self.experts.layer_bytes[layer] > 0
+        return LAYER_OVERHEAD_S + (MOE_LAYER_OVERHEAD_S if moe else 0.0)
+
+    @property
+    def band_share(self) -> float:
+        return BAND_MOE if self.experts.moe else BAND_DENSE
+
+    def experts_text(self) -> str:
+        if self.experts.note:
+            return f"Counted as dense: {self.experts.note}"
+        if not self.experts.moe:
+            return ""
+        moe_layers = sum(1 for n in self.experts.layer_bytes if n)
+        routed = sum(self.experts.layer_bytes)
+        return (
+            f"A mixture of experts: a token reads {self.experts.per_token} of "
+            f"{self.experts.total} routed experts in each of {moe_layers} layers "
+            f"({routed * self.experts.read_share() / 1e9:.2f} of {routed / 1e9:.2f} GB)"
+        )
 
 
 def workload_of(model: ModelInfo) -> Workload:
     """A ModelInfo's workload. The shared tensors are the embeddings, the final norm and
     the output head: a token reads one row of the embeddings but all of the head, so tied
-    weights are read whole and untied ones half (the head, as big as the embeddings)."""
-    head = model.shared_bytes if model.tie_word_embeddings else model.shared_bytes // 2
+    weights are read whole and untied ones half (the head, as big as the embeddings) plus
+    one row of the other half."""
+    if model.tie_word_embeddings:
+        head = model.shared_bytes
+    else:
+        head = model.shared_bytes // 2 + model.shared_bytes // 2 // max(1, model.vocab_size)
     return Workload(
         layer_bytes=model.layer_bytes,
         head_bytes=head,
         kv_bytes_per_token_layer=model.kv_elements_per_token * model.dtype_bytes,
         exchange_bytes=model.hidden_size * model.dtype_bytes,
         kv_split_by_tensor=model.kv_split_by_tensor,
+        experts=model.experts,
+        kv_group=1.0 if not model.kv_split_by_tensor else model.heads / model.kv_heads,
     )
 
 
@@ -123,185 +146,99 @@ class Stage:
     reads_head: bool
 
 
-@dataclass(frozen=True)
-class NodeLoad:
-    """One node's part of a token: the bytes it reads and the time that takes."""
-
-    node: str
-    chip: str
-    bandwidth_gbs: float
-    layers: int
-    bytes_per_token: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """The estimate for a plan: tokens/s (None when a chip is unknown, with the reason)."""
-
-    strategy: Strategy
-    tokens_per_s: float | None
-    compute_s: float
-    link_s: float
-    nodes: tuple[NodeLoad, ...]
-    link: LinkProfile | None
-    context_tokens: int
-    reason: str = ""
-    # A multi-Mac plan's answer to "would one Mac be as fast?": the fastest Mac of the
-    # plan alone (its name, its chip, its estimate) when the model fits it; None otherwise.
-    alone: tuple[str, str, float] | None = None
-
-    @property
-    def seconds_per_token(self) -> float:
-        return self.compute_s + self.link_s
-
-    def summary(self) -> str:
-        """One line: "Estimate for real Macs: 14.2 tokens/s (2 × M3 Ultra, tensor over
-        RDMA over Thunderbolt 5)" or "No estimate: chip unknown for mini"."""
-        if self.tokens_per_s is None:
-            return f"No {LABEL}: {self.reason}"
-        chips = _chip_counts(self.nodes)
-        how = self.strategy.value
-        if self.link is not None:
-            how += f" over {self.link.name}"
-        line = f"Estimate for real Macs: {self.tokens_per_s:.1f} tokens/s ({chips}, {how})"
-        if self.alone is not None:
-            node, chip, rate = self.alone
-            line += f"; {node} ({chip}) alone: {rate:.1f} tokens/s"
-        return line
-
-    def basis(self) -> str:
-        """Where the number comes from, in a few lines: for a tooltip and the CLI."""
-        if self.tokens_per_s is None:
-            return (
-                f"No {LABEL}: {self.reason}. The estimate needs each Mac's chip "
-                "(its memory bandwidth)."
-            )
-        lines = [
-            "An estimate, not a measurement (model and sources: docs/estimate.md).",
-            f"Each token reads every weight and the KV cache ({self.context_tokens} tokens) "
-            f"once, at {EFFICIENCY:.0%} of the chip's published memory bandwidth, plus "
-            f"{LAYER_OVERHEAD_S * 1e6:.0f} µs per layer:",
-        ]
-        lines += [
-            f"  {n.node} ({n.chip}, {n.bandwidth_gbs:g} GB/s): {n.layers} layers, "
-            f"{n.bytes_per_token / 1e9:.2f} GB a token, {n.seconds * 1e3:.1f} ms"
-            for n in self.nodes
-        ]
-        if self.link is not None:
-            lines.append(
-                f"Links ({self.link.name}: {self.link.source}): {self.link_s * 1e3:.2f} ms a token."
-            )
-        lines.append(
-            f"{self.seconds_per_token * 1e3:.1f} ms a token = {self.tokens_per_s:.1f} tokens/s."
-        )
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-able, labelled as an estimate with its basis."""
-        return {
-            "label": LABEL,
-            "tokens_per_s": None if self.tokens_per_s is None else round(self.tokens_per_s, 2),
-            "seconds_per_token": None
-            if self.tokens_per_s is None
-            else round(self.seconds_per_token, 6),
-            "compute_s": round(self.compute_s, 6),
-            "link_s": round(self.link_s, 6),
-            "strategy": self.strategy.value,
-            "context_tokens": self.context_tokens,
-            "link": None
-            if self.link is None
-            else {
-                "name": self.link.name,
-                "latency_us": round(self.link.latency_s * 1e6, 1),
-                "gb_per_s": round(self.link.bytes_per_s / 1e9, 3),
-            },
-            "nodes": [
-                {
-                    "node": n.node,
-                    "chip": n.chip,
-                    "bandwidth_gbs": n.bandwidth_gbs,
-                    "layers": n.layers,
-                    "bytes_per_token": n.bytes_per_token,
-                    "seconds": round(n.seconds, 6),
-                }
-                for n in self.nodes
-            ],
-            "efficiency": EFFICIENCY,
-            "layer_overhead_us": LAYER_OVERHEAD_S * 1e6,
-            "reason": self.reason,
-            "alone": None
-            if self.alone is None
-            else {
-                "node": self.alone[0],
-                "chip": self.alone[1],
-                "tokens_per_s": round(self.alone[2], 2),
-            },
-            "basis": self.basis(),
-            "time_to_first_token": None,
-            "time_to_first_token_reason": "not estimated: prefill is bound by GPU arithmetic, "
-            "which Apple does not publish",
-        }
-
-
 def estimate_decode(
     work: Workload,
     strategy: Strategy,
     stages: Sequence[Stage],
     link: LinkProfile | None,
     context_tokens: int,
+    batch: int = 1,
 ) -> Estimate:
-    """Decode tokens/s for ``stages`` running ``work`` with ``strategy`` (see the module)."""
+    """Decode tokens/s for ``stages`` running ``work`` with ``strategy`` (see the module),
+    one sequence, and in all for ``batch`` sequences at once."""
+    loads, compute, link_s, fixed = _step(work, strategy, stages, link, context_tokens, 1)
+    aggregate = 1 / (compute + link_s)
+    if batch > 1:
+        _, b_compute, b_link, _ = _step(work, strategy, stages, link, context_tokens, batch)
+        aggregate = batch / (b_compute + b_link)
+    return Estimate(
+        strategy=strategy,
+        tokens_per_s=1 / (compute + link_s),
+        compute_s=compute,
+        link_s=link_s,
+        nodes=tuple(loads),
+        link=link if len(stages) > 1 else None,
+        context_tokens=context_tokens,
+        band_share=work.band_share,
+        batch=batch,
+        aggregate_tokens_per_s=aggregate,
+        experts=work.experts_text(),
+        fixed_s=fixed,
+    )
+
+
+def _step(
+    work: Workload,
+    strategy: Strategy,
+    stages: Sequence[Stage],
+    link: LinkProfile | None,
+    context: int,
+    batch: int,
+) -> tuple[list[NodeLoad], float, float, float]:
+    """One decode step of ``batch`` sequences: each node's load, the compute time, the
+    links' time and the fixed part of the compute time."""
     n = len(stages)
     shards = n if strategy is Strategy.TENSOR else 1
     kv_shards = shards if work.kv_split_by_tensor else 1
     loads = []
+    fixed_by_node = []
     for stage in stages:
         layers = range(stage.layer_start, stage.layer_end)
-        weights = sum(work.layer_bytes[i] for i in layers) // shards
-        kv = work.kv_bytes_per_token_layer * context_tokens * len(layers) // kv_shards
-        read = weights + kv + (work.head_bytes if stage.reads_head else 0)
-        seconds = read / (EFFICIENCY * stage.chip.bandwidth_bytes) + len(layers) * LAYER_OVERHEAD_S
+        weights = sum(work.read_bytes(i, batch) for i in layers) / shards
+        weights += work.head_bytes if stage.reads_head else 0
+        kv = work.kv_bytes_per_token_layer * context * len(layers) * batch / kv_shards
+        kv *= work.kv_group**KV_GROUP_EXPONENT
+        fixed = sum(work.fixed_s(i) for i in layers)
+        bandwidth = stage.chip.bandwidth_bytes
+        seconds = (weights + kv) / (EFFICIENCY * bandwidth) + fixed
+        fixed_by_node.append(fixed)
         loads.append(
             NodeLoad(
                 stage.node,
                 stage.chip.name,
                 stage.chip.bandwidth_gbs,
                 len(layers),
-                read,
+                int(weights + kv),
                 seconds,
             )
         )
     if strategy is Strategy.TENSOR:
         compute = max(load.seconds for load in loads)
+        fixed_total = max(fixed_by_node)
     else:
         compute = sum(load.seconds for load in loads)
-    link_s = _link_seconds(work, strategy, n, len(work.layer_bytes), link)
-    total = compute + link_s
-    return Estimate(
-        strategy=strategy,
-        tokens_per_s=1 / total,
-        compute_s=compute,
-        link_s=link_s,
-        nodes=tuple(loads),
-        link=link if n > 1 else None,
-        context_tokens=context_tokens,
-    )
+        fixed_total = sum(fixed_by_node)
+    link_s = _link_seconds(work, strategy, n, len(work.layer_bytes), link, batch)
+    return loads, compute, link_s, fixed_total
 
 
 def _link_seconds(
-    work: Workload, strategy: Strategy, n: int, layers: int, link: LinkProfile | None
+    work: Workload,
+    strategy: Strategy,
+    n: int,
+    layers: int,
+    link: LinkProfile | None,
+    batch: int,
 ) -> float:
     if n < 2 or link is None:
         return 0.0
+    vector = work.exchange_bytes * batch
     if strategy is Strategy.TENSOR:
-        # Two all-reduces of one activation vector per layer; a ring moves 2(N-1)/N of it
-        # over each link in 2(N-1) steps, a mesh sends it to every peer in one round.
-        moved = work.exchange_bytes * 2 * (n - 1) / n
-        rounds = 1 if link.mesh else 2 * (n - 1)
-        return layers * 2 * (rounds * link.latency_s + moved / link.bytes_per_s)
-    # Pipeline: one hop per stage boundary, the last stage's token going back to the first.
-    return n * (link.latency_s + work.exchange_bytes / link.bytes_per_s)
+        # Two all-reduces of the step's activations per layer.
+        return layers * 2 * link.all_reduce_s(n, vector)
+    # Pipeline: one hand-off per stage boundary, the last stage's token going back to the
+    # first: the link's latency and the vector at its rate, and the stages' hand-over.
+    return n * (link.latency_s + PIPELINE_HOP_S + vector / link.bytes_per_s)
 
 
 def estimate_plan(
@@ -310,8 +247,9 @@ def estimate_plan(
     nodes: Sequence[Node],
     links: Sequence[Link] = (),
 ) -> Estimate:
-    """The estimate for ``plan``, on the real chips ``nodes`` name; its reason says why
-    there is none (a chip unknown, a plan that does not fit)."""
+    """The estimate for ``plan``, on the real chips ``nodes`` name, at batch 1 and at the
+    plan's batch; its reason says why there is none (a chip unknown, a plan that does
+    not fit)."""
     by_name: Mapping[str, Node] = {node.name: node for node in nodes}
     stages = []
     unknown = []
@@ -340,7 +278,8 @@ def estimate_plan(
     link = None
     if len(stages) > 1:
         link = RDMA if _all_rdma([s.node for s in stages], links) else TCP_RING
-    estimate = estimate_decode(workload_of(model), plan.strategy, stages, link, context)
+    work = workload_of(model)
+    estimate = estimate_decode(work, plan.strategy, stages, link, context, plan.options.batch)
     if len(stages) > 1:
         estimate = replace(estimate, alone=_alone(model, plan, stages, by_name))
     return estimate
@@ -378,10 +317,3 @@ def _all_rdma(names: Sequence[str], links: Sequence[Link]) -> bool:
     """Every pair of the ranks' nodes joined by an RDMA link (JACCL needs a full mesh)."""
     rdma = {frozenset((link.a, link.b)) for link in links if link.rdma}
     return all(frozenset((a, b)) in rdma for i, a in enumerate(names) for b in names[i + 1 :])
-
-
-def _chip_counts(loads: Sequence[NodeLoad]) -> str:
-    counts: dict[str, int] = {}
-    for load in loads:
-        counts[load.chip] = counts.get(load.chip, 0) + 1
-    return " + ".join(f"{c} × {chip}" if c > 1 else chip for chip, c in counts.items())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from core.cluster.probe.facts import NodeFacts
 from core.cluster.rdma import node_verdict
 from core.model.info import ModelInfo
+from core.plan.choose import plan_by_speed
 from core.plan.estimate import Estimate, estimate_plan, rdma_mesh
 from core.plan.memory import Node, PlanOptions
 from core.plan.planner import Plan, make_plan
@@ -108,10 +109,15 @@ def plan_on(
 ) -> Plan:
     """The planner's verdict for ``strategy`` on these nodes (one node: single), with
     the pipeline ``split`` set by hand (rank order) when given, for ``serving`` (None:
-    the settings')."""
+    the settings'). "auto" on several Macs whose chips are known picks the fastest
+    estimate among the strategies that fit (``core/plan/choose.py``), RDMA counted when
+    every Mac has it on."""
     nodes = [planner_node(f) for f in facts]
     chosen = Strategy.SINGLE if len(nodes) == 1 and split is None else Strategy(strategy)
-    return make_plan(info, nodes, options=chat_options(chosen, split, serving))
+    options = chat_options(chosen, split, serving)
+    if chosen is Strategy.AUTO:
+        return plan_by_speed(info, nodes, rdma_mesh(nodes), options).plan
+    return make_plan(info, nodes, options=options)
 
 
 def estimate_on(info: ModelInfo, plan: Plan, facts: Sequence[NodeFacts]) -> Estimate:
@@ -176,9 +182,16 @@ def estimates_beside(
 
 
 def estimate_cell(estimate: Estimate | None) -> str:
-    """A run's estimate in a table: "15.9 tokens/s (est.)", or why there is none."""
+    """A run's estimate in a table: "15.9 tokens/s (est.), likely 14.2–18.1; 8 at once:
+    61.0 in all", or why there is none."""
     if estimate is None:
         return "—"
     if estimate.tokens_per_s is None:
         return f"none: {estimate.reason}"
-    return f"{rate(estimate.tokens_per_s)} tokens/s (est.)"
+    cell = f"{rate(estimate.tokens_per_s)} tokens/s (est.)"
+    band = estimate.band
+    if band is not None:
+        cell += f", likely {rate(band[0])}–{rate(band[1])}"
+    if estimate.batch > 1 and estimate.aggregate_tokens_per_s is not None:
+        cell += f"; {estimate.batch} at once: {rate(estimate.aggregate_tokens_per_s)} in all"
+    return cell

@@ -17,6 +17,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QWidget
 
 from core.model.info import ModelError, ModelInfo, read_model_info
+from core.plan.estimate import Estimate
 from core.plan.planner import Plan, make_plan
 from core.run import demo
 from core.run.planning import chat_options, planner_node
@@ -25,7 +26,7 @@ from gui.bridge import Bridge
 from gui.model.drop_zone import DropZone
 from gui.model.library_view import LibraryView
 from gui.model.memory_bars import MemoryBars
-from gui.model.planning import plan_all
+from gui.model.planning import estimate_all, plan_all
 from gui.model.serving_choice import ServingChoice
 from gui.model.source_choice import ModelSourceChooser
 from gui.model.split_editor import SplitEditor
@@ -151,7 +152,7 @@ class ModelPane(Card):
         self._split = tuple(split)
         self._plans[Strategy.PIPELINE] = plan
         self.split_editor.accepted()
-        self.chooser.show_plans(self._plans)  # the pipeline's reason says "by hand"
+        self.chooser.show_plans(self._plans, self._estimates())  # "by hand" in its reason
         self._show_selected()
         return True
 
@@ -224,8 +225,14 @@ class ModelPane(Card):
                 else "Add Macs (or try the demo cluster) to see what fits where."
             )
             self.plan_hint.show()
-        self.chooser.show_plans(self._plans)
+        self.chooser.show_plans(self._plans, self._estimates())
         self._show_selected()
+
+    def _estimates(self) -> dict[Strategy, Estimate] | None:
+        """Each choice's speed estimate on the real Macs (None: nothing planned)."""
+        if self._info is None or not self._plans:
+            return None
+        return estimate_all(self._info, self._nodes, self._plans)
 
     def _show_selected(self) -> None:
         plan = self.plan()

@@ -14,6 +14,7 @@ from core.plan.planner import Plan
 from core.run.demo import demo_facts
 from core.run.job.launcher import JobSpec
 from core.run.measure.history import History
+from core.run.planning import estimate_cell
 from core.run.session import Host
 from core.run.states import RunState
 from gui.bridge import Bridge
@@ -105,7 +106,9 @@ def test_compare_runs_one_mac_then_the_cluster(qtbot: QtBot, demo_plans) -> None
     # Beside the measured figures, the estimate for the real Macs named, its basis in a tooltip.
     for column, run in enumerate((result.single, result.cluster)):
         estimate = beside.estimates[run.label]
-        assert cells[(4, column)] == f"{units.rate(estimate.tokens_per_s)} tokens/s (est.)"
+        assert cells[(4, column)] == estimate_cell(estimate)
+        assert cells[(4, column)].startswith(f"{units.rate(estimate.tokens_per_s)} tokens/s (est.)")
+        assert ", likely " in cells[(4, column)]
         tooltip = pane.comparison.tooltips[(4, column)]
         assert tooltip.startswith("An estimate, not a measurement") and "GB/s" in tooltip
     assert "Studio B: 150 MB" in cells[(5, 1)]  # memory per node, as the ranks reported

@@ -227,3 +227,34 @@ def test_the_batch_and_prompt_cache_are_planned_as_chosen(
     assert not pane.serving.batch.isEnabled() and not pane.serving.cache.isEnabled()
     pane.set_locked(False)
     assert pane.serving.batch.isEnabled()
+
+
+def test_each_strategy_shows_its_estimate_before_start(
+    qtbot: QtBot, pane: ModelPane, demo_model: Path
+) -> None:
+    """The demo Macs name real chips: every choice shows its speed estimate (with its
+    band) on them, the same figure `macmesh plan` gives, and auto's reason says why."""
+    from core.plan.choose import plan_by_speed
+    from core.run.planning import chat_options, estimate_on, planner_node, rdma_mesh
+
+    nodes = demo_nodes(3)
+    pane.set_nodes(nodes)
+    with qtbot.waitSignal(pane.model_changed, timeout=20_000):
+        pane.load(demo_model)
+    facts = [n.facts for n in nodes if n.facts is not None]
+    plans = pane.plans()
+    assert plans is not None
+    for choice in ("auto", "pipeline", "tensor"):
+        option = pane.chooser.options[choice]
+        estimate = estimate_on(pane.info, plans[choice], facts)
+        assert option.estimate.isVisible()
+        assert option.estimate.text().startswith(
+            f"Estimate on the real Macs: {estimate.rate_text()}"
+        )
+        assert option.estimate.toolTip() == estimate.basis()
+    planner_nodes = [planner_node(f) for f in facts]
+    options = chat_options("auto", serving=pane.serving.selected())
+    chosen = plan_by_speed(pane.info, planner_nodes, rdma_mesh(planner_nodes), options).plan
+    assert plans["auto"].strategy == chosen.strategy
+    assert plans["auto"].reason == chosen.reason
+    assert plans["auto"].reason.startswith(f"{chosen.strategy.value}: ")

@@ -278,3 +278,79 @@ def thousand_layer_case() -> tuple[ModelInfo, list[Node]]:
         name="thousand-layers",
     )
     return model, nodes
+
+
+def qwen3_moe_config(
+    *,
+    layers: int = 48,
+    hidden: int = 2048,
+    heads: int = 32,
+    kv_heads: int = 4,
+    experts: int = 128,
+    moe_inter: int = 768,
+    bits: int | None = 4,
+) -> dict:
+    """mlx-community/Qwen3-30B-A3B-4bit's config.json values (Qwen3-235B-A22B: 94 layers,
+    hidden 4,096, 64 heads, experts 1,536 wide)."""
+    config = {
+        "model_type": "qwen3_moe",
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "vocab_size": 151936,
+        "hidden_size": hidden,
+        "intermediate_size": 6144 if hidden == 2048 else 12288,
+        "moe_intermediate_size": moe_inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": 128,
+        "num_experts": experts,
+        "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 40960,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    if bits is not None:
+        config["quantization"] = {"group_size": 64, "bits": bits}
+    return config
+
+
+def qwen3_moe_tensors(config: dict, dtype: str = "BF16") -> dict[str, TensorSpec]:
+    """Every tensor of a Qwen3 MoE model as mlx-lm saves it: experts stacked (switch_mlp)."""
+    q = config.get("quantization") or {}
+    bits, group = q.get("bits"), q.get("group_size", 64)
+    hidden, head_dim = config["hidden_size"], config["head_dim"]
+    q_out = config["num_attention_heads"] * head_dim
+    kv_out = config["num_key_value_heads"] * head_dim
+    experts, inter = config["num_experts"], config["moe_intermediate_size"]
+    tensors: dict[str, TensorSpec] = {}
+
+    def add(prefix: str, parts: dict, stack: int = 0) -> None:
+        for leaf, (dt, shape) in parts.items():
+            tensors[f"{prefix}.{leaf}"] = (dt, (stack, *shape) if stack else shape)
+
+    add("model.embed_tokens", linear(config["vocab_size"], hidden, bits, group, dtype))
+    add("lm_head", linear(config["vocab_size"], hidden, bits, group, dtype))
+    tensors["model.norm.weight"] = (dtype, (hidden,))
+    for n in range(config["num_hidden_layers"]):
+        p = f"model.layers.{n}"
+        add(f"{p}.self_attn.q_proj", linear(q_out, hidden, bits, group, dtype))
+        add(f"{p}.self_attn.k_proj", linear(kv_out, hidden, bits, group, dtype))
+        add(f"{p}.self_attn.v_proj", linear(kv_out, hidden, bits, group, dtype))
+        add(f"{p}.self_attn.o_proj", linear(hidden, q_out, bits, group, dtype))
+        tensors[f"{p}.self_attn.q_norm.weight"] = (dtype, (head_dim,))
+        tensors[f"{p}.self_attn.k_norm.weight"] = (dtype, (head_dim,))
+        add(f"{p}.mlp.gate", linear(experts, hidden, bits, group, dtype))
+        for proj, shape in (
+            ("gate_proj", (inter, hidden)),
+            ("up_proj", (inter, hidden)),
+            ("down_proj", (hidden, inter)),
+        ):
+            add(f"{p}.mlp.switch_mlp.{proj}", linear(*shape, bits, group, dtype), stack=experts)
+        tensors[f"{p}.input_layernorm.weight"] = (dtype, (hidden,))
+        tensors[f"{p}.post_attention_layernorm.weight"] = (dtype, (hidden,))
+    return tensors

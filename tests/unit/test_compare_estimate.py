@@ -81,3 +81,29 @@ def test_on_real_macs_there_is_no_caveat_and_an_unknown_chip_says_so():
     assert "Simulated" not in text and "simulated" not in text
     assert "none: chip unknown for Studio B" in text
     assert headlines(result, beside) == Headlines(result.headline())  # the measure leads
+
+
+def test_on_real_macs_compare_prints_measured_over_estimate_and_keeps_it():
+    info = synthetic_model_info(layers=30, layer_bytes=3_000_000, shared_bytes=28_000_000)
+    macs = list(DEMO_MACS[:2])
+    one_plan, cluster_plan = plan_on(info, macs[:1]), plan_on(info, macs, "pipeline")
+    runs = {"one Mac": (one_plan, macs[:1]), "cluster": (cluster_plan, macs)}
+    beside = estimates_beside(info, runs, simulated=False)
+    result = Comparison(
+        _run("one Mac", ["Studio A"], 8.0),
+        _run("cluster", ["Studio A", "Studio B"], 9.6),
+        "pipeline",
+        beside=beside,
+    )
+    one, cluster = beside.estimates["one Mac"], beside.estimates["cluster"]
+    ratios = result.estimate_ratios
+    assert ratios["one Mac"] == pytest.approx(8.0 / one.tokens_per_s)
+    assert ratios["cluster"] == pytest.approx(9.6 / cluster.tokens_per_s)
+    row = next(line for line in side_by_side(result, beside).splitlines() if "measured/est" in line)
+    assert f"{ratios['one Mac']:.2f}×" in row and f"{ratios['cluster']:.2f}×" in row
+    # The history keeps what the comparison's dict says: the ratios with it.
+    kept = json.loads(json.dumps(result.to_dict()))
+    assert kept["estimate_ratio"] == {k: round(v, 3) for k, v in ratios.items()}
+    # On the demo the simulated Macs say nothing of the estimate: no ratio.
+    demo = replace(result, beside=replace(beside, simulated=True))
+    assert demo.estimate_ratios == {} and "measured/est" not in side_by_side(demo)

@@ -74,6 +74,20 @@ class Comparison:
             return None
         return self.cluster.generation_tps / self.single.generation_tps
 
+    @property
+    def estimate_ratios(self) -> dict[str, float]:
+        """Per run (on real Macs only): its measured generation tokens/s over the estimate
+        for it, so every real run says how far the estimate was (docs/estimate.md). None
+        on the demo, whose simulated Macs share this machine."""
+        if self.beside is None or self.beside.simulated:
+            return {}
+        ratios = {}
+        for run in (self.single, self.cluster):
+            estimate = self.beside.estimates.get(run.label) if run is not None else None
+            if run is not None and estimate is not None and estimate.tokens_per_s:
+                ratios[run.label] = run.generation_tps / estimate.tokens_per_s
+        return ratios
+
     def headline(self) -> str:
         """The measured result in a line: "2.7× faster on 4 Macs", or why it is not."""
         if self.single is None:
@@ -97,6 +111,8 @@ class Comparison:
             "measured": said.measured,
             "notes": list(self.notes),
             **(self.beside.to_dict() if self.beside is not None else {}),
+            # measured / estimated per run, on real Macs: what recalibrates the estimate
+            "estimate_ratio": {what: round(r, 3) for what, r in self.estimate_ratios.items()},
         }
 
 
