@@ -1,7 +1,9 @@
 """``macmesh history``: the runs kept (chats, comparisons, link tests), newest first.
 
 ``--json`` writes everything (series included), ``--csv`` the series one sample a row
-(with each run's model, nodes and strategy); ``--limit N`` the newest N.
+(with each run's model, nodes and strategy); ``--limit N`` the newest N. A damaged
+history is read around and kept where it is: how many runs could not be read, and from
+which file, is one line on stderr, and an export with runs missing exits 1.
 """
 
 from __future__ import annotations
@@ -30,19 +32,36 @@ def history_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) ->
         parser.error("--limit must be 1 or more")
     try:
         history = History()
-        runs = history.runs(args.limit)
-    except (FolderError, OSError, sqlite3.Error) as error:
+    except (FolderError, OSError) as error:
         print(f"macmesh: {error}", file=sys.stderr)
         return 2
-    if history.notice:  # a damaged file set aside: said, not passed off as "No runs yet"
-        print(f"macmesh: {history.notice}", file=sys.stderr)
+    try:
+        runs = history.runs(args.limit)
+    except (FolderError, OSError, sqlite3.Error) as error:
+        print(
+            f"macmesh: the run history {history.path} could not be read: {error}", file=sys.stderr
+        )
+        return 2
     ids = [run.id for run in runs if run.id is not None]
-    if args.json:
-        history.export_json(out, ids)
-        out.write("\n")
-    elif args.csv:
-        history.export_csv(out, ids)
-    elif not runs:
+    try:
+        if args.json:
+            history.export_json(out, ids)
+            out.write("\n")
+        elif args.csv:
+            history.export_csv(out, ids)
+    except (OSError, sqlite3.Error) as error:
+        print(
+            f"macmesh: the run history {history.path} could not be read: {error}", file=sys.stderr
+        )
+        return 2
+    if history.damage is not None:  # said, never passed off as "No runs yet" or a whole export
+        exported = " The export holds every other run." if args.json or args.csv else ""
+        print(f"macmesh: {history.damage}{exported}", file=sys.stderr)
+        if args.json or args.csv:
+            return 1
+    if args.json or args.csv:
+        return 0
+    if not runs:
         out.write("No runs yet: start one in the window, or `macmesh demo --headless`.\n")
     else:
         for run in runs:
