@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from core.jsonfile import FileProblem
 from core.paths import FolderError
 from core.run.measure.history import History, RunKind, RunRecord
 from core.units import rate

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from core import units
+from core.jsonfile import FileProblem
 from core.paths import FolderError, data_dir
 from core.run.measure import journal
 from core.run.measure.telemetry import Telemetry
@@ -204,6 +206,13 @@ def _damaged(error: sqlite3.DatabaseError) -> bool:
     return not isinstance(error, sqlite3.OperationalError)
 
 
+def _regular(path: Path) -> None:
+    """FileProblem unless ``path`` is a regular file (SQLite would wait on a FIFO)."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise FileProblem(path, "not a regular file, so not a run history")
+
+
 def _not_a_database(error: BaseException) -> bool:
     """No database at all (not one with a damaged part: that is read around)."""
     return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB
@@ -263,7 +272,7 @@ class History:
         try:
             with journal.taken(self.path) as waiting, self._writing() as db:
                 self._merge(db, waiting)
-        except (FolderError, OSError, sqlite3.Error):
+        except (FolderError, FileProblem, OSError, sqlite3.Error):
             return False
         return True
 
@@ -428,6 +437,7 @@ class History:
         reads as an empty history (in memory: nothing is written, nothing moved; the
         last is said in ``damage``)."""
         if self.path.exists():
+            _regular(self.path)
             try:
                 with _open(f"{self.path.resolve().as_uri()}?mode=ro", uri=True) as db:
                     return read(db)
@@ -448,6 +458,8 @@ class History:
         made 0600 first; a damaged file is set aside and a new one begun."""
         if self._in_data_dir:
             data_dir()  # made, and writable: else a FolderError that says so
+        if self.path.exists():
+            _regular(self.path)
         self._make_private()
         try:
             with _open(str(self.path), wait_s=self.wait_s) as db:
@@ -544,7 +556,7 @@ def keep(record: RunRecord, path: Path | None = None, wait_s: float = KEEP_WAIT_
         return f"the run was not kept in the history: {error}"
     try:
         history.add(record)
-    except (FolderError, OSError, sqlite3.Error) as error:
+    except (FolderError, FileProblem, OSError, sqlite3.Error) as error:
         return journal_instead(record, history.path, error)
     return None
 
