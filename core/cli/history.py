@@ -38,6 +38,9 @@ def history_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) ->
         return 2
     try:
         runs = history.runs(args.limit)
+    except FileProblem as problem:  # a FIFO, a folder: named, never waited on
+        print(f"macmesh: the run history {problem}", file=sys.stderr)
+        return 2
     except (FolderError, OSError, sqlite3.Error) as error:
         print(
             f"macmesh: the run history {history.path} could not be read: {error}", file=sys.stderr
