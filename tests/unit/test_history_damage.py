@@ -78,3 +78,22 @@ def test_an_export_with_runs_missing_exits_1_and_names_them(
 def test_a_whole_history_exports_with_exit_0(tmp_path: Path) -> None:
     History().add(_run(1))
     assert history_cli(["--json"], io.StringIO()) == 0
+
+
+def test_an_export_to_a_file_is_made_anew_with_the_historys_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    History().add(_run(1))
+    out = tmp_path / "runs.json"
+    assert history_cli(["--json", "--output", str(out)], io.StringIO()) == 0
+    assert out.stat().st_mode & 0o777 == 0o600 and len(json.loads(out.read_text())["runs"]) == 1
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    planted = tmp_path / "planted.csv"
+    planted.symlink_to(target)
+    for there in (out, planted):  # a file or a planted link already there: refused, untouched
+        assert history_cli(["--csv", "-o", str(there)], io.StringIO()) == 2
+        assert capsys.readouterr().err == (
+            f"macmesh: {there} is already there: remove it, or choose another name\n"
+        )
+    assert target.read_text() == "keep me"

@@ -561,6 +561,15 @@ def keep(record: RunRecord, path: Path | None = None, wait_s: float = KEEP_WAIT_
     return None
 
 
+def history_mode(path: Path) -> int:
+    """The permission bits an export of the history at ``path`` is made with: the
+    history's own (0600), or 0600 where it cannot be read."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode) or 0o600
+    except OSError:
+        return 0o600
+
+
 def journal_instead(record: RunRecord, store: Path, why: BaseException | str) -> str:
     """``record`` added to the journal of ``store`` (the history could not take it:
     ``why``); what became of it, in one line."""
