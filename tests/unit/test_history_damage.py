@@ -97,3 +97,16 @@ def test_an_export_to_a_file_is_made_anew_with_the_historys_mode(
             f"macmesh: {there} is already there: remove it, or choose another name\n"
         )
     assert target.read_text() == "keep me"
+
+
+def test_history_errors_name_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33, "Why" 10: history errors named no file."""
+    path = Path(os.environ["MACMESH_DATA_DIR"]) / "history.sqlite3"
+    path.mkdir(parents=True)  # a folder where the history should be
+    assert history_cli([], io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert err == f"macmesh: the run history {path}: not a regular file, so not a run history\n"
+    path.rmdir()
+    path.write_bytes(b"not a database" * 100)
+    assert history_cli(["--json"], io.StringIO()) == 1
+    assert capsys.readouterr().err.startswith(f"macmesh: The run history {path} could not be read")
