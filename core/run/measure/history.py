@@ -23,38 +23,23 @@ import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from core import units
 from core.jsonfile import FileProblem
 from core.paths import FolderError, data_dir
 from core.run.measure import journal
+from core.run.measure.damage import (
+    SALVAGE_MAX,
+    Damage,
+    highest_id,
+    not_a_database,
+    regular_file,
+)
+from core.run.measure.runs import KINDS, RunKind, RunRecord, run_kind
 from core.run.measure.telemetry import Telemetry
 
 FILE_NAME = "history.sqlite3"
-
-
-class RunKind(StrEnum):
-    """What a kept run was: the task that kept it (``core.run.tasks``)."""
-
-    CHAT = "chat"  # one answer in the window's chat, ``macmesh run`` or ``demo``
-    COMPARE = "compare"  # one Mac against the cluster, or base against base + adapter
-    LINKTEST = "linktest"
-    API = "api"  # one answer asked through the API
-    FINETUNE = "finetune"
-
-
-KINDS = tuple(RunKind)
-
-
-def run_kind(value: str) -> RunKind:
-    """``value`` as a ``RunKind``; ValueError naming the kinds there are."""
-    if value not in KINDS:
-        raise ValueError(f"a run is one of {', '.join(KINDS)}, not {value!r}")
-    return RunKind(value)
 
 
 CSV_COLUMNS = ("run", "started", "kind", "model", "nodes", "strategy", "series", "t", "value")
@@ -83,112 +68,12 @@ CREATE INDEX IF NOT EXISTS series_run ON series (run);
 """
 
 
-@dataclass
-class RunRecord:
-    """One run as kept. ``series``: name → [(t, value)], seconds from the run's start."""
-
-    kind: RunKind
-    model: str
-    nodes: list[str]
-    strategy: str
-    backend: str
-    figures: dict[str, Any]
-    split: list[int] | None = None
-    versions: dict[str, Any] = field(default_factory=dict)
-    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    started: float = field(default_factory=time.time)
-    id: int | None = None
-
-    def __post_init__(self) -> None:
-        self.kind = run_kind(self.kind)
-
-    def headline(self) -> str:
-        """The run's one figure for a list: tokens/s of a chat, the speedup of a compare,
-        the fastest link of a link test."""
-        f = self.figures
-        if self.kind == RunKind.COMPARE:  # what Compare said first (the demo: the estimate)
-            return str(f.get("lead") or f.get("headline", ""))
-        if self.kind == RunKind.LINKTEST:
-            links = [link for link in f.get("links", []) if link.get("bytes_per_s")]
-            if not links:
-                return "no link measured"
-            best = max(links, key=lambda link: link["bytes_per_s"])
-            share = best.get("share")
-            of = f" ({share:.0%} of {best.get('nominal')})".replace("%", " %") if share else ""
-            return f"{units.bytes_per_s(best['bytes_per_s'])}{of}, {len(links)} link(s)"
-        if self.kind == RunKind.FINETUNE:
-            return _finetune_headline(f)
-        tps = f.get("avg_tps") or f.get("generation_tps")
-        return f"{units.rate(float(tps))} tokens/s" if tps else ""
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
-        """A record as ``to_dict`` gave it (the journal's lines); ValueError otherwise."""
-        try:
-            series = {
-                str(name): [(float(t), float(v)) for t, v in points]
-                for name, points in dict(data.get("series") or {}).items()
-            }
-            return cls(
-                kind=run_kind(str(data["kind"])),
-                model=str(data["model"]),
-                nodes=[str(n) for n in data["nodes"]],
-                strategy=str(data["strategy"]),
-                backend=str(data["backend"]),
-                figures=dict(data["figures"]),
-                split=None if data.get("split") is None else [int(n) for n in data["split"]],
-                versions=dict(data.get("versions") or {}),
-                series=series,
-                started=float(data["started"]),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"not a kept run: {error}") from None
-
-    def to_dict(self, with_series: bool = True) -> dict[str, Any]:
-        data = {
-            "id": self.id,
-            "started": self.started,
-            "kind": self.kind,
-            "model": self.model,
-            "nodes": self.nodes,
-            "strategy": self.strategy,
-            "split": self.split,
-            "backend": self.backend,
-            "versions": self.versions,
-            "figures": self.figures,
-        }
-        if with_series:
-            data["series"] = {k: [list(p) for p in v] for k, v in self.series.items()}
-        return data
-
-
 _SQLITE_MAX_INT = (1 << 63) - 1
 _T = TypeVar("_T")
 
 
 WAIT_S = 10.0  # how long a write waits for another's lock (``keep``: ``KEEP_WAIT_S``)
 KEEP_WAIT_S = 1.0  # a run kept while answering: then the journal takes it
-
-
-@dataclass(frozen=True)
-class Damage:
-    """What a read could not: ``missing`` runs (None: the file is no database at all)."""
-
-    path: Path
-    error: str
-    missing: int | None
-
-    def __str__(self) -> str:
-        if self.missing is None:
-            return (
-                f"The run history {self.path} could not be read ({self.error}): none of its "
-                "runs could be read; the file is kept as it is."
-            )
-        runs = "run" if self.missing == 1 else "runs"
-        return (
-            f"{self.missing} {runs} of the run history {self.path} could not be read "
-            f"({self.error}); the file is kept as it is."
-        )
 
 
 @contextlib.contextmanager
@@ -206,37 +91,10 @@ def _damaged(error: sqlite3.DatabaseError) -> bool:
     return not isinstance(error, sqlite3.OperationalError)
 
 
-def _regular(path: Path) -> None:
-    """FileProblem unless ``path`` is a regular file (SQLite would wait on a FIFO)."""
-    info = path.stat()
-    if not stat.S_ISREG(info.st_mode):
-        raise FileProblem(path, "not a regular file, so not a run history")
-
-
-def _not_a_database(error: BaseException) -> bool:
-    """No database at all (not one with a damaged part: that is read around)."""
-    return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB
-
-
-SALVAGE_MAX = 1_000_000  # runs looked for one by one in a damaged history
-
-
-def _highest_id(db: sqlite3.Connection) -> int | None:
-    """The highest run id the history gave (its AUTOINCREMENT counter, else the largest
-    id still readable); None if neither can be read."""
-    for query in (
-        "SELECT seq FROM sqlite_sequence WHERE name = 'runs'",
-        "SELECT max(id) FROM runs",
-    ):
-        try:
-            row = db.execute(query).fetchone()
-        except sqlite3.DatabaseError:
-            continue
-        if row is not None and isinstance(row[0], int):
-            return max(0, min(row[0], SALVAGE_MAX))
-        if row is not None and row[0] is None:
-            return 0
-    return None
+__all__ = [
+    "FILE_NAME", "KINDS", "SALVAGE_MAX", "Damage", "History", "RunKind", "RunRecord", "keep",
+    "run_kind",
+]  # fmt: skip
 
 
 class History:
@@ -333,7 +191,7 @@ class History:
             try:
                 return [_record(row) for row in db.execute(query + " LIMIT ?" * bool(limit), args)]
             except (sqlite3.DatabaseError, ValueError, KeyError) as error:
-                if isinstance(error, sqlite3.OperationalError) or _not_a_database(error):
+                if isinstance(error, sqlite3.OperationalError) or not_a_database(error):
                     raise
                 return self._salvaged(db, error, limit)
 
@@ -414,7 +272,7 @@ class History:
     ) -> list[RunRecord]:
         """Each run read on its own where the list as a whole could not be: the ones
         that can be, newest first, and the count of those that cannot in ``damage``."""
-        highest = _highest_id(db)
+        highest = highest_id(db)
         if highest is None:  # not even which runs there were
             self._unread(error, None)
             return []
@@ -437,7 +295,7 @@ class History:
         reads as an empty history (in memory: nothing is written, nothing moved; the
         last is said in ``damage``)."""
         if self.path.exists():
-            _regular(self.path)
+            regular_file(self.path)
             try:
                 with _open(f"{self.path.resolve().as_uri()}?mode=ro", uri=True) as db:
                     return read(db)
@@ -445,7 +303,7 @@ class History:
                 if "no such table" not in str(error):
                     raise
             except sqlite3.DatabaseError as error:
-                if not _not_a_database(error):
+                if not not_a_database(error):
                     raise
                 self._unread(error, None)
         with _open(":memory:") as db:
@@ -459,13 +317,13 @@ class History:
         if self._in_data_dir:
             data_dir()  # made, and writable: else a FolderError that says so
         if self.path.exists():
-            _regular(self.path)
+            regular_file(self.path)
         self._make_private()
         try:
             with _open(str(self.path), wait_s=self.wait_s) as db:
                 db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as error:
-            if not _not_a_database(error):
+            if not not_a_database(error):
                 raise
             self._set_aside(error)
             self._make_private()
@@ -509,17 +367,6 @@ class History:
         for name, t, value in rows:
             series.setdefault(name, []).append((t, value))
         return series
-
-
-def _finetune_headline(f: Mapping[str, Any]) -> str:
-    """A fine-tune's one line: its last loss after its steps, or its failure."""
-    loss = f.get("train_loss")
-    steps = f.get("iterations") or 0
-    if loss is None:
-        return "failed, nothing trained" if f.get("error") else "nothing trained"
-    return f"loss {float(loss):.3f} after {steps} steps" + (
-        " (stopped)" if f.get("stopped") else ""
-    )
 
 
 def local_versions() -> dict[str, Any]:
