@@ -64,7 +64,7 @@ _IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.]*\d)")
 # Hex groups, the last one possibly an IPv4 address in dotted form (::ffff:10.20.30.40).
 _IPV6 = re.compile(
     r"(?<![0-9A-Fa-f:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}"
-    r"(?:(?<=:)(?:\d{1,3}\.){3}\d{1,3})?(?![0-9A-Fa-f:.]*[0-9A-Fa-f:])"
+    r"(?:(?<=:)(?:\d{1,3}\.){3}\d{1,3})?(?![0-9A-Fa-f:]|\.\d)"
 )
 _ADDRESS = re.compile(rf"(?P<v6>{_IPV6.pattern})|(?P<v4>{_IPV4.pattern})")
 _URL_CREDENTIALS = re.compile(

@@ -71,3 +71,19 @@ def test_a_journal_that_is_not_a_regular_file_is_never_followed(tmp_path: Path) 
     said = keep(_run(1), store, wait_s=0.1)  # a FIFO: refused at once, no hang
     lock.rollback()
     assert said is not None and "nor in" in said
+
+
+def test_a_read_of_a_locked_history_lists_it_as_it_is_and_keeps_the_journal(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "history.sqlite3"
+    History(store).add(_run(1))
+    journal.append(store, _run(2).to_dict())
+    lock = sqlite3.connect(store, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")  # a writer holds it; readers still read
+    assert [r.started for r in History(store).runs()] == [1.0]
+    assert journal.pending(store)
+    lock.rollback()
+    lock.close()
+    assert [r.started for r in History(store).runs()] == [2.0, 1.0]
+    assert not journal.pending(store)

@@ -73,6 +73,7 @@ _T = TypeVar("_T")
 
 
 WAIT_S = 10.0  # how long a write waits for another's lock (``keep``: ``KEEP_WAIT_S``)
+MERGE_WAIT_S = 0.2  # a read adding the journal's runs first
 KEEP_WAIT_S = 1.0  # a run kept while answering: then the journal takes it
 
 
@@ -122,16 +123,21 @@ class History:
             self._merge(db, waiting)
             return self._insert(db, record)
 
-    def merge_pending(self) -> bool:
+    def merge_pending(self, wait_s: float | None = None) -> bool:
         """Add the journal's runs to the history, if it has any and the history can be
-        written now; whether it could (a read does this first, quietly)."""
+        written now (waiting at most ``wait_s`` for another writer); whether it could (a
+        read does this first, quietly, with a short wait: a locked history is read as it
+        is)."""
         if not journal.pending(self.path):
             return True
+        waited, self.wait_s = self.wait_s, self.wait_s if wait_s is None else wait_s
         try:
             with journal.taken(self.path) as waiting, self._writing() as db:
                 self._merge(db, waiting)
         except (FolderError, FileProblem, OSError, sqlite3.Error):
             return False
+        finally:
+            self.wait_s = waited
         return True
 
     def _merge(self, db: sqlite3.Connection, waiting: list[dict[str, Any]]) -> None:
@@ -180,7 +186,7 @@ class History:
         """The runs, newest first, without their series (``series(id)`` has them). Those
         waiting in the journal are added first where the history can be written. Damage
         is read around: the runs that can be, ``damage`` saying how many could not."""
-        self.merge_pending()
+        self.merge_pending(MERGE_WAIT_S)
         self.damage = None
         query = "SELECT * FROM runs ORDER BY started DESC, id DESC"
         if limit:
