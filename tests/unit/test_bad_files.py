@@ -229,3 +229,17 @@ def test_a_5000_digit_number_where_nothing_else_says_it_is_an_unknown_with_the_r
     assert facts.unknowns["free_memory_bytes"] == (
         "vm_stat: printed a number of 5,000 digits (at most 40 are read)"
     )
+
+
+def test_a_fifo_as_training_data_or_an_adapters_weights_is_one_line(tmp_path: Path) -> None:
+    from core.model.safetensors_headers import HeaderError, read_header
+    from core.tune.data import DataError, read_data
+
+    data = _fifo(tmp_path / "train.jsonl")
+    with pytest.raises(DataError) as caught:
+        read_data(data)
+    assert str(caught.value) == f"cannot read {data}: not a regular file (a FIFO)"
+    weights = _fifo(tmp_path / "adapters.safetensors")
+    with pytest.raises(HeaderError) as header:
+        read_header(weights)
+    assert str(header.value) == "cannot read adapters.safetensors: not a regular file (a FIFO)"
