@@ -28,8 +28,8 @@ from core.worker import protocol as p
 
 log = logging.getLogger(__name__)
 
-CLOSE_WITHIN_S = 2.5  # ``close`` waits this long for the writes at most
-CLOSING_WAIT_S = 0.2  # a write while closing waits this long for the store's lock
+CLOSE_WITHIN_S = 1.5  # ``close`` waits this long for the writes at most
+CLOSING_WAIT_S = 0.1  # a write while closing waits this long for the store's lock
 _Item = tuple[p.Done, str, float, float]  # an answer's done, client, sent, done at
 
 
