@@ -23,22 +23,23 @@ The file is ``settings.json`` in ``core.paths.config_dir()``::
 plan counts them (``core.run.planning.chat_options``), the ranks run them (the job's
 ``--batch`` and ``--prompt-cache-mb``) and the API runs ``batch`` requests at once.
 
-Reading never fails: a missing file gives the defaults, a corrupt file gives the defaults
-and a warning in the log, a bad value gives that value's default and a warning. Keys this
+Reading never fails: a missing file gives the defaults, a corrupt file (not JSON, not a
+regular file, over 1 MB, nested more than 64 deep, a number of more than 40 digits) gives
+the defaults and a one-line warning naming the file, a bad value gives that value's
+default and a warning. Keys this
 version does not know are kept on save, so an older MacMesh does not erase a newer one's
 settings. Writes are atomic: a temporary file in the same folder, fsync, then rename.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.jsonfile import write_json_atomic
+from core.jsonfile import FileProblem, read_json, write_json_atomic
 from core.worker import protocol as p
 from core.worker.vocab import ModelSource, Strategy
 
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 FILE_NAME = "settings.json"
 VERSION = 1
 STRATEGIES = (Strategy.AUTO, Strategy.PIPELINE, Strategy.TENSOR)  # the window offers these
+SETTINGS_CAP = 1 << 20  # bytes: a settings file is a few hundred
 MAX_DEMO_NODES = 4
 MAX_TOKENS_LIMIT = 32768
 MAX_PROMPT_CACHE_MB = 1 << 20  # a terabyte: a bound, not a size anyone asks for
@@ -102,17 +104,12 @@ def settings_path() -> Path:
 def load_settings(path: Path | None = None) -> Settings:
     """The saved settings, or the defaults for anything missing or unreadable."""
     path = path or settings_path()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return Settings()
-    except (OSError, UnicodeDecodeError) as error:
-        log.warning("cannot read %s (%s); using the default settings", path, error)
-        return Settings()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        log.warning("%s is not valid JSON (%s); using the default settings", path, error)
+    try:  # a regular file, small, shallow, short numbers (a FIFO never hangs it)
+        data = read_json(path, SETTINGS_CAP)
+    except FileProblem as problem:
+        log.warning("%s; using the default settings", problem)
         return Settings()
     if not isinstance(data, dict):
         log.warning("%s does not hold a JSON object; using the default settings", path)

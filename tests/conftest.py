@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # a real sshd on loopback "hosts"; simulated Macs in network namespaces (issue 18)
-pytest_plugins = ["tests.helpers.sshd", "tests.helpers.netns"]
+pytest_plugins = ["tests.helpers.prereqs", "tests.helpers.sshd", "tests.helpers.netns"]
 
 # Qt never needs a screen in tests; zeroconf is bound to loopback by each test.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

@@ -25,6 +25,7 @@ import platform
 import re
 import time
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from core.cluster.probe.script import BEGIN, END, STDERR
 from core.cluster.probe.sections import Section, split_sections
 from core.cluster.redact import Redactor
 from core.cluster.registry import Node
+from core.jsonfile import FileProblem, bounded_number, loads_bounded, open_regular
 
 FORMAT = "macmesh-capture"
 VERSION = 1
@@ -43,6 +45,9 @@ LOG_TAIL_BYTES = 256 * 1024  # of each rank's log: its end says why a job failed
 MAX_MEMBERS = 2000
 MAX_MEMBER_BYTES = 16 * 1024 * 1024
 MAX_TOTAL_BYTES = 128 * 1024 * 1024
+MAX_ZIP_BYTES = 128 * 1024 * 1024
+MAX_NODES = 256  # more Macs than a Thunderbolt cluster has; a window paints them all
+MANIFEST_DEPTH = 16
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 
 
@@ -176,40 +181,37 @@ def write_capture(
 
 
 def read_capture(path: Path) -> Capture:
-    """A capture file read back, checked: a zip, format 1, members of safe names within
-    the size limits. CaptureError (one line) otherwise."""
+    """A capture file read back, checked member by member before anything is built from
+    it: a regular file of bounded size, a zip whose members are stored or deflated, not
+    encrypted, of safe names and bounded sizes, each whose CRC holds; a manifest of
+    format 1, bounded nesting, ``nodes`` a list of at most ``MAX_NODES`` objects.
+    CaptureError (one line naming the file and what is wrong) otherwise."""
     try:
-        archive = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        raise CaptureError(f"{path} does not exist: give the path of a capture .zip") from None
-    except IsADirectoryError:
-        raise CaptureError(f"{path} is a folder: give the path of a capture .zip") from None
-    except (OSError, zipfile.BadZipFile) as error:
-        raise CaptureError(f"{path} is not a capture (a zip file): {error}") from None
-    with archive:
-        infos = archive.infolist()
-        if len(infos) > MAX_MEMBERS:
-            raise CaptureError(f"{path} holds {len(infos)} files: a capture has far fewer")
-        if sum(i.file_size for i in infos) > MAX_TOTAL_BYTES:
-            raise CaptureError(f"{path} unpacks to more than {MAX_TOTAL_BYTES >> 20} MB")
-        texts: dict[str, str] = {}
-        for info in infos:
-            parts = info.filename.split("/")
-            if info.is_dir():
-                continue
-            if not all(_SAFE.match(p) and p not in (".", "..") for p in parts):
-                raise CaptureError(f"{path}: {info.filename[:80]!r} is not a capture member name")
-            if info.file_size > MAX_MEMBER_BYTES:
-                raise CaptureError(f"{path}: {info.filename} is larger than a capture holds")
-            texts[info.filename] = archive.read(info).decode("utf-8", "replace")
+        file = open_regular(path, MAX_ZIP_BYTES)
+    except FileProblem as problem:
+        if not path.exists():
+            raise CaptureError(f"{path} does not exist: give the path of a capture .zip") from None
+        if path.is_dir():
+            raise CaptureError(f"{path} is a folder: give the path of a capture .zip") from None
+        raise CaptureError(f"{problem}: give the path of a capture .zip") from None
+    with file:
+        try:
+            archive = zipfile.ZipFile(file)
+        except (OSError, ValueError, zipfile.BadZipFile) as error:
+            raise CaptureError(f"{path} is not a capture (a zip file): {error}") from None
+        with archive:
+            texts = _members(path, archive)
     try:
-        manifest = json.loads(texts.get("manifest.json", ""))
-    except ValueError:
+        manifest = loads_bounded(texts.get("manifest.json", ""), MANIFEST_DEPTH)
+    except ValueError as error:
+        if "manifest.json" in texts:
+            raise CaptureError(f"{path}: manifest.json is {error}") from None
         manifest = None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CaptureError(f"{path} has no MacMesh capture manifest (manifest.json)")
     if manifest.get("version") != VERSION:
         raise CaptureError(f"{path} is capture format {manifest.get('version')!r}; this reads 1")
+    _check_nodes(path, manifest.get("nodes", []))
     nodes: dict[str, dict[str, Section]] = {}
     for name in texts:
         parts = name.split("/")
@@ -221,13 +223,72 @@ def read_capture(path: Path) -> Capture:
             nodes.setdefault(alias, {})[section] = Section(
                 section, rc, texts.get(f"{stem}.stdout", ""), texts.get(f"{stem}.stderr", "")
             )
+    if len(nodes) > MAX_NODES:
+        raise CaptureError(f"{path} holds {len(nodes):,} nodes: a capture has at most {MAX_NODES}")
     logs = {n.removeprefix("logs/"): t for n, t in texts.items() if n.startswith("logs/")}
     return Capture(manifest, nodes, logs)
 
 
+_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+
+
+def _members(path: Path, archive: zipfile.ZipFile) -> dict[str, str]:
+    """Every member's text, each checked before it is read (method, encryption, name,
+    size) and as it is (its CRC, its deflate stream)."""
+    infos = archive.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise CaptureError(f"{path} holds {len(infos)} files: a capture has far fewer")
+    if sum(i.file_size for i in infos) > MAX_TOTAL_BYTES:
+        raise CaptureError(f"{path} unpacks to more than {MAX_TOTAL_BYTES >> 20} MB")
+    texts: dict[str, str] = {}
+    for info in infos:
+        if info.is_dir():
+            continue
+        name = info.filename[:80]
+        parts = info.filename.split("/")
+        if not all(_SAFE.match(p) and p not in (".", "..") for p in parts):
+            raise CaptureError(f"{path}: {name!r} is not a capture member name")
+        if info.filename in texts:
+            raise CaptureError(f"{path}: {name} is in it twice")
+        if info.flag_bits & 0x1:
+            raise CaptureError(f"{path}: {name} is encrypted; a capture never is")
+        if info.compress_type not in _METHODS:
+            raise CaptureError(
+                f"{path}: {name} is packed with method {info.compress_type}; a capture's "
+                "members are stored or deflated"
+            )
+        if info.file_size > MAX_MEMBER_BYTES or info.compress_size > MAX_MEMBER_BYTES:
+            raise CaptureError(f"{path}: {name} is larger than a capture holds")
+        try:
+            with archive.open(info) as member:
+                data = member.read(MAX_MEMBER_BYTES + 1)
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError) as error:
+            raise CaptureError(f"{path}: {name} is damaged ({error})") from None
+        if len(data) > MAX_MEMBER_BYTES:
+            raise CaptureError(f"{path}: {name} is larger than a capture holds")
+        texts[info.filename] = data.decode("utf-8", "replace")
+    return texts
+
+
+def _check_nodes(path: Path, nodes: Any) -> None:
+    """The manifest's ``nodes``: a list of at most ``MAX_NODES`` objects."""
+    if not isinstance(nodes, list):
+        raise CaptureError(
+            f'{path}: manifest.json "nodes" is {type(nodes).__name__} {str(nodes)[:20]!r}, '
+            "not a list of nodes"
+        )
+    if len(nodes) > MAX_NODES:
+        raise CaptureError(
+            f"{path}: manifest.json lists {len(nodes):,} nodes; a capture has at most {MAX_NODES}"
+        )
+    for n, node in enumerate(nodes):
+        if not isinstance(node, dict):
+            raise CaptureError(f"{path}: manifest.json node {n + 1} is not an object")
+
+
 def _int(text: str, name: str, path: Path) -> int:
     try:
-        return int(text)
+        return bounded_number(text, 10)
     except ValueError:
         raise CaptureError(f"{path}: {name} is not an exit code") from None
 

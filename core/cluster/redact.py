@@ -32,26 +32,54 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("user-names", "user names: SSH users, this machine's user, home folders "
      "(/Users/NAME, /home/NAME; one of 1 or 2 characters is left)", "user-N"),
     ("serials", "serial numbers and device identifiers: every JSON value under a key "
-     "naming a serial, UDID or UUID, and 'Serial Number: X' lines", "SERIAL-N"),
+     "naming a serial, UID, UDID or UUID (the Thunderbolt switch_uid_key among them), and "
+     "'Serial Number: X' and 'UID: X' lines", "SERIAL-N"),
     ("uuids", "UUIDs other than the Thunderbolt domain UUIDs (domain_uuid_key), which the "
      "cable map pairs", "a UUID of the same case, 00000000-0000-4000-8000-00000000NNNN"),
     ("mac-addresses", "Ethernet (MAC) addresses", "02:00:00:NN:NN:NN"),
     ("ipv4", "IPv4 addresses outside 169.254.0.0/16 (link-local) and 127.0.0.0/8 (netmasks "
      "such as 255.255.255.0, which Linux's ifconfig prints, are kept)",
      "another IPv4 address, prefix-preserving, first octet kept, key drawn per capture"),
-    ("ipv6", "IPv6 addresses outside fe80::/10 (link-local) and ::1",
+    ("ipv6", "IPv6 addresses outside fe80::/10 (link-local) and ::1, in any form: "
+     "compressed, full, with an IPv4 address written in it (IPv4-mapped ::ffff:a.b.c.d "
+     "keeps its form, its IPv4 address mapped as the ipv4 rule maps it)",
      "an fd00::/8 address, prefix-preserving, key drawn per capture"),
+    ("eui64", "the interface identifier of a link-local address made from a MAC address "
+     "(EUI-64: ff:fe in its middle), which gives the MAC back",
+     "the identifier made from the MAC's replacement (02:00:00:NN:NN:NN)"),
+    ("url-credentials", "user names and passwords in URLs (scheme://user:pass@host)",
+     "scheme://REDACTED@host"),
+    ("tokens", "token-shaped strings: Hugging Face (hf_...), OpenAI (sk-...), GitHub "
+     "(ghp_..., github_pat_...), Slack (xox?-...), AWS access keys (AKIA...), MacMesh API "
+     "keys (mm-...) and Bearer tokens", "TOKEN-N"),
 )  # fmt: skip
 
 _UUID = re.compile(
     r"\b[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\b"
 )
-_MAC = re.compile(r"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:])")
+_MAC = re.compile(
+    r"(?<![0-9A-Fa-f:-])[0-9A-Fa-f]{2}([:-])(?:[0-9A-Fa-f]{2}\1){4}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:-])"
+)
 _IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.]*\d)")
-_IPV6 = re.compile(r"(?<![0-9A-Fa-f:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![0-9A-Fa-f:])")
+# Hex groups, the last one possibly an IPv4 address in dotted form (::ffff:10.20.30.40).
+_IPV6 = re.compile(
+    r"(?<![0-9A-Fa-f:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}"
+    r"(?:(?<=:)(?:\d{1,3}\.){3}\d{1,3})?(?![0-9A-Fa-f:]|\.\d)"
+)
+_ADDRESS = re.compile(rf"(?P<v6>{_IPV6.pattern})|(?P<v4>{_IPV4.pattern})")
+_URL_CREDENTIALS = re.compile(
+    r"(?i)\b([a-z][a-z0-9+.-]{1,20}://)[^\s/@:'\"<>]+(?::[^\s/@'\"<>]*)?@"
+)
+_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:hf_[A-Za-z0-9]{20,}|sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16}|mm-[A-Za-z0-9_-]{20,})(?![A-Za-z0-9_-])"
+    r"|(?<=Bearer )[A-Za-z0-9._~+/=-]{16,}"
+)
+_UID_LINE = re.compile(r"(?i)(?<![a-z])uid(?:_key)?\"?\s*[:=]\s*\"?((?:0x)?[0-9A-Fa-f]{6,})")
 _HOME = re.compile(r"/(?:Users|home)/([^/\s\"']+)")
 _SERIAL_LINE = re.compile(r"(?i)serial[ _-]?(?:number)?\s*[:=]\s*\"?([A-Za-z0-9-]{4,})")
-_ID_KEY = re.compile(r"(?i)serial|udid|uuid")
+_ID_KEY = re.compile(r"(?i)serial|udid|uid")
 _KEPT_KEY = "domain_uuid_key"
 _NAME_CHARS = r"[A-Za-z0-9_-]"
 MIN_NAME = 3  # shorter names would match inside ordinary words: left as they are
@@ -110,9 +138,11 @@ class Redactor:
                 self.user(match[1])
         for match in _SERIAL_LINE.finditer(text):
             self._serial(match[1])
+        for match in _UID_LINE.finditer(text):
+            self._serial(match[1])
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or not a document anyone made
             data = None
         if isinstance(data, (dict, list)):
             for key, value in _pairs(data):
@@ -137,11 +167,29 @@ class Redactor:
 
     def redact(self, text: str) -> str:
         """``text`` with every learnt name and every identifier replaced."""
+        text = _URL_CREDENTIALS.sub(self._credentials, text)
+        text = _TOKEN.sub(self._token, text)
         text = self._literals(text)
         text = _UUID.sub(self._uuid, text)
         text = _MAC.sub(self._mac, text)
-        text = _IPV6.sub(self._ipv6, text)
-        return _IPV4.sub(self._ipv4, text)
+        # One pass for both: an IPv4 address written in an IPv6 one is mapped once.
+        return _ADDRESS.sub(self._address, text)
+
+    def _address(self, match: re.Match[str]) -> str:
+        return self._ipv6(match) if match["v6"] else self._ipv4(match)
+
+    def _credentials(self, match: re.Match[str]) -> str:
+        self.counts["url-credentials"] += 1
+        return f"{match[1]}REDACTED@"
+
+    def _token(self, match: re.Match[str]) -> str:
+        if match[0] not in self.names:
+            n = sum(k == "tokens" for k in self._kinds.values()) + 1
+            self.names[match[0]] = f"TOKEN-{n}"
+            self._kinds[match[0]] = "tokens"
+            self._pattern = None
+        self.counts["tokens"] += 1
+        return self.names[match[0]]
 
     def _literals(self, text: str) -> str:
         if not self.names:
@@ -174,9 +222,13 @@ class Redactor:
         return alias.lower() if value == value.lower() else alias
 
     def _mac(self, match: re.Match[str]) -> str:
-        digest = self._digest("mac", match[0].lower())
         self.counts["mac-addresses"] += 1
-        return "02:00:00:" + ":".join(f"{b:02x}" for b in digest[:3])
+        return ":".join(f"{b:02x}" for b in self._mac_alias(match[0]))
+
+    def _mac_alias(self, mac: str) -> bytes:
+        """The six bytes a MAC address (any separator, any case) is replaced with."""
+        digest = self._digest("mac", mac.lower().replace("-", ":"))
+        return bytes([2, 0, 0, *digest[:3]])
 
     def _ipv4(self, match: re.Match[str]) -> str:
         try:
@@ -199,12 +251,30 @@ class Redactor:
             address = ipaddress.IPv6Address(match[0])
         except ValueError:
             return match[0]
-        if address.is_link_local or address.is_loopback or address.is_unspecified:
+        if address.is_loopback or address.is_unspecified:
             return match[0]
+        if address.is_link_local:
+            return self._link_local(address, match[0])
+        if address.ipv4_mapped is not None:  # ::ffff:a.b.c.d keeps its form
+            v4 = _IPV4.fullmatch(str(address.ipv4_mapped))
+            self.counts["ipv6"] += 1
+            return "::ffff:" + (self._ipv4(v4) if v4 else "0.0.0.0")
         mapped = self._prefix_preserving(int(address), 128, keep=0)
         mapped = (mapped & ((1 << 120) - 1)) | (0xFD << 120)
         self.counts["ipv6"] += 1
         return str(ipaddress.IPv6Address(mapped))
+
+    def _link_local(self, address: ipaddress.IPv6Address, text: str) -> str:
+        """A link-local address is kept, unless its interface identifier was made from a
+        MAC address (EUI-64): then that identifier is made from the MAC's replacement."""
+        iid = int(address) & ((1 << 64) - 1)
+        if (iid >> 24) & 0xFFFF != 0xFFFE:
+            return text
+        mac = (iid >> 40 ^ 0x02 << 16).to_bytes(3, "big") + (iid & 0xFFFFFF).to_bytes(3, "big")
+        alias = self._mac_alias(":".join(f"{b:02x}" for b in mac))
+        new = int.from_bytes(bytes([alias[0] ^ 0x02, *alias[1:3], 0xFF, 0xFE, *alias[3:]]), "big")
+        self.counts["eui64"] += 1
+        return str(ipaddress.IPv6Address((int(address) >> 64 << 64) | new))
 
     def _prefix_preserving(self, value: int, bits: int, keep: int) -> int:
         """Each bit after the first ``keep`` flipped by a keyed function of the bits

@@ -9,18 +9,19 @@ The worker checks again as it applies it (``core.worker.adapter``).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.jsonfile import FileProblem, read_json
 from core.model.info import ModelInfo
 from core.model.safetensors_headers import HeaderError, TensorEntry, read_header
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapters.safetensors"
 METADATA = "macmesh.json"
+ADAPTER_JSON_CAP = 4 << 20  # an adapter's config: a few KB
 # What a node needs to apply the adapter (checkpoints stay on this Mac).
 SHIPPED = (CONFIG, WEIGHTS, METADATA)
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
@@ -67,9 +68,9 @@ def check_adapter(info: ModelInfo, folder: Path | str) -> AdapterUse:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AdapterError(f"{path} cannot be read: {exc}") from None
+        value = read_json(path, ADAPTER_JSON_CAP)
+    except FileProblem as problem:
+        raise AdapterError(f"{path} cannot be read: {problem.what}") from None
     if not isinstance(value, dict):
         raise AdapterError(f"{path} is not a JSON object: not an adapter")
     return value

@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.jsonfile import FileProblem, open_regular
 from core.model.validate import parse_json, show
 
 # safetensors' own limit: a header larger than this is a corrupt (or hostile) file.
@@ -80,7 +81,7 @@ def read_header(path: Path, *, check_data: bool = True) -> SafetensorsHeader:
     """
     try:
         file_size = path.stat().st_size
-        with path.open("rb") as handle:
+        with open_regular(path, 1 << 62) as handle:  # a FIFO is refused, never waited on
             prefix = handle.read(8)
             if len(prefix) < 8:
                 raise HeaderError(
@@ -93,6 +94,8 @@ def read_header(path: Path, *, check_data: bool = True) -> SafetensorsHeader:
                     f"{file_size} bytes: it is truncated or not a safetensors file"
                 )
             raw = handle.read(length)
+    except FileProblem as problem:
+        raise HeaderError(f"cannot read {path.name}: {problem.what}") from None
     except OSError as error:
         raise HeaderError(f"cannot read {path.name}: {error.strerror or error}") from error
     try:

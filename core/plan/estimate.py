@@ -271,6 +271,9 @@ def estimate_plan(
             )
         )
     context = plan.options.context_length
+    if plan.verdict == "invalid":  # what is wrong with it, not "does not fit" (issue 33)
+        why = plan.reason.rstrip(".")
+        return _none(plan, context, f"the plan is invalid: {why[:1].lower()}{why[1:]}")
     if not plan.fits or not plan.ranks:
         return _none(plan, context, "the plan does not fit, so it would not run")
     if unknown:

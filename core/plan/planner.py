@@ -202,8 +202,9 @@ def make_plan(
     ranked = sorted(budgets, key=lambda b: (-b.usable_bytes, b.node))
     rdma = _rdma_connected([b.node for b in ranked], nodes, links)
     problem = _input_problem(model, nodes, options)
-    if problem:
-        chosen, others = _Outcome(Strategy.SINGLE, "invalid", problem), list[_Outcome]()
+    if problem:  # named with the strategy asked for (a split by hand: the pipeline's)
+        asked = Strategy.SINGLE if options.strategy is Strategy.AUTO else options.strategy
+        chosen, others = _Outcome(asked, "invalid", problem), list[_Outcome]()
     elif options.strategy is Strategy.AUTO:
         chosen, others = _recommend(model, ranked, rdma, options)
     else:

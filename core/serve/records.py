@@ -3,25 +3,34 @@ the chat task keeps one (``core.run.tasks.chat.keep_answer``), whoever serves: `
 serve`` and the window's API keep the same records by construction.
 
 The session's events arrive on the job's reader threads; the history is written on a
-thread of its own, so reading the ranks never waits on the disk.
+thread of its own, so reading the ranks never waits on the disk. A history that cannot
+take an answer now (locked, full, read-only) passes it to its journal
+(``core.run.measure.journal``), and ``close`` never waits on the store for more than
+``CLOSE_WITHIN_S``: what is still queued then goes to the journal, so ``serve`` stops in
+time whatever the store does and no answer is lost.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from core.run.measure.history import RunKind, RunRecord
+from core.run.measure.history import FILE_NAME, RunKind, RunRecord, journal_instead, keep
 from core.run.measure.telemetry import Telemetry, answer_figures
 from core.run.session import Session
-from core.run.tasks.chat import keep_answer
+from core.run.tasks.chat import SETTLE_S, answer_record
 from core.worker import protocol as p
 
 log = logging.getLogger(__name__)
+
+CLOSE_WITHIN_S = 1.5  # ``close`` waits this long for the writes at most
+CLOSING_WAIT_S = 0.1  # a write while closing waits this long for the store's lock
+_Item = tuple[p.Done, str, float, float]  # an answer's done, client, sent, done at
 
 
 class ApiRecords:
@@ -34,6 +43,7 @@ class ApiRecords:
         session: Session,
         on_answered: Callable[[Mapping[str, Any]], None] | None = None,
         telemetry: Telemetry | None = None,
+        store: Path | None = None,
     ) -> None:
         """``telemetry``: the one the window already feeds from this session (its figures
         are then the very numbers its card and chat line show); else one of its own."""
@@ -48,7 +58,12 @@ class ApiRecords:
         self.problem: str | None = None  # why the last one could not be kept
         self._sent: dict[str, tuple[str, float]] = {}  # request → client, sent (monotonic)
         self._lock = threading.Lock()
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="api-history")
+        self._store = store  # the history file (default: the data folder's)
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._closing = threading.Event()  # no more settling; a short wait for the store
+        self._writing: _Item | None = None  # what the writer is keeping now
+        self._writer = threading.Thread(target=self._write, name="api-history", daemon=True)
+        self._writer.start()
         if self._own:
             session.event.connect(self.telemetry.feed)
         session.event.connect(self._on_event)
@@ -67,12 +82,31 @@ class ApiRecords:
         with self._lock:
             self._sent[request] = (client, started)
 
-    def close(self) -> None:
-        """Stop following the session; what is being written is written."""
+    def close(self, within: float = CLOSE_WITHIN_S) -> None:
+        """Stop following the session; what is queued is kept, in the history where it
+        can be written at once, else in its journal, all within ``within`` seconds: a
+        write still blocked then (a store that never answers) is journaled as well (a
+        merge skips a run the history already has)."""
         if self._own:
             self.session.event.disconnect(self.telemetry.feed)
         self.session.event.disconnect(self._on_event)
-        self._writer.shutdown(wait=True)
+        self._closing.set()
+        self._queue.put(None)
+        self._writer.join(within)
+        if not self._writer.is_alive():
+            return
+        stuck = [self._writing] if self._writing is not None else []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                stuck.append(item)
+        for item in stuck:
+            record = self._record(item)
+            said = journal_instead(record, self._store_path(), "it did not answer in time")
+            log.warning("%s", said)
 
     def _on_event(self, event: p.Event) -> None:
         if event["event"] != p.DONE or event["rank"] != 0:
@@ -88,16 +122,42 @@ class ApiRecords:
                 self._on_answered(answer_figures(event, summary))
             except Exception:  # the reader thread must keep reading
                 log.exception("an answer's figures could not be counted")
-        self._writer.submit(self._keep, event, *sent, time.monotonic())
+        self._queue.put((event, *sent, time.monotonic()))
 
-    def _keep(self, done: p.Done, client: str, started: float, done_at: float) -> None:
-        """Keep an answer with its series from its request's start (in seconds from the
+    def _write(self) -> None:
+        while (item := self._queue.get()) is not None:
+            self._writing = item
+            try:
+                self._keep(item)
+            except Exception:  # the writer must keep writing
+                log.exception("an answer could not be kept")
+            self._writing = None
+
+    def _store_path(self) -> Path:
+        if self._store is not None:
+            return self._store
+        from core.paths import data_dir
+
+        return data_dir(writable=False) / FILE_NAME
+
+    def _record(self, item: _Item) -> RunRecord:
+        """An answer with its series from its request's start (in seconds from the
         server's): each record holds its own answer's, not everything since the server
         began (which grew every record, and the controller's memory, as it served)."""
-        about = {"client": client}
-        record, problem = keep_answer(
-            self.session, done, self.telemetry, self.began, RunKind.API, about, done_at, started
+        done, client, started, _done_at = item
+        request = done["request"]
+        summary = next((r for r in self.telemetry.requests() if r.id == request), None)
+        figures = {**answer_figures(done, summary), "client": client}
+        return answer_record(
+            self.session, figures, self.telemetry, self.began, RunKind.API, started
         )
+
+    def _keep(self, item: _Item) -> None:
+        """Keep an answer once its traffic is in (``chat.settle``; not while closing)."""
+        self._closing.wait(max(0.0, item[3] + SETTLE_S - time.monotonic()))
+        record = self._record(item)
+        wait_s = CLOSING_WAIT_S if self._closing.is_set() else None
+        problem = keep(record, self._store) if wait_s is None else keep(record, self._store, wait_s)
         with self._lock:
             self.kept = [*self.kept[-63:], record]
             self.problem = problem

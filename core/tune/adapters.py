@@ -16,7 +16,6 @@ and when it was made. An adapter made by ``mlx_lm.lora`` outside MacMesh has no
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
@@ -25,9 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.jsonfile import write_json_atomic
+from core.jsonfile import FileProblem, read_json, write_json_atomic
 from core.paths import data_dir
 from core.tune.settings import SettingsError, TuneSettings
+
+ADAPTER_JSON_CAP = 4 << 20  # an adapter's config or metadata: a few KB
 
 WEIGHTS_FILE = "adapters.safetensors"
 CONFIG_FILE = "adapter_config.json"
@@ -121,8 +122,8 @@ def write_metadata(folder: Path, **values: Any) -> Path:
     current: dict[str, Any] = {}
     if path.is_file():
         try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            loaded = read_json(path, ADAPTER_JSON_CAP)
+        except FileProblem:
             loaded = None
         current = loaded if isinstance(loaded, dict) else {}
     merged = {
@@ -237,11 +238,11 @@ def checkpoints(folder: Path) -> list[tuple[int, Path]]:
 
 def _read_object(path: Path, where: str) -> dict[str, Any]:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise AdapterError(f"cannot read {where}/{path.name}: {error.strerror or error}") from None
-    except ValueError as error:
-        detail = getattr(error, "msg", None) or str(error)
+        value = read_json(path, ADAPTER_JSON_CAP)
+    except FileProblem as problem:
+        if not path.exists() or "not JSON" not in problem.what:
+            raise AdapterError(f"cannot read {where}/{path.name}: {problem.what}") from None
+        detail = problem.what.removeprefix("not JSON (").removesuffix(")")
         raise AdapterError(f"{where}/{path.name} is broken: not valid JSON ({detail})") from None
     if not isinstance(value, dict):
         raise AdapterError(f"{where}/{path.name} is broken: not a JSON object")

@@ -35,6 +35,7 @@ from typing import Any, BinaryIO
 
 from core import units
 from core.bundle import bundle_dir
+from core.jsonfile import FileProblem, open_regular
 from core.tune.settings import TuneSettings
 
 CHAT = "chat"
@@ -53,6 +54,7 @@ MIN_EXAMPLES = 4
 #: Longest line read: a chat of ~2 million characters, far over any max_seq_length. A
 #: longer "line" is almost surely not JSON lines (a binary file, one huge JSON document).
 MAX_LINE_BYTES = 8 * 1024 * 1024
+MAX_DATA_BYTES = 16 << 30  # a training file (read a line at a time): more is not text data
 #: How many bad lines one message names (the count of all comes after).
 SHOWN_PROBLEMS = 3
 #: Roles a chat message may have (OpenAI's fine-tuning format, which mlx-lm follows).
@@ -242,7 +244,7 @@ def _scan(file: Path, digest: Any, anchor: tuple[str, str] | None) -> _Scan:
     name = file.name
     scan = _Scan(0, [], anchor)
     try:
-        with open(file, "rb") as handle:
+        with open_regular(file, MAX_DATA_BYTES) as handle:  # a FIFO never hangs it
             for number, line in _lines(handle, digest):
                 if line is None:
                     scan.problems.append(
@@ -258,6 +260,8 @@ def _scan(file: Path, digest: Any, anchor: tuple[str, str] | None) -> _Scan:
                 problem = _check_line(line, number, name, scan)
                 if problem:
                     scan.problems.append(f"{name} line {number}: {problem}")
+    except FileProblem as problem:
+        raise DataError(f"cannot read {problem}") from None
     except OSError as error:
         raise DataError(f"cannot read {file}: {error.strerror or error}") from None
     return scan
@@ -419,7 +423,7 @@ _CHECKS = {CHAT: _check_chat, COMPLETIONS: _check_completions, TEXT: _check_text
 
 def _examples(file: Path) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of each example of an already validated file."""
-    with open(file, "rb") as handle:
+    with open_regular(file, MAX_DATA_BYTES) as handle:
         for number, line in _lines(handle, hashlib.sha256()):
             assert line is not None  # validated: no line is too long
             if number == 1 and line.startswith(b"\xef\xbb\xbf"):

@@ -9,7 +9,8 @@ view shows (zoom in on one answer: its KB/s fill the plot). A fine-tune's loss a
 tokens/s are drawn as they were measured (training has no idle time to hold at zero).
 The keys sit in each plot's heading, as in the live plots: never over the lines.
 
-``export_png`` writes them as shown, with pyqtgraph's own ImageExporter.
+``png_bytes`` renders them as shown, with pyqtgraph's own ImageExporter (the History view
+makes the files: exclusively, with the history's mode).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.exporters import ImageExporter
+from PySide6.QtCore import QBuffer, QIODevice
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from core.jsonfile import create_exclusive
 from core.run.measure.history import RunKind, RunRecord
 from gui import style
 from gui.plot_style import GRID_ALPHA, key_html, plot_header, theme_plot
@@ -215,16 +218,32 @@ class RunPlots(QWidget):
             )
 
     def export_png(self, folder: Path, stem: str) -> list[Path]:
-        """Both plots as PNG, as shown; the files written."""
+        """Both plots as PNG files in ``folder``, made anew (0600, never through a
+        link: FileExistsError where one is there); the files written."""
         written = []
-        for suffix, widget in (("top", self.top), ("bottom", self.bottom)):
-            path = folder / f"{stem}-{suffix}.png"
+        for name, data in self.png_bytes(stem).items():
+            with create_exclusive(folder / name) as out:
+                out.write(data)
+            written.append(folder / name)
+        return written
+
+    @staticmethod
+    def png_names(stem: str) -> list[str]:
+        return [f"{stem}-{suffix}.png" for suffix in ("top", "bottom")]
+
+    def png_bytes(self, stem: str) -> dict[str, bytes]:
+        """Both plots as PNG, as shown: file name → bytes (the caller makes the files)."""
+        made = {}
+        for name, widget in zip(self.png_names(stem), (self.top, self.bottom), strict=True):
             widget.getPlotItem().getViewBox().updateAutoRange()  # as fitted for a paint
             exporter = ImageExporter(widget.getPlotItem())
             exporter.parameters()["width"] = max(800, widget.width())
-            exporter.export(str(path))
-            written.append(path)
-        return written
+            image = exporter.export(toBytes=True)
+            buffer = QBuffer()
+            buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+            image.save(buffer, "PNG")
+            made[name] = bytes(buffer.data().data())
+        return made
 
     def apply_theme(self, theme: Theme) -> None:
         for widget in (self.top, self.bottom):

@@ -8,8 +8,11 @@ view reads it off the GUI thread and shows what it read. Nothing here computes a
 from __future__ import annotations
 
 import html
+import io
+import os
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -17,6 +20,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
+    QMessageBox,
     QPushButton,
     QSplitter,
     QTableWidget,
@@ -26,7 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from core import units
-from core.run.measure.history import History, RunKind, RunRecord
+from core.jsonfile import create_exclusive
+from core.run.measure.history import History, RunKind, RunRecord, history_mode
 from gui.bridge import Bridge
 from gui.history.run_plots import RunPlots
 from gui.widgets import Card, label
@@ -177,8 +182,11 @@ class HistoryView(Card):
             if count
             else "No runs yet: an answer, a compare or a link test is kept here."
         )
-        # A damaged file set aside is said, not passed off as an empty history.
-        notice = self._reading.notice if self._reading is not None else None
+        # Damage read around (or a damaged file set aside) is said, not passed off as an
+        # empty history.
+        reading = self._reading
+        damage = reading.damage if reading is not None else None
+        notice = str(damage) if damage is not None else reading.notice if reading else None
         self.status.setText(f"{notice}\n{said}" if notice else said)
         self.loaded.emit(count)
         # The row selected stays on the run shown: a run kept meanwhile shifts the rows,
@@ -218,25 +226,51 @@ class HistoryView(Card):
         if folder:
             self.export(Path(folder))
 
+    def confirm_replace(self, existing: list[Path]) -> bool:
+        """Whether the person replaces the files ``existing`` (asked, default no)."""
+        names = "\n".join(path.name for path in existing)
+        answer = QMessageBox.question(
+            self,
+            "Replace the exported files?",
+            f"{len(existing)} of the files are already in {existing[0].parent}:\n{names}\n\n"
+            "Replace them?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )
+        return answer == QMessageBox.StandardButton.Yes
+
     def export(self, folder: Path) -> list[Path]:
         """The selected run as CSV (series), JSON (everything) and PNG (each plot as
-        shown) in ``folder``; the files written. A folder that cannot be written is one
-        line in the status."""
+        shown) in ``folder``; the files written. Each is made anew, with the history's
+        own mode (0600), never through a link: files already there (a link among them)
+        are replaced only when the person says so, the link itself then, not what it
+        points to. A folder that cannot be written is one line in the status."""
         record = self.current
         if record is None or record.id is None:
             return []
         stem = f"macmesh-run-{record.id}-{record.kind}"
+        names = [f"{stem}.csv", f"{stem}.json", *self.plots.png_names(stem)]
+        existing = [folder / name for name in names if os.path.lexists(folder / name)]
+        if existing and not self.confirm_replace(existing):
+            self.status.setText(f"Not exported: {existing[0].name} is already in {folder}")
+            return []
         written: list[Path] = []
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            for path in existing:
+                path.unlink()  # a link itself, never its target
             history = self.history()
-            with (folder / f"{stem}.csv").open("w", newline="", encoding="utf-8") as out:
+            mode = history_mode(history.path)
+            with _text(create_exclusive(folder / f"{stem}.csv", mode), newline="") as out:
                 history.export_csv(out, [record.id])
             written.append(folder / f"{stem}.csv")
-            with (folder / f"{stem}.json").open("w", encoding="utf-8") as out:
+            with _text(create_exclusive(folder / f"{stem}.json", mode)) as out:
                 history.export_json(out, [record.id])
             written.append(folder / f"{stem}.json")
-            written += self.plots.export_png(folder, stem)
+            for name, data in self.plots.png_bytes(stem).items():
+                with create_exclusive(folder / name, mode) as out:
+                    out.write(data)
+                written.append(folder / name)
         except OSError as error:
             self.status.setText(f"Not exported: {error.strerror or error} ({folder})")
             return written
@@ -257,3 +291,7 @@ class HistoryWindow(QWidget):
         self.view = HistoryView(bridge, path)
         layout.addWidget(self.view)
         self.resize(1000, 760)
+
+
+def _text(binary: BinaryIO, newline: str | None = None) -> io.TextIOWrapper:
+    return io.TextIOWrapper(binary, encoding="utf-8", newline=newline)

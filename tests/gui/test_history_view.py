@@ -394,7 +394,7 @@ def test_a_kept_fine_tune_shows_its_loss_as_measured(qtbot: QtBot, tmp_path: Pat
     assert set(plots.curves) == {"train_loss", "val_loss", "tokens_per_s"}
 
 
-def test_a_damaged_history_set_aside_is_said(qtbot: QtBot, tmp_path: Path) -> None:
+def test_a_damaged_history_is_said_and_kept_in_place(qtbot: QtBot, tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite3"
     path.write_bytes(b"not a database" * 100)
     view = _view(qtbot, path)
@@ -402,8 +402,38 @@ def test_a_damaged_history_set_aside_is_said(qtbot: QtBot, tmp_path: Path) -> No
         view.refresh()
     status = view.status.text()
     assert status.startswith(f"The run history {path} could not be read (file is not a database)")
-    assert "set aside as history.sqlite3.damaged-" in status
+    assert "none of its runs could be read; the file is kept as it is." in status
     assert status.endswith("No runs yet: an answer, a compare or a link test is kept here.")
+    assert [p.name for p in tmp_path.iterdir()] == ["history.sqlite3"]
+
+
+def test_export_never_follows_a_planted_link_and_asks_before_replacing(
+    qtbot: QtBot, kept: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33, "Why" 7: a planted macmesh-run-<id>-<kind>.csv symlink got its target
+    overwritten, and exports were 0644 while the history is 0600."""
+    view = _view(qtbot, kept)
+    with qtbot.waitSignal(view.shown, timeout=10_000) as shown:
+        view.refresh()
+    record = shown.args[0]
+    out = tmp_path / "out"
+    out.mkdir()
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    planted = out / f"macmesh-run-{record.id}-{record.kind}.csv"
+    planted.symlink_to(target)
+    asked: list[list[str]] = []
+    monkeypatch.setattr(
+        view, "confirm_replace", lambda paths: asked.append([p.name for p in paths])
+    )
+    assert view.export(out) == []  # declined (the dialog's None: not yes)
+    assert asked == [[planted.name]] and planted.is_symlink()
+    assert view.status.text() == f"Not exported: {planted.name} is already in {out}"
+    monkeypatch.setattr(view, "confirm_replace", lambda paths: True)
+    written = view.export(out)
+    assert len(written) == 4 and target.read_text() == "keep me\n"
+    assert not planted.is_symlink() and planted.read_text().startswith("run,started")
+    assert {p.stat().st_mode & 0o777 for p in written} == {0o600}
 
 
 def test_every_kind_of_run_has_its_words() -> None:

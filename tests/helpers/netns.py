@@ -19,9 +19,9 @@ machine's own network: every interface lives in a namespace made here, and on ex
 every process in them is killed and the namespaces deleted, whatever happened.
 
 ``require_netns()`` skips a test where namespaces cannot be made (not root, no
-iproute2, a container without CAP_NET_ADMIN), or fails it where
-``MACMESH_REQUIRE_NETNS=1`` (CI never skips them); a machine without sshd skips them as
-every SSH test (``require_sshd()``, failed where ``MACMESH_REQUIRE_SSHD=1``).
+iproute2, a container without CAP_NET_ADMIN) or sshd is missing, naming each, or fails
+it where a missing one's ``MACMESH_REQUIRE_NETNS=1`` / ``MACMESH_REQUIRE_SSHD=1`` is set
+(CI never skips them): tests/helpers/prereqs.py.
 """
 
 from __future__ import annotations
@@ -38,59 +38,30 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from tests.fixtures.macos import generate
 from tests.fixtures.macos.make_bin import make_bin
-from tests.helpers.sshd import SSHD, _keygen, require_sshd, sshd_config
+from tests.helpers import prereqs
+from tests.helpers.sshd import SSHD, _keygen, sshd_config
 
 REQUIRE_ENV = "MACMESH_REQUIRE_NETNS"
-INSTALL = "apt-get install -y iproute2"
-SKIP_REASON = "network namespaces cannot be made here (the two-network ring tests)"
+INSTALL = prereqs.IP_INSTALL
 LAN_RATE, LAN_DELAY = "200mbit", "2ms"
 SSH_PORT = 2222
 LAN = "10.77.0.{}"
 THUNDERBOLT = "169.254.{0}.{0}"
+IP = prereqs.ip_command()  # MACMESH_TEST_IP moves it (the skip tests point it nowhere)
 
 
 def netns_missing() -> str | None:
-    """Why namespaces cannot be made here, or None (``MACMESH_TEST_IP`` names another
-    ``ip`` to look for: the skip's own test points it nowhere)."""
-    for tool in (os.environ.get("MACMESH_TEST_IP", "ip"), "tc"):
-        if shutil.which(tool) is None:
-            return f"no `{os.path.basename(tool)}` command ({INSTALL})"
-    if os.geteuid() != 0:
-        return "not root (network namespaces need CAP_NET_ADMIN)"
-    name = f"mm-probe-{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"`ip netns add` failed: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    return None
+    """Why namespaces cannot be made here, or None."""
+    lacking = prereqs.missing("netns")
+    return lacking["netns"].why if lacking else None
 
 
 def require_netns() -> None:
-    missing = netns_missing()
-    if missing is None:
-        return
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{missing}, and {REQUIRE_ENV}=1", pytrace=False)
-    pytest.skip(f"{SKIP_REASON}: {missing}")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line at the end when the namespace tests were skipped, saying why."""
-    skipped = [
-        report
-        for report in terminalreporter.stats.get("skipped", [])
-        if SKIP_REASON in str(getattr(report, "longrepr", ""))
-    ]
-    if skipped:
-        terminalreporter.write_line(
-            f"{len(skipped)} network-namespace tests skipped ({SKIP_REASON}): run `make test` "
-            f"as root with iproute2 (`sudo {INSTALL}`)."
-        )
+    """Skip the calling test where sshd or namespaces are missing, naming each; fail it
+    where a missing one's ``MACMESH_REQUIRE_*`` is 1 (tests/helpers/prereqs.py)."""
+    prereqs.require("netns", "sshd", "netns")
 
 
 @dataclass(frozen=True)
@@ -108,7 +79,7 @@ class TwoNetworks:
     ssh_dir: Path  # an ~/.ssh for the controller: the key and known_hosts
 
     def exec_argv(self, namespace: str, argv: Sequence[str]) -> list[str]:
-        return ["ip", "netns", "exec", namespace, *argv]
+        return [IP, "netns", "exec", namespace, *argv]
 
     def run(self, namespace: str, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess:
         return subprocess.run(self.exec_argv(namespace, argv), **kw)  # type: ignore[call-overload]
@@ -129,14 +100,14 @@ class TwoNetworks:
 
 
 def _ip(namespace: str | None, *args: str) -> None:
-    argv = ["ip", *(["-n", namespace] if namespace else []), *args]
+    argv = [IP, *(["-n", namespace] if namespace else []), *args]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")
 
 
 def _pids(namespace: str) -> list[int]:
-    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    done = subprocess.run([IP, "netns", "pids", namespace], capture_output=True, text=True)
     return [int(p) for p in done.stdout.split()]
 
 
@@ -275,7 +246,7 @@ def _teardown(namespaces: Sequence[str], started: Sequence[subprocess.Popen]) ->
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
-        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        subprocess.run([IP, "netns", "del", namespace], capture_output=True)
 
 
 def _wait_listening(log: Path, address: str, proc: subprocess.Popen, within: float = 20) -> None:
@@ -293,8 +264,7 @@ def _wait_listening(log: Path, address: str, proc: subprocess.Popen, within: flo
 def two_networks(root: Path) -> Iterator[TwoNetworks]:
     """The namespaces, links and sshds described above; all removed on exit. Skipped
     (or failed, as CI asks) where sshd or namespaces are missing."""
-    require_sshd()  # each Mac runs one: skipped like every SSH test, before any namespace
-    require_netns()
+    require_netns()  # both looked at before any namespace: each Mac runs an sshd
     tag = f"mm{os.getpid()}"
     namespaces = [f"{tag}-ctl", f"{tag}-m1", f"{tag}-m2"]
     started: list[subprocess.Popen] = []
@@ -317,7 +287,7 @@ def two_networks(root: Path) -> Iterator[TwoNetworks]:
             log = folder / "sshd.log"
             with open(log, "ab") as out:
                 proc = subprocess.Popen(
-                    ["ip", "netns", "exec", mac.name, str(SSHD), "-D", "-e", "-f", str(config)],
+                    [IP, "netns", "exec", mac.name, str(SSHD), "-D", "-e", "-f", str(config)],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
                 )  # fmt: skip
             started.append(proc)
@@ -334,6 +304,6 @@ def two_networks(root: Path) -> Iterator[TwoNetworks]:
 
 def namespaces_left(tag: str | None = None) -> list[str]:
     """This process's namespaces still present (none, after ``two_networks``)."""
-    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    done = subprocess.run([IP, "netns", "list"], capture_output=True, text=True)
     prefix = tag or f"mm{os.getpid()}-"
     return [line.split()[0] for line in done.stdout.splitlines() if line.startswith(prefix)]

@@ -36,48 +36,25 @@ import paramiko
 import psutil
 import pytest
 
+from tests.helpers import prereqs
 from tests.helpers.procs import die_with_parent
 
-SSHD = Path(os.environ.get("MACMESH_TEST_SSHD", "/usr/sbin/sshd"))  # moved only to test this
+SSHD = prereqs.sshd_path()  # MACMESH_TEST_SSHD moves it (the skip tests point it nowhere)
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 REQUIRE_ENV = "MACMESH_REQUIRE_SSHD"  # "1" (CI): a missing sshd fails the SSH tests
-INSTALL = "apt-get install -y openssh-server openssh-client"
-INSTALL_HINT = f"the SSH tests need OpenSSH's server and client: {INSTALL}"
-SKIP_REASON = "no OpenSSH server on this machine (SSH tests)"
+INSTALL = prereqs.SSH_INSTALL
 
 
 def sshd_missing() -> str | None:
     """What this machine lacks to run a test sshd and reach it, or None."""
-    if not SSHD.exists():
-        return str(SSHD)
-    return next((tool for tool in ("ssh-keygen", "ssh") if shutil.which(tool) is None), None)
+    lacking = prereqs.missing("sshd")
+    return lacking["sshd"].why if lacking else None
 
 
 def require_sshd() -> None:
     """Skip the calling test on a machine without OpenSSH (``make test`` says so at the
-    end); fail it where ``MACMESH_REQUIRE_SSHD=1`` (CI never skips them)."""
-    missing = sshd_missing()
-    if missing is None:
-        return
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{missing} is missing and {REQUIRE_ENV}=1: {INSTALL_HINT}", pytrace=False)
-    pytest.skip(SKIP_REASON)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line at the end when the SSH tests were skipped, with the command that
-    enables them."""
-    skipped = [
-        report
-        for report in terminalreporter.stats.get("skipped", [])
-        if SKIP_REASON in str(getattr(report, "longrepr", ""))
-    ]
-    if skipped:
-        terminalreporter.write_line(
-            f"{len(skipped)} SSH tests skipped: no OpenSSH server here. "
-            f"`sudo {INSTALL}`, then `make test`, runs them."
-        )
+    end, tests/helpers/prereqs.py); fail it where ``MACMESH_REQUIRE_SSHD=1``."""
+    prereqs.require("ssh", "sshd")
 
 
 @dataclass

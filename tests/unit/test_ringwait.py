@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.worker import ringwait
+from tests.helpers import prereqs
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux ranks only")
 
@@ -63,16 +64,24 @@ print(json.dumps({"active": ringwait.active(), "waited_cpu": waited_cpu,
 """
 
 
-# "1" (CI, which installs gcc): a machine that cannot build the library fails these.
-REQUIRE_ENV = "MACMESH_REQUIRE_CC"
-
-
 def _build(folder: Path) -> str:
-    found = ringwait.library(folder)
+    """The library built with the tests' compiler (``MACMESH_TEST_CC``): skipped without
+    one, failed where ``MACMESH_REQUIRE_CC=1`` (CI, which installs gcc)."""
+    prereqs.require("cc", "cc")
+    compiler = prereqs.cc_command()
+    assert compiler is not None
+    before = os.environ.get("CC")
+    os.environ["CC"] = compiler  # the app's own choice looks at CC first
+    try:
+        found = ringwait.library(folder)
+    finally:
+        if before is None:
+            del os.environ["CC"]
+        else:
+            os.environ["CC"] = before
     if "path" not in found:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"the ring-wait library was not built: {found['missing']}")
-        pytest.skip(f"{found['missing']} (ranks here spin as MLX has them)")
+        failed = prereqs.Missing(found["missing"], f"`sudo {prereqs.CC_INSTALL}`")
+        prereqs.skip_or_fail("cc", {"cc": failed})
     return found["path"]
 
 

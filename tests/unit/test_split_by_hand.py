@@ -98,3 +98,21 @@ def test_macmesh_plan_takes_a_split(tiny_models: dict[str, Path]) -> None:
     assert f"adds up to {layers + 1} layers" in json.loads(wrong.stdout)["reason"]
     typo = plan("--split", "1;2")
     assert typo.returncode == 2 and "give whole layer counts" in typo.stderr
+
+
+def test_an_invalid_split_says_what_is_invalid_not_that_it_does_not_fit(
+    tiny_models: dict[str, Path],
+) -> None:
+    """Issue 33, "Why" 10: an invalid --split said "does not fit"."""
+    model = tiny_models["llama"]
+    args = ["plan", str(model), "--node", "a:64", "--node", "b:32", "--split", "1,2,3"]
+    done = subprocess.run(
+        [sys.executable, "-m", "gui.cli", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("llama: pipeline (invalid)\n"), done.stdout
+    assert "does not fit" not in done.stdout
+    assert (
+        "No estimate: the plan is invalid: the split has 3 layer counts for 2 Macs: give one each"
+        in done.stdout
+    )

@@ -17,7 +17,7 @@ CUT_OFF = "output cut off"
 
 _MARKER = re.compile(
     rf"^(?P<kind>{re.escape(BEGIN)}|{re.escape(STDERR)}|{re.escape(END)}) "
-    r"(?P<name>[A-Za-z0-9_.-]+)(?: rc=(?P<rc>-?\d+))?@@$",
+    r"(?P<name>[A-Za-z0-9_.-]+)(?: rc=(?P<rc>-?\d{1,9}))?@@$",
     re.MULTILINE,
 )
 _FATAL = re.compile(rf"^{re.escape(FATAL)} (?P<reason>.*)@@$", re.MULTILINE)
@@ -119,7 +119,16 @@ def section_problem(section: Section | None, name: str = "") -> str | None:
         return f"{label}: {message}"
     if section.rc == RC_TIMEOUT:
         return f"{label}: timed out"
+    longest = max(
+        (len(m) for m in _DIGITS.findall(section.stdout + "\n" + section.stderr)), default=0
+    )
+    if longest > DIGITS_CAP:  # bounded before any parser converts one
+        return f"{label}: printed a number of {longest:,} digits (at most {DIGITS_CAP} are read)"
     return None
+
+
+DIGITS_CAP = 40  # a probe's numbers: bytes, counts, ids (a 128-bit value has 39 digits)
+_DIGITS = re.compile(rf"\d{{{DIGITS_CAP + 1},}}")
 
 
 def first_line(text: str, limit: int = 160) -> str:

@@ -4,8 +4,12 @@ user data folder so a presenter can show last week's numbers.
 
 SQLite from the standard library, one file: the list of runs is one indexed query
 however long the series are (those sit in their own table, read only for the run asked
-for). Writes are short transactions; a history that cannot be read (a damaged file) is
-set aside and a new one begun, never a crash.
+for). Writes are short transactions. A run that cannot be written now (the file locked,
+the disk full, the folder read-only) waits in a journal next to it (``journal``) and is
+added by the next write or read that can. A read that meets damage keeps the file as it
+is and reads what it can: ``damage`` says how many runs could not be read, and from which
+file (an export with runs missing is then a failure, ``macmesh history`` exits 1). Only a
+write to a file that is no database at all sets it aside and begins a new one.
 """
 
 from __future__ import annotations
@@ -16,38 +20,26 @@ import json
 import math
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from core import units
+from core.jsonfile import FileProblem
 from core.paths import FolderError, data_dir
+from core.run.measure import journal
+from core.run.measure.damage import (
+    SALVAGE_MAX,
+    Damage,
+    highest_id,
+    not_a_database,
+    regular_file,
+)
+from core.run.measure.runs import KINDS, RunKind, RunRecord, run_kind
 from core.run.measure.telemetry import Telemetry
 
 FILE_NAME = "history.sqlite3"
-
-
-class RunKind(StrEnum):
-    """What a kept run was: the task that kept it (``core.run.tasks``)."""
-
-    CHAT = "chat"  # one answer in the window's chat, ``macmesh run`` or ``demo``
-    COMPARE = "compare"  # one Mac against the cluster, or base against base + adapter
-    LINKTEST = "linktest"
-    API = "api"  # one answer asked through the API
-    FINETUNE = "finetune"
-
-
-KINDS = tuple(RunKind)
-
-
-def run_kind(value: str) -> RunKind:
-    """``value`` as a ``RunKind``; ValueError naming the kinds there are."""
-    if value not in KINDS:
-        raise ValueError(f"a run is one of {', '.join(KINDS)}, not {value!r}")
-    return RunKind(value)
 
 
 CSV_COLUMNS = ("run", "started", "kind", "model", "nodes", "strategy", "series", "t", "value")
@@ -76,69 +68,18 @@ CREATE INDEX IF NOT EXISTS series_run ON series (run);
 """
 
 
-@dataclass
-class RunRecord:
-    """One run as kept. ``series``: name → [(t, value)], seconds from the run's start."""
-
-    kind: RunKind
-    model: str
-    nodes: list[str]
-    strategy: str
-    backend: str
-    figures: dict[str, Any]
-    split: list[int] | None = None
-    versions: dict[str, Any] = field(default_factory=dict)
-    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    started: float = field(default_factory=time.time)
-    id: int | None = None
-
-    def __post_init__(self) -> None:
-        self.kind = run_kind(self.kind)
-
-    def headline(self) -> str:
-        """The run's one figure for a list: tokens/s of a chat, the speedup of a compare,
-        the fastest link of a link test."""
-        f = self.figures
-        if self.kind == RunKind.COMPARE:  # what Compare said first (the demo: the estimate)
-            return str(f.get("lead") or f.get("headline", ""))
-        if self.kind == RunKind.LINKTEST:
-            links = [link for link in f.get("links", []) if link.get("bytes_per_s")]
-            if not links:
-                return "no link measured"
-            best = max(links, key=lambda link: link["bytes_per_s"])
-            share = best.get("share")
-            of = f" ({share:.0%} of {best.get('nominal')})".replace("%", " %") if share else ""
-            return f"{units.bytes_per_s(best['bytes_per_s'])}{of}, {len(links)} link(s)"
-        if self.kind == RunKind.FINETUNE:
-            return _finetune_headline(f)
-        tps = f.get("avg_tps") or f.get("generation_tps")
-        return f"{units.rate(float(tps))} tokens/s" if tps else ""
-
-    def to_dict(self, with_series: bool = True) -> dict[str, Any]:
-        data = {
-            "id": self.id,
-            "started": self.started,
-            "kind": self.kind,
-            "model": self.model,
-            "nodes": self.nodes,
-            "strategy": self.strategy,
-            "split": self.split,
-            "backend": self.backend,
-            "versions": self.versions,
-            "figures": self.figures,
-        }
-        if with_series:
-            data["series"] = {k: [list(p) for p in v] for k, v in self.series.items()}
-        return data
-
-
 _SQLITE_MAX_INT = (1 << 63) - 1
 _T = TypeVar("_T")
 
 
+WAIT_S = 10.0  # how long a write waits for another's lock (``keep``: ``KEEP_WAIT_S``)
+MERGE_WAIT_S = 0.2  # a read adding the journal's runs first
+KEEP_WAIT_S = 1.0  # a run kept while answering: then the journal takes it
+
+
 @contextlib.contextmanager
-def _open(where: str, uri: bool = False) -> Iterator[sqlite3.Connection]:
-    db = sqlite3.connect(where, timeout=10, uri=uri)
+def _open(where: str, uri: bool = False, wait_s: float = WAIT_S) -> Iterator[sqlite3.Connection]:
+    db = sqlite3.connect(where, timeout=wait_s, uri=uri)
     db.row_factory = sqlite3.Row
     try:
         yield db
@@ -151,6 +92,12 @@ def _damaged(error: sqlite3.DatabaseError) -> bool:
     return not isinstance(error, sqlite3.OperationalError)
 
 
+__all__ = [
+    "FILE_NAME", "KINDS", "SALVAGE_MAX", "Damage", "History", "RunKind", "RunRecord", "keep",
+    "run_kind",
+]  # fmt: skip
+
+
 class History:
     """The runs kept in ``path`` (default: the data folder's history file).
 
@@ -160,53 +107,106 @@ class History:
     begun, and ``notice`` says so; where it cannot be set aside, a ``FolderError`` does.
     """
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, wait_s: float = WAIT_S) -> None:
         self._in_data_dir = path is None
         self.path = path or data_dir(writable=False) / FILE_NAME
+        self.wait_s = wait_s  # how long a write waits for another writer's lock
         self.notice: str | None = None  # a damaged file set aside, in one line
+        self.damage: Damage | None = None  # what the last read could not read
 
     def add(self, record: RunRecord) -> int:
-        """Keep ``record`` (and its series); its id."""
+        """Keep ``record`` (and its series), with whatever the journal holds; its id."""
+        if not journal.pending(self.path):
+            with self._writing() as db:
+                return self._insert(db, record)
+        with journal.taken(self.path) as waiting, self._writing() as db:
+            self._merge(db, waiting)
+            return self._insert(db, record)
+
+    def merge_pending(self, wait_s: float | None = None) -> bool:
+        """Add the journal's runs to the history, if it has any and the history can be
+        written now (waiting at most ``wait_s`` for another writer); whether it could (a
+        read does this first, quietly, with a short wait: a locked history is read as it
+        is)."""
+        if not journal.pending(self.path):
+            return True
+        waited, self.wait_s = self.wait_s, self.wait_s if wait_s is None else wait_s
+        try:
+            with journal.taken(self.path) as waiting, self._writing() as db:
+                self._merge(db, waiting)
+        except (FolderError, FileProblem, OSError, sqlite3.Error):
+            return False
+        finally:
+            self.wait_s = waited
+        return True
+
+    def _merge(self, db: sqlite3.Connection, waiting: list[dict[str, Any]]) -> None:
+        for data in waiting:
+            try:
+                record = RunRecord.from_dict(data)
+            except ValueError:
+                continue  # not a run of ours: nothing to keep
+            same = db.execute(
+                "SELECT 1 FROM runs WHERE started = ? AND kind = ? AND model = ? AND nodes = ?",
+                (record.started, record.kind.value, record.model, json.dumps(record.nodes)),
+            ).fetchone()
+            if same is None:  # (a merge cut short after its commit: not twice)
+                self._insert(db, record)
+
+    def _insert(self, db: sqlite3.Connection, record: RunRecord) -> int:
         kind = run_kind(record.kind)  # (a RunRecord made it one; set since?)
-        with self._writing() as db:
-            cursor = db.execute(
-                "INSERT INTO runs (started, kind, model, nodes, strategy, split, backend, "
-                "versions, figures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.started,
-                    kind.value,
-                    record.model,
-                    json.dumps(record.nodes),
-                    record.strategy,
-                    None if record.split is None else json.dumps(record.split),
-                    record.backend,
-                    json.dumps(record.versions, default=str),
-                    json.dumps(record.figures, default=str),
-                ),
-            )
-            run = int(cursor.lastrowid or 0)
-            db.executemany(
-                "INSERT INTO series (run, name, t, value) VALUES (?, ?, ?, ?)",
-                (
-                    (run, name, float(t), float(v))
-                    for name, points in record.series.items()
-                    for t, v in points
-                ),
-            )
+        cursor = db.execute(
+            "INSERT INTO runs (started, kind, model, nodes, strategy, split, backend, "
+            "versions, figures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.started,
+                kind.value,
+                record.model,
+                json.dumps(record.nodes),
+                record.strategy,
+                None if record.split is None else json.dumps(record.split),
+                record.backend,
+                json.dumps(record.versions, default=str),
+                json.dumps(record.figures, default=str),
+            ),
+        )
+        run = int(cursor.lastrowid or 0)
+        db.executemany(
+            "INSERT INTO series (run, name, t, value) VALUES (?, ?, ?, ?)",
+            (
+                (run, name, float(t), float(v))
+                for name, points in record.series.items()
+                for t, v in points
+            ),
+        )
         record.id = run
         return run
 
     def runs(self, limit: int | None = None) -> list[RunRecord]:
-        """The runs, newest first, without their series (``series(id)`` has them)."""
+        """The runs, newest first, without their series (``series(id)`` has them). Those
+        waiting in the journal are added first where the history can be written. Damage
+        is read around: the runs that can be, ``damage`` saying how many could not."""
+        self.merge_pending(MERGE_WAIT_S)
+        self.damage = None
         query = "SELECT * FROM runs ORDER BY started DESC, id DESC"
         if limit:
             limit = min(limit, _SQLITE_MAX_INT)  # more than SQLite counts: all of them
         args = (limit,) if limit else ()
-        return self._reading(
-            lambda db: [_record(row) for row in db.execute(query + " LIMIT ?" * bool(limit), args)]
-        )
+
+        def read(db: sqlite3.Connection) -> list[RunRecord]:
+            try:
+                return [_record(row) for row in db.execute(query + " LIMIT ?" * bool(limit), args)]
+            except (sqlite3.DatabaseError, ValueError, KeyError) as error:
+                if isinstance(error, sqlite3.OperationalError) or not_a_database(error):
+                    raise
+                return self._salvaged(db, error, limit)
+
+        return self._reading(read)
 
     def get(self, run: int) -> RunRecord | None:
+        """The run with its series; None if there is none. sqlite3.DatabaseError (or
+        ValueError) where its part of the file is damaged."""
+
         def read(db: sqlite3.Connection) -> RunRecord | None:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run,)).fetchone()
             if row is None:
@@ -223,21 +223,18 @@ class History:
             db.execute("DELETE FROM runs WHERE id = ?", (run,))
 
     def export_json(self, out: IO[str], runs: Iterable[int] | None = None) -> None:
-        """Everything of the runs (default: all), series included, as one JSON document."""
-        chosen = [r.id for r in self.runs()] if runs is None else list(runs)
-        records = [self.get(run) for run in chosen if run is not None]
-        json.dump({"runs": [r.to_dict() for r in records if r]}, out, indent=1, default=str)
+        """Everything of the runs (default: all), series included, as one JSON document.
+        Runs that could not be read are left out and counted in ``damage``."""
+        records = list(self._exported(runs))
+        json.dump({"runs": [r.to_dict() for r in records]}, out, indent=1, default=str)
 
     def export_csv(self, out: IO[str], runs: Iterable[int] | None = None) -> None:
         """The series of the runs (default: all), one row per sample, with each run's
-        model, nodes and strategy; a run without series gives one row of its figures."""
+        model, nodes and strategy; a run without series gives one row of its figures.
+        Runs that could not be read are left out and counted in ``damage``."""
         writer = csv.writer(out)
         writer.writerow(CSV_COLUMNS)
-        chosen = [r.id for r in self.runs()] if runs is None else list(runs)
-        for run in chosen:
-            record = self.get(run) if run is not None else None
-            if record is None:
-                continue
+        for record in self._exported(runs):
             head = [
                 record.id,
                 _iso(record.started),
@@ -255,11 +252,56 @@ class History:
 
     # -- internals ------------------------------------------------------------------
 
+    def _exported(self, runs: Iterable[int] | None) -> Iterator[RunRecord]:
+        chosen = [r.id for r in self.runs()] if runs is None else list(runs)
+        for run in chosen:
+            if run is None:
+                continue
+            try:
+                record = self.get(run)
+            except (sqlite3.DatabaseError, ValueError, KeyError) as error:
+                if isinstance(error, sqlite3.OperationalError):
+                    raise
+                self._unread(error, 1)
+                continue
+            if record is not None:
+                yield record
+
+    def _unread(self, error: BaseException, count: int | None) -> None:
+        """``count`` more runs could not be read (None: none could)."""
+        before = self.damage.missing if self.damage is not None else 0
+        missing = None if count is None or before is None else before + count
+        self.damage = Damage(self.path, str(error), missing)
+
+    def _salvaged(
+        self, db: sqlite3.Connection, error: BaseException, limit: int | None
+    ) -> list[RunRecord]:
+        """Each run read on its own where the list as a whole could not be: the ones
+        that can be, newest first, and the count of those that cannot in ``damage``."""
+        highest = highest_id(db)
+        if highest is None:  # not even which runs there were
+            self._unread(error, None)
+            return []
+        records, missing = [], 0
+        for run in range(1, highest + 1):
+            try:
+                row = db.execute("SELECT * FROM runs WHERE id = ?", (run,)).fetchone()
+                if row is not None:
+                    records.append(_record(row))
+            except (sqlite3.DatabaseError, ValueError, KeyError):
+                missing += 1
+        if missing:
+            self._unread(error, missing)
+        records.sort(key=lambda r: (r.started, r.id or 0), reverse=True)
+        return records[:limit] if limit else records
+
     def _reading(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
         """``read`` over the history opened read-only; no file yet, one being begun (its
-        first write makes the file before its tables), or one just set aside as damaged,
-        reads as an empty history (in memory: nothing is written)."""
+        first write makes the file before its tables), or a file that is no database,
+        reads as an empty history (in memory: nothing is written, nothing moved; the
+        last is said in ``damage``)."""
         if self.path.exists():
+            regular_file(self.path)
             try:
                 with _open(f"{self.path.resolve().as_uri()}?mode=ro", uri=True) as db:
                     return read(db)
@@ -267,9 +309,9 @@ class History:
                 if "no such table" not in str(error):
                     raise
             except sqlite3.DatabaseError as error:
-                if not _damaged(error):
+                if not not_a_database(error):
                     raise
-                self._set_aside(error)
+                self._unread(error, None)
         with _open(":memory:") as db:
             db.executescript(_SCHEMA)
             return read(db)
@@ -280,16 +322,18 @@ class History:
         made 0600 first; a damaged file is set aside and a new one begun."""
         if self._in_data_dir:
             data_dir()  # made, and writable: else a FolderError that says so
+        if self.path.exists():
+            regular_file(self.path)
         self._make_private()
         try:
-            with _open(str(self.path)) as db:
+            with _open(str(self.path), wait_s=self.wait_s) as db:
                 db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as error:
-            if not _damaged(error):
+            if not not_a_database(error):
                 raise
             self._set_aside(error)
             self._make_private()
-        with _open(str(self.path)) as db:
+        with _open(str(self.path), wait_s=self.wait_s) as db:
             db.executescript(_SCHEMA)
             with db:
                 yield db
@@ -331,17 +375,6 @@ class History:
         return series
 
 
-def _finetune_headline(f: Mapping[str, Any]) -> str:
-    """A fine-tune's one line: its last loss after its steps, or its failure."""
-    loss = f.get("train_loss")
-    steps = f.get("iterations") or 0
-    if loss is None:
-        return "failed, nothing trained" if f.get("error") else "nothing trained"
-    return f"loss {float(loss):.3f} after {steps} steps" + (
-        " (stopped)" if f.get("stopped") else ""
-    )
-
-
 def local_versions() -> dict[str, Any]:
     """MacMesh's, MLX's and mlx-lm's versions on this machine."""
     import core
@@ -365,14 +398,45 @@ def telemetry_series(
     return series
 
 
-def keep(record: RunRecord, path: Path | None = None) -> str | None:
-    """Add ``record`` to the history; None, or why it could not be kept (one line: a
-    run's figures are never lost to a history that cannot be written)."""
+def keep(record: RunRecord, path: Path | None = None, wait_s: float = KEEP_WAIT_S) -> str | None:
+    """Add ``record`` to the history, waiting at most ``wait_s`` for another writer;
+    where it cannot be written now, to its journal (added by the next write or read
+    that can). None, or what became of it (one line: a run's figures are never lost to
+    a history that cannot be written)."""
     try:
-        History(path).add(record)
-    except (FolderError, OSError, sqlite3.Error) as error:
+        history = History(path, wait_s)
+    except (FolderError, OSError) as error:  # no data folder: no journal either
         return f"the run was not kept in the history: {error}"
+    try:
+        history.add(record)
+    except (FolderError, FileProblem, OSError, sqlite3.Error) as error:
+        return journal_instead(record, history.path, error)
     return None
+
+
+def history_mode(path: Path) -> int:
+    """The permission bits an export of the history at ``path`` is made with: the
+    history's own (0600), or 0600 where it cannot be read."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode) or 0o600
+    except OSError:
+        return 0o600
+
+
+def journal_instead(record: RunRecord, store: Path, why: BaseException | str) -> str:
+    """``record`` added to the journal of ``store`` (the history could not take it:
+    ``why``); what became of it, in one line."""
+    try:
+        waiting = journal.append(store, record.to_dict())
+    except OSError as error:
+        return (
+            f"the run was not kept in the history: {why}; nor in {journal.journal_path(store)}"
+            f" ({error.strerror or error})"
+        )
+    return (
+        f"the run history {store} could not be written ({why}): the run waits in "
+        f"{waiting} and is added when the history can be written"
+    )
 
 
 def series_points(
