@@ -1,6 +1,7 @@
 """What a person types for a model → a ModelInfo: a folder, a library name, or ``hf:``.
 
-- a folder path: read as ever;
+- a folder path: read as ever; to plan only, a folder of header-only safetensors files
+  (a model's layout without its weights) too, marked ``weights_absent``;
 - ``ORG/NAME`` as ``macmesh models`` lists it (a folder of that name wins);
 - ``hf:ORG/NAME`` (or a huggingface.co link): the copy in the Hugging Face cache when
   there is one, else, to plan only, the Hub's headers (nothing downloaded). To run, a
@@ -26,7 +27,7 @@ def resolve_model(text: str, *, to_run: bool = False) -> ModelInfo:
     folder = Path(text).expanduser()
     hub_ref = text.startswith("hf:") or "huggingface.co/" in text or "hf.co/" in text
     if not hub_ref and folder.exists():
-        return read_model_info(folder)
+        return read_model_info(folder, header_only_ok=not to_run)
     repo_id = repo_id_of(text)
     if repo_id is None:
         return read_model_info(folder)  # says plainly that the folder is not there
