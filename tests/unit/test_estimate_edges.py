@@ -115,6 +115,10 @@ def test_a_model_that_does_not_fit_gets_no_estimate_and_says_why():
     assert all(line.endswith(said) for line in choice.lines())
     assert estimate_cell(choice.estimate) == "none: the plan does not fit, so it would not run"
     assert choice.estimate.to_dict()["tokens_per_s"] is None
+    # A strategy that cannot run at all (64 heads do not divide by 3 Macs) says so.
+    three = [Node(f"s{i}", 192 * GIB, chip="M3 Ultra") for i in range(3)]
+    tensor = plan_by_speed(MODEL, three, (), PlanOptions(batch=1)).per_strategy[Strategy.TENSOR]
+    assert tensor.rate_text() == "no estimate: tensor is not possible here, so it would not run"
 
 
 def test_macmesh_plan_says_no_estimate_for_a_model_that_does_not_fit(qwen3_30b_folder: Path):
