@@ -229,9 +229,7 @@ def _read_headers(folder: Path, files: list[Path]) -> dict[Path, SafetensorsHead
     return headers
 
 
-def _check_data(
-    folder: Path, headers: dict[Path, SafetensorsHeader], weights_absent: bool
-) -> None:
+def _check_data(folder: Path, headers: dict[Path, SafetensorsHeader], weights_absent: bool) -> None:
     """ModelError unless every file holds all the data its header describes."""
     if weights_absent:
         raise ModelError(

@@ -273,7 +273,9 @@ def estimate_plan(
         )
     context = plan.options.context_length
     if plan.verdict == "invalid":
-        return _none(plan, context, f"{plan.strategy.value} is not possible here, so it would not run")
+        return _none(
+            plan, context, f"{plan.strategy.value} is not possible here, so it would not run"
+        )
     if not plan.fits or not plan.ranks:
         return _none(plan, context, "the plan does not fit, so it would not run")
     if unknown:

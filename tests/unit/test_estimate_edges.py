@@ -98,9 +98,7 @@ def test_mixed_chips_under_tensor_wait_for_the_slowest_and_a_pipeline_adds_both(
     assert "a (M3 Ultra, 819 GB/s)" in basis and "b (M4 Pro, 273 GB/s)" in basis
     nodes = _pair("M3 Ultra", "M4 Pro")
     pipeline_options = PlanOptions(strategy=Strategy.PIPELINE, batch=1)
-    pipeline = estimate_plan(
-        MODEL, make_plan(MODEL, nodes, link, pipeline_options), nodes, link
-    )
+    pipeline = estimate_plan(MODEL, make_plan(MODEL, nodes, link, pipeline_options), nodes, link)
     assert pipeline.compute_s == pytest.approx(sum(n.seconds for n in pipeline.nodes))
     assert pipeline.nodes[0].seconds != pipeline.nodes[1].seconds
 
