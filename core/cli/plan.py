@@ -107,9 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "model",
-        help="a model folder (config.json + safetensors), a name `macmesh models` lists "
-        "(ORG/NAME), or hf:ORG/NAME (the cached copy, else planned from the Hub's headers "
-        "without downloading)",
+        help="a model folder (config.json + safetensors; files holding only their headers "
+        "are enough to plan, and the plan says the weights are absent), a name `macmesh "
+        "models` lists (ORG/NAME), or hf:ORG/NAME (the cached copy, else planned from the "
+        "Hub's headers without downloading)",
     )
     parser.add_argument(
         "--node",
