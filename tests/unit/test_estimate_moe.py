@@ -362,7 +362,9 @@ def test_every_mlx_lm_module_that_routes_experts_is_read_or_counted_dense_by_nam
         if re.search(r"\bSwitch(GLU|MLP)\b", file.read_text(encoding="utf-8"))
     }
     assert len(routing) > 30
-    assert routing - _COUNTED_DENSE <= set(MOE_FAMILIES), sorted(routing - _COUNTED_DENSE - set(MOE_FAMILIES))
+    assert routing - _COUNTED_DENSE <= set(MOE_FAMILIES), sorted(
+        routing - _COUNTED_DENSE - set(MOE_FAMILIES)
+    )
 
 
 @pytest.mark.parametrize(
