@@ -10,10 +10,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from core.library.entries import Source
-from core.library.hub import hub_model_info, repo_id_of
+from core.library.hub import hub_model_info, repo_id_of, repo_of_header_copy
 from core.library.local import find_entry, list_library
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.settings import load_settings
@@ -27,7 +28,9 @@ def resolve_model(text: str, *, to_run: bool = False) -> ModelInfo:
     folder = Path(text).expanduser()
     hub_ref = text.startswith("hf:") or "huggingface.co/" in text or "hf.co/" in text
     if not hub_ref and folder.exists():
-        return read_model_info(folder, header_only_ok=not to_run)
+        info = read_model_info(folder, header_only_ok=not to_run)
+        repo = repo_of_header_copy(folder) if info.weights_absent else None
+        return replace(info, name=repo) if repo else info  # not the commit's hash
     repo_id = repo_id_of(text)
     if repo_id is None:
         return read_model_info(folder)  # says plainly that the folder is not there

@@ -50,7 +50,7 @@ def test_qwen3_30b_a3b_on_one_m3_max_from_the_hubs_headers(hub: FakeHub, tmp_pat
     assert again.returncode == 0, again.stderr
     data = json.loads(again.stdout)
     assert data["estimate"]["tokens_per_s"] == estimate["tokens_per_s"]
-    assert data["weights_absent"] is True
+    assert data["weights_absent"] is True and data["model"] == SMALL  # not the commit's hash
     text = _plan(hub, tmp_path, str(copy.parent), "--node", "mac:64@M3-Max")
     assert "the weights are not on this Mac (download the model to run it)" in text.stdout
 
