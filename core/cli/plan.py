@@ -1,7 +1,9 @@
 """``macmesh plan MODEL [--node NAME:MEM_GB[@CHIP] ...]``: what fits where, why, and an
 estimate of how fast it would decode on those Macs.
 
-It reads the model folder (headers only) and plans it on the Macs given with ``--node``,
+It reads the model folder (headers only; a folder whose files hold nothing but their
+headers is planned too, and the plan says the weights are absent) and plans it on the
+Macs given with ``--node``,
 or on this machine alone when none are given: the first question a person asks is "does
 it fit on my Mac?", and the answer says which machine it assumed. The table and the JSON
 are ``core.plan.report``'s.
@@ -37,6 +39,10 @@ MAX_NODE_GB = 1_000_000
 MAX_WIRED_MB = MAX_NODE_GB * 1024
 MAX_CONTEXT = 1_000_000_000
 MAX_BATCH = 100_000
+WEIGHTS_ABSENT = (
+    "Planned from the safetensors headers alone: the weights are not on this Mac "
+    "(download the model to run it)."
+)
 
 
 def parse_node(text: str) -> Node:
@@ -101,9 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "model",
-        help="a model folder (config.json + safetensors), a name `macmesh models` lists "
-        "(ORG/NAME), or hf:ORG/NAME (the cached copy, else planned from the Hub's headers "
-        "without downloading)",
+        help="a model folder (config.json + safetensors; files holding only their headers "
+        "are enough to plan, and the plan says the weights are absent), a name `macmesh "
+        "models` lists (ORG/NAME), or hf:ORG/NAME (the cached copy, else planned from the "
+        "Hub's headers without downloading)",
     )
     parser.add_argument(
         "--node",
@@ -218,10 +225,13 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
         data["estimates_by_strategy"] = {
             strategy.value: e.to_dict() for strategy, e in choice.per_strategy.items()
         }
+        data["weights_absent"] = model.weights_absent
         text = json.dumps(data, indent=2)
     else:
         text = format_plan(plan, estimate)
         if len(choice.per_strategy) > 1:
             text += "\nEstimate per strategy:\n" + "\n".join(f"  {line}" for line in choice.lines())
+        if model.weights_absent:
+            text += f"\n{WEIGHTS_ABSENT}"
     print(text, file=out)
     return 0 if plan.fits else 1

@@ -449,7 +449,7 @@ def header_copy(
     check_repo_id(repo_id)
     revision = revision_of(revision)
     api = _api(endpoint)
-    root = cache or paths.cache_dir() / "hub-headers"
+    root = cache or header_copies()
 
     def fetch() -> tuple[str, Path, int]:
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
@@ -472,6 +472,23 @@ def header_copy(
         return repo_id, folder, size
 
     return call(repo_id, endpoint, fetch)
+
+
+def header_copies() -> Path:
+    """Where ``header_copy`` keeps the Hub's headers: ``ORG--NAME/COMMIT/`` in it."""
+    return paths.cache_dir() / "hub-headers"
+
+
+def repo_of_header_copy(folder: Path) -> str | None:
+    """ORG/NAME when ``folder`` is one of ``header_copy``'s (``ORG--NAME/COMMIT``)."""
+    try:
+        inside = folder.resolve().relative_to(header_copies().resolve())
+    except (OSError, ValueError):
+        return None
+    if len(inside.parts) != 2 or "--" not in inside.parts[0]:
+        return None
+    repo_id = inside.parts[0].replace("--", "/", 1)
+    return repo_id if _REPO_ID.fullmatch(repo_id) else None
 
 
 def _siblings(info: Any) -> list[tuple[str, int]]:

@@ -1,6 +1,7 @@
 """What a person types for a model → a ModelInfo: a folder, a library name, or ``hf:``.
 
-- a folder path: read as ever;
+- a folder path: read as ever; to plan only, a folder of header-only safetensors files
+  (a model's layout without its weights) too, marked ``weights_absent``;
 - ``ORG/NAME`` as ``macmesh models`` lists it (a folder of that name wins);
 - ``hf:ORG/NAME`` (or a huggingface.co link): the copy in the Hugging Face cache when
   there is one, else, to plan only, the Hub's headers (nothing downloaded). To run, a
@@ -9,10 +10,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from core.library.entries import Source
-from core.library.hub import hub_model_info, repo_id_of
+from core.library.hub import hub_model_info, repo_id_of, repo_of_header_copy
 from core.library.local import find_entry, list_library
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.settings import load_settings
@@ -26,7 +28,9 @@ def resolve_model(text: str, *, to_run: bool = False) -> ModelInfo:
     folder = Path(text).expanduser()
     hub_ref = text.startswith("hf:") or "huggingface.co/" in text or "hf.co/" in text
     if not hub_ref and folder.exists():
-        return read_model_info(folder)
+        info = read_model_info(folder, header_only_ok=not to_run)
+        repo = repo_of_header_copy(folder) if info.weights_absent else None
+        return replace(info, name=repo) if repo else info  # not the commit's hash
     repo_id = repo_id_of(text)
     if repo_id is None:
         return read_model_info(folder)  # says plainly that the folder is not there

@@ -22,8 +22,9 @@ from core.model.validate import MAX_LAYERS, ConfigView
 
 __all__ = ["MOE_FAMILIES", "Experts", "is_routed_expert", "read_experts"]
 
-# mlx-lm's mixture-of-experts architectures (model_type), each with the config keys of
-# its expert count; every one names k ``num_experts_per_tok``.
+# mlx-lm's mixture-of-experts architectures (model_type), each with the config key of its
+# expert count; k is ``num_experts_per_tok`` (or ``top_k``) unless ``_K_KEYS`` says otherwise.
+# Every one of them stores its routed experts under ``switch_mlp`` or ``experts``.
 MOE_FAMILIES: dict[str, str] = {
     "qwen2_moe": "num_experts",
     "qwen3_moe": "num_experts",
@@ -31,23 +32,60 @@ MOE_FAMILIES: dict[str, str] = {
     "qwen3_5": "num_experts",
     "qwen3_5_moe": "num_experts",
     "qwen3_vl_moe": "num_experts",
+    "deepseek": "n_routed_experts",
     "deepseek_v2": "n_routed_experts",
     "deepseek_v3": "n_routed_experts",
     "deepseek_v32": "n_routed_experts",
+    "deepseek_v41": "n_routed_experts",
     "kimi_k2": "n_routed_experts",
     "kimi_k25": "n_routed_experts",
+    "kimi_linear": "num_experts",
+    "kimi_k3": "num_experts",
     "glm4_moe": "n_routed_experts",
     "glm4_moe_lite": "n_routed_experts",
     "glm_moe_dsa": "n_routed_experts",
+    "solar_open": "n_routed_experts",
+    "dots1": "n_routed_experts",
+    "mimo_v2_flash": "n_routed_experts",
+    "mistral4": "n_routed_experts",
+    "nemotron_h": "n_routed_experts",
+    "longcat_flash": "n_routed_experts",
     "gpt_oss": "num_local_experts",
     "llama4": "num_local_experts",
     "llama4_text": "num_local_experts",
     "mixtral": "num_local_experts",
     "minimax": "num_local_experts",
+    "minimax_m3_vl": "num_local_experts",
     "phimoe": "num_local_experts",
+    "phixtral": "num_local_experts",
     "granitemoe": "num_local_experts",
+    "granitemoehybrid": "num_local_experts",
+    "muse_spark": "num_local_experts",
     "olmoe": "num_experts",
     "bailing_moe": "num_experts",
+    "bailing_moe_linear": "num_experts",
+    "bailing_hybrid": "num_experts",
+    "bailing_moe_v3": "num_experts",
+    "Klear": "num_experts",
+    "afmoe": "num_experts",
+    "exaone_moe": "num_experts",
+    "jamba": "num_experts",
+    "laguna": "num_experts",
+    "lfm2_moe": "num_experts",
+    "mellum": "num_experts",
+    "hunyuan": "num_experts",
+    "gemma4_text": "num_experts",
+    "ernie4_5_moe": "moe_num_experts",
+    "step3p5": "moe_num_experts",
+}
+_K_KEYS: dict[str, tuple[str, ...]] = {
+    "kimi_linear": ("num_experts_per_token",),
+    "kimi_k3": ("num_experts_per_token",),
+    "hunyuan": ("moe_topk",),
+    "longcat_flash": ("moe_topk",),
+    "gemma4_text": ("top_k_experts",),
+    "ernie4_5_moe": ("moe_k",),
+    "step3p5": ("moe_top_k",),
 }
 _ROUTED = frozenset({"switch_mlp", "experts"})
 
@@ -94,10 +132,11 @@ def read_experts(config: ConfigView, expert_bytes: list[int]) -> Experts:
             "them, so every expert is counted as read (the estimate is low)"
         )
     total = config.count(key, limit=MAX_LAYERS * 16, default=0, minimum=0)
-    k = config.count("num_experts_per_tok", "top_k", limit=MAX_LAYERS * 16, default=0, minimum=0)
+    k_keys = _K_KEYS.get(model_type, ("num_experts_per_tok", "top_k"))
+    k = config.count(*k_keys, limit=MAX_LAYERS * 16, default=0, minimum=0)
     if not total or not k or k > total:
         return Experts(
-            note=f"config.json gives no usable {key} / num_experts_per_tok for this "
+            note=f"config.json gives no usable {key} / {k_keys[0]} for this "
             f"{model_type} model, so every expert is counted as read (the estimate is low)"
         )
     return Experts(total, k, tuple(expert_bytes))

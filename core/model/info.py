@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from core.model.experts import Experts, is_routed_expert, read_experts
-from core.model.safetensors_headers import FLOAT_DTYPES, HeaderError, TensorEntry, read_header
+from core.model.safetensors_headers import (
+    FLOAT_DTYPES,
+    HeaderError,
+    SafetensorsHeader,
+    TensorEntry,
+    check_complete,
+    read_header,
+)
 from core.model.validate import (
     MAX_CONTEXT,
     MAX_HEADS,
@@ -81,6 +88,9 @@ class ModelInfo:
     # The routed experts of a mixture of experts (none for a dense model): what a token
     # reads of each layer is the rest of it and ``per_token`` of ``total`` experts.
     experts: Experts = field(default_factory=Experts, hash=False)
+    # Every safetensors file holds its header only: planned from the layout, the weights
+    # are not here (``read_model_info(header_only_ok=True)``, the Hub's headers).
+    weights_absent: bool = False
 
     @property
     def quantization_label(self) -> str:
@@ -114,11 +124,16 @@ class ModelInfo:
         )
 
 
-def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
+def read_model_info(
+    folder: Path, *, check_data: bool = True, header_only_ok: bool = False
+) -> ModelInfo:
     """Read ``folder``'s config, index and safetensors headers into a ModelInfo.
 
-    ``check_data=False`` accepts files that hold only their header (test fixtures that
-    describe a 400 GB model in a few kB); every other check still runs.
+    A folder whose every safetensors file stops right after its header (the layout of a
+    model without its weights: MacMesh's copies of the Hub's headers) is read with
+    ``weights_absent`` set when ``header_only_ok`` (to plan it) and refused, saying so,
+    otherwise. ``check_data=False`` accepts any file shorter than its header says (test
+    fixtures); every other check still runs.
     """
     folder = Path(folder).expanduser()
     config = _read_config(folder)
@@ -127,13 +142,11 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
     tensors: dict[str, TensorEntry] = {}
     origin: dict[str, Path] = {}
     bytes_on_disk = 0
-    for file in files:
-        try:
-            header = read_header(file, check_data=check_data)
-        except HeaderError as error:
-            raise ModelError(
-                f"Cannot use the weights in {folder}: {error}. Download or convert the model again."
-            ) from error
+    headers = _read_headers(folder, files)
+    weights_absent = all(header.header_only for header in headers.values())
+    if check_data and not (weights_absent and header_only_ok):
+        _check_data(folder, headers, weights_absent)
+    for file, header in headers.items():
         tensors.update(header.tensors)
         origin.update(dict.fromkeys(header.tensors, file))
         bytes_on_disk += header.declared_size
@@ -199,7 +212,38 @@ def read_model_info(folder: Path, *, check_data: bool = True) -> ModelInfo:
         ),
         kv_split_by_tensor=not kv_rank,
         experts=read_experts(config, expert_bytes),
+        weights_absent=weights_absent,
     )
+
+
+def _read_headers(folder: Path, files: list[Path]) -> dict[Path, SafetensorsHeader]:
+    """Every weight file's header, not yet checked against the file's size."""
+    headers = {}
+    for file in files:
+        try:
+            headers[file] = read_header(file, check_data=False)
+        except HeaderError as error:
+            raise ModelError(
+                f"Cannot use the weights in {folder}: {error}. Download or convert the model again."
+            ) from error
+    return headers
+
+
+def _check_data(folder: Path, headers: dict[Path, SafetensorsHeader], weights_absent: bool) -> None:
+    """ModelError unless every file holds all the data its header describes."""
+    if weights_absent:
+        raise ModelError(
+            f"{folder} holds only the safetensors headers of {folder.name}, not its weights "
+            f"(every file stops after its header). `macmesh plan {folder}` plans it from "
+            "them; to run it, download the model."
+        )
+    for file, header in headers.items():
+        try:
+            check_complete(file, header)
+        except HeaderError as error:
+            raise ModelError(
+                f"Cannot use the weights in {folder}: {error}. Download or convert the model again."
+            ) from error
 
 
 def _read_config(folder: Path) -> ConfigView:

@@ -67,10 +67,20 @@ class TensorEntry:
 
 @dataclass(frozen=True)
 class SafetensorsHeader:
-    """A file's tensors plus the size the header implies (8 + header + data)."""
+    """A file's tensors, the size the header implies (8 + header + data), and the file's
+    own size."""
 
     tensors: dict[str, TensorEntry]
     declared_size: int
+    file_size: int = 0
+    header_size: int = 0  # 8 + the JSON header
+
+    @property
+    def header_only(self) -> bool:
+        """The file stops right after its header: the layout of tensors without a byte of
+        their data (MacMesh's own copies of the Hub's headers, a model described to plan
+        it), not a download cut in the middle of the data."""
+        return self.file_size == self.header_size < self.declared_size
 
 
 def read_header(path: Path, *, check_data: bool = True) -> SafetensorsHeader:
@@ -112,13 +122,24 @@ def read_header(path: Path, *, check_data: bool = True) -> SafetensorsHeader:
         tensor, end = _entry(path, name, entry)
         tensors[name] = tensor
         data_end = max(data_end, end)
-    declared = 8 + length + data_end
-    if check_data and declared > file_size:
+    parsed = SafetensorsHeader(
+        tensors=tensors,
+        declared_size=8 + length + data_end,
+        file_size=file_size,
+        header_size=8 + length,
+    )
+    if check_data:
+        check_complete(path, parsed)
+    return parsed
+
+
+def check_complete(path: Path, header: SafetensorsHeader) -> None:
+    """HeaderError unless ``path`` holds every byte its header describes."""
+    if header.declared_size > header.file_size:
         raise HeaderError(
-            f"{path.name} is {file_size} bytes but its header describes {declared}: "
-            "the file is truncated (an interrupted download or copy)"
+            f"{path.name} is {header.file_size} bytes but its header describes "
+            f"{header.declared_size}: the file is truncated (an interrupted download or copy)"
         )
-    return SafetensorsHeader(tensors=tensors, declared_size=declared)
 
 
 def _entry(path: Path, name: str, entry: object) -> tuple[TensorEntry, int]:

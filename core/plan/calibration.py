@@ -341,6 +341,27 @@ MOE_CALIBRATION: tuple[CalibrationPoint, ...] = (
         qwen35_moe(4.5),
         fitted=False,
     ),
+    # Held back, and from other people, Macs and harnesses than any fitted figure.
+    CalibrationPoint(
+        "Qwen3.6-35B-A3B, MLX 4-bit",
+        "M2 Max",
+        200,
+        79.75,
+        "https://github.com/raullenchai/Rapid-MLX/pull/1065 (a community run: M2 Max 64 GB, "
+        "mlx 0.32.0, short-prompt median decode)",
+        qwen35_moe(4.5),
+        fitted=False,
+    ),
+    CalibrationPoint(
+        "Qwen3.6-35B-A3B, mxfp4",
+        "M3 Max",
+        11 + 50,
+        106.0,
+        "https://github.com/osaurus-ai/osaurus/issues/2211 (M3 Max 48 GB, mlx_lm.generate, "
+        "11-token prompt; MLX's mxfp4 is 4.25 bits a weight, every layer taken as mxfp4)",
+        qwen35_moe(4.25),
+        fitted=False,
+    ),
 )
 ALL_CALIBRATION = CALIBRATION + MOE_CALIBRATION
 

@@ -38,13 +38,7 @@ class Choice:
         """ "tensor: 76.1 tokens/s (likely ...); 8 at once: ..." per strategy, the chosen
         first."""
         ordered = sorted(self.per_strategy.items(), key=lambda kv: kv[0] != self.plan.strategy)
-        lines = []
-        for strategy, e in ordered:
-            line = f"{strategy.value}: {e.rate_text()}"
-            if e.tokens_per_s is not None and e.batch > 1 and e.aggregate_tokens_per_s:
-                line += f"; {e.batch} at once: {e.aggregate_tokens_per_s:.1f} tokens/s in all"
-            lines.append(line)
-        return lines
+        return [f"{strategy.value}: {e.figures_text()}" for strategy, e in ordered]
 
 
 def speed_of(estimate: Estimate) -> float | None:

@@ -6,7 +6,7 @@ that read is the bottleneck. A token uses every dense weight, but of a mixture o
 routed experts only the ``k`` its router picks in each layer (``core/model/experts.py``).
 So a node's time for its part of a token is
 
-    (weights it reads + KV cache × √(query heads per KV head)) / (EFFICIENCY × bandwidth)
+    (weights it reads + KV cache × group ** KV_GROUP_EXPONENT) / (EFFICIENCY × bandwidth)
         + its layers × LAYER_OVERHEAD_S (+ MOE_LAYER_OVERHEAD_S for a MoE layer)
 
 and the links add theirs: tensor parallelism two all-reduces of one activation vector per
@@ -82,8 +82,9 @@ class Workload:
     exchange_bytes: int
     kv_split_by_tensor: bool = True
     experts: Experts = field(default_factory=Experts)
-    # Query heads per KV head: attention reads each KV head once per group of query heads
-    # sharing it, partly from the GPU's cache; the cache is counted √group times.
+    # Query heads per KV head (``group``): attention reads each KV head once per query head
+    # sharing it, partly from the GPU's cache; the cache is counted group ** KV_GROUP_EXPONENT
+    # times.
     kv_group: float = 1.0
 
     def read_bytes(self, layer: int, batch: int = 1) -> float:
@@ -271,9 +272,9 @@ def estimate_plan(
             )
         )
     context = plan.options.context_length
-    if plan.verdict == "invalid":  # what is wrong with it, not "does not fit" (issue 33)
+    if plan.verdict == "invalid":  # what is wrong with it, never "does not fit" (issue 33)
         why = plan.reason.rstrip(".")
-        return _none(plan, context, f"the plan is invalid: {why[:1].lower()}{why[1:]}")
+        return _none(plan, context, f"{why[:1].lower()}{why[1:]}")
     if not plan.fits or not plan.ranks:
         return _none(plan, context, "the plan does not fit, so it would not run")
     if unknown:

@@ -16,6 +16,7 @@ from core.plan.costs import (
     PIPELINE_HOP_S,
     LinkProfile,
 )
+from core.units import rate
 from core.worker.vocab import Strategy
 
 __all__ = ["Estimate", "NodeLoad", "band_text"]
@@ -33,9 +34,10 @@ class NodeLoad:
     seconds: float
 
 
-def band_text(rate: float, band: tuple[float, float]) -> str:
-    """ "31.0 tokens/s (likely 25.4–38.0)"."""
-    return f"{rate:.1f} tokens/s (likely {band[0]:.1f}–{band[1]:.1f})"
+def band_text(value: float, band: tuple[float, float]) -> str:
+    """ "31.0 tokens/s (likely 25.4–38.0)", with the precision every tokens/s figure of
+    the app is shown with (``core.units.rate``)."""
+    return f"{rate(value)} tokens/s (likely {rate(band[0])}–{rate(band[1])})"
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,19 @@ class Estimate:
             return f"no {LABEL}: {self.reason}"
         return band_text(self.tokens_per_s, band)
 
+    def aggregate_text(self) -> str:
+        """ "8 at once: 61.0 tokens/s in all" at a batch above 1, else ""."""
+        if self.tokens_per_s is None or self.batch < 2 or self.aggregate_tokens_per_s is None:
+            return ""
+        return f"{self.batch} at once: {rate(self.aggregate_tokens_per_s)} tokens/s in all"
+
+    def figures_text(self) -> str:
+        """ "31.0 tokens/s (likely 25.4–38.0); 8 at once: 61.0 tokens/s in all", or "no
+        estimate: why": what the Model pane shows under each strategy and ``plan`` lists
+        per strategy."""
+        aggregate = self.aggregate_text()
+        return f"{self.rate_text()}; {aggregate}" if aggregate else self.rate_text()
+
     def summary(self) -> str:
         """One line: "Estimate for real Macs: 14.2 tokens/s (likely 12.1–16.6) (2 × M3
         Ultra, tensor over RDMA over Thunderbolt 5); 8 at once: 61.0 tokens/s in all" or
@@ -96,11 +111,11 @@ class Estimate:
         if self.link is not None:
             how += f" over {self.link.name}"
         line = f"Estimate for real Macs: {self.rate_text()} ({chips}, {how})"
-        if self.batch > 1 and self.aggregate_tokens_per_s is not None:
-            line += f"; {self.batch} at once: {self.aggregate_tokens_per_s:.1f} tokens/s in all"
+        if self.aggregate_text():
+            line += f"; {self.aggregate_text()}"
         if self.alone is not None:
-            node, chip, rate = self.alone
-            line += f"; {node} ({chip}) alone: {rate:.1f} tokens/s"
+            node, chip, alone = self.alone
+            line += f"; {node} ({chip}) alone: {rate(alone)} tokens/s"
         return line
 
     def basis(self) -> str:
@@ -139,9 +154,9 @@ class Estimate:
             f"{self.seconds_per_token * 1e3:.1f} ms a token = {self.rate_text()}; the band is "
             f"±{self.band_share:.0%}, the worst error on the published figures of its kind."
         )
-        if self.batch > 1 and self.aggregate_tokens_per_s is not None:
+        if self.aggregate_text():
             lines.append(
-                f"{self.batch} requests at once: {self.aggregate_tokens_per_s:.1f} tokens/s in "
+                f"{self.batch} requests at once: {rate(self.aggregate_tokens_per_s)} tokens/s in "
                 "all (each step reads the experts the batch routes to, every sequence's KV "
                 "cache, and pays the fixed costs once; the GPU's arithmetic is assumed not "
                 "to bound it first)."

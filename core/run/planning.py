@@ -183,7 +183,8 @@ def estimates_beside(
 
 def estimate_cell(estimate: Estimate | None) -> str:
     """A run's estimate in a table: "15.9 tokens/s (est.), likely 14.2–18.1; 8 at once:
-    61.0 in all", or why there is none."""
+    61.0 tokens/s in all" (the figures ``Estimate.rate_text`` and ``aggregate_text`` give
+    the CLI and the Model pane), or why there is none."""
     if estimate is None:
         return "—"
     if estimate.tokens_per_s is None:
@@ -192,6 +193,5 @@ def estimate_cell(estimate: Estimate | None) -> str:
     band = estimate.band
     if band is not None:
         cell += f", likely {rate(band[0])}–{rate(band[1])}"
-    if estimate.batch > 1 and estimate.aggregate_tokens_per_s is not None:
-        cell += f"; {estimate.batch} at once: {rate(estimate.aggregate_tokens_per_s)} in all"
-    return cell
+    aggregate = estimate.aggregate_text()
+    return f"{cell}; {aggregate}" if aggregate else cell

@@ -85,10 +85,7 @@ class StrategyOption(QFrame):
         if estimate is None:
             self.estimate.hide()
             return
-        text = f"Estimate on the real Macs: {estimate.rate_text()}"
-        if estimate.batch > 1 and estimate.aggregate_tokens_per_s is not None:
-            text += f"; {estimate.batch} at once: {estimate.aggregate_tokens_per_s:.1f} in all"
-        self.estimate.setText(text)
+        self.estimate.setText(f"Estimate on the real Macs: {estimate.figures_text()}")
         self.estimate.setToolTip(estimate.basis())
         self.estimate.show()
 

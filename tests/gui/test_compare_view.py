@@ -109,6 +109,8 @@ def test_compare_runs_one_mac_then_the_cluster(qtbot: QtBot, demo_plans) -> None
         assert cells[(4, column)] == estimate_cell(estimate)
         assert cells[(4, column)].startswith(f"{units.rate(estimate.tokens_per_s)} tokens/s (est.)")
         assert ", likely " in cells[(4, column)]
+        # Both numbers: batch 1 and the aggregate at the planned batch, as the plan words it.
+        assert estimate.batch > 1 and f"; {estimate.aggregate_text()}" in cells[(4, column)]
         tooltip = pane.comparison.tooltips[(4, column)]
         assert tooltip.startswith("An estimate, not a measurement") and "GB/s" in tooltip
     assert "Studio B: 150 MB" in cells[(5, 1)]  # memory per node, as the ranks reported

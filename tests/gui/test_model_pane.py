@@ -248,9 +248,10 @@ def test_each_strategy_shows_its_estimate_before_start(
         option = pane.chooser.options[choice]
         estimate = estimate_on(pane.info, plans[choice], facts)
         assert option.estimate.isVisible()
-        assert option.estimate.text().startswith(
-            f"Estimate on the real Macs: {estimate.rate_text()}"
-        )
+        # Batch 1 and the aggregate at the planned batch, as `macmesh plan` words them.
+        assert option.estimate.text() == f"Estimate on the real Macs: {estimate.figures_text()}"
+        assert estimate.batch == pane.serving.selected().batch
+        assert estimate.batch == 1 or " at once: " in option.estimate.text()
         assert option.estimate.toolTip() == estimate.basis()
     planner_nodes = [planner_node(f) for f in facts]
     options = chat_options("auto", serving=pane.serving.selected())

@@ -43,6 +43,16 @@ def test_qwen3_30b_a3b_on_one_m3_max_from_the_hubs_headers(hub: FakeHub, tmp_pat
     assert estimate["aggregate_tokens_per_s"] >= estimate["tokens_per_s"]
     assert estimate["batch"] >= 1
     assert hub.weight_bytes_served() == 0
+    # The header-only copy the app keeps of it is a folder `macmesh plan` takes as well,
+    # with the same figure and a note that the weights are absent.
+    (copy,) = (tmp_path / "macmesh-cache" / "hub-headers").glob("*/*/config.json")
+    again = _plan(hub, tmp_path, str(copy.parent), "--node", "mac:64@M3-Max", "--json")
+    assert again.returncode == 0, again.stderr
+    data = json.loads(again.stdout)
+    assert data["estimate"]["tokens_per_s"] == estimate["tokens_per_s"]
+    assert data["weights_absent"] is True and data["model"] == SMALL  # not the commit's hash
+    text = _plan(hub, tmp_path, str(copy.parent), "--node", "mac:64@M3-Max")
+    assert "the weights are not on this Mac (download the model to run it)" in text.stdout
 
 
 def test_auto_picks_tensor_on_four_m3_ultras_over_rdma_and_says_why(hub: FakeHub, tmp_path: Path):

@@ -59,6 +59,9 @@ def test_the_headline_is_the_speedup_or_why_there_is_none() -> None:
     assert tensor.headline() == "2.7× faster on 4 Macs"
     pipeline = Comparison(one, run("cluster", ["a", "b"], 9.0), "pipeline")
     assert "pipeline splits memory, not time" in pipeline.headline()
+    # No promise that tensor would be faster: for some models it cannot run, and over the
+    # ring on TCP it is slower (the estimate per strategy says which, before Start).
+    assert "tensor" not in pipeline.headline()
     assert pipeline.headline().startswith("0.90× on 2 Macs")
     slow_tensor = Comparison(one, run("cluster", ["a", "b"], 8.0), "tensor")
     assert "not faster here" in slow_tensor.headline()

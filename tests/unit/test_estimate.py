@@ -38,6 +38,7 @@ from core.plan.estimate import (
 from core.plan.planner import Link, Node, PlanOptions, make_plan
 from core.plan.report import format_plan, plan_to_dict
 from core.plan.worked_example import WORKED_EXAMPLES, worked_examples_table
+from core.units import rate
 from core.worker.vocab import Strategy
 from tests.helpers.header_models import synthetic_model_info
 
@@ -170,7 +171,7 @@ def test_estimate_plan_uses_each_nodes_chip_and_the_links():
     )
     assert estimate.alone is not None and estimate.alone[:2] == ("a", "M3 Ultra")
     assert estimate.alone[2] == pytest.approx(single.tokens_per_s)
-    assert f"; a (M3 Ultra) alone: {single.tokens_per_s:.1f} tokens/s" in estimate.summary()
+    assert f"; a (M3 Ultra) alone: {rate(single.tokens_per_s)} tokens/s" in estimate.summary()
     assert estimate.to_dict()["alone"]["node"] == "a"
 
 
@@ -220,8 +221,8 @@ def test_the_report_and_its_json_carry_the_estimate_labelled_with_its_basis():
     assert high == pytest.approx(estimate.tokens_per_s / 0.88)
     assert data["tokens_per_s_band"] == [round(low, 2), round(high, 2)]
     assert (
-        f"Estimate for real Macs: {estimate.tokens_per_s:.1f} tokens/s (likely {low:.1f}–"
-        f"{high:.1f}) (M3 Ultra, single)" in text
+        f"Estimate for real Macs: {rate(estimate.tokens_per_s)} tokens/s (likely {rate(low)}–"
+        f"{rate(high)}) (M3 Ultra, single)" in text
     )
     assert "docs/estimate.md" in text
     assert "estimate" not in plan_to_dict(plan)  # without one, the JSON is as before

@@ -342,3 +342,53 @@ def test_other_families_read_their_experts_from_their_own_names(tmp_path: Path, 
     assert info.experts.total == experts and info.experts.note == ""
     assert info.experts.per_token == text["num_experts_per_tok"]
     assert info.experts.layer_bytes == (routed, routed)
+
+
+# mlx-lm modules that route experts but whose counts MacMesh does not read: counted as
+# dense, and the estimate says so (DBRX keeps its counts in ffn_config; Kimi-VL's language
+# model is configured under its own keys).
+_COUNTED_DENSE = {"dbrx", "kimi_vl", "switch_layers"}
+
+
+def test_every_mlx_lm_module_that_routes_experts_is_read_or_counted_dense_by_name():
+    """Against the installed mlx-lm: a model module that builds SwitchGLU / SwitchMLP
+    layers is a mixture of experts MacMesh reads, or one named here as counted dense."""
+    import mlx_lm.models
+
+    folder = Path(mlx_lm.models.__file__).parent
+    routing = {
+        file.stem
+        for file in folder.glob("*.py")
+        if re.search(r"\bSwitch(GLU|MLP)\b", file.read_text(encoding="utf-8"))
+    }
+    assert len(routing) > 30
+    assert routing - _COUNTED_DENSE <= set(MOE_FAMILIES), sorted(
+        routing - _COUNTED_DENSE - set(MOE_FAMILIES)
+    )
+
+
+@pytest.mark.parametrize(
+    ("model_type", "keys", "expected"),
+    [
+        ("hunyuan", {"num_experts": 64, "moe_topk": 8}, (64, 8)),
+        ("longcat_flash", {"n_routed_experts": 512, "moe_topk": 12}, (512, 12)),
+        ("ernie4_5_moe", {"moe_num_experts": 64, "moe_k": 6}, (64, 6)),
+        ("step3p5", {"moe_num_experts": 288, "moe_top_k": 8}, (288, 8)),
+        ("kimi_linear", {"num_experts": 256, "num_experts_per_token": 8}, (256, 8)),
+        ("gemma4_text", {"num_experts": 128, "top_k_experts": 8}, (128, 8)),
+        ("mistral4", {"n_routed_experts": 128, "num_experts_per_tok": 4}, (128, 4)),
+        ("hunyuan", {"num_experts": 64}, None),  # no k: counted dense, said so
+    ],
+)
+def test_each_family_reads_k_from_its_own_key(tmp_path: Path, model_type, keys, expected):
+    from core.model.experts import read_experts
+    from core.model.validate import ConfigView
+
+    config = ConfigView.of(tmp_path / "config.json", {"model_type": model_type, **keys})
+    experts = read_experts(config, [1000, 1000])
+    if expected is None:
+        assert not experts.moe and "every expert is counted as read" in experts.note
+        assert "moe_topk" in experts.note
+    else:
+        assert (experts.total, experts.per_token, experts.note) == (*expected, "")
+        assert experts.read_share() == pytest.approx(expected[1] / expected[0])

@@ -99,8 +99,10 @@ def test_llama_70b_class_from_headers_only(tmp_path: Path):
     # About 40e9 bytes on disk: 37 GB in the binary units MacMesh shows everywhere (core.units).
     assert info.summary() == "llama · 80 layers · 71B params · 4-bit · 37 GB"
     assert len(info.weight_files) == 4 and info.dtype == "bfloat16"
-    with pytest.raises(ModelError, match="truncated"):
-        read_model_info(folder)  # the same folder is a broken download for real use
+    # To run, a folder of headers alone is refused, saying so; to plan, it is read.
+    with pytest.raises(ModelError, match=r"holds only the safetensors headers .* download"):
+        read_model_info(folder)
+    assert info.weights_absent and read_model_info(folder, header_only_ok=True) == info
 
 
 def test_per_module_bits_override(tmp_path: Path):
@@ -205,6 +207,19 @@ def test_truncated_file(tiny_copy: Path):
     file.write_bytes(file.read_bytes()[:-100])
     with pytest.raises(ModelError, match=r"model-00002-of-00002\.safetensors .*truncated"):
         read_model_info(tiny_copy)
+    # Planning takes a folder of headers alone, never a download cut short.
+    with pytest.raises(ModelError, match=r"model-00002-of-00002\.safetensors .*truncated"):
+        read_model_info(tiny_copy, header_only_ok=True)
+    assert not read_model_info(tiny_copy, check_data=False).weights_absent
+
+
+def test_one_file_of_headers_beside_whole_ones_is_a_broken_download(tiny_copy: Path):
+    file = tiny_copy / "model-00002-of-00002.safetensors"
+    (length,) = struct.unpack("<Q", file.read_bytes()[:8])
+    file.write_bytes(file.read_bytes()[: 8 + length])  # its header and no data
+    with pytest.raises(ModelError, match=r"model-00002-of-00002\.safetensors .*truncated"):
+        read_model_info(tiny_copy, header_only_ok=True)
+    assert not read_model_info(tiny_copy, check_data=False).weights_absent
 
 
 @pytest.mark.parametrize(

@@ -124,9 +124,11 @@ def ratio_words(ratio: float, macs: int) -> str:
 
 
 def not_faster(strategy: str) -> str:
-    """Why a cluster does not answer faster than one Mac."""
+    """Why a cluster does not answer faster than one Mac. (Whether tensor would be is the
+    estimate's to say, per strategy, in the Model pane and ``macmesh plan``: it is not
+    possible for every model, nor faster over the ring on TCP.)"""
     if strategy == Strategy.PIPELINE:
-        return "pipeline splits memory, not time; one answer is not faster (tensor is)"
+        return "pipeline splits memory, not time; one answer is not faster"
     return "not faster here (the links cost more than they save)"
 
 
