@@ -23,8 +23,10 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models.cache import ArraysCache, CacheList
 from mlx_lm.utils import dequantize_model, load_config, load_model, load_tokenizer
 
+from core.worker.absent import hold_only
 from core.worker.layout import arrange_for_one_row
 from core.worker.residency import METER
 from core.worker.shardfiles import (
@@ -350,21 +352,18 @@ class _NoLogits(nn.Module):
 
 
 def _wrap_pipeline(inner: nn.Module, group: mx.distributed.Group, start: int, end: int) -> None:
-    local = list(inner.layers[start:end])
+    """Wrap the rank's first and last layers in ``PipelineStage``; every other rank's
+    layer becomes an ``AbsentLayer`` (``core.worker.absent``: the list keeps its length,
+    so the model's caches, masks and layer indices stay the whole model's)."""
+    layers = list(inner.layers)
     rank, size = group.rank(), group.size()
-    last = len(local) - 1
-    for i in (0, last):
-        if isinstance(local[i], PipelineStage):
+    for i in (start, end - 1):
+        if isinstance(layers[i], PipelineStage):
             continue
-        local[i] = PipelineStage(
-            local[i], group, receive=(i == 0 and rank < size - 1), send=(i == last)
+        layers[i] = PipelineStage(
+            layers[i], group, receive=(i == start and rank < size - 1), send=(i == end - 1)
         )
-    inner.layers = local
-    # Some models index their caches by a layer position found at init.
-    if hasattr(inner, "fa_idx"):
-        sliding = [bool(getattr(layer, "use_sliding", False)) for layer in local]
-        inner.fa_idx = sliding.index(False) if False in sliding else 0
-        inner.swa_idx = sliding.index(True) if True in sliding else None
+    inner.layers = hold_only(layers, start, end)
 
 
 class PipelineStage(nn.Module):
@@ -404,9 +403,20 @@ class PipelineStage(nn.Module):
             h = mx.distributed.send(h, rank - 1, group=group)
             # Prefill evaluates only the caches: tie the send to them so it runs.
             cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
-            if cache is not None and getattr(cache, "keys", None) is not None:
-                cache.keys = mx.depends(cache.keys, h)
+            _tie(cache, h)
         return h
+
+
+def _tie(cache: Any, h: mx.array) -> None:
+    """Make ``cache``'s state depend on ``h`` (a KV cache's keys, a recurrent layer's
+    first state, a cache list's first cache)."""
+    if isinstance(cache, CacheList):
+        _tie(cache.caches[0], h)
+    elif isinstance(cache, ArraysCache):
+        if cache[0] is not None:
+            cache[0] = mx.depends(cache[0], h)
+    elif cache is not None and getattr(cache, "keys", None) is not None:
+        cache.keys = mx.depends(cache.keys, h)
 
 
 def _check_files(path: Path, layers: tuple[int, int] | None) -> None:

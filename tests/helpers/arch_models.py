@@ -1,0 +1,243 @@
+"""Tiny random-weight models of any architecture mlx-lm ships, from its own classes.
+
+``make_arch_model(path, model_type)`` writes a folder mlx-lm loads like a real model:
+mlx-lm's own ``Model`` for ``model_type`` built from a small config (``arch_config``:
+every size field of the architecture's ``ModelArgs`` set small by name, ``SMALL``, then the
+architecture's own fields, ``OVERRIDES``), its own random init, saved over two safetensors
+files with an index, with the byte-level tokenizer and ChatML template of ``tiny_models``.
+The output rows of the special and unused token ids are zero, so greedy decoding never ends
+early: a run gives exactly its ``max_tokens``.
+
+``UNBUILDABLE`` names the model files that cannot be made tiny here, each with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import pkgutil
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from tests.helpers.tiny_models import (
+    EOS_TOKEN,
+    SPECIAL_TOKENS,
+    _save_tokenizer,
+    _save_weights,
+    _zero_rows_from,
+    build_tokenizer,
+)
+
+VOCAB = 512
+LAYERS = 4
+
+# Every size-like field any ModelArgs has, by name: small values that agree with each
+# other (hidden 64 = 4 heads x 16; 2 KV heads; experts 4, 2 a token).
+SMALL: dict[str, Any] = {
+    "hidden_size": 64,
+    "num_hidden_layers": LAYERS,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-5,
+    "layer_norm_epsilon": 1e-5,
+    "layer_norm_eps": 1e-5,
+    "norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    # mixtures of experts
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "moe_num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 64,
+    "moe_shared_expert_intermediate_size": 64,
+    "n_shared_experts": 1,
+    "num_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.0,
+    # multi-head latent attention
+    "kv_lora_rank": 16,
+    "q_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 16,
+    "v_head_dim": 16,
+    # sliding windows
+    "sliding_window": 8,
+    "sliding_window_pattern": 2,
+    # linear attention, state spaces
+    "linear_num_value_heads": 4,
+    "linear_num_key_heads": 2,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 2,
+    "partial_rotary_factor": 0.5,
+    "conv_kernel": 4,
+    "mamba_d_conv": 4,
+    "mamba_d_state": 16,
+    "mamba_expand": 2,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 16,
+    "mamba_n_heads": 8,
+    "mamba_d_head": 16,
+    "mamba_d_ssm": 128,
+    "mamba_n_groups": 1,
+    "mamba_chunk_size": 16,
+    "ssm_state_size": 16,
+    "state_size": 16,
+    "n_groups": 1,
+    "num_heads": 8,
+    "time_step_rank": 8,
+    "time_step_limit": (0.0, float("inf")),
+    "use_bias": False,
+    "use_conv_bias": True,
+    "mamba_proj_bias": False,
+    "mamba_conv_bias": True,
+    "mamba_dt_rank": 8,
+}
+
+# Per architecture: the fields that shape it (which layers attend, which are recurrent).
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "gpt_oss": {"layer_types": ["sliding_attention", "full_attention"] * 2},
+    "gemma3_text": {"query_pre_attn_scalar": 16},
+    "qwen3_next": {"num_key_value_heads": 2},
+    "qwen3_5": {
+        "text_config": {
+            "model_type": "qwen3_5_text",
+            **{
+                k: SMALL[k]
+                for k in (
+                    "hidden_size",
+                    "num_hidden_layers",
+                    "intermediate_size",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                    "head_dim",
+                    "vocab_size",
+                    "max_position_embeddings",
+                    "rms_norm_eps",
+                    "linear_num_value_heads",
+                    "linear_num_key_heads",
+                    "linear_key_head_dim",
+                    "linear_value_head_dim",
+                    "linear_conv_kernel_dim",
+                    "full_attention_interval",
+                    "tie_word_embeddings",
+                )
+            },
+            "rope_parameters": {
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.5,
+                "type": "default",
+            },
+        }
+    },
+    "deepseek_v3": {"num_key_value_heads": 4},
+    "nemotron_h": {
+        "hybrid_override_pattern": ["M", "*", "M", "-"],
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "attention_bias": False,
+        "mamba_proj_bias": False,
+        "mlp_bias": False,
+    },
+    "jamba": {
+        "attn_layer_offset": 1,
+        "attn_layer_period": 2,
+        "expert_layer_offset": 1,
+        "expert_layer_period": 2,
+    },
+}
+
+UNBUILDABLE: dict[str, str] = {}
+
+
+def model_types() -> list[str]:
+    """Every model file mlx-lm ships (its ``mlx_lm/models/*.py`` but its helpers)."""
+    import mlx_lm.models as models
+
+    helpers = {
+        "base",
+        "cache",
+        "activations",
+        "pipeline",
+        "rope_utils",
+        "switch_layers",
+        "gated_delta",
+        "ssm",
+        "mla",
+        "bitlinear_layers",
+    }
+    names = [m.name for m in pkgutil.iter_modules(models.__path__)]
+    return sorted(n for n in names if n not in helpers)
+
+
+def arch_config(model_type: str) -> dict[str, Any]:
+    """A small config for ``model_type``: its ModelArgs' size fields set small."""
+    module = importlib.import_module(f"mlx_lm.models.{model_type}")
+    fields = {f.name for f in dataclasses.fields(module.ModelArgs)}
+    config: dict[str, Any] = {"model_type": model_type}
+    config.update({k: v for k, v in SMALL.items() if k in fields})
+    config.update(OVERRIDES.get(model_type, {}))
+    if "time_step_limit" in config:
+        config["time_step_limit"] = list(config["time_step_limit"])
+    return config
+
+
+def build_model(config: dict[str, Any], seed: int = 0) -> Any:
+    from mlx_lm.utils import _get_classes
+
+    model_class, args_class = _get_classes(config)
+    mx.random.seed(seed)
+    return model_class(args_class.from_dict(config))
+
+
+def make_arch_model(path: Path, model_type: str, *, seed: int = 0, shards: int = 2) -> Path:
+    """Write a tiny random-weight ``model_type`` folder at ``path`` and return ``path``."""
+    if model_type in UNBUILDABLE:
+        raise ValueError(f"{model_type}: {UNBUILDABLE[model_type]}")
+    tokenizer = build_tokenizer()
+    config = arch_config(model_type)
+    config["eos_token_id"] = tokenizer.token_to_id(EOS_TOKEN)
+    config["bos_token_id"] = tokenizer.token_to_id("<|endoftext|>")
+    config["torch_dtype"] = "float32"
+    model = build_model(config, seed)
+    weights = dict(tree_flatten(model.parameters()))
+    used = tokenizer.get_vocab_size() - len(SPECIAL_TOKENS)
+    for name, value in weights.items():
+        # The output head (or the tied embedding): the ids greedy must skip never win.
+        head = name.endswith("lm_head.weight") or name.endswith("embed_tokens.weight")
+        if head and value.ndim == 2 and value.shape[0] == VOCAB:
+            weights[name] = _zero_rows_from(value, used)
+    mx.eval(weights)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    layers = int(_text(config).get("num_hidden_layers") or LAYERS)
+    _save_weights(path, weights, layers, shards)
+    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    _save_tokenizer(path, tokenizer)
+    return path
+
+
+def _text(config: dict[str, Any]) -> dict[str, Any]:
+    nested = config.get("text_config")
+    return nested if isinstance(nested, dict) else config
