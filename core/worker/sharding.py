@@ -301,7 +301,7 @@ def _shard_pipeline(
 ) -> tuple[tuple[int, int], bool]:
     """This rank's layers, and whether only rank 0 computes logits (our PipelineStage;
     mlx-lm's own ``pipeline`` gathers the hidden state to every rank instead)."""
-    inner: Any = getattr(model, "model", None)
+    inner: Any = _layer_owner(model)
     layers = getattr(inner, "layers", None)
     if not isinstance(layers, list):
         raise ShardError("this architecture has no layer list that can be pipelined")
@@ -319,6 +319,19 @@ def _shard_pipeline(
     if rank != 0:
         _skip_head(model, inner)
     return (start, end), True
+
+
+def _layer_owner(model: nn.Module) -> Any:
+    """The module whose ``layers`` list holds the decoder layers: ``model.model`` in most
+    architectures, ``backbone`` in the Mamba family, the shallowest one found."""
+    found: tuple[int, Any] | None = None
+    for name, module in model.named_modules():
+        layers = module.get("layers") if isinstance(module, dict) else None
+        if isinstance(layers, list) and layers and all(isinstance(m, nn.Module) for m in layers):
+            depth = name.count(".") if name else -1
+            if found is None or depth < found[0]:
+                found = (depth, module)
+    return found[1] if found else getattr(model, "model", None)
 
 
 def _skip_head(model: nn.Module, inner: nn.Module) -> None:
