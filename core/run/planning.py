@@ -200,7 +200,9 @@ def runnable_strategies(
     return runnable
 
 
-def failure_advice(architecture: str, strategy: Strategy, nodes: int, runnable: list[Strategy]) -> str:
+def failure_advice(
+    architecture: str, strategy: Strategy, nodes: int, runnable: list[Strategy]
+) -> str:
     """After a job failed: which architecture failed on which strategy, and what else the
     planner accepts for it here (one node, tensor, pipeline), if anything."""
     how = "one node" if strategy is Strategy.SINGLE else f"a {nodes}-node {strategy}"
