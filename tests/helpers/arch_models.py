@@ -5,8 +5,9 @@ mlx-lm's own ``Model`` for ``model_type`` built from a small config (``arch_conf
 every size field of the architecture's ``ModelArgs`` set small by name, ``SMALL``, then the
 architecture's own fields, ``OVERRIDES``), its own random init, saved over two safetensors
 files with an index, with the byte-level tokenizer and ChatML template of ``tiny_models``.
-The output rows of the special and unused token ids are zero, so greedy decoding never ends
-early: a run gives exactly its ``max_tokens``.
+Only the output rows of a few printable byte tokens are non-zero (``_output_ids``), so
+greedy decoding never ends early (a run gives exactly its ``max_tokens``) and an answer's
+text tokenizes back into the tokens generated.
 
 ``UNBUILDABLE`` names the model files that cannot be made tiny here, each with the reason.
 """
@@ -24,11 +25,10 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from tests.helpers.tiny_models import (
+    _MERGES,
     EOS_TOKEN,
-    SPECIAL_TOKENS,
     _save_tokenizer,
     _save_weights,
-    _zero_rows_from,
     build_tokenizer,
 )
 
@@ -171,6 +171,23 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 UNBUILDABLE: dict[str, str] = {}
 
 
+def _output_ids() -> set[int]:
+    """The byte tokens an answer is made of: printable ASCII characters that no merge
+    uses, so an answer's text tokenizes back into the very tokens generated. A chat's
+    next turn then extends the cached tokens exactly, as with a real model, and reuses
+    them whatever the cache type (a sliding window past its size, a recurrent state:
+    caches that cannot be cut back to a shorter prefix)."""
+    merged = {ch for left, right in _MERGES for ch in left + right}
+    return {
+        b
+        for b in range(ord("!"), ord("~") + 1)
+        if chr(b) not in merged and chr(b) not in "<>|"
+    }
+
+
+_OUTPUT_IDS = _output_ids()
+
+
 def model_types() -> list[str]:
     """Every model file mlx-lm ships (its ``mlx_lm/models/*.py`` but its helpers)."""
     import mlx_lm.models as models
@@ -222,12 +239,12 @@ def make_arch_model(path: Path, model_type: str, *, seed: int = 0, shards: int =
     config["torch_dtype"] = "float32"
     model = build_model(config, seed)
     weights = dict(tree_flatten(model.parameters()))
-    used = tokenizer.get_vocab_size() - len(SPECIAL_TOKENS)
+    allowed = mx.array([i in _OUTPUT_IDS for i in range(VOCAB)])[:, None]
     for name, value in weights.items():
-        # The output head (or the tied embedding): the ids greedy must skip never win.
+        # The output head (or the tied embedding): only the ids greedy may give can win.
         head = name.endswith("lm_head.weight") or name.endswith("embed_tokens.weight")
         if head and value.ndim == 2 and value.shape[0] == VOCAB:
-            weights[name] = _zero_rows_from(value, used)
+            weights[name] = mx.where(allowed, value, mx.zeros_like(value))
     mx.eval(weights)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
