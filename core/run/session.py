@@ -691,6 +691,9 @@ class Session:
     def _on_job_state(self, state: str, message: str) -> None:
         """On a job thread: the job's state as the session's."""
         mapped = _FROM_JOB.get(JobState(state))
+        if mapped == RunState.FAILED:  # the window's banner: what failed, and what runs
+            advice = self.failure_advice()
+            message = f"{message}\n{advice}" if advice and message else message or advice
         with self._lock:
             if mapped is None or self.state in (RunState.STOPPED, RunState.FAILED):
                 return

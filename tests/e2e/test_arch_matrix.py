@@ -45,7 +45,6 @@ CI = [*DONE_WHEN, "falcon_h1", "deepseek_v32", "qwen3_next"]
 NO_TENSOR = {"gemma3_text", "nemotron_h", "falcon_h1", "qwen3_next"}
 
 
-
 def _archs() -> list[str]:
     if os.environ.get("MACMESH_ARCHS") == "all":
         from tests.helpers.arch_models import UNBUILDABLE

@@ -55,6 +55,39 @@ SMALL: dict[str, Any] = {
     "tie_word_embeddings": False,
     "attention_bias": False,
     "mlp_bias": False,
+    # the same sizes under other names (GPT-2, DBRX, OpenELM...)
+    "n_layer": LAYERS,
+    "n_layers": LAYERS,
+    "num_layers": LAYERS,
+    "n_embd": 64,
+    "d_model": 64,
+    "hidden_dim": 64,
+    "dim": 64,
+    "n_head": 4,
+    "n_heads": 4,
+    "num_heads": 4,
+    "n_kv_heads": 2,
+    "num_kv_heads": 2,
+    "n_inner": 128,
+    "n_ctx": 2048,
+    "n_positions": 2048,
+    "rotary_emb_base": 10000.0,
+    "rotary_pct": 0.5,
+    "post_norm": False,
+    "qk_norm": False,
+    "use_qk_norm": False,
+    "layer_group_size": 2,
+    "group_norm_size": 1,
+    "conv_window": 2,
+    "sliding_window_layers": [0, 2],
+    "num_kv_reuse_layers": 0,
+    "index_head_dim": 16,
+    "index_n_heads": 2,
+    "index_topk": 4,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "rope_interleave": True,
+    "is_moe_layer": [False, True, False, True],
     # mixtures of experts
     "num_experts": 4,
     "num_local_experts": 4,
@@ -105,7 +138,6 @@ SMALL: dict[str, Any] = {
     "ssm_state_size": 16,
     "state_size": 16,
     "n_groups": 1,
-    "num_heads": 8,
     "time_step_rank": 8,
     "time_step_limit": (0.0, float("inf")),
     "use_bias": False,
@@ -160,6 +192,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "mamba_proj_bias": False,
         "mlp_bias": False,
     },
+    "afmoe": {"layer_types": ["sliding_attention", "full_attention"] * 2},
+    "exaone_moe": {"layer_types": ["sliding_attention", "full_attention"] * 2},
+    "gear": {"layer_types": ["sliding_attention", "full_attention"] * 2},
+    "mamba2": {"num_heads": 8, "head_dim": 16, "intermediate_size": 128},
     "jamba": {
         "attn_layer_offset": 1,
         "attn_layer_period": 2,
@@ -179,9 +215,7 @@ def _output_ids() -> set[int]:
     caches that cannot be cut back to a shorter prefix)."""
     merged = {ch for left, right in _MERGES for ch in left + right}
     return {
-        b
-        for b in range(ord("!"), ord("~") + 1)
-        if chr(b) not in merged and chr(b) not in "<>|"
+        b for b in range(ord("!"), ord("~") + 1) if chr(b) not in merged and chr(b) not in "<>|"
     }
 
 
@@ -248,7 +282,7 @@ def make_arch_model(path: Path, model_type: str, *, seed: int = 0, shards: int =
     mx.eval(weights)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    layers = int(_text(config).get("num_hidden_layers") or LAYERS)
+    layers = LAYERS
     _save_weights(path, weights, layers, shards)
     (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     _save_tokenizer(path, tokenizer)
