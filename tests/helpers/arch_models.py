@@ -196,6 +196,27 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "exaone_moe": {"layer_types": ["sliding_attention", "full_attention"] * 2},
     "gear": {"layer_types": ["sliding_attention", "full_attention"] * 2},
     "mamba2": {"num_heads": 8, "head_dim": 16, "intermediate_size": 128},
+    "deepseek_v2": {
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 1.0,
+            "original_max_position_embeddings": 2048,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        }
+    },
+    # mlx-lm reads the pattern as a string, transformers' config (the tokenizer's load)
+    # as a number unless the layer types are given.
+    "exaone4": {
+        "sliding_window_pattern": "LG",
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+    },
+    "dbrx": {
+        "attn_config": {"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},
+        "ffn_config": {"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2},
+    },
     "jamba": {
         "attn_layer_offset": 1,
         "attn_layer_period": 2,
@@ -204,7 +225,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
 }
 
-UNBUILDABLE: dict[str, str] = {}
+UNBUILDABLE: dict[str, str] = {
+    "bitnet": "its BitLinear layers run a Metal kernel; mlx-lm has no CPU path for them",
+    "gemma3n": "audio and vision towers, per-layer inputs and KV caches shared across "
+    "layers: a dozen coupled config fields not written here yet",
+}
 
 
 def _output_ids() -> set[int]:
@@ -248,6 +273,12 @@ def arch_config(model_type: str) -> dict[str, Any]:
     fields = {f.name for f in dataclasses.fields(module.ModelArgs)}
     config: dict[str, Any] = {"model_type": model_type}
     config.update({k: v for k, v in SMALL.items() if k in fields})
+    if "text_config" in fields:  # a wrapper (multimodal, or text under text_config)
+        text_type = f"{model_type}_text"
+        try:
+            config["text_config"] = arch_config(text_type)
+        except ModuleNotFoundError:
+            config["text_config"] = {**SMALL, "model_type": model_type}
     config.update(OVERRIDES.get(model_type, {}))
     if "time_step_limit" in config:
         config["time_step_limit"] = list(config["time_step_limit"])
