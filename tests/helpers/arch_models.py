@@ -33,6 +33,7 @@ from tests.helpers.tiny_models import (
 )
 
 VOCAB = 512
+MAX_PARAMS = 4_000_000  # a config field left at its real size shows here, not as 5 GB
 LAYERS = 4
 
 # Every size-like field any ModelArgs has, by name: small values that agree with each
@@ -88,6 +89,58 @@ SMALL: dict[str, Any] = {
     "scoring_func": "sigmoid",
     "rope_interleave": True,
     "is_moe_layer": [False, True, False, True],
+    "logits_scaling": 1.0,
+    "attention_multiplier": 0.25,
+    "embedding_multiplier": 1.0,
+    "residual_multiplier": 1.0,
+    "moe_topk": 2,
+    "num_shared_expert": 1,
+    "use_mixed_mlp_moe": False,
+    "use_cla": False,
+    "cla_share_factor": 1,
+    "conv_bias": False,
+    "conv_L_cache": 3,
+    "block_dim": 64,
+    "block_multiple_of": 16,
+    "block_ffn_dim_multiplier": 1.0,
+    "block_auto_adjust_ff_dim": False,
+    "block_ff_dim": 128,
+    "use_expert_bias": False,
+    "num_dense_layers": 1,
+    "block_size": 2048,
+    "dim_model_base": 64,
+    "scale_depth": 1.0,
+    "scale_emb": 1.0,
+    "shared_intermediate_size": 64,
+    "rotary_dim": 8,
+    "model_max_length": 2048,
+    "intermediate_size_mlp": 128,
+    "no_rope_layers": [1, 1, 1, 0],
+    "attention_chunk_size": 8,
+    "interleave_moe_layer_step": 1,
+}
+
+# Fields that change what an architecture is (which layers slide, its rope): set only
+# where ModelArgs has no default for them.
+WHEN_REQUIRED: dict[str, Any] = {
+    "hidden_act": "silu",
+    "rope_parameters": {
+        "rope_theta": 10000.0,
+        "rope_type": "default",
+        "type": "default",
+        "partial_rotary_factor": 0.5,
+        "llama_4_scaling_beta": 0.0,
+        "original_max_position_embeddings": 2048,
+        "factor": 1.0,
+    },
+    "layer_types": ["sliding_attention", "full_attention"] * (LAYERS // 2),
+    "global_head_dim": 16,
+    "vocab_size_per_layer_input": VOCAB,
+    "hidden_size_per_layer_input": 8,
+    "num_kv_shared_layers": 0,
+}
+
+SMALL |= {
     # mixtures of experts
     "num_experts": 4,
     "num_local_experts": 4,
@@ -217,6 +270,52 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "attn_config": {"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},
         "ffn_config": {"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2},
     },
+    "nemotron": {"hidden_act": "relu2"},
+    "stablelm": {"use_qkv_bias": False},
+    "step3p5": {"num_attention_groups": 2},
+    "olmo_hybrid": {"linear_allow_neg_eigval": False},
+    "phi3small": {
+        "dense_attention_every_n_layers": 2,
+        "ff_intermediate_size": 128,
+        "gegelu_limit": 20.0,
+    },
+    "recurrent_gemma": {
+        "conv1d_width": 4,
+        "logits_soft_cap": 30.0,
+        "attention_window_size": 8,
+        "block_types": ["recurrent", "attention"],
+    },
+    "rwkv7": {
+        "a_low_rank_dim": 8,
+        "v_low_rank_dim": 8,
+        "gate_low_rank_dim": 8,
+        "decay_low_rank_dim": 8,
+    },
+    "granitemoehybrid": {"layer_types": ["mamba", "attention"] * 2},
+    "mellum": {"layer_types": ["full_attention"] * LAYERS},
+    "hunyuan": {"rope_scaling": {"alpha": 1.0, "factor": 1.0, "type": "dynamic"}},
+    "ministral3": {"rope_parameters": WHEN_REQUIRED["rope_parameters"]},
+    "mistral4": {"rope_parameters": WHEN_REQUIRED["rope_parameters"]},
+    "kimi_k3": {"rope_parameters": WHEN_REQUIRED["rope_parameters"]},
+    "gemma4_text": {
+        "layer_types": WHEN_REQUIRED["layer_types"],
+        "global_head_dim": 16,
+        "vocab_size_per_layer_input": VOCAB,
+        "hidden_size_per_layer_input": 8,
+        "num_kv_shared_layers": 0,
+        "sliding_window_pattern": 2,
+    },
+    "lfm2": {"full_attn_idxs": [1, 3], "layer_types": None},
+    "lfm2_moe": {"full_attn_idxs": [1, 3], "layer_types": None},
+    "kimi_linear": {
+        "linear_attn_config": {
+            "kda_layers": [1, 3],
+            "full_attn_layers": [2, 4],
+            "head_dim": 16,
+            "num_heads": 4,
+            "short_conv_kernel_size": 4,
+        },
+    },
     "jamba": {
         "attn_layer_offset": 1,
         "attn_layer_period": 2,
@@ -227,6 +326,33 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 
 UNBUILDABLE: dict[str, str] = {
     "bitnet": "its BitLinear layers run a Metal kernel; mlx-lm has no CPU path for them",
+    "olmo": "mlx-lm's module needs the ai2-olmo package (it exits without it)",
+    "prism_hadamard_qwen35": "needs a Hadamard pack file next to the weights",
+    "phixtral": "its sizes are fields named apart from every other config (n_embd under "
+    "another schema): a 1.2-billion-parameter model at these settings",
+    "nemotron-nas": "one block config per layer (attention and FFN variants, some "
+    "no-ops) not written here yet",
+    "llama4": "vision tower and text model under text_config/vision_config: the text "
+    "model is llama4_text, which the matrix covers",
+    "lfm2-vl": "vision tower config not written here; its text model lfm2 is covered",
+    "minimax_m3_vl": "vision tower config not written here; its text model minimax is covered",
+    "muse_spark": "seven coupled text fields (per-layer rope, layer types, soft caps) not "
+    "written here yet",
+    "longcat_flash": "zero-computation experts and MLA scales: seven coupled fields not "
+    "written here yet",
+    "longcat_flash_ngram": "as longcat_flash, with n-gram embeddings",
+    "mimo_v2_flash": "ten coupled fields for its hybrid sliding/full pattern and sinks not "
+    "written here yet",
+    "openelm": "per-layer head counts and FFN multipliers (five coupled fields) not "
+    "written here yet",
+    "qwen": "Qwen 1's fields (kv_channels, a different MLP width rule) not written here "
+    "yet: the generic sizes do not fit it",
+    "plamo": "its key/value heads come from a field the generic sizes do not set",
+    "spark2_5": "per-layer-type rope parameters not written here yet",
+    "step3p5": "its router's top-k and grouped attention fields not written here yet",
+    "mellum": "its layer type names are not the generic ones; not written here yet",
+    "minicpm3": "its long-rope scaling factors (lists per head dimension) not written here yet",
+    "kimi_k3": "its rope and MLA fields not written here yet",
     "gemma3n": "audio and vision towers, per-layer inputs and KV caches shared across "
     "layers: a dozen coupled config fields not written here yet",
 }
@@ -270,9 +396,16 @@ def model_types() -> list[str]:
 def arch_config(model_type: str) -> dict[str, Any]:
     """A small config for ``model_type``: its ModelArgs' size fields set small."""
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
-    fields = {f.name for f in dataclasses.fields(module.ModelArgs)}
+    declared = dataclasses.fields(module.ModelArgs)
+    fields = {f.name for f in declared}
+    required = {
+        f.name
+        for f in declared
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
     config: dict[str, Any] = {"model_type": model_type}
     config.update({k: v for k, v in SMALL.items() if k in fields})
+    config.update({k: v for k, v in WHEN_REQUIRED.items() if k in required})
     if "text_config" in fields:  # a wrapper (multimodal, or text under text_config)
         text_type = f"{model_type}_text"
         try:
@@ -304,10 +437,15 @@ def make_arch_model(path: Path, model_type: str, *, seed: int = 0, shards: int =
     config["torch_dtype"] = "float32"
     model = build_model(config, seed)
     weights = dict(tree_flatten(model.parameters()))
+    count = sum(v.size for v in weights.values())  # shapes only: nothing evaluated yet
+    if count > MAX_PARAMS:
+        big = sorted(weights, key=lambda k: -weights[k].size)[:3]
+        raise ValueError(f"{model_type} is not tiny: {count:,} parameters (largest: {big})")
     allowed = mx.array([i in _OUTPUT_IDS for i in range(VOCAB)])[:, None]
     for name, value in weights.items():
         # The output head (or the tied embedding): only the ids greedy may give can win.
         head = name.endswith("lm_head.weight") or name.endswith("embed_tokens.weight")
+        head = head or name.endswith(("output.weight", "wte.weight", "embeddings.weight"))
         if head and value.ndim == 2 and value.shape[0] == VOCAB:
             weights[name] = mx.where(allowed, value, mx.zeros_like(value))
     mx.eval(weights)
