@@ -326,6 +326,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 
 UNBUILDABLE: dict[str, str] = {
     "bitnet": "its BitLinear layers run a Metal kernel; mlx-lm has no CPU path for them",
+    "phi3small": "built and loaded, its forward corrupts the heap on MLX's CPU backend "
+    "(3 of 4 runs alone ended in SIGSEGV or SIGABRT under MALLOC_CHECK_=3): an MLX / "
+    "mlx-lm fault to report, not one to run in this suite",
     "olmo": "mlx-lm's module needs the ai2-olmo package (it exits without it)",
     "prism_hadamard_qwen35": "needs a Hadamard pack file next to the weights",
     "phixtral": "its sizes are fields named apart from every other config (n_embd under "
