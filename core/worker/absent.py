@@ -40,15 +40,33 @@ class AbsentLayer(nn.Module):
 
     def __init__(self, layer: nn.Module | None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        for key, value in vars(layer).items() if layer is not None else ():
-            if not key.startswith("_") and isinstance(value, _FLAG_TYPES):
-                object.__setattr__(self, key, value)
+        if layer is not None:
+            _copy_flags(layer, self)
 
     def __call__(self, x: mx.array, *args: Any, **kwargs: Any) -> mx.array:
         caches = [a for a in (*args, *kwargs.values()) if isinstance(a, _BaseCache)]
         for cache in caches:
             keep_in_step(cache, x)
         return x
+
+
+class _Flags:
+    """A sub-module's plain flags, without its weights (``layer.self_attn.is_local``)."""
+
+
+def _copy_flags(source: nn.Module, target: object, depth: int = 2) -> None:
+    """``source``'s plain attributes onto ``target``, and its sub-modules' as ``_Flags``
+    (``depth`` levels down): what a model's code reads off a layer it does not run."""
+    for key, value in vars(source).items():
+        if not key.startswith("_") and isinstance(value, _FLAG_TYPES):
+            object.__setattr__(target, key, value)
+    if depth <= 0:
+        return
+    for key, value in source.items():
+        if isinstance(value, nn.Module) and not key.startswith("_"):
+            flags = _Flags()
+            _copy_flags(value, flags, depth - 1)
+            object.__setattr__(target, key, flags)
 
 
 def keep_in_step(cache: Any, x: mx.array) -> None:

@@ -96,6 +96,8 @@ def test_an_absent_layer_keeps_the_flags_passes_x_through_and_holds_no_weight() 
         def __init__(self) -> None:
             super().__init__()
             self.proj = nn.Linear(8, 8)
+            self.self_attn = nn.Linear(8, 8)
+            self.self_attn.is_local = True
             self.use_sliding = True
             self.block_type = "M"
 
@@ -103,6 +105,7 @@ def test_an_absent_layer_keeps_the_flags_passes_x_through_and_holds_no_weight() 
     absent = layers[0]
     assert isinstance(absent, AbsentLayer) and isinstance(layers[1], Layer)
     assert (absent.use_sliding, absent.block_type) == (True, "M")
+    assert absent.self_attn.is_local is True  # a sub-module's flag (exaone4's make_cache)
     assert not dict(absent.parameters())
     x, cache = mx.ones((1, 2, 8)), KVCache()
     assert absent(x, None, cache) is x
