@@ -16,6 +16,7 @@ embeddings, norm and head), and a node needs only the files holding them.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import ArraysCache, CacheList
+from mlx_lm.models.cache import ArraysCache, CacheList, make_prompt_cache
 from mlx_lm.utils import dequantize_model, load_config, load_model, load_tokenizer
 
 from core.worker.absent import hold_only
@@ -314,6 +315,7 @@ def _shard_pipeline(
     start, end = layer_ranges(split)[rank]
     if hasattr(inner, "pipeline"):
         inner.pipeline(group, split=split)
+        _own_caches_only(model, start, end, len(layers))
         return (start, end), False
     _wrap_pipeline(inner, group, start, end)
     if rank != 0:
@@ -321,17 +323,39 @@ def _shard_pipeline(
     return (start, end), True
 
 
+def _own_caches_only(model: nn.Module, start: int, end: int, total: int) -> None:
+    """After mlx-lm's own ``pipeline``, the model runs only layers ``[start, end)`` with
+    one cache each; a wrapper whose ``layers`` still lists the others (qwen2_vl over
+    qwen2) would make caches for them too, which stay empty and break the batch's
+    extract. Its caches then are those of ``[start, end)`` alone."""
+    made = make_prompt_cache(model)
+    if len(made) == end - start or len(made) not in (end, total):
+        return
+    template = made[start:end]
+
+    def make_cache() -> list[Any]:
+        return [copy.deepcopy(cache) for cache in template]
+
+    object.__setattr__(model, "make_cache", make_cache)
+
+
 def _layer_owner(model: nn.Module) -> Any:
     """The module whose ``layers`` list holds the decoder layers: ``model.model`` in most
     architectures, ``backbone`` in the Mamba family, the shallowest one found."""
+    inner = getattr(model, "model", None)
+    if isinstance(getattr(inner, "layers", None), list):
+        return inner
     found: tuple[int, Any] | None = None
     for name, module in model.named_modules():
         layers = module.get("layers") if isinstance(module, dict) else None
-        if isinstance(layers, list) and layers and all(isinstance(m, nn.Module) for m in layers):
+        towers = ("vision", "audio", "visual")
+        if any(t in name for t in towers) or not isinstance(layers, list) or not layers:
+            continue
+        if all(isinstance(m, nn.Module) for m in layers):
             depth = name.count(".") if name else -1
             if found is None or depth < found[0]:
                 found = (depth, module)
-    return found[1] if found else getattr(model, "model", None)
+    return found[1] if found else inner
 
 
 def _skip_head(model: nn.Module, inner: nn.Module) -> None:
