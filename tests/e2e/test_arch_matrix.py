@@ -44,6 +44,30 @@ CI = [*DONE_WHEN, "falcon_h1", "deepseek_v32", "qwen3_next"]
 # Tensor sharding mlx-lm has no code for: the planner refuses, in one line.
 NO_TENSOR = {"gemma3_text", "nemotron_h", "falcon_h1", "qwen3_next"}
 
+# What the whole list (``make test-archs``) finds that does not work yet, with why: each
+# an expected failure that must keep failing (strict), so a fix shows up.
+KNOWN: dict[tuple[str, str | None], str] = {
+    **{
+        (arch, None): "MacMesh's model reading needs attention heads: a pure state-space "
+        "model has none (core/model/info.py)"
+        for arch in ("mamba", "mamba2", "rwkv7")
+    },
+    **{
+        (arch, None): "MacMesh's model reading finds decoder layers by 'layers.N.' in "
+        "the weight names; this architecture names them 'h.N.'"
+        for arch in ("gpt2", "gpt_bigcode", "gptj")
+    },
+    **{
+        (arch, "pipeline"): "its layers return a tuple and share state across layers "
+        "(cross-layer KV): the pipeline wrapper passes only the hidden state between ranks"
+        for arch in ("gemma4", "gemma4_text", "hunyuan")
+    },
+}
+
+
+def _known(arch: str, strategy: str) -> str | None:
+    return KNOWN.get((arch, strategy)) or KNOWN.get((arch, None))
+
 
 def _archs() -> list[str]:
     if os.environ.get("MACMESH_ARCHS") == "all":
@@ -79,7 +103,11 @@ def test_serve_gives_mlx_lms_greedy_answers_batched_and_from_the_prompt_cache(
     folders: dict[str, Path],
     expected: dict[str, Answers],
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
+    known = _known(arch, strategy)
+    if known:
+        request.applymarker(pytest.mark.xfail(reason=known, strict=True))
     got = through_serve(folders[arch], strategy, tmp_path)
     if _refused(arch, strategy, got):
         return
