@@ -54,8 +54,8 @@ KNOWN: dict[tuple[str, str | None], str] = {
     },
     **{
         (arch, None): "MacMesh's model reading finds decoder layers by 'layers.N.' in "
-        "the weight names; this architecture names them otherwise ('h.N.')"
-        for arch in ("gpt2", "gpt_bigcode", "gptj", "gpt_neox", "exaone")
+        "the weight names; this architecture names them otherwise ('h.N.', 'blocks.N.')"
+        for arch in ("gpt2", "gpt_bigcode", "gptj", "gpt_neox", "exaone", "nanochat", "talkie")
     },
     **{
         (arch, "pipeline"): "its layers return a tuple and share state across layers "
