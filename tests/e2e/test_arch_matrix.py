@@ -57,6 +57,9 @@ KNOWN: dict[tuple[str, str | None], str] = {
         "the weight names; this architecture names them otherwise ('h.N.', 'blocks.N.')"
         for arch in ("gpt2", "gpt_bigcode", "gptj", "gpt_neox", "exaone", "nanochat", "talkie")
     },
+    ("afm7", None): "MacMesh's model reading needs hidden_size; afm7's config names it hidden_dim",
+    ("iquestloopcoder", "pipeline"): "it runs its layer list more than once a token (loops): "
+    "a pipeline stage's layers are not a contiguous pass",
     **{
         (arch, "pipeline"): "its layers return a tuple and share state across layers "
         "(cross-layer KV): the pipeline wrapper passes only the hidden state between ranks"
