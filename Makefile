@@ -31,6 +31,11 @@ TESTS ?=
 test-stress: $(STAMP)
 	.ci/stress $(BIN)/python -m pytest $(TESTS)
 
+# The architecture matrix over every model type mlx-lm ships that tests/helpers/
+# arch_models.py builds (CI runs its CI set with `make test`).
+test-archs: $(STAMP)
+	MACMESH_ARCHS=all $(BIN)/python -m pytest tests/e2e/test_arch_matrix.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check core gui tests
 	$(BIN)/ruff format --check core gui tests

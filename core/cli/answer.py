@@ -74,7 +74,10 @@ def launch_and_ask(
         return 2
     except JobError as exc:
         logs = session.job.run_dir if session.job is not None else "none"
-        err.write(f"\nmacmesh: {what} failed: {exc}\nLogs: {logs}\n")
+        after = " after the answer" if stage.streamed else ""
+        advice = session.failure_advice()
+        err.write(f"\nmacmesh: {what} failed{after}: {exc}\n")
+        err.write(f"{advice}\nLogs: {logs}\n" if advice else f"Logs: {logs}\n")
         return 1
     except KeyboardInterrupt:
         return interrupted(stage, err)

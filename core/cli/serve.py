@@ -25,8 +25,10 @@ from typing import TextIO
 from core import paths
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
+from core.cli.options import split_of
 from core.cli.run import add_cluster_arguments, open_session, serving_of
 from core.cli.steps import follow
+from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.run import demo
 from core.run.job.launcher import JobError
@@ -55,6 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "hf:ORG/NAME once downloaded",
     )
     parser.add_argument("--demo", action="store_true", help="serve the demo cluster")
+    parser.add_argument(
+        "--model",
+        dest="demo_model",
+        metavar="PATH",
+        help="--demo: a model folder, a name `macmesh models` lists, or hf:ORG/NAME once "
+        "downloaded (default: the demo model)",
+    )
     parser.add_argument("--nodes", type=int, default=2, help="--demo: simulated Macs, 1-4")
     parser.add_argument("--hosts", help="[user@]host[:port],... (with MODEL)")
     add_cluster_arguments(parser)
@@ -142,7 +151,9 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
         if stage.session is not None:
             stage.session.stop()
     if ended.failed:
-        err.write(f"macmesh: the cluster failed: {ended.message}\nLogs: {ended.logs or 'none'}\n")
+        advice = stage.session.failure_advice() if stage.session is not None else ""
+        err.write(f"macmesh: the cluster failed: {ended.message}\n" + (advice and advice + "\n"))
+        err.write(f"Logs: {ended.logs or 'none'}\n")
         return 1
     return 0
 
@@ -152,6 +163,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ClusterError("name a model folder with --hosts, or --demo (not both)")
     if args.model is not None and not args.hosts:
         raise ClusterError("--hosts is needed with a model: the Macs to run it on")
+    if args.demo_model is not None and not args.demo:
+        raise ClusterError("--model goes with --demo; with --hosts, name the model first")
     if not 0 <= args.port <= 65535:
         raise ClusterError("--port must be 0 to 65535")
     if args.max_waiting < 1:
@@ -179,12 +192,16 @@ def _session(args: argparse.Namespace, err: TextIO, stage: Stage) -> Session:
     Macs (``open_session``: the same probe, plan, checks and copy)."""
     if not args.demo:
         return open_session(args, err, stage)
-    info = read_model_info(demo_model_said(err, stage))
+    if args.demo_model is not None:
+        info = resolve_model(args.demo_model, to_run=True)
+    else:
+        info = read_model_info(demo_model_said(err, stage))
     strategy = Strategy.PIPELINE if args.strategy == Strategy.AUTO else args.strategy
     session = Session(
         info,
         simulated_hosts(demo.demo_facts(args.nodes)),
         strategy=strategy,
+        split=split_of(args),
         serving=serving_of(args),
     )
     follow(session, stage, err)

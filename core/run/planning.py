@@ -195,3 +195,33 @@ def estimate_cell(estimate: Estimate | None) -> str:
         cell += f", likely {rate(band[0])}–{rate(band[1])}"
     aggregate = estimate.aggregate_text()
     return f"{cell}; {aggregate}" if aggregate else cell
+
+
+def runnable_strategies(
+    info: ModelInfo, facts: Sequence[NodeFacts], serving: Serving | None = None
+) -> list[Strategy]:
+    """The strategies the planner accepts for ``info`` on these nodes: single when one
+    of them holds the whole model, pipeline and tensor across all of them (tensor only
+    where mlx-lm can shard the architecture and the heads divide)."""
+    runnable = []
+    if any(plan_on(info, [f], serving=serving).fits for f in facts):
+        runnable.append(Strategy.SINGLE)
+    if len(facts) > 1:
+        for strategy in (Strategy.PIPELINE, Strategy.TENSOR):
+            if plan_on(info, facts, strategy, serving=serving).fits:
+                runnable.append(strategy)
+    return runnable
+
+
+def failure_advice(
+    architecture: str, strategy: Strategy, nodes: int, runnable: list[Strategy]
+) -> str:
+    """After a job failed: which architecture failed on which strategy, and what else the
+    planner accepts for it here (one node, tensor, pipeline), if anything."""
+    how = "one node" if strategy is Strategy.SINGLE else f"a {nodes}-node {strategy}"
+    words = {Strategy.SINGLE: "one node", Strategy.PIPELINE: "pipeline", Strategy.TENSOR: "tensor"}
+    others = [words[s] for s in runnable if s is not strategy and s in words]
+    said = f"The {architecture} model failed on {how}."
+    if not others:
+        return said
+    return f"{said} {' or '.join(others).capitalize()} can run it on these Macs: try that."

@@ -83,7 +83,7 @@ from core.run.placement import (
     model_folders,
     planned_launch,
 )
-from core.run.planning import Serving, plan_on
+from core.run.planning import Serving, failure_advice, plan_on, runnable_strategies
 from core.run.states import RunState, Step
 from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, ModelSource, Strategy, Task
@@ -515,6 +515,21 @@ class Session:
 
     # -- what runs ------------------------------------------------------------------------
 
+    def failure_advice(self) -> str:
+        """After the job failed: the model's architecture and the strategy that failed,
+        and what else the planner accepts for it on these Macs (one node, tensor), if
+        anything ("" before a plan)."""
+        plan = self.plan
+        if plan is None:
+            return ""
+        facts = [self.facts[h.name] for h in self.hosts if h.name in self.facts]
+        try:
+            runnable = runnable_strategies(self.info, facts, self.serving)
+        except (ValueError, ClusterError):
+            runnable = []
+        nodes = len(plan.nodes_used)
+        return failure_advice(self.info.architecture, plan.strategy, nodes, runnable)
+
     def job_spec(self, *, checked: bool = True) -> JobSpec:
         """The plan as a ``JobSpec``: local ranks for the demo, else the targets in rank
         order with each rank's model folder on its node (``checked``: only after checks
@@ -676,6 +691,9 @@ class Session:
     def _on_job_state(self, state: str, message: str) -> None:
         """On a job thread: the job's state as the session's."""
         mapped = _FROM_JOB.get(JobState(state))
+        if mapped == RunState.FAILED:  # the window's banner: what failed, and what runs
+            advice = self.failure_advice()
+            message = f"{message}\n{advice}" if advice and message else message or advice
         with self._lock:
             if mapped is None or self.state in (RunState.STOPPED, RunState.FAILED):
                 return

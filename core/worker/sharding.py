@@ -16,6 +16,7 @@ embeddings, norm and head), and a node needs only the files holding them.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +24,10 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models.cache import ArraysCache, CacheList, make_prompt_cache
 from mlx_lm.utils import dequantize_model, load_config, load_model, load_tokenizer
 
+from core.worker.absent import hold_only
 from core.worker.layout import arrange_for_one_row
 from core.worker.residency import METER
 from core.worker.shardfiles import (
@@ -299,7 +302,7 @@ def _shard_pipeline(
 ) -> tuple[tuple[int, int], bool]:
     """This rank's layers, and whether only rank 0 computes logits (our PipelineStage;
     mlx-lm's own ``pipeline`` gathers the hidden state to every rank instead)."""
-    inner: Any = getattr(model, "model", None)
+    inner: Any = _layer_owner(model)
     layers = getattr(inner, "layers", None)
     if not isinstance(layers, list):
         raise ShardError("this architecture has no layer list that can be pipelined")
@@ -312,11 +315,47 @@ def _shard_pipeline(
     start, end = layer_ranges(split)[rank]
     if hasattr(inner, "pipeline"):
         inner.pipeline(group, split=split)
+        _own_caches_only(model, start, end, len(layers))
         return (start, end), False
     _wrap_pipeline(inner, group, start, end)
     if rank != 0:
         _skip_head(model, inner)
     return (start, end), True
+
+
+def _own_caches_only(model: nn.Module, start: int, end: int, total: int) -> None:
+    """After mlx-lm's own ``pipeline``, the model runs only layers ``[start, end)`` with
+    one cache each; a wrapper whose ``layers`` still lists the others (qwen2_vl over
+    qwen2) would make caches for them too, which stay empty and break the batch's
+    extract. Its caches then are those of ``[start, end)`` alone."""
+    made = make_prompt_cache(model)
+    if len(made) == end - start or len(made) not in (end, total):
+        return
+    template = made[start:end]
+
+    def make_cache() -> list[Any]:
+        return [copy.deepcopy(cache) for cache in template]
+
+    object.__setattr__(model, "make_cache", make_cache)
+
+
+def _layer_owner(model: nn.Module) -> Any:
+    """The module whose ``layers`` list holds the decoder layers: ``model.model`` in most
+    architectures, ``backbone`` in the Mamba family, the shallowest one found."""
+    inner = getattr(model, "model", None)
+    if isinstance(getattr(inner, "layers", None), list):
+        return inner
+    found: tuple[int, Any] | None = None
+    for name, module in model.named_modules():
+        layers = module.get("layers") if isinstance(module, dict) else None
+        towers = ("vision", "audio", "visual")
+        if any(t in name for t in towers) or not isinstance(layers, list) or not layers:
+            continue
+        if all(isinstance(m, nn.Module) for m in layers):
+            depth = name.count(".") if name else -1
+            if found is None or depth < found[0]:
+                found = (depth, module)
+    return found[1] if found else inner
 
 
 def _skip_head(model: nn.Module, inner: nn.Module) -> None:
@@ -350,21 +389,18 @@ class _NoLogits(nn.Module):
 
 
 def _wrap_pipeline(inner: nn.Module, group: mx.distributed.Group, start: int, end: int) -> None:
-    local = list(inner.layers[start:end])
+    """Wrap the rank's first and last layers in ``PipelineStage``; every other rank's
+    layer becomes an ``AbsentLayer`` (``core.worker.absent``: the list keeps its length,
+    so the model's caches, masks and layer indices stay the whole model's)."""
+    layers = list(inner.layers)
     rank, size = group.rank(), group.size()
-    last = len(local) - 1
-    for i in (0, last):
-        if isinstance(local[i], PipelineStage):
+    for i in (start, end - 1):
+        if isinstance(layers[i], PipelineStage):
             continue
-        local[i] = PipelineStage(
-            local[i], group, receive=(i == 0 and rank < size - 1), send=(i == last)
+        layers[i] = PipelineStage(
+            layers[i], group, receive=(i == start and rank < size - 1), send=(i == end - 1)
         )
-    inner.layers = local
-    # Some models index their caches by a layer position found at init.
-    if hasattr(inner, "fa_idx"):
-        sliding = [bool(getattr(layer, "use_sliding", False)) for layer in local]
-        inner.fa_idx = sliding.index(False) if False in sliding else 0
-        inner.swa_idx = sliding.index(True) if True in sliding else None
+    inner.layers = hold_only(layers, start, end)
 
 
 class PipelineStage(nn.Module):
@@ -404,9 +440,20 @@ class PipelineStage(nn.Module):
             h = mx.distributed.send(h, rank - 1, group=group)
             # Prefill evaluates only the caches: tie the send to them so it runs.
             cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
-            if cache is not None and getattr(cache, "keys", None) is not None:
-                cache.keys = mx.depends(cache.keys, h)
+            _tie(cache, h)
         return h
+
+
+def _tie(cache: Any, h: mx.array) -> None:
+    """Make ``cache``'s state depend on ``h`` (a KV cache's keys, a recurrent layer's
+    first state, a cache list's first cache)."""
+    if isinstance(cache, CacheList):
+        _tie(cache.caches[0], h)
+    elif isinstance(cache, ArraysCache):
+        if cache[0] is not None:
+            cache[0] = mx.depends(cache[0], h)
+    elif cache is not None and getattr(cache, "keys", None) is not None:
+        cache.keys = mx.depends(cache.keys, h)
 
 
 def _check_files(path: Path, layers: tuple[int, int] | None) -> None:

@@ -104,3 +104,14 @@ def _error_line(run: subprocess.CompletedProcess, *names: str) -> str:
     for name in names:
         assert name in errors[0], (name, errors[0])
     return errors[0]
+
+
+def test_serve_demo_on_a_malformed_folder_and_model_without_demo(tmp_path: Path) -> None:
+    bad = case("weight_map_escapes")
+    folder = str(bad.build(tmp_path / "m"))
+    env = {"MACMESH_DATA_DIR": str(tmp_path / "data"), "MACMESH_LOG_DIR": str(tmp_path / "l")}
+    key = str(tmp_path / "key")
+    run = _macmesh(["serve", "--demo", "--model", folder, "--api-key-file", key], **env)
+    _one_line(run, bad.file, bad.field)
+    run = _macmesh(["serve", folder, "--hosts", "127.0.0.1", "--model", folder], **env)
+    assert "--model goes with --demo" in _one_line(run)
