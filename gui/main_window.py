@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import QRect, QSize, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QMainWindow,
@@ -40,6 +40,20 @@ if TYPE_CHECKING:
 
 LEFT_WIDTH = 440
 DEFAULT_SIZE = (1440, 900)
+# Room a window manager's title bar and borders may take around the window (before the
+# window is shown its frame is unknown): a first window fits its screen with them.
+FRAME_ALLOWANCE = QSize(16, 40)
+
+
+def fitted(wanted: QRect, room: QRect, frame: QSize = FRAME_ALLOWANCE) -> QRect:
+    """``wanted`` (a window's geometry, its frame left out) inside ``room`` (a screen's
+    available area): no larger than the room less ``frame``, and moved inside it."""
+    width = max(1, min(wanted.width(), room.width() - frame.width()))
+    height = max(1, min(wanted.height(), room.height() - frame.height()))
+    left_border, top_border = frame.width() // 2, frame.height() - frame.width() // 2
+    x = min(max(wanted.x(), room.x() + left_border), room.right() + 1 - width - left_border)
+    y = min(max(wanted.y(), room.y() + top_border), room.bottom() + 1 - height - left_border)
+    return QRect(x, y, width, height)
 
 
 _RUN_ENDED = (RunState.STOPPED, RunState.FAILED, RunState.NOT_READY)
@@ -251,6 +265,18 @@ class MainWindow(QMainWindow):
         self.geometry_restored = restore_window(self, self._splitters())
         if not self.geometry_restored:
             self.resize(*DEFAULT_SIZE)
+        self.fit_to_screen(centre=not self.geometry_restored)
+
+    def fit_to_screen(self, *, centre: bool = False) -> None:
+        """The window inside its screen's available area (a 1280×800 laptop's less its
+        menu bar and Dock): the first size and a restored one alike; ``centre``: a first
+        window is centred in that area."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        room = screen.availableGeometry()
+        wanted = QRect(self.geometry())
+        if centre:
+            wanted.moveCenter(room.center())
+        self.setGeometry(fitted(wanted, room))
 
     def _splitters(self) -> dict[str, QSplitter]:
         return {"run-splitter": self.run.splitter}

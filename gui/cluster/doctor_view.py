@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import shiboken6
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from gui.bridge import Bridge
 from gui.dialog import Dialog
+from gui.folders import choose_save
 from gui.widgets import Badge, label, section
 
 if TYPE_CHECKING:
@@ -153,12 +154,10 @@ class DoctorDialog(Dialog):
     def save_capture(self, path: Path | None = None) -> None:
         """Write the capture to ``path`` (None: ask where, a .zip) off the GUI thread."""
         if path is None:
-            chosen, _ = QFileDialog.getSaveFileName(
-                self, "Save a capture", "macmesh-capture.zip", "Capture (*.zip)"
-            )
-            if not chosen:
+            chosen = choose_save(self, "Save a capture", "macmesh-capture.zip", "Capture (*.zip)")
+            if chosen is None:
                 return
-            path = Path(chosen)
+            path = chosen
         if path.suffix.lower() != ".zip":
             path = path.with_name(f"{path.name}.zip")
         from core.cluster.capture import write_capture

@@ -14,7 +14,6 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QPushButton,
@@ -28,6 +27,7 @@ from PySide6.QtWidgets import (
 from core import units
 from core.run.measure.history import History, RunKind, RunRecord
 from gui.bridge import Bridge
+from gui.folders import choose_folder
 from gui.history.run_plots import RunPlots
 from gui.widgets import Card, label
 
@@ -214,9 +214,9 @@ class HistoryView(Card):
     # -- export --------------------------------------------------------------------------
 
     def choose_export(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Export the run to…")
-        if folder:
-            self.export(Path(folder))
+        folder = choose_folder(self, "Export the run to…")
+        if folder is not None:
+            self.export(folder)
 
     def export(self, folder: Path) -> list[Path]:
         """The selected run as CSV (series), JSON (everything) and PNG (each plot as

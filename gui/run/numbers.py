@@ -57,8 +57,8 @@ class BigNumbers(QWidget):
 
     def clear(self) -> None:
         self.tps.set("–", note="live, smoothed")
-        self.ttft.set("–", "", note="the current or last answer")
-        self.links.set("–", "B/s", note="bytes moved by collectives")
+        self.ttft.set("–", "", note="this or the last answer")
+        self.links.set("–", "B/s", note="moved by collectives")
         self.total.set("0", note="since Start")
         self.update()
 
@@ -72,14 +72,14 @@ class BigNumbers(QWidget):
         else:
             tps = self.tps.set("–", note="live, smoothed")
         if headline.ttft_s is None:
-            ttft = self.ttft.set("–", "", note="the current or last answer")
+            ttft = self.ttft.set("–", "", note="this or the last answer")
         else:
             number, _, unit = units.seconds(headline.ttft_s).partition(" ")
-            ttft = self.ttft.set(number, unit, note="the current or last answer")
+            ttft = self.ttft.set(number, unit, note="this or the last answer")
         number, unit = units.bytes_per_s_parts(headline.total_bytes_per_s if live else 0.0)
         links = len(headline.link_bytes_per_s)
         note = (
-            "bytes moved by collectives"
+            "moved by collectives"
             if not links
             else "the job has ended"
             if not live
@@ -103,6 +103,13 @@ class BigNumbers(QWidget):
                 ("total", self.total),
             )
         }
+
+    def cut(self) -> list[str]:
+        """The captions and notes that do not fit their tile at its width (painted "…")."""
+        width = int(self._tile_rect(0).width()) - 2 * PAD_X
+        said = [(self.caption_font, t.caption.upper()) for t in self.tiles()]
+        said += [(self.note_font, t.note) for t in self.tiles()]
+        return [text for font, text in said if QFontMetrics(font).horizontalAdvance(text) > width]
 
     # -- painting ------------------------------------------------------------------------
 

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 REDRAW_HZ = 10
 # The three plots still read at this height; lower than pyqtgraph's own minimum, so the
 # Run pane fits a 1280×800 window with a panel (the API, Compare) open above them.
-PLOTS_MIN_HEIGHT = 300
+PLOTS_MIN_HEIGHT = 280
 COMPARE_PROMPT = "What is the capital of France?"
 COMPARE_TIP = "The same prompt on one Mac, then on the cluster: tokens/s side by side"
 COMPARE_WAITS = (
@@ -134,7 +134,7 @@ class RunPane(Card):
         self.api_panel.setVisible(self.api.settings.enabled)
         self.api_button.setChecked(self.api.settings.enabled)
         self.panels.add(self.api_panel)
-        self.comparison = CompareView()
+        self.comparison = CompareView(headline_px=20)  # its figures in view at 1280×800
         self.comparison.hide()
         self.panels.add(self.comparison)
         self.numbers = BigNumbers()
@@ -191,7 +191,10 @@ class RunPane(Card):
 
             self._plots = LivePlots()
             self._plots.setMinimumWidth(340)
-            self._plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
+            # never below what its three plots and headings need: they would overlap
+            column = self._plots.layout()
+            least = column.minimumSize().height() if column is not None else 0
+            self._plots.setMinimumHeight(max(PLOTS_MIN_HEIGHT, least))
             self.splitter.replaceWidget(1, self._plots)
             self._plots_slot.deleteLater()
         return self._plots
@@ -506,7 +509,7 @@ class RunPane(Card):
             self.chat.set_accepting(True, "Ask now: sent once loaded…")
         elif state == RunState.READY:
             self.progress_box.hide()
-            self.chat.set_accepting(True, "Ask the cluster something…")
+            self.chat.set_accepting(True, "Ask the cluster…")
         else:
             self.chat.set_accepting(False)
         self.chat.set_answering(state == RunState.GENERATING and not testing_links)

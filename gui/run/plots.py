@@ -48,6 +48,9 @@ from gui.run.plot_data import (
 from gui.style import Theme, set_role
 from gui.widgets import label
 
+# The least height each plot reads at (pyqtgraph's own is more): with a panel open above
+# them on a 1280×800 screen the three still fit their column, whole, none over another.
+TIME_PLOT_MIN_H, MEMORY_PLOT_MIN_H = 76, 64
 WINDOW_S = 180.0  # what the plots show while following: the last three minutes
 MIN_WINDOW_S = 30.0
 MARGIN = 0.05  # share of the window kept beyond each edge, so lines run off the plot
@@ -115,6 +118,12 @@ class LivePlots(QWidget):
         mem_item.addItem(self.used_bars)
         self._memory_key: Any = None
         mem_item.getAxis("bottom").setTicks([[], []])
+        for plot, least in (
+            (self.tokens, TIME_PLOT_MIN_H),
+            (self.links, TIME_PLOT_MIN_H),
+            (self.memory, MEMORY_PLOT_MIN_H),
+        ):
+            plot.setMinimumHeight(least)
         self.token_key = label("", "hint")
         self.link_key = label("", "hint")
         self.memory_key = label("", "hint")
