@@ -44,15 +44,12 @@ def report_task(pane: Any, try_links: bool = True) -> tuple[list[Node], Callable
     demo: bool = pane.is_demo
 
     def work() -> DoctorReport:
-        from core.run.checks.doctor import diagnose, diagnose_here
-        from core.run.checks.seen import seen_by, simulated_seen
+        from core.run.checks.doctor import diagnose, diagnose_demo, diagnose_here
+        from core.run.checks.seen import seen_by
 
         on_mac = sys.platform == "darwin"
         if demo:
-            from core.cluster.probe.facts import run_local_probe
-
-            here = run_local_probe(python=sys.executable)
-            return diagnose(simulated_seen(nodes, here), ("127.0.0.1",), on_mac=on_mac)
+            return diagnose_demo(nodes, on_mac=on_mac, python=sys.executable)
         if scanner is None:
             return diagnose([], (), on_mac=on_mac)
         seen = seen_by(scanner, nodes)

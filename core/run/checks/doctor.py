@@ -122,6 +122,18 @@ def diagnose_here(
     return diagnose(seen, interfaces, on_mac=on_mac, try_links=try_links, send_errors=sends)
 
 
+def diagnose_demo(nodes: Sequence[Any], *, on_mac: bool, python: str) -> DoctorReport:
+    """The report over the demo's simulated Macs (``core.run.demo.demo_nodes``, or a
+    replayed capture's), as ``macmesh doctor --demo`` and the window's Check my Macs on
+    the demo make it: each reached on this machine, where its rank runs (``python``: the
+    Python they run), on loopback (their paths are loopback by construction)."""
+    from core.cluster.probe.facts import run_local_probe
+    from core.run.checks.seen import simulated_seen
+
+    here = run_local_probe(python=python)
+    return diagnose(simulated_seen(nodes, here), ("127.0.0.1",), on_mac=on_mac)
+
+
 # -- running -----------------------------------------------------------------------------
 
 
