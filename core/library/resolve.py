@@ -27,7 +27,6 @@ from core.model.demo_model import (
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.settings import load_settings
 
-
 DEMO_NAMES = ("demo", FOLDER_NAME.lower(), "smollm2-135m-instruct")
 
 
