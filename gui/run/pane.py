@@ -60,8 +60,10 @@ REDRAW_HZ = 10
 PLOTS_MIN_HEIGHT = 280
 COMPARE_PROMPT = "What is the capital of France?"
 COMPARE_TIP = "The same prompt on one Mac, then on the cluster: tokens/s side by side"
-COMPARE_WAITS = (
-    "Stop the job first: Compare runs the model twice on its own (one Mac, then the cluster)."
+STOP_AND_COMPARE = "Stop and compare"
+STOP_AND_COMPARE_TIP = (
+    "Stops the job, then compares: Compare runs the model twice on its own (one Mac, then "
+    "the cluster)."
 )
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
@@ -102,6 +104,7 @@ class RunPane(Card):
         self._plan: Plan | None = None
         self._drawn = -1
         self._running = False
+        self._compare_when_stopped = False  # "Stop and compare": compare once it stops
         self._bridge = bridge
         self._source: ClusterSource | None = None
         self.launch_dialog: LaunchDialog | None = None
@@ -369,12 +372,16 @@ class RunPane(Card):
         info, plan = self._info, self._plan
         if info is None or plan is None or not plan.fits or self.comparer.busy:
             return False
-        if self.controller.state.active:
-            self.status.setText(COMPARE_WAITS)
-            return False
         if len(plan.ranks) < 2:
             self.status.setText("This plan runs on one Mac: Compare needs a plan on two or more.")
             return False
+        if self.controller.state.active:  # "Stop and compare": the Macs' memory is the job's
+            if self.controller.state == RunState.STOPPING:
+                return False
+            self._compare_when_stopped = True
+            self.controller.stop()
+            self.status.setText("Stopping the job, then comparing…")
+            return True
         try:
             hosts = self._hosts()
         except ValueError as error:
@@ -435,6 +442,10 @@ class RunPane(Card):
     def _state_changed(self, state: str, message: str) -> None:
         self._show_state(RunState(state), message)
         self._follow_with_api(RunState(state))
+        if self._compare_when_stopped and not RunState(state).active:
+            self._compare_when_stopped = False
+            if RunState(state) == RunState.STOPPED:  # a failure says why; no compare then
+                QTimer.singleShot(0, self, self.compare)
 
     def _follow_with_api(self, state: RunState) -> None:
         """The API serves the job from READY until it ends."""
@@ -491,7 +502,9 @@ class RunPane(Card):
             self._info is not None and self._plan is not None and self._plan.fits
         )
         comparing = getattr(self, "comparer", None) is not None and self.comparer.busy
-        self.compare_button.setEnabled(can_start and not comparing)
+        stop_first = state.active and state != RunState.STOPPING and self._multi_mac_plan()
+        self.compare_button.setText(STOP_AND_COMPARE if state.active else "Compare")
+        self.compare_button.setEnabled((can_start or stop_first) and not comparing)
         self.compare_button.setToolTip(self._compare_tip(state, comparing))
         if comparing:
             return
@@ -527,10 +540,14 @@ class RunPane(Card):
         if comparing:
             return "Comparing: Stop ends it."
         if state.active:
-            return COMPARE_WAITS
+            return STOP_AND_COMPARE_TIP
         if self._plan is not None and self._plan.fits and len(self._plan.ranks) < 2:
             return "This plan runs on one Mac: Compare needs a plan on two or more."
         return COMPARE_TIP
+
+    def _multi_mac_plan(self) -> bool:
+        plan = self._plan
+        return plan is not None and plan.fits and len(plan.ranks) > 1
 
     def _status_text(self, state: RunState, message: str) -> str:
         if state == RunState.READY and self._plan is not None:
