@@ -128,6 +128,13 @@ class MainWindow(QMainWindow):
         )
         self.fine_tune_action.triggered.connect(self.show_fine_tune)
         menu.addAction(self.fine_tune_action)
+        self.demo_rdma_action = QAction("Demo without &RDMA", self)
+        self.demo_rdma_action.setCheckable(True)
+        self.demo_rdma_action.setStatusTip(
+            "The demo cluster's simulated Macs with RDMA over Thunderbolt off: show the guide"
+        )
+        self.demo_rdma_action.toggled.connect(self._demo_without_rdma)
+        menu.addAction(self.demo_rdma_action)
         menu.addSeparator()
         self.check_macs_action = QAction("&Check my Macs…", self)
         self.check_macs_action.setStatusTip(
@@ -136,6 +143,11 @@ class MainWindow(QMainWindow):
         self.check_macs_action.triggered.connect(lambda: self.cluster.check_macs())
         menu.addAction(self.check_macs_action)
         return menu
+
+    def _demo_without_rdma(self, without: bool) -> None:
+        """View > Demo without RDMA: the simulated Macs with RDMA off (remembered)."""
+        self.cluster.set_demo_rdma(not without)
+        self.preferences.update(demo_rdma=not without)
 
     def show_fine_tune(self) -> FineTuneWindow:
         """The Fine-tune window (one; raised if open): the Model pane's model, the
@@ -256,6 +268,7 @@ class MainWindow(QMainWindow):
         # The demo cluster as it was left (shown or not, its size), before the model is
         # planned on it: a second launch must not plan on this Mac alone.
         self.cluster.set_demo_size(settings.demo_nodes)
+        self.demo_rdma_action.setChecked(not settings.demo_rdma)
         if replay is not None:  # a capture's Macs in the demo's place
             self.cluster.show_replay(replay)
         elif demo or settings.demo_on:

@@ -54,6 +54,10 @@ def figures_html(record: RunRecord) -> str:
         ("Strategy", record.strategy + (f" · split {record.split}" if record.split else "")),
         ("Backend", record.backend),
     ]
+    simulated = f.get("simulated")
+    if isinstance(simulated, dict) and simulated.get("summary"):  # the demo's hardware
+        rows[-1] = ("Backend", f"{record.backend} over loopback (the demo's ranks)")
+        rows.append(("Simulated Macs", f"{simulated.get('shape', '')} · {simulated['summary']}"))
     if record.kind in (RunKind.CHAT, RunKind.API):  # an API answer's figures are a chat's
         rows += [
             ("Generation", f"{units.rate(f.get('avg_tps') or f.get('generation_tps'))} tokens/s"),
