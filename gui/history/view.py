@@ -65,6 +65,16 @@ def figures_html(record: RunRecord) -> str:
             ("First token", units.seconds(f.get("ttft_s"))),
             ("Tokens", str(f.get("generation_tokens", "–"))),
         ]
+        batch = f.get("batch")
+        if isinstance(batch, dict) and batch.get("tokens_per_s"):  # served with others
+            rows.append(
+                (
+                    "Cluster",
+                    f"{units.rate(batch['tokens_per_s'])} tokens/s, {batch.get('answers')} "
+                    f"answers at once ({batch.get('tokens')} tokens in "
+                    f"{units.seconds(batch.get('span_s'))})",
+                )
+            )
     elif record.kind == RunKind.COMPARE:
         rows.append(("Headline", record.headline()))
         if f.get("measured"):  # the demo's: what its simulated Macs measured, said so

@@ -64,8 +64,15 @@ class BigNumbers(QWidget):
 
     def update_from(self, headline: Headline, generating: bool, live: bool = True) -> None:
         """Live rate while generating; the last answer's average once it is done. Once
-        the job has ended (``live`` False) no link carries anything any more."""
-        if generating and headline.tokens_per_s > 0:
+        the job has ended (``live`` False) no link carries anything any more. While
+        several answers generate at once the cluster's aggregate leads (``Telemetry``'s:
+        every request's tokens together), the current answer's beside it."""
+        if generating and headline.generating > 1 and headline.aggregate_tps > 0:
+            tps = self.tps.set(
+                units.rate(headline.aggregate_tps),
+                note=f"all {headline.generating} · this one {units.rate(headline.tokens_per_s)}",
+            )
+        elif generating and headline.tokens_per_s > 0:
             tps = self.tps.set(units.rate(headline.tokens_per_s), note="live, smoothed")
         elif headline.last_avg_tps is not None:
             tps = self.tps.set(units.rate(headline.last_avg_tps), note="average of the last answer")

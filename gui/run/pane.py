@@ -55,9 +55,6 @@ if TYPE_CHECKING:
     from gui.run.plots import LivePlots
 
 REDRAW_HZ = 10
-# The three plots still read at this height; lower than pyqtgraph's own minimum, so the
-# Run pane fits a 1280×800 window with a panel (the API, Compare) open above them.
-PLOTS_MIN_HEIGHT = 280
 COMPARE_PROMPT = "What is the capital of France?"
 COMPARE_TIP = "The same prompt on one Mac, then on the cluster: tokens/s side by side"
 STOP_AND_COMPARE = "Stop and compare"
@@ -194,10 +191,8 @@ class RunPane(Card):
 
             self._plots = LivePlots()
             self._plots.setMinimumWidth(340)
-            # never below what its three plots and headings need: they would overlap
-            column = self._plots.layout()
-            least = column.minimumSize().height() if column is not None else 0
-            self._plots.setMinimumHeight(max(PLOTS_MIN_HEIGHT, least))
+            # no height of its own below what its three plots and headings need (its
+            # layout's, as a heading's key wraps under its title or not): they would overlap
             self.splitter.replaceWidget(1, self._plots)
             self._plots_slot.deleteLater()
         return self._plots

@@ -106,6 +106,8 @@ class LivePlots(QWidget):
         self.tokens = _plot("", None)
         item = self.tokens.getPlotItem()
         self.instant, self.smoothed, self.average = (bare_curve(item) for _ in range(3))
+        # the cluster's tokens/s, every request together (``Telemetry.aggregate_series``)
+        self.cluster = bare_curve(item)
         self.links = _plot("", "B/s")
         self.links.setXLink(self.tokens)
         self.link_curves: dict[str, pg.PlotCurveItem] = {}
@@ -208,6 +210,15 @@ class LivePlots(QWidget):
                 self.smoothed, rates.smoothed, lo, hi, t0, view, partial(hold_zero, now=present)
             ),
             self._set_averages(source.averages, low, high),
+            _set_window(
+                self.cluster,
+                telemetry.aggregate_series(),
+                lo,
+                hi,
+                t0,
+                view,
+                partial(hold_zero, now=present),
+            ),
         )
         self._tokens_top = axis_top(self._tokens_top, peak, 1.0)
         self._set_view(self.tokens, (low, high) if self.following else None, self._tokens_top)
@@ -243,7 +254,8 @@ class LivePlots(QWidget):
         return self._ticks % LINK_EVERY == 0
 
     def clear(self) -> None:
-        for curve in (self.instant, self.smoothed, self.average, *self.link_curves.values()):
+        curves = (self.instant, self.smoothed, self.average, self.cluster)
+        for curve in (*curves, *self.link_curves.values()):
             curve.setData([], [])
             curve._drawn_key = None
         for link in list(self.link_curves):
@@ -329,6 +341,7 @@ class LivePlots(QWidget):
         self.instant.setPen(pg.mkPen(theme.qcolor("accent", 90), width=1))
         self.smoothed.setPen(pg.mkPen(theme.accent, width=2.5))
         self.average.setPen(pg.mkPen(series[2], width=2, style=Qt.PenStyle.DashLine))
+        self.cluster.setPen(pg.mkPen(series[3 % len(series)], width=2, style=Qt.PenStyle.DotLine))
         for i, curve in enumerate(self.link_curves.values()):
             curve.setPen(pg.mkPen(series[(i + 1) % len(series)], width=2))
         self.planned_bars.setOpts(brush=theme.qcolor("text3", 140), pen=pg.mkPen(None))
@@ -346,6 +359,7 @@ class LivePlots(QWidget):
                     (theme.accent, "smoothed"),
                     (_faded(theme.accent), "per token"),
                     (series[2], "answer average"),
+                    (series[3 % len(series)], "cluster (all answers)"),
                 ],
                 theme,
             )
