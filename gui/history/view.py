@@ -1,5 +1,5 @@
 """The History view: past runs (newest first), the selected run's figures and plots, and
-Export (CSV of the series, JSON of everything, PNG of the plots as shown).
+Export (CSV of the series, JSON of everything, one PNG of the record for a slide).
 
 The runs live in ``core.run.measure.history.History`` (SQLite in the user data folder); this
 view reads it off the GUI thread and shows what it read. Nothing here computes a figure.
@@ -233,8 +233,8 @@ class HistoryView(Card):
             self.export(folder)
 
     def export(self, folder: Path) -> list[Path]:
-        """The selected run as CSV (series), JSON (everything) and PNG (each plot as
-        shown) in ``folder``; the files written. A folder that cannot be written is one
+        """The selected run as CSV (series), JSON (everything) and one PNG (the record
+        for a slide: ``RunPlots.export_png``) in ``folder``; the files written. A folder that cannot be written is one
         line in the status."""
         record = self.current
         if record is None or record.id is None:
