@@ -234,8 +234,8 @@ class HistoryView(Card):
 
     def export(self, folder: Path) -> list[Path]:
         """The selected run as CSV (series), JSON (everything) and one PNG (the record
-        for a slide: ``RunPlots.export_png``) in ``folder``; the files written. A folder that cannot be written is one
-        line in the status."""
+        for a slide: ``RunPlots.export_png``) in ``folder``; the files written. A folder
+        that cannot be written is one line in the status."""
         record = self.current
         if record is None or record.id is None:
             return []
