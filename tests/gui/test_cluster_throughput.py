@@ -21,6 +21,7 @@ from core.worker import protocol as p
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
 from gui.run.pane import RunPane
+from gui.run.presentation import PresentationView
 from tests.gui.fakes import FakeBehaviour, fake_factory
 from tests.helpers.serving import free_port
 
@@ -68,15 +69,21 @@ def test_four_api_streams_show_the_clusters_aggregate(qtbot: QtBot, demo_model: 
     for _ in range(STREAMS):
         threading.Thread(target=_post, args=(pane.api.address, out), daemon=True).start()
     shown: list[tuple[float, str, str]] = []  # (when, the card's number, its note)
+    presented: list[tuple[str, str]] = []  # Presentation's number and unit meanwhile
+    view = PresentationView(pane, lambda: None)
+    qtbot.addWidget(view)
 
     def sample() -> bool:
         pane.redraw(force=True)
+        view.refresh(force=True)
         tile = pane.numbers.tps
         if tile.note.startswith(f"all {STREAMS} · "):
             shown.append((time.monotonic(), tile.number, tile.note))
+            presented.append((view.number.text(), view.unit.text()))
         return len(out) == STREAMS
 
     qtbot.waitUntil(sample, timeout=60_000)
+    assert any(unit == f"tokens/s · {STREAMS} answers at once" for _n, unit in presented)
     assert [r.status_code for r in out] == [200] * STREAMS
     tokens = len(stamps)
     assert tokens == STREAMS * (WORDS + 1)

@@ -14,6 +14,7 @@ from core.model.info import read_model_info
 from core.run.demo import demo_facts
 from core.run.measure.history import History, RunKind
 from core.run.states import RunState
+from core.run.tasks.chat import SETTLE_S
 from gui.bridge import Bridge
 from gui.history.run_plots import EXPORT_SIZE, ExportCard, RunPlots
 from gui.model.planning import plan_all
@@ -53,7 +54,9 @@ def test_a_chat_record_plots_its_own_answer_and_exports_one_slide(
     assert 0 < span < 2.0  # the answer (about 0.2 s), not the job since Start
     own = record.series["tokens_per_s"]
     assert own[0][0] >= 0 and own[-1] == (span, 0.0)  # from its question to its end
-    assert all(0 <= t <= span for name in record.series for t, _v in record.series[name])
+    assert all(0 <= t <= span for t, _v in own)
+    # its links' last reports come a moment after its end (each covers its interval)
+    assert all(0 <= t <= span + SETTLE_S for s in record.series.values() for t, _v in s)
     assert len(own) - 1 == record.figures["generation_tokens"] - 1  # its own tokens only
 
     plots = RunPlots()

@@ -51,7 +51,9 @@ def chat(
     began = time.monotonic()
     figures = answer_once(session, prompt, max_tokens, telemetry)
     links = figures.pop("link_bytes_per_s")
-    record = answer_record(session, figures, telemetry, began)
+    finished = [r for r in telemetry.requests() if r.finished]
+    answer = (finished[-1], finished[-1].last_at or time.monotonic()) if finished else None
+    record = answer_record(session, figures, telemetry, began, answer=answer)
     return Answer(figures, links, ranks_with_memory(telemetry, session.plan), record, keep(record))
 
 
@@ -147,7 +149,12 @@ def answer_record(
     if answer is not None:
         own = [(t - began, v) for t, v in answer[0].rates if t >= began]
         series["tokens_per_s"] = [*own, (figures["span_s"], 0.0)] if own else []
-        series = {k: [(t, v) for t, v in s if t <= figures["span_s"]] for k, s in series.items()}
+        # up to its end; its links' last reports a moment after (each covers its interval)
+        ends = {"tokens_per_s": figures["span_s"]}
+        series = {
+            k: [(t, v) for t, v in s if t <= ends.get(k, figures["span_s"] + SETTLE_S)]
+            for k, s in series.items()
+        }
     batch = telemetry.batch()
     if kind == RunKind.API and batch is not None and batch.most > 1:
         # An answer of a batch: the cluster's throughput over the batch's span (so far,
