@@ -11,6 +11,7 @@ The file is ``settings.json`` in ``core.paths.config_dir()``::
       "last_strategy": "pipeline",                            # "auto", "pipeline" or "tensor"
       "demo_nodes": 2,                                        # simulated Macs, 1-4
       "demo_on": false,                                       # the window shows the demo
+      "demo_rdma": true,                                      # false: the demo without RDMA
       "max_tokens": 256,                                      # longest answer, 1-32768
       "interfaces": [],                                       # network interfaces (later)
       "library_folders": ["/Volumes/models/Llama-3-8B-4bit"], # model folders added to the library
@@ -66,6 +67,7 @@ class Settings:
     last_strategy: Strategy = Strategy.PIPELINE
     demo_nodes: int = 2
     demo_on: bool = False  # the demo cluster was shown: the next launch shows it again
+    demo_rdma: bool = True  # False: the demo without RDMA (every simulated Mac's off)
     max_tokens: int = 256
     interfaces: tuple[str, ...] = ()
     library_folders: tuple[str, ...] = ()
@@ -87,6 +89,7 @@ class Settings:
             last_strategy=self.last_strategy,
             demo_nodes=self.demo_nodes,
             demo_on=self.demo_on,
+            demo_rdma=self.demo_rdma,
             max_tokens=self.max_tokens,
             interfaces=list(self.interfaces),
             library_folders=list(self.library_folders),
@@ -149,10 +152,10 @@ def _check(name: str, value: Any, default: Any) -> Any:
         raise ValueError(f"last_strategy must be one of {', '.join(STRATEGIES)}, not {value!r}")
     if name == "demo_nodes":
         return _int_in(name, value, 1, MAX_DEMO_NODES)
-    if name == "demo_on":
+    if name in ("demo_on", "demo_rdma"):
         if isinstance(value, bool):
             return value
-        raise ValueError(f"demo_on must be true or false, not {value!r}")
+        raise ValueError(f"{name} must be true or false, not {value!r}")
     if name == "max_tokens":
         return _int_in(name, value, 1, MAX_TOKENS_LIMIT)
     if name == "interfaces":

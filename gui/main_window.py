@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import QRect, QSize, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QMainWindow,
@@ -40,6 +40,20 @@ if TYPE_CHECKING:
 
 LEFT_WIDTH = 440
 DEFAULT_SIZE = (1440, 900)
+# Room a window manager's title bar and borders may take around the window (before the
+# window is shown its frame is unknown): a first window fits its screen with them.
+FRAME_ALLOWANCE = QSize(16, 40)
+
+
+def fitted(wanted: QRect, room: QRect, frame: QSize = FRAME_ALLOWANCE) -> QRect:
+    """``wanted`` (a window's geometry, its frame left out) inside ``room`` (a screen's
+    available area): no larger than the room less ``frame``, and moved inside it."""
+    width = max(1, min(wanted.width(), room.width() - frame.width()))
+    height = max(1, min(wanted.height(), room.height() - frame.height()))
+    left_border, top_border = frame.width() // 2, frame.height() - frame.width() // 2
+    x = min(max(wanted.x(), room.x() + left_border), room.right() + 1 - width - left_border)
+    y = min(max(wanted.y(), room.y() + top_border), room.bottom() + 1 - height - left_border)
+    return QRect(x, y, width, height)
 
 
 _RUN_ENDED = (RunState.STOPPED, RunState.FAILED, RunState.NOT_READY)
@@ -114,6 +128,13 @@ class MainWindow(QMainWindow):
         )
         self.fine_tune_action.triggered.connect(self.show_fine_tune)
         menu.addAction(self.fine_tune_action)
+        self.demo_rdma_action = QAction("Demo without &RDMA", self)
+        self.demo_rdma_action.setCheckable(True)
+        self.demo_rdma_action.setStatusTip(
+            "The demo cluster's simulated Macs with RDMA over Thunderbolt off: show the guide"
+        )
+        self.demo_rdma_action.toggled.connect(self._demo_without_rdma)
+        menu.addAction(self.demo_rdma_action)
         menu.addSeparator()
         self.check_macs_action = QAction("&Check my Macs…", self)
         self.check_macs_action.setStatusTip(
@@ -122,6 +143,11 @@ class MainWindow(QMainWindow):
         self.check_macs_action.triggered.connect(lambda: self.cluster.check_macs())
         menu.addAction(self.check_macs_action)
         return menu
+
+    def _demo_without_rdma(self, without: bool) -> None:
+        """View > Demo without RDMA: the simulated Macs with RDMA off (remembered)."""
+        self.cluster.set_demo_rdma(not without)
+        self.preferences.update(demo_rdma=not without)
 
     def show_fine_tune(self) -> FineTuneWindow:
         """The Fine-tune window (one; raised if open): the Model pane's model, the
@@ -242,6 +268,7 @@ class MainWindow(QMainWindow):
         # The demo cluster as it was left (shown or not, its size), before the model is
         # planned on it: a second launch must not plan on this Mac alone.
         self.cluster.set_demo_size(settings.demo_nodes)
+        self.demo_rdma_action.setChecked(not settings.demo_rdma)
         if replay is not None:  # a capture's Macs in the demo's place
             self.cluster.show_replay(replay)
         elif demo or settings.demo_on:
@@ -251,6 +278,18 @@ class MainWindow(QMainWindow):
         self.geometry_restored = restore_window(self, self._splitters())
         if not self.geometry_restored:
             self.resize(*DEFAULT_SIZE)
+        self.fit_to_screen(centre=not self.geometry_restored)
+
+    def fit_to_screen(self, *, centre: bool = False) -> None:
+        """The window inside its screen's available area (a 1280×800 laptop's less its
+        menu bar and Dock): the first size and a restored one alike; ``centre``: a first
+        window is centred in that area."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        room = screen.availableGeometry()
+        wanted = QRect(self.geometry())
+        if centre:
+            wanted.moveCenter(room.center())
+        self.setGeometry(fitted(wanted, room))
 
     def _splitters(self) -> dict[str, QSplitter]:
         return {"run-splitter": self.run.splitter}

@@ -206,7 +206,10 @@ class ElidedButton(QPushButton):
         return QSize(min(hint.width(), short), hint.height())
 
     def shown_text(self) -> str:
-        """The text as painted at the button's current width."""
+        """The text as painted at the button's current width (whole at its size hint's:
+        elidedText rounds a text exactly as wide as its room down to "…")."""
+        if self.width() >= self.sizeHint().width():
+            return self.text()
         chrome = self.sizeHint().width() - self.fontMetrics().horizontalAdvance(self.text())
         return self.fontMetrics().elidedText(
             self.text(), Qt.TextElideMode.ElideRight, max(self.width() - chrome, 0)

@@ -21,8 +21,7 @@ from typing import TextIO
 
 from core.jsonfile import FileProblem, create_exclusive
 from core.paths import FolderError
-from core.run.measure.history import History, RunKind, RunRecord, history_mode
-from core.units import rate
+from core.run.measure.history import History, RunRecord, history_mode
 
 
 def history_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -97,18 +96,10 @@ def history_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) ->
 
 
 def describe(run: RunRecord) -> str:
-    """One line: when, what, where and the headline figure."""
+    """One line: when, what, where and the headline figure: the record's own
+    (``RunRecord.headline``), the line the History window leads with (a demo compare's:
+    the estimate for the real Macs, not the simulated speedup)."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started))
     where = f"{run.strategy} on {', '.join(run.nodes)}"
-    figures = run.figures
-    if run.kind == RunKind.COMPARE:
-        headline = str(figures.get("headline", ""))
-    elif run.kind == RunKind.LINKTEST:
-        links = figures.get("links", [])
-        headline = f"{len(links)} link(s) tested"
-    elif run.kind == RunKind.FINETUNE:
-        headline = run.headline()
-    else:
-        tps = figures.get("generation_tps")
-        headline = f"{rate(float(tps))} tokens/s" if tps is not None else ""
+    headline = run.headline()
     return f"#{run.id}  {when}  {run.kind:<8} {run.model}: {where}; {headline}".rstrip("; ")

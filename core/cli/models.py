@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from core.library.local import hub_cache_dir, list_library
+from core.library.resolve import DEMO_NOT_YET, demo_entry
 from core.settings import load_settings
 
 
@@ -43,9 +44,14 @@ def models_cli(argv: Sequence[str], out: TextIO | None = None, err: TextIO | Non
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else 2
     entries = list_library(load_settings().library_folders)
+    demo = demo_entry()
+    if demo is not None:
+        entries.append(demo)
     if args.json:
         out.write(json.dumps([entry.to_dict() for entry in entries], indent=2) + "\n")
         return 0
+    if demo is None:
+        out.write(DEMO_NOT_YET + "\n")
     if not entries:
         out.write(
             f"No models found (Hugging Face cache {hub_cache_dir()}, LM Studio's folders). "

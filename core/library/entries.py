@@ -23,6 +23,7 @@ class Source(StrEnum):
     HUGGING_FACE = "huggingface"  # the Hugging Face cache (mlx_lm, LM Studio's MLX engine, ...)
     LM_STUDIO = "lmstudio"  # LM Studio's models folder
     FOLDER = "folder"  # a folder the person added
+    DEMO = "demo"  # the demo model, converted into the cache folder (`demo` names it)
 
 
 class State(StrEnum):
@@ -35,6 +36,7 @@ SOURCE_LABELS = {
     Source.HUGGING_FACE: "Hugging Face cache",
     Source.LM_STUDIO: "LM Studio",
     Source.FOLDER: "added folder",
+    Source.DEMO: "the demo model (`demo` names it)",
 }
 
 _PYTORCH_SUFFIXES = (".bin", ".pt", ".pth")

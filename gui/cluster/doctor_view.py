@@ -17,11 +17,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import shiboken6
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QLabel,
+    QLayout,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gui.bridge import Bridge
 from gui.dialog import Dialog
+from gui.folders import choose_save
 from gui.widgets import Badge, label, section
 
 if TYPE_CHECKING:
@@ -43,21 +51,26 @@ def report_task(pane: Any, try_links: bool = True) -> tuple[list[Node], Callable
     demo: bool = pane.is_demo
 
     def work() -> DoctorReport:
-        from core.run.checks.doctor import diagnose, diagnose_here
-        from core.run.checks.seen import seen_by, simulated_seen
+        from core.run.checks.doctor import diagnose, diagnose_demo, diagnose_here
+        from core.run.checks.seen import seen_by
 
         on_mac = sys.platform == "darwin"
         if demo:
-            from core.cluster.probe.facts import run_local_probe
-
-            here = run_local_probe(python=sys.executable)
-            return diagnose(simulated_seen(nodes, here), ("127.0.0.1",), on_mac=on_mac)
+            return diagnose_demo(nodes, on_mac=on_mac, python=sys.executable)
         if scanner is None:
             return diagnose([], (), on_mac=on_mac)
         seen = seen_by(scanner, nodes)
         return diagnose_here(seen, scanner.interfaces, on_mac=on_mac, try_links=try_links)
 
     return nodes, work
+
+
+class _WrappedColumn(QWidget):
+    """A column of wrapped rows in a scroll area: no minimum height of its own, so the
+    scroll area gives it the height its rows need at its width (``heightForWidth``)."""
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(super().minimumSizeHint().width(), 0)
 
 
 class CheckRow(QWidget):
@@ -98,12 +111,15 @@ class DoctorDialog(Dialog):
         self.column.addWidget(self.verdict)
         self.groups = QVBoxLayout()
         self.groups.setSpacing(6)
-        inner = QWidget()
+        # Its height is its rows' at the width it has (their text wraps), never their
+        # height wrapped at the narrowest width (three screens of blank below the rows).
+        self.groups.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
+        inner = _WrappedColumn()
         inner.setLayout(self.groups)
-        scroll = QScrollArea()
+        self.rows_area = scroll = QScrollArea()
         scroll.setWidget(inner)
         scroll.setWidgetResizable(True)
-        scroll.setMinimumSize(560, 360)
+        scroll.setMinimumSize(560, 160)
         self.column.addWidget(scroll, 1)
         self.note = label("", "secondary", wrap=True, selectable=True)
         self.note.hide()
@@ -138,11 +154,29 @@ class DoctorDialog(Dialog):
                 self.rows.append(row)
                 self.groups.addWidget(row)
         self.groups.addStretch(1)
+        # once the rows are shown (a layout shows a new child at the next event loop turn)
+        QTimer.singleShot(0, self, self.fit_to_content)
         self.verdict.setText(verdict(report))
         self.verdict.setProperty("role", "model-name" if report.ok else "error-text")
         self.verdict.style().polish(self.verdict)
         self.capture_button.setEnabled(bool(self.nodes))
         self.reported.emit(report)
+
+    def fit_to_content(self) -> None:
+        """The dialog as tall as its rows need at its width, within its screen's room."""
+        inner = self.rows_area.widget()
+        if inner is None:
+            return
+        outer = self.layout()
+        if outer is not None:
+            outer.activate()
+        width = self.rows_area.viewport().width()
+        need = inner.heightForWidth(width) if inner.hasHeightForWidth() else -1
+        if need < 0:
+            need = inner.sizeHint().height()
+        room = self.screen().availableGeometry().height() - 80
+        chrome = self.height() - self.rows_area.viewport().height()
+        self.resize(self.width(), max(self.minimumSizeHint().height(), min(room, need + chrome)))
 
     def show_error(self, error: BaseException) -> None:
         self.verdict.setText(f"The check could not run: {error}")
@@ -153,12 +187,10 @@ class DoctorDialog(Dialog):
     def save_capture(self, path: Path | None = None) -> None:
         """Write the capture to ``path`` (None: ask where, a .zip) off the GUI thread."""
         if path is None:
-            chosen, _ = QFileDialog.getSaveFileName(
-                self, "Save a capture", "macmesh-capture.zip", "Capture (*.zip)"
-            )
-            if not chosen:
+            chosen = choose_save(self, "Save a capture", "macmesh-capture.zip", "Capture (*.zip)")
+            if chosen is None:
                 return
-            path = Path(chosen)
+            path = chosen
         if path.suffix.lower() != ".zip":
             path = path.with_name(f"{path.name}.zip")
         from core.cluster.capture import write_capture

@@ -78,6 +78,7 @@ class ClusterPane(Card):
         self._registry: Registry | None = None
         self._demo = False
         self._replay = False  # the demo's place holds a capture's Macs
+        self.demo_rdma = True  # False: the demo without RDMA (``set_demo_rdma``)
         self.actions = NodeActions(self, open_url, host_is_mac)
         self.model = NodeTableModel(parent=self)
         self.demo_badge = Badge("Demo cluster", "accent")
@@ -329,7 +330,16 @@ class ClusterPane(Card):
         """The demo Macs as registry nodes; their facts are what a probe would report."""
         from core.run.demo import demo_nodes
 
-        self.registry.set_demo_nodes(demo_nodes(count))
+        self.registry.set_demo_nodes(demo_nodes(count, rdma=self.demo_rdma))
+
+    def set_demo_rdma(self, on: bool) -> None:
+        """The demo with RDMA as described (``core.run.demo``) or without it on any Mac
+        (a presenter shows the RDMA guide); the demo shown is simulated anew."""
+        if on == self.demo_rdma:
+            return
+        self.demo_rdma = on
+        if self._demo and not self._replay:
+            self._set_demo_macs(self.demo_size())
 
     def demo_size(self) -> int:
         """How many simulated Macs the demo cluster has (or would have, once shown)."""

@@ -8,7 +8,7 @@ Plain data, no Qt: ``cluster_diagram`` makes it from the nodes the Cluster pane 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from core import units
@@ -145,9 +145,18 @@ def ring_notes(ordered: Sequence[NodeFacts]) -> tuple[str, ...]:
 
 
 def demo_diagram(nodes: Sequence[Node]) -> Diagram:
-    """A plausible map for the demo Macs (they have no probed ports): a full mesh of
-    Thunderbolt 5 cables, ports numbered in order on every Mac. A cable carries RDMA
-    when both its Macs have it on (the demo's fourth has it off, as its table row says)."""
+    """The demo Macs' map: their simulated ports and cables (``core.run.demo``, the one
+    description Check my Macs and ``doctor --demo`` read too), drawn as probed Macs' are,
+    each cable by its RDMA verdict; under it, what the demo's ranks really run. Nodes
+    without ports (a sketch of N Macs) get a plausible full mesh of Thunderbolt 5 cables,
+    a cable with RDMA when both its Macs have it on."""
+    facts_of = [getattr(n, "facts", None) for n in nodes]
+    probed = [f for f in facts_of if isinstance(f, NodeFacts) and f.thunderbolt]
+    if probed and len(probed) == len(nodes):
+        from core.run.demo import BACKEND_NOTE
+
+        drawn = diagram_from_topology(build_topology(probed), {f.name: f for f in probed})
+        return replace(drawn, ring_paths=(BACKEND_NOTE,))
     names = [n.name for n in nodes]
     facts = {n.name: getattr(n, "facts", None) for n in nodes}  # none: drawn with RDMA on
     rdma_off = {

@@ -9,21 +9,28 @@ view shows (zoom in on one answer: its KB/s fill the plot). A fine-tune's loss a
 tokens/s are drawn as they were measured (training has no idle time to hold at zero).
 The keys sit in each plot's heading, as in the live plots: never over the lines.
 
-``png_bytes`` renders them as shown, with pyqtgraph's own ImageExporter (the History view
-makes the files: exclusively, with the history's mode).
+``png_bytes`` draws a record as one PNG for a slide (1600×900: a title with the model,
+the Macs, the strategy and the date, its headline figures, both plots with their axes,
+units and keys). A chat or API answer's plots cover that answer's span, from its send to
+its end, in seconds (milliseconds for a short one), with its own tokens/s (and, for an
+API answer served with others, the cluster's, all answers together). The History view
+makes the file from those bytes: exclusively, with the history's mode; ``export_png``
+does the same for a folder of one's own.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyqtgraph as pg
-from pyqtgraph.exporters import ImageExporter
-from PySide6.QtCore import QBuffer, QIODevice
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import QBuffer, QIODevice, Qt
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
 
+from core import units
 from core.jsonfile import create_exclusive
 from core.run.measure.history import RunKind, RunRecord
 from gui import style
@@ -45,6 +52,17 @@ def _plot(y_label: str, units: str | None, x_label: str = "", x_units: str | Non
     box.setMouseEnabled(x=True, y=False)  # zoom in time; the y axis follows (next line)
     box.setAutoVisible(y=True)  # y fits what the x range shows
     return widget
+
+
+SHORT_S = 2.0  # an answer shorter than this is plotted in milliseconds
+TOKEN_SERIES = {"tokens_per_s": "this answer", "cluster tokens_per_s": "cluster (all answers)"}
+
+
+def answer_span(record: RunRecord) -> float | None:
+    """An answer's span in seconds (its figures' ``span_s``: from its send to its end),
+    None for a record without one (a run kept before answers carried their span)."""
+    span = record.figures.get("span_s")
+    return float(span) if isinstance(span, int | float) and span > 0 else None
 
 
 def _link_name(series: str, nodes: list[str]) -> str:
@@ -162,22 +180,38 @@ class RunPlots(QWidget):
             return
         self.top_title.setText("TOKENS PER SECOND")
         self.bottom_title.setText("LINK BANDWIDTH · BYTES MOVED BY MLX COLLECTIVES")
+        # The answer's own span (from its send to its end) in seconds, or in ms when it
+        # is short: never pyqtgraph's "ks" of a job's whole series.
+        span = answer_span(record)
+        scale, unit = (1000.0, "ms") if span is not None and span < SHORT_S else (1.0, "s")
         top.setLabel("left", "tokens/s", units=None)
-        top.setLabel("bottom", "time", units="s")
         bottom.setLabel("left", "", units="B/s")
-        bottom.setLabel("bottom", "time", units="s")
+        for item in (top, bottom):
+            item.setLabel("bottom", f"time since the question ({unit})", units=None)
+            item.getAxis("bottom").enableAutoSIPrefix(False)
         links = 0
         for name, points in record.series.items():
-            shape = hold_zero if name == "tokens_per_s" else zero_idle
+            shape = hold_zero if name in TOKEN_SERIES else zero_idle
             times, values = shape(*_arrays(points))
-            if name == "tokens_per_s":
-                pen = pg.mkPen(theme.accent, width=2.5)
+            times = times * scale
+            if name in TOKEN_SERIES:
+                own = name == "tokens_per_s"
+                color = -1 if own else 3 % len(colors)
+                pen = pg.mkPen(
+                    theme.accent if own else colors[color],
+                    width=2.5 if own else 2,
+                    style=Qt.PenStyle.SolidLine if own else Qt.PenStyle.DotLine,
+                )
                 self.curves[name] = top.plot(times, values, pen=pen)
+                self._keys[0].append((color, TOKEN_SERIES[name]))
             else:
                 links += 1
                 pen = pg.mkPen(colors[links % len(colors)], width=2)
                 self.curves[name] = bottom.plot(times, values, pen=pen)
                 self._keys[1].append((links % len(colors), _link_name(name, record.nodes)))
+        if span is not None:
+            for item in (top, bottom):
+                item.setXRange(0.0, span * scale, padding=0.02)
         self._show_keys(theme)
 
     def _show_training(self, record: RunRecord, theme: Theme) -> None:
@@ -218,8 +252,8 @@ class RunPlots(QWidget):
             )
 
     def export_png(self, folder: Path, stem: str) -> list[Path]:
-        """Both plots as PNG files in ``folder``, made anew (0600, never through a
-        link: FileExistsError where one is there); the files written."""
+        """The record as one PNG in ``folder``, made anew (0600, never through a link:
+        FileExistsError where one is there); the file written (none without a record)."""
         written = []
         for name, data in self.png_bytes(stem).items():
             with create_exclusive(folder / name) as out:
@@ -229,27 +263,95 @@ class RunPlots(QWidget):
 
     @staticmethod
     def png_names(stem: str) -> list[str]:
-        return [f"{stem}-{suffix}.png" for suffix in ("top", "bottom")]
+        return [f"{stem}.png"]
 
     def png_bytes(self, stem: str) -> dict[str, bytes]:
-        """Both plots as PNG, as shown: file name → bytes (the caller makes the files)."""
-        made = {}
-        for name, widget in zip(self.png_names(stem), (self.top, self.bottom), strict=True):
-            widget.getPlotItem().getViewBox().updateAutoRange()  # as fitted for a paint
-            exporter = ImageExporter(widget.getPlotItem())
-            exporter.parameters()["width"] = max(800, widget.width())
-            image = exporter.export(toBytes=True)
-            buffer = QBuffer()
-            buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-            image.save(buffer, "PNG")
-            made[name] = bytes(buffer.data().data())
-        return made
+        """The record as one PNG a person can paste into a slide (``EXPORT_SIZE``): a
+        title (model, Macs, strategy, date), its headline figures, both plots with their
+        axes, units and keys; file name → bytes (the caller makes the file; nothing
+        without a record)."""
+        if self.record is None:
+            return {}
+        card = ExportCard(self.record)
+        try:
+            image = card.picture()
+        finally:
+            card.deleteLater()
+        buffer = QBuffer()
+        buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+        # PySide6 takes the format as str at run time, though its stubs say bytes.
+        if not cast(Any, image).save(buffer, "PNG"):
+            raise OSError("could not draw the record as PNG")
+        return {self.png_names(stem)[0]: bytes(buffer.data().data())}
 
     def apply_theme(self, theme: Theme) -> None:
         for widget in (self.top, self.bottom):
             theme_plot(widget, theme)
         if self.record is not None:  # the lines and keys in the theme's colours
             self.show_record(self.record)
+
+
+EXPORT_SIZE = (1600, 900)
+
+
+def export_title(record: RunRecord) -> str:
+    """ "SmolLM2-135M-Instruct-mlx-q4 on Studio A, Studio B · pipeline · 2026-12-06 21:40"."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.started))
+    return f"{record.model} on {', '.join(record.nodes)} · {record.strategy} · {when}"
+
+
+def export_figures(record: RunRecord) -> str:
+    """The record's headline figures in a line."""
+    f = record.figures
+    parts = [record.headline()]
+    if record.kind in (RunKind.CHAT, RunKind.API):
+        if f.get("ttft_s") is not None:
+            parts.append(f"first token {units.seconds(f['ttft_s'])}")
+        if f.get("generation_tokens") is not None:
+            parts.append(f"{f['generation_tokens']} tokens")
+        span = answer_span(record)
+        if span is not None:
+            parts.append(f"answered in {units.seconds(span)}")
+        batch = f.get("batch")
+        if isinstance(batch, dict) and batch.get("tokens_per_s"):
+            parts.append(
+                f"cluster {units.rate(batch['tokens_per_s'])} tokens/s "
+                f"({batch.get('answers')} answers at once)"
+            )
+    return " · ".join(p for p in parts if p)
+
+
+class ExportCard(QWidget):
+    """A record drawn for a slide, off screen, at ``EXPORT_SIZE``."""
+
+    def __init__(self, record: RunRecord) -> None:
+        super().__init__(None)
+        self.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen)
+        self.setObjectName("export-card")
+        theme = style.current()
+        self.setStyleSheet(f"#export-card {{ background: {theme.window}; }}")
+        self.title = label(export_title(record), "model-name", wrap=True)
+        self.title.setStyleSheet("font-size: 26px; font-weight: 700;")
+        self.figures = label(export_figures(record), "secondary", wrap=True)
+        self.figures.setStyleSheet("font-size: 20px;")
+        self.plots = RunPlots()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(36, 28, 36, 28)
+        layout.setSpacing(12)
+        layout.addWidget(self.title)
+        layout.addWidget(self.figures)
+        layout.addWidget(self.plots, 1)
+        self.resize(*EXPORT_SIZE)
+        self.plots.show_record(record)
+
+    def picture(self) -> QImage:
+        self.show()  # laid out and polished, never on screen (WA_DontShowOnScreen)
+        QApplication.processEvents()
+        for widget in (self.plots.top, self.plots.bottom):
+            widget.getPlotItem().getViewBox().updateMatrix()
+        image = self.grab().toImage()
+        self.hide()
+        return image
 
 
 def _arrays(points: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:

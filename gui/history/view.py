@@ -1,5 +1,5 @@
 """The History view: past runs (newest first), the selected run's figures and plots, and
-Export (CSV of the series, JSON of everything, PNG of the plots as shown).
+Export (CSV of the series, JSON of everything, one PNG of the record for a slide).
 
 The runs live in ``core.run.measure.history.History`` (SQLite in the user data folder); this
 view reads it off the GUI thread and shows what it read. Nothing here computes a figure.
@@ -17,7 +17,6 @@ from typing import BinaryIO
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QMessageBox,
@@ -33,6 +32,7 @@ from core import units
 from core.jsonfile import create_exclusive
 from core.run.measure.history import History, RunKind, RunRecord, history_mode
 from gui.bridge import Bridge
+from gui.folders import choose_folder
 from gui.history.run_plots import RunPlots
 from gui.widgets import Card, label
 
@@ -59,6 +59,10 @@ def figures_html(record: RunRecord) -> str:
         ("Strategy", record.strategy + (f" · split {record.split}" if record.split else "")),
         ("Backend", record.backend),
     ]
+    simulated = f.get("simulated")
+    if isinstance(simulated, dict) and simulated.get("summary"):  # the demo's hardware
+        rows[-1] = ("Backend", f"{record.backend} over loopback (the demo's ranks)")
+        rows.append(("Simulated Macs", f"{simulated.get('shape', '')} · {simulated['summary']}"))
     if record.kind in (RunKind.CHAT, RunKind.API):  # an API answer's figures are a chat's
         rows += [
             ("Generation", f"{units.rate(f.get('avg_tps') or f.get('generation_tps'))} tokens/s"),
@@ -66,6 +70,16 @@ def figures_html(record: RunRecord) -> str:
             ("First token", units.seconds(f.get("ttft_s"))),
             ("Tokens", str(f.get("generation_tokens", "–"))),
         ]
+        batch = f.get("batch")
+        if isinstance(batch, dict) and batch.get("tokens_per_s"):  # served with others
+            rows.append(
+                (
+                    "Cluster",
+                    f"{units.rate(batch['tokens_per_s'])} tokens/s, {batch.get('answers')} "
+                    f"answers at once ({batch.get('tokens')} tokens in "
+                    f"{units.seconds(batch.get('span_s'))})",
+                )
+            )
     elif record.kind == RunKind.COMPARE:
         rows.append(("Headline", record.headline()))
         if f.get("measured"):  # the demo's: what its simulated Macs measured, said so
@@ -222,9 +236,9 @@ class HistoryView(Card):
     # -- export --------------------------------------------------------------------------
 
     def choose_export(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Export the run to…")
-        if folder:
-            self.export(Path(folder))
+        folder = choose_folder(self, "Export the run to…")
+        if folder is not None:
+            self.export(folder)
 
     def confirm_replace(self, existing: list[Path]) -> bool:
         """Whether the person replaces the files ``existing`` (asked, default no)."""
@@ -240,11 +254,12 @@ class HistoryView(Card):
         return answer == QMessageBox.StandardButton.Yes
 
     def export(self, folder: Path) -> list[Path]:
-        """The selected run as CSV (series), JSON (everything) and PNG (each plot as
-        shown) in ``folder``; the files written. Each is made anew, with the history's
-        own mode (0600), never through a link: files already there (a link among them)
-        are replaced only when the person says so, the link itself then, not what it
-        points to. A folder that cannot be written is one line in the status."""
+        """The selected run as CSV (series), JSON (everything) and one PNG (the record
+        for a slide: ``RunPlots.png_bytes``) in ``folder``; the files written. Each is
+        made anew, with the history's own mode (0600), never through a link: files
+        already there (a link among them) are replaced only when the person says so, the
+        link itself then, not what it points to. A folder that cannot be written is one
+        line in the status."""
         record = self.current
         if record is None or record.id is None:
             return []

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from PySide6.QtCore import QMimeData, Qt, QUrl, Signal
 from PySide6.QtWidgets import (
-    QFileDialog,
     QHBoxLayout,
     QProgressBar,
     QPushButton,
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
 from core.library.hub import repo_id_of
 from core.model.info import ModelInfo
 from gui.drop_frame import DropFrame
+from gui.folders import choose_folder
 from gui.model.facts import ModelFacts
 from gui.style import set_role
 from gui.widgets import label
@@ -191,9 +191,9 @@ class DropZone(DropFrame):
     # -- choosing -------------------------------------------------------------------------
 
     def choose_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a model folder")
-        if folder:
-            self.folder_chosen.emit(Path(folder))
+        folder = choose_folder(self, "Choose a model folder")
+        if folder is not None:
+            self.folder_chosen.emit(folder)
 
     def drop_action(self, mime: QMimeData) -> Callable[[], None] | None:
         """A dropped folder (or a file in one) is chosen; else a dropped Hub link."""

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Literal
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QFileDialog,
     QFrame,
     QHBoxLayout,
     QHeaderView,
@@ -53,6 +52,7 @@ from core.model.info import ModelError, ModelInfo
 from core.settings import load_settings, save_settings
 from core.units import bytes_per_s, duration, size
 from gui.bridge import Bridge
+from gui.folders import choose_folder
 from gui.widgets import label
 
 if TYPE_CHECKING:
@@ -483,9 +483,9 @@ class LibraryView(QFrame):
         self.refresh_local()
 
     def _add_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Add a model folder to the library")
-        if folder:
-            self.add_folder(Path(folder))
+        folder = choose_folder(self, "Add a model folder to the library")
+        if folder is not None:
+            self.add_folder(folder)
 
     def add_folder(self, folder: Path) -> None:
         settings = load_settings()

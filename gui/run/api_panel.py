@@ -74,7 +74,7 @@ class ApiPanel(QFrame):
         self.new_key = QPushButton("New key")
         self.key = QLineEdit()
         self.key.setReadOnly(True)
-        self.key.setPlaceholderText("A new key is shown here once: copy it now")
+        self.key.setPlaceholderText("A new key, shown once")
         self.copy_key = QPushButton("Copy")
         self.keys = QComboBox()
         self.keys.setMinimumContentsLength(18)

@@ -58,7 +58,7 @@ class ChatView(QWidget):
         self.answer.setPlaceholderText("Answers stream in here.")
         self.prompt = QLineEdit()
         set_role(self.prompt, "prompt")
-        self.prompt.setPlaceholderText("Ask the cluster something…")
+        self.prompt.setPlaceholderText("Ask the cluster…")
         self.prompt.setClearButtonEnabled(True)
         self.prompt.returnPressed.connect(self._submit)
         self.send = QPushButton("Send")

@@ -57,29 +57,36 @@ class BigNumbers(QWidget):
 
     def clear(self) -> None:
         self.tps.set("–", note="live, smoothed")
-        self.ttft.set("–", "", note="the current or last answer")
-        self.links.set("–", "B/s", note="bytes moved by collectives")
+        self.ttft.set("–", "", note="this or the last answer")
+        self.links.set("–", "B/s", note="moved by collectives")
         self.total.set("0", note="since Start")
         self.update()
 
     def update_from(self, headline: Headline, generating: bool, live: bool = True) -> None:
         """Live rate while generating; the last answer's average once it is done. Once
-        the job has ended (``live`` False) no link carries anything any more."""
-        if generating and headline.tokens_per_s > 0:
+        the job has ended (``live`` False) no link carries anything any more. While
+        several answers generate at once the cluster's aggregate leads (``Telemetry``'s:
+        every request's tokens together), the current answer's beside it."""
+        if generating and headline.generating > 1 and headline.aggregate_tps > 0:
+            tps = self.tps.set(
+                units.rate(headline.aggregate_tps),
+                note=f"all {headline.generating} · this one {units.rate(headline.tokens_per_s)}",
+            )
+        elif generating and headline.tokens_per_s > 0:
             tps = self.tps.set(units.rate(headline.tokens_per_s), note="live, smoothed")
         elif headline.last_avg_tps is not None:
             tps = self.tps.set(units.rate(headline.last_avg_tps), note="average of the last answer")
         else:
             tps = self.tps.set("–", note="live, smoothed")
         if headline.ttft_s is None:
-            ttft = self.ttft.set("–", "", note="the current or last answer")
+            ttft = self.ttft.set("–", "", note="this or the last answer")
         else:
             number, _, unit = units.seconds(headline.ttft_s).partition(" ")
-            ttft = self.ttft.set(number, unit, note="the current or last answer")
+            ttft = self.ttft.set(number, unit, note="this or the last answer")
         number, unit = units.bytes_per_s_parts(headline.total_bytes_per_s if live else 0.0)
         links = len(headline.link_bytes_per_s)
         note = (
-            "bytes moved by collectives"
+            "moved by collectives"
             if not links
             else "the job has ended"
             if not live
@@ -103,6 +110,13 @@ class BigNumbers(QWidget):
                 ("total", self.total),
             )
         }
+
+    def cut(self) -> list[str]:
+        """The captions and notes that do not fit their tile at its width (painted "…")."""
+        width = int(self._tile_rect(0).width()) - 2 * PAD_X
+        said = [(self.caption_font, t.caption.upper()) for t in self.tiles()]
+        said += [(self.note_font, t.note) for t in self.tiles()]
+        return [text for font, text in said if QFontMetrics(font).horizontalAdvance(text) > width]
 
     # -- painting ------------------------------------------------------------------------
 

@@ -55,13 +55,12 @@ if TYPE_CHECKING:
     from gui.run.plots import LivePlots
 
 REDRAW_HZ = 10
-# The three plots still read at this height; lower than pyqtgraph's own minimum, so the
-# Run pane fits a 1280×800 window with a panel (the API, Compare) open above them.
-PLOTS_MIN_HEIGHT = 300
 COMPARE_PROMPT = "What is the capital of France?"
 COMPARE_TIP = "The same prompt on one Mac, then on the cluster: tokens/s side by side"
-COMPARE_WAITS = (
-    "Stop the job first: Compare runs the model twice on its own (one Mac, then the cluster)."
+STOP_AND_COMPARE = "Stop and compare"
+STOP_AND_COMPARE_TIP = (
+    "Stops the job, then compares: Compare runs the model twice on its own (one Mac, then "
+    "the cluster)."
 )
 STATE_BADGES = {
     RunState.IDLE: ("Idle", "muted"),
@@ -102,6 +101,7 @@ class RunPane(Card):
         self._plan: Plan | None = None
         self._drawn = -1
         self._running = False
+        self._compare_when_stopped = False  # "Stop and compare": compare once it stops
         self._bridge = bridge
         self._source: ClusterSource | None = None
         self.launch_dialog: LaunchDialog | None = None
@@ -134,7 +134,7 @@ class RunPane(Card):
         self.api_panel.setVisible(self.api.settings.enabled)
         self.api_button.setChecked(self.api.settings.enabled)
         self.panels.add(self.api_panel)
-        self.comparison = CompareView()
+        self.comparison = CompareView(headline_px=20)  # its figures in view at 1280×800
         self.comparison.hide()
         self.panels.add(self.comparison)
         self.numbers = BigNumbers()
@@ -191,7 +191,8 @@ class RunPane(Card):
 
             self._plots = LivePlots()
             self._plots.setMinimumWidth(340)
-            self._plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
+            # no height of its own below what its three plots and headings need (its
+            # layout's, as a heading's key wraps under its title or not): they would overlap
             self.splitter.replaceWidget(1, self._plots)
             self._plots_slot.deleteLater()
         return self._plots
@@ -366,12 +367,16 @@ class RunPane(Card):
         info, plan = self._info, self._plan
         if info is None or plan is None or not plan.fits or self.comparer.busy:
             return False
-        if self.controller.state.active:
-            self.status.setText(COMPARE_WAITS)
-            return False
         if len(plan.ranks) < 2:
             self.status.setText("This plan runs on one Mac: Compare needs a plan on two or more.")
             return False
+        if self.controller.state.active:  # "Stop and compare": the Macs' memory is the job's
+            if self.controller.state == RunState.STOPPING:
+                return False
+            self._compare_when_stopped = True
+            self.controller.stop()
+            self.status.setText("Stopping the job, then comparing…")
+            return True
         try:
             hosts = self._hosts()
         except ValueError as error:
@@ -432,6 +437,10 @@ class RunPane(Card):
     def _state_changed(self, state: str, message: str) -> None:
         self._show_state(RunState(state), message)
         self._follow_with_api(RunState(state))
+        if self._compare_when_stopped and not RunState(state).active:
+            self._compare_when_stopped = False
+            if RunState(state) == RunState.STOPPED:  # a failure says why; no compare then
+                QTimer.singleShot(0, self, self.compare)
 
     def _follow_with_api(self, state: RunState) -> None:
         """The API serves the job from READY until it ends."""
@@ -488,7 +497,9 @@ class RunPane(Card):
             self._info is not None and self._plan is not None and self._plan.fits
         )
         comparing = getattr(self, "comparer", None) is not None and self.comparer.busy
-        self.compare_button.setEnabled(can_start and not comparing)
+        stop_first = state.active and state != RunState.STOPPING and self._multi_mac_plan()
+        self.compare_button.setText(STOP_AND_COMPARE if state.active else "Compare")
+        self.compare_button.setEnabled((can_start or stop_first) and not comparing)
         self.compare_button.setToolTip(self._compare_tip(state, comparing))
         if comparing:
             return
@@ -506,7 +517,7 @@ class RunPane(Card):
             self.chat.set_accepting(True, "Ask now: sent once loaded…")
         elif state == RunState.READY:
             self.progress_box.hide()
-            self.chat.set_accepting(True, "Ask the cluster something…")
+            self.chat.set_accepting(True, "Ask the cluster…")
         else:
             self.chat.set_accepting(False)
         self.chat.set_answering(state == RunState.GENERATING and not testing_links)
@@ -524,10 +535,14 @@ class RunPane(Card):
         if comparing:
             return "Comparing: Stop ends it."
         if state.active:
-            return COMPARE_WAITS
+            return STOP_AND_COMPARE_TIP
         if self._plan is not None and self._plan.fits and len(self._plan.ranks) < 2:
             return "This plan runs on one Mac: Compare needs a plan on two or more."
         return COMPARE_TIP
+
+    def _multi_mac_plan(self) -> bool:
+        plan = self._plan
+        return plan is not None and plan.fits and len(plan.ranks) > 1
 
     def _status_text(self, state: RunState, message: str) -> str:
         if state == RunState.READY and self._plan is not None:

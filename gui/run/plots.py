@@ -48,6 +48,9 @@ from gui.run.plot_data import (
 from gui.style import Theme, set_role
 from gui.widgets import label
 
+# The least height each plot reads at (pyqtgraph's own is more): with a panel open above
+# them on a 1280×800 screen the three still fit their column, whole, none over another.
+TIME_PLOT_MIN_H, MEMORY_PLOT_MIN_H = 76, 64
 WINDOW_S = 180.0  # what the plots show while following: the last three minutes
 MIN_WINDOW_S = 30.0
 MARGIN = 0.05  # share of the window kept beyond each edge, so lines run off the plot
@@ -103,6 +106,8 @@ class LivePlots(QWidget):
         self.tokens = _plot("", None)
         item = self.tokens.getPlotItem()
         self.instant, self.smoothed, self.average = (bare_curve(item) for _ in range(3))
+        # the cluster's tokens/s, every request together (``Telemetry.aggregate_series``)
+        self.cluster = bare_curve(item)
         self.links = _plot("", "B/s")
         self.links.setXLink(self.tokens)
         self.link_curves: dict[str, pg.PlotCurveItem] = {}
@@ -115,6 +120,12 @@ class LivePlots(QWidget):
         mem_item.addItem(self.used_bars)
         self._memory_key: Any = None
         mem_item.getAxis("bottom").setTicks([[], []])
+        for plot, least in (
+            (self.tokens, TIME_PLOT_MIN_H),
+            (self.links, TIME_PLOT_MIN_H),
+            (self.memory, MEMORY_PLOT_MIN_H),
+        ):
+            plot.setMinimumHeight(least)
         self.token_key = label("", "hint")
         self.link_key = label("", "hint")
         self.memory_key = label("", "hint")
@@ -199,6 +210,15 @@ class LivePlots(QWidget):
                 self.smoothed, rates.smoothed, lo, hi, t0, view, partial(hold_zero, now=present)
             ),
             self._set_averages(source.averages, low, high),
+            _set_window(
+                self.cluster,
+                telemetry.aggregate_series(),
+                lo,
+                hi,
+                t0,
+                view,
+                partial(hold_zero, now=present),
+            ),
         )
         self._tokens_top = axis_top(self._tokens_top, peak, 1.0)
         self._set_view(self.tokens, (low, high) if self.following else None, self._tokens_top)
@@ -234,7 +254,8 @@ class LivePlots(QWidget):
         return self._ticks % LINK_EVERY == 0
 
     def clear(self) -> None:
-        for curve in (self.instant, self.smoothed, self.average, *self.link_curves.values()):
+        curves = (self.instant, self.smoothed, self.average, self.cluster)
+        for curve in (*curves, *self.link_curves.values()):
             curve.setData([], [])
             curve._drawn_key = None
         for link in list(self.link_curves):
@@ -320,6 +341,7 @@ class LivePlots(QWidget):
         self.instant.setPen(pg.mkPen(theme.qcolor("accent", 90), width=1))
         self.smoothed.setPen(pg.mkPen(theme.accent, width=2.5))
         self.average.setPen(pg.mkPen(series[2], width=2, style=Qt.PenStyle.DashLine))
+        self.cluster.setPen(pg.mkPen(series[3 % len(series)], width=2, style=Qt.PenStyle.DotLine))
         for i, curve in enumerate(self.link_curves.values()):
             curve.setPen(pg.mkPen(series[(i + 1) % len(series)], width=2))
         self.planned_bars.setOpts(brush=theme.qcolor("text3", 140), pen=pg.mkPen(None))
@@ -337,6 +359,7 @@ class LivePlots(QWidget):
                     (theme.accent, "smoothed"),
                     (_faded(theme.accent), "per token"),
                     (series[2], "answer average"),
+                    (series[3 % len(series)], "cluster (all answers)"),
                 ],
                 theme,
             )

@@ -119,6 +119,12 @@ class PresentationView(QWidget):
         self.plots.clear()
         self._drawn = -1
         self.refresh(force=True)
+        # The whole screen of the window it came from, with or without a window manager:
+        # without one nobody honours the full-screen request, and the window stayed at
+        # its own size (1000×530).
+        parent = self.parentWidget()
+        screen = (parent.screen() if parent is not None else None) or self.screen()
+        self.setGeometry(screen.geometry())
         self.showFullScreen()
         self.timer.start()
 
@@ -152,7 +158,13 @@ class PresentationView(QWidget):
         headline = telemetry.current()
         generating = c.state == RunState.GENERATING and headline.tokens_per_s > 0
         tps = headline.tokens_per_s if generating else headline.last_avg_tps
+        unit = "tokens/s" if generating or not tps else "tokens/s · last answer"
+        if generating and headline.generating > 1:  # serving many: the cluster's, together
+            tps = headline.aggregate_tps
+            unit = f"tokens/s · {headline.generating} answers at once"
         self.number.setText(units.rate(tps) if tps else "–")
+        # a figure that is not live says so: the last answer's average, not the present
+        self.unit.setText(unit)
         self.plots.refresh(c)
         live = headline.link_bytes_per_s if c.state.active else {}
         self.map.set_measured(traffic_captions(live, c.rank_names()))

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QMimeData, Signal
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from gui.drop_frame import DropFrame
+from gui.folders import choose_file, choose_folder
 from gui.widgets import label
 
 FORMAT_WORDS = {
@@ -144,16 +145,14 @@ class DataBox(DropFrame):
     # -- choosing ------------------------------------------------------------------------
 
     def choose_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Choose the training data", "", "JSON lines (*.jsonl)"
-        )
-        if path:
-            self.path_chosen.emit(Path(path))
+        path = choose_file(self, "Choose the training data", "JSON lines (*.jsonl)")
+        if path is not None:
+            self.path_chosen.emit(path)
 
     def choose_folder(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Choose a folder with train.jsonl")
-        if path:
-            self.path_chosen.emit(Path(path))
+        path = choose_folder(self, "Choose a folder with train.jsonl")
+        if path is not None:
+            self.path_chosen.emit(path)
 
     def drop_action(self, mime: QMimeData) -> Callable[[], None] | None:
         path = data_path_from(mime)

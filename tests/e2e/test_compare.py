@@ -61,6 +61,15 @@ def test_compare_on_two_demo_macs_runs_one_rank_then_two_and_gives_the_ratio(
     )
     [record] = json.loads(kept.stdout)["runs"]
     assert record["kind"] == "compare" and record["figures"]["ratio"] == result["ratio"]
+    # `macmesh history` leads with the line the window leads with: the estimate.
+    listed = subprocess.run(
+        [sys.executable, "-m", "gui.cli", "history"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert listed.stdout.strip().endswith(result["lead"]), listed.stdout
 
 
 def test_compare_needs_a_model_or_the_demo() -> None:

@@ -66,8 +66,12 @@ and eight API clients streaming at once from a real demo job (``take_api8``):
   batch: the API panel's "serving 8 at once · M waiting", and the chat showing what each
   client asked under the app that asked it.
 
-``--tune`` renders only the Fine-tune view's; ``--api8`` only the eight API clients';
-``--main`` only the idle, running and error states.
+and the layout test's windows (``take_layout``; issue 35): the window on a 1280×800 and a
+1440×900 screen, with no panel, the API panel and Compare's result open, each checked
+whole (``layout-<screen>-<panel>``, light theme).
+
+``--layout`` renders only those; ``--tune`` only the Fine-tune view's; ``--api8`` only the
+eight API clients'; ``--main`` only the idle, running and error states.
 ``--cluster`` renders only the Cluster pane's (seconds, no demo job); ``--run-setup``
 only the Run pane's setup shots; ``--library`` only the library's; ``--api`` only the API
 section's; ``--demokit`` only the live-demo kit's. Settings, logs and
@@ -163,6 +167,23 @@ def shoot_themes(
         paths.append(path)
     style.apply(app, style.LIGHT)
     return paths
+
+
+def take_layout(outdir: Path) -> list[Path]:
+    """The layout test (``tests/gui/test_layout.py``) on this display, with real fonts: the
+    window on a 1280×800 and a 1440×900 screen, with no panel, the API and Compare open,
+    saved as ``layout-<screen>-<panel>.png`` (light theme) as it checks each."""
+    env = {**os.environ, "MACMESH_LAYOUT_SHOTS": str(outdir)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(ROOT / "tests" / "gui" / "test_layout.py"), "-k", "every_widget"],
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )  # fmt: skip
+    if run.returncode:
+        raise RuntimeError("the layout test failed: see its output above")
+    return sorted(outdir.glob("layout-*.png"))
 
 
 def take(outdir: Path) -> list[Path]:
@@ -985,9 +1006,10 @@ def main(argv: list[str]) -> int:
     main_only = "--main" in argv
     demokit_only = "--demokit" in argv
     tune_only = "--tune" in argv
+    layout_only = "--layout" in argv
     flags = (
         "--cluster", "--run-setup", "--library", "--api", "--api8", "--main", "--demokit",
-        "--tune",
+        "--tune", "--layout",
     )  # fmt: skip
     argv = [a for a in argv if a not in flags]
     outdir = Path(argv[0]) if argv else ROOT / "docs" / "screenshots"
@@ -999,7 +1021,9 @@ def main(argv: list[str]) -> int:
         os.environ["QT_QPA_PLATFORM"] = "xcb"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         with virtual_display():
-            if tune_only:
+            if layout_only:
+                shots = take_layout(outdir.resolve())
+            elif tune_only:
                 shots = take_tune(outdir.resolve())
             elif demokit_only:
                 shots = take_demokit(outdir.resolve())
@@ -1018,9 +1042,10 @@ def main(argv: list[str]) -> int:
                 shots += take_library(outdir.resolve())
             only = (
                 cluster_only, run_setup_only, library_only, api_only, api8_only, main_only,
-                demokit_only, tune_only,
+                demokit_only, tune_only, layout_only,
             )  # fmt: skip
             if not any(only):
+                shots += take_layout(outdir.resolve())
                 shots += take(outdir.resolve()) + take_api(outdir.resolve())
                 shots += take_api8(outdir.resolve())
                 shots += take_demokit(outdir.resolve()) + take_tune(outdir.resolve())

@@ -177,8 +177,26 @@ def test_the_panes_button_checks_the_demos_simulated_macs_with_this_machines_pyt
         assert len(finding) == 2 and all("simulated Mac of the demo cluster" in t for t in finding)
         pythons = [r for r in dialog.rows if r.check.name == "python"]
         assert len(pythons) == 2 and all(r.badge.kind == "success" for r in pythons)
+        _sized_to_its_rows(qtbot, dialog)
     finally:
         close(dialog)
+
+
+def _sized_to_its_rows(qtbot: QtBot, dialog: DoctorDialog) -> None:
+    """Issue 35: the report ends with its last row, not with screens of blank below
+    (its rows' height wrapped at the narrowest width); the dialog is as tall as its rows
+    need, within its screen."""
+    inner = dialog.rows_area.widget()
+    assert inner is not None
+    need = inner.heightForWidth(dialog.rows_area.viewport().width())
+    qtbot.waitUntil(lambda: inner.height() == max(need, dialog.rows_area.viewport().height()))
+    last = dialog.rows[-1]
+    assert inner.height() - (last.y() + last.height()) < 40 or need < dialog.rows_area.height()
+    room = dialog.screen().availableGeometry().height()
+    assert dialog.height() <= room
+    shown = dialog.rows_area.viewport().height()
+    chrome = dialog.height() - shown
+    assert shown >= min(need, room - 80 - chrome) - 1  # as tall as it needs, room allowing
 
 
 def test_the_view_menus_check_my_macs_opens_the_report(qtbot: QtBot) -> None:

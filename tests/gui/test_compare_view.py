@@ -143,28 +143,27 @@ def test_on_real_macs_the_measured_result_leads(qtbot: QtBot) -> None:
     assert view.headline.toolTip() == "" and not view.measured.isVisible()
 
 
-def test_compare_waits_for_the_job_to_stop(qtbot: QtBot, demo_plans) -> None:
-    pane = _pane(qtbot, demo_plans, {1: 0.01, 2: 0.01})
-    pane.start()
-    qtbot.waitUntil(lambda: pane.controller.state == RunState.READY, timeout=10_000)
-    assert not pane.compare_button.isEnabled()
-    assert not pane.compare()
-    assert pane.status.text().startswith("Stop the job first: Compare runs the model twice")
-    assert len(pane.jobs) == 1
-
-
-def test_compare_greyed_out_says_that_stop_comes_first(qtbot: QtBot, demo_plans) -> None:
-    """Issue 25 item 12: a greyed-out Compare says why (its tip shows when disabled too)."""
+def test_compare_while_a_job_runs_stops_it_and_compares_in_one_click(
+    qtbot: QtBot, demo_plans
+) -> None:
+    """Issue 35: no greyed-out Compare while a job runs; "Stop and compare" stops the job
+    (the Macs' memory is its) and then compares, in one click."""
     pane = _pane(qtbot, demo_plans, {1: 0.01, 2: 0.01})
     idle_tip = pane.compare_button.toolTip()
     assert pane.compare_button.isEnabled() and "one Mac, then on the cluster" in idle_tip
     pane.start()
     qtbot.waitUntil(lambda: pane.controller.state == RunState.READY, timeout=10_000)
-    assert not pane.compare_button.isEnabled()
-    assert pane.compare_button.toolTip().startswith("Stop the job first")
-    pane.stop()
+    button = pane.compare_button
+    assert button.isEnabled() and button.text() == "Stop and compare"
+    assert button.toolTip().startswith("Stops the job, then compares")
+    with qtbot.waitSignal(pane.comparer.finished, timeout=60_000):
+        button.click()
+        qtbot.waitUntil(lambda: pane.controller.state == RunState.STOPPED, timeout=10_000)
+    assert pane.jobs[0].state.finished  # the chat's job ended before the comparison ran
+    assert len(pane.jobs) == 3  # the chat's job, then one Mac, then the cluster
+    assert pane.comparison.isVisible()
     qtbot.waitUntil(lambda: not pane.busy, timeout=10_000)
-    assert pane.compare_button.isEnabled() and pane.compare_button.toolTip() == idle_tip
+    assert button.text() == "Compare" and button.toolTip() == idle_tip
     info, _plans = demo_plans
     pane.set_plan(info, plan_all(info, demo_facts(1))["auto"])  # a single Mac
     assert "runs on one Mac" in pane.compare_button.toolTip()

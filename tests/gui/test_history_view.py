@@ -145,7 +145,7 @@ def test_a_chat_shows_its_series_and_exports_csv_json_png(
     files = view.export(tmp_path / "out")
     names = sorted(p.name for p in files)
     stem = f"macmesh-run-{record.id}-chat"
-    assert names == sorted([f"{stem}.csv", f"{stem}.json", f"{stem}-top.png", f"{stem}-bottom.png"])
+    assert names == sorted([f"{stem}.csv", f"{stem}.json", f"{stem}.png"])
     rows = list(csv.DictReader((tmp_path / "out" / f"{stem}.csv").open()))
     assert len(rows) == 25 and {r["series"] for r in rows} == {
         "tokens_per_s",
@@ -154,9 +154,10 @@ def test_a_chat_shows_its_series_and_exports_csv_json_png(
     document = json.loads((tmp_path / "out" / f"{stem}.json").read_text())
     assert document["runs"][0]["split"] == [18, 12]
     assert len(document["runs"][0]["series"]["tokens_per_s"]) == 20
-    image = QImage(str(tmp_path / "out" / f"{stem}-top.png"))
-    assert not image.isNull() and image.width() >= 800
-    assert f"Exported 4 files to {tmp_path / 'out'}" == view.status.text()
+    image = QImage(str(tmp_path / "out" / f"{stem}.png"))  # one image, for a slide
+    assert not image.isNull() and (image.width(), image.height()) >= (1600, 900)
+    assert image.height() >= 900
+    assert f"Exported 3 files to {tmp_path / 'out'}" == view.status.text()
 
 
 def test_a_compare_shows_both_runs(qtbot: QtBot, kept: Path) -> None:
@@ -274,7 +275,7 @@ def test_a_kept_runs_lines_hold_zero_across_idle_time_also_in_the_png(
     box.updateAutoRange()
     assert 8e3 <= box.viewRange()[1][1] < 1e5  # its KB/s fill the plot, not a flat line
     written = plots.export_png(tmp_path, "run")
-    assert all(QImage(str(path)).width() >= 800 for path in written)
+    assert len(written) == 1 and QImage(str(written[0])).width() >= 1600
 
 
 def _fed_telemetry() -> Telemetry:
@@ -364,8 +365,8 @@ def test_a_kept_runs_link_never_ramps_across_quiet_time(qtbot: QtBot, tmp_path: 
     assert np.interp(12.87, x, y) > 1e5 and np.interp(24.53, x, y) > 3e4
     tx, ty = plots.curves["tokens_per_s"].getData()
     assert np.interp(np.linspace(13.6, 24.9, 50), tx, ty).max() == 0.0
-    written = plots.export_png(tmp_path, "run")  # the PNG is this plot, drawn as shown
-    assert len(written) == 2 and all(QImage(str(p)).width() >= 800 for p in written)
+    written = plots.export_png(tmp_path, "run")  # the PNG is this record, drawn
+    assert len(written) == 1 and QImage(str(written[0])).height() >= 900
 
 
 def test_a_kept_fine_tune_shows_its_loss_as_measured(qtbot: QtBot, tmp_path: Path) -> None:
@@ -431,7 +432,7 @@ def test_export_never_follows_a_planted_link_and_asks_before_replacing(
     assert view.status.text() == f"Not exported: {planted.name} is already in {out}"
     monkeypatch.setattr(view, "confirm_replace", lambda paths: True)
     written = view.export(out)
-    assert len(written) == 4 and target.read_text() == "keep me\n"
+    assert len(written) == 3 and target.read_text() == "keep me\n"
     assert not planted.is_symlink() and planted.read_text().startswith("run,started")
     assert {p.stat().st_mode & 0o777 for p in written} == {0o600}
 

@@ -142,7 +142,7 @@ def test_the_demo_map_shows_the_cables_of_its_mac_with_rdma_off() -> None:
     assert all(state == "on" for pair, state in states.items() if pair not in off)
     assert scene.summary == "6 cables · RDMA on 3 of 6"
     line = next(line for line in scene.cables() if frozenset((line.a, line.b)) in off)
-    assert "RDMA is off on Studio D" in line.tooltip
+    assert "turned off on Studio D" in line.tooltip
     three = layout_scene(demo_diagram(demo_nodes(3)), WIDTH)
     assert three.summary == "3 cables · RDMA on every cable"
 

@@ -189,21 +189,26 @@ def test_every_answer_is_kept_with_its_client_tokens_ttft_speed_and_cached_token
 
 
 def test_each_answer_keeps_its_own_series_not_the_servers(server: APIServer) -> None:
-    """A server that lives for days keeps each API answer's plotted series from that
-    answer's request on: a later answer's record holds none of an earlier one's points
-    (it held everything since the server began: the controller grew as it served)."""
+    """A server that lives for days keeps each API answer's plotted series over that
+    answer's own span (from its request to its end, issue 35): a later answer's record
+    holds none of an earlier one's points (it held everything since the server began:
+    the controller grew as it served)."""
     records = server.records
     assert records is not None
     kept = len(records.kept)
     assert _ask(server, "first").status_code == 200
     wait_until(lambda: len(records.kept) > kept, 10, "the first answer kept")
-    first = records.kept[-1].series["tokens_per_s"]
+    first = records.kept[-1]
     time.sleep(1.0)
     assert _ask(server, "second").status_code == 200
     wait_until(lambda: len(records.kept) > kept + 1, 10, "the second answer kept")
-    second = records.kept[-1].series["tokens_per_s"]
-    assert first and second
-    assert min(t for t, _ in second) > max(t for t, _ in first)
+    second = records.kept[-1]
+    for record in (first, second):
+        span = record.figures["span_s"]
+        own = record.series["tokens_per_s"]
+        assert own and all(0 <= t <= span for t, _ in own)  # its own span, no other's
+        assert len(own) == record.figures["generation_tokens"]  # a point a token, then 0
+    assert second.started >= first.started + 1.0
 
 
 def test_each_server_has_its_own_registry(server: APIServer) -> None:

@@ -21,7 +21,7 @@ from core.cluster.registry import (
     manual_name,
     merge,
 )
-from core.run.demo import DEMO_MACS, demo_nodes
+from core.run.demo import DEMO_MACS, demo_facts, demo_nodes
 
 STUDIO_A = BonjourPeer(
     name="Studio A",
@@ -262,7 +262,8 @@ def test_demo_macs_come_ready_with_the_facts_a_probe_would_give(registry: Regist
     registry.set_demo_nodes(demo_nodes(2))
     node = registry.get("Studio B")
     assert node is not None and node.probe_state == ProbeState.READY
-    assert isinstance(node.facts, NodeFacts) and node.facts is DEMO_MACS[1]
+    assert isinstance(node.facts, NodeFacts) and node.facts == demo_facts(2)[1]
+    assert node.facts.chip == DEMO_MACS[1].chip  # one description: its chip, cabled
     assert (node.chip, node.memory_bytes, node.rdma, node.source) == (
         "Apple M4 Max",
         64 << 30,

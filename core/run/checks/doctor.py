@@ -18,7 +18,7 @@ node can run a job (``DoctorReport.ok``: every node ready, no check failed).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from core.cluster.discovery import Interfaces
@@ -120,6 +120,30 @@ def diagnose_here(
 
         sends = mdns_send_errors(browsed_addresses(interfaces))
     return diagnose(seen, interfaces, on_mac=on_mac, try_links=try_links, send_errors=sends)
+
+
+def diagnose_demo(nodes: Sequence[Any], *, on_mac: bool, python: str) -> DoctorReport:
+    """The report over the demo's simulated Macs (``core.run.demo.demo_nodes``, or a
+    replayed capture's), as ``macmesh doctor --demo`` and the window's Check my Macs on
+    the demo make it: each reached on this machine, where its rank runs (``python``: the
+    Python they run), on loopback (their paths are loopback by construction). Their
+    linking is their simulated hardware's (``core.run.demo``: cables, RDMA per port, the
+    backend real Macs so cabled would run); no ring path over a network nor a network
+    change is offered for Macs that do not exist: the demo's own backend is said once."""
+    from core.cluster.probe.facts import run_local_probe
+    from core.run.checks.seen import simulated_seen
+    from core.run.demo import BACKEND_NOTE
+
+    here = run_local_probe(python=python)
+    report = diagnose(simulated_seen(nodes, here), ("127.0.0.1",), on_mac=on_mac)
+    kept = [
+        f
+        for f in report.findings
+        if not (f.group == "linking" and f.check.name in ("network", "ring-path"))
+    ]
+    if len(report.ready) > 1:
+        kept.append(Finding("linking", Check.ok(CLUSTER, "demo-backend", BACKEND_NOTE)))
+    return replace(report, findings=tuple(kept))
 
 
 # -- running -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ never on the caller's: a GUI must cross to its own thread (``gui/bridge.py``).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import secrets
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from psygnal import Signal
 
@@ -51,6 +52,7 @@ from core.run.job.rank_status import (
     loading_stage,
     silence_message,
 )
+from core.run.job.ranklog import journal_line
 from core.run.job.ranks import LocalRank, RankProcess
 from core.run.job.remote_ranks import (
     SIGNAL_TIMEOUT_S,
@@ -490,12 +492,26 @@ class Job:
     # -- reading ranks --
 
     def _read_events(self, proc: RankProcess, status: RankStatus) -> None:
-        for line in proc.stdout_lines():
-            event = p.parse_event(line)
-            if event is None:
-                status.log.append(line.rstrip())
-                continue
-            self._on_event(status, event)
+        # The rank's log file gets a line per step of its life beside its stderr
+        # (``ranklog``): a clean run's stderr is empty, and its log would say nothing.
+        try:
+            journal: TextIO | None = open(  # noqa: SIM115  # closed below, as stdout ends
+                self.rank_log(status.rank), "a", encoding="utf-8", buffering=1
+            )
+        except OSError:
+            journal = None
+        try:
+            for line in proc.stdout_lines():
+                event = p.parse_event(line)
+                if event is None:
+                    status.log.append(line.rstrip())
+                    _journal(journal, line.rstrip("\n"))
+                    continue
+                _journal(journal, journal_line(event))
+                self._on_event(status, event)
+        finally:
+            if journal is not None:
+                journal.close()
         status.exited_at = status.exited_at or time.monotonic()
 
     def _read_log(self, proc: RankProcess, status: RankStatus) -> None:
@@ -721,6 +737,12 @@ class Job:
 
     def rank_log(self, rank: int) -> Path:
         return self.run_dir / f"rank{rank}.log"
+
+
+def _journal(journal: TextIO | None, line: str | None) -> None:
+    if journal is not None and line:
+        with contextlib.suppress(OSError, ValueError):
+            journal.write(line + "\n")
 
 
 def _record_exit(proc: RankProcess, status: RankStatus, code: int, now: float) -> None:

@@ -25,7 +25,12 @@ them (``answer_figures``), never the worker's raw fields:
 - cached tokens: the worker's count of the prompt's tokens its prompt cache held (0 when
   it keeps none), so not prefilled again;
 - time to first token: from the moment the request was sent (``request_started``) to the
-  first token's arrival here, the worker's own figure when the send time is unknown.
+  first token's arrival here, the worker's own figure when the send time is unknown;
+- the cluster's aggregate tokens/s (issue 35): the sum of the smoothed rates of every
+  request generating now (each as the card shows the current one; a request whose last
+  token is older than ``GENERATING_S`` no longer counts), with how many are generating;
+  and a batch's own figure, its tokens over its span (from the first token while none was
+  generating to the last before none is again): what History keeps for a batch.
 
 Clocks: an event's ``t`` is ``time.monotonic()`` on the rank's own host. Rates
 use differences of one rank's ``t`` only (exact on any host). The times of the
@@ -63,6 +68,8 @@ TEXT_LIMIT = 64 * 1024  # characters of a request's text kept (its tail)
 MAX_FINISHED = 256  # finished request summaries kept
 MAX_ACTIVE = 32  # unfinished requests tracked; a lost "done" must not leak
 STALE_INTERVALS = 3.0  # a sender's rate counts until this many of its intervals pass
+GENERATING_S = 2.0  # a request with no token for this long is not generating any more
+MAX_POINTS = 2048  # a request's own tokens/s points kept (halved, every other, beyond)
 
 
 class _TextTail:
@@ -100,6 +107,12 @@ class RequestSummary:
     text: str  # the tail, at most the text limit
     finish_reason: str | None
     finished: bool
+    # Its own span and series (this process's clock): sent (None: unknown), first and
+    # newest token, and its smoothed tokens/s at each token (bounded: ``MAX_POINTS``).
+    started_at: float | None = None
+    first_at: float | None = None
+    last_at: float | None = None
+    rates: tuple[tuple[float, float], ...] = ()
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -125,6 +138,26 @@ class Headline:
     total_tokens: int
     link_bytes_per_s: Mapping[str, float] = field(default_factory=dict)
     total_bytes_per_s: float = 0.0
+    aggregate_tps: float = 0.0  # the cluster's: every request generating now, together
+    generating: int = 0  # how many requests are generating now
+    last_batch: Batch | None = None  # the last batch (or answer alone), once it ended
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Requests generating together, from the first token while none was generating to
+    the last before none was: its tokens over its span are the cluster's throughput."""
+
+    first_at: float  # this process's clock
+    last_at: float
+    tokens: int
+    most: int  # the most requests generating at once in it
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Tokens after the first over the span (as one answer's tokens/s is)."""
+        span = self.last_at - self.first_at
+        return (self.tokens - 1) / span if self.tokens > 1 and span > 0 else None
 
 
 @dataclass(frozen=True)
@@ -166,7 +199,9 @@ class _Request:
     text: _TextTail
     started_at: float | None = None  # this process's clock
     first_at: float | None = None  # when its first token arrived, this process's clock
+    last_at: float | None = None  # when its newest token arrived, this process's clock
     ttft_s: float | None = None
+    points: list[tuple[float, float]] = field(default_factory=list)  # its own tokens/s
 
 
 @dataclass
@@ -209,6 +244,9 @@ class Telemetry:
         self._offsets: dict[int, float] = {}
         self._instant = RingBuffer(capacity)
         self._smoothed = RingBuffer(capacity)
+        self._aggregate = RingBuffer(capacity)  # the cluster's tokens/s, all requests
+        self._batch: list[float | int] | None = None  # first_at, last_at, tokens, most
+        self._last_batch: Batch | None = None
         self._active: OrderedDict[str, _Request] = OrderedDict()
         self._current: str | None = None
         self._finished: deque[RequestSummary] = deque(maxlen=max_requests)
@@ -271,12 +309,28 @@ class Telemetry:
         with self._lock:
             return TokenRates(self._instant.arrays(), self._smoothed.arrays())
 
+    def batch(self) -> Batch | None:
+        """The batch generating now (so far), else the last one."""
+        with self._lock:
+            if self._batch is not None:
+                first, last, tokens, most = self._batch
+                return Batch(float(first), float(last), int(tokens), int(most))
+            return self._last_batch
+
+    def aggregate_series(self) -> Series:
+        """The cluster's tokens/s over time (every request generating, together); it
+        falls to 0 when the last one ends."""
+        with self._lock:
+            return self._aggregate.arrays()
+
     def current(self) -> Headline:
         with self._lock:
             last = self._finished[-1] if self._finished else None
             active = self._active.get(self._current) if self._current else None
             links = {link_id(*key): buf.last() for key, buf in sorted(self._links.items())}
             total = self._link_total_series.last()
+            now = self._clock() if self._clock is not None else None
+            aggregate, generating = self._generating(now)
             return Headline(
                 tokens_per_s=(active.rates.smoothed or 0.0) if active else 0.0,
                 last_avg_tps=last.tokens_per_s if last else None,
@@ -287,6 +341,9 @@ class Telemetry:
                     {name: sample[1] for name, sample in links.items() if sample}
                 ),
                 total_bytes_per_s=total[1] if total else 0.0,
+                aggregate_tps=aggregate,
+                generating=generating,
+                last_batch=self._last_batch,
             )
 
     def link_series(self) -> dict[str, Series]:
@@ -414,7 +471,9 @@ class Telemetry:
             if request.started_at is not None:
                 ttft = at - request.started_at
                 request.ttft_s = ttft if ttft >= 0 else None
+        _, before = self._generating(at, leaving=request_id)
         instant = request.rates.add(t)
+        request.last_at = at
         request.text.add(piece)
         self._total_tokens += 1
         self._current = request_id
@@ -422,6 +481,18 @@ class Telemetry:
             _append_in_order(self._instant, at, instant)
         if request.rates.smoothed is not None:
             _append_in_order(self._smoothed, at, request.rates.smoothed)
+            request.points.append((at, request.rates.smoothed))
+            if len(request.points) > MAX_POINTS:
+                request.points = request.points[::2]
+        aggregate, generating = self._generating(at)
+        _append_in_order(self._aggregate, at, aggregate)
+        if before == 0 and (self._batch is None or at - float(self._batch[1]) > GENERATING_S):
+            self._end_batch()
+            self._batch = [at, at, 0, 0]
+        if self._batch is not None:
+            self._batch[1] = max(float(self._batch[1]), at)
+            self._batch[2] = int(self._batch[2]) + 1
+            self._batch[3] = max(int(self._batch[3]), generating)
 
     def _on_done(self, event: protocol.Done, rank: int, at: float) -> None:
         peak = _optional_count(event.get("peak_memory_bytes"))
@@ -448,6 +519,30 @@ class Telemetry:
         if request.rates.smoothed is not None:
             _append_in_order(self._smoothed, at, 0.0)
         self._finished.append(self._summary(request, done=event, reported_tokens=reported))
+        aggregate, generating = self._generating(at)
+        _append_in_order(self._aggregate, at, aggregate)
+        if generating == 0:
+            self._end_batch()
+
+    def _generating(self, now: float | None, leaving: str | None = None) -> tuple[float, int]:
+        """The cluster's tokens/s now (the smoothed rates of every request generating
+        together) and how many generate: those whose newest token is within
+        ``GENERATING_S`` of ``now`` (``leaving`` aside). The caller holds the lock."""
+        total, count = 0.0, 0
+        for request in self._active.values():
+            if request.id == leaving or request.last_at is None:
+                continue
+            if now is not None and now - request.last_at > GENERATING_S:
+                continue
+            count += 1
+            total += request.rates.smoothed or 0.0
+        return total, count
+
+    def _end_batch(self) -> None:
+        if self._batch is not None:
+            first, last, tokens, most = self._batch
+            self._last_batch = Batch(float(first), float(last), int(tokens), int(most))
+            self._batch = None
 
     def _on_traffic(self, event: protocol.Traffic, rank: int, at: float) -> None:
         """Updates what ``rank`` sends; its links become the sum of both senders' rates.
@@ -551,6 +646,10 @@ class Telemetry:
             text=request.text.value(),
             finish_reason=_optional_str(done.get("finish_reason")) if done else None,
             finished=done is not None,
+            started_at=request.started_at,
+            first_at=request.first_at,
+            last_at=request.last_at,
+            rates=tuple(request.points),
         )
 
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from core.run.measure.history import RunKind, RunRecord, keep, telemetry_series
-from core.run.measure.telemetry import Telemetry, answer_figures
+from core.run.measure.history import RunKind, RunRecord, keep, series_points, telemetry_series
+from core.run.measure.telemetry import RequestSummary, Telemetry, answer_figures
 from core.run.placement import ClusterError
 from core.run.tasks.records import job_record
 from core.worker import protocol as p
@@ -51,7 +51,9 @@ def chat(
     began = time.monotonic()
     figures = answer_once(session, prompt, max_tokens, telemetry)
     links = figures.pop("link_bytes_per_s")
-    record = answer_record(session, figures, telemetry, began)
+    finished = [r for r in telemetry.requests() if r.finished]
+    answer = (finished[-1], finished[-1].last_at or time.monotonic()) if finished else None
+    record = answer_record(session, figures, telemetry, began, answer=answer)
     return Answer(figures, links, ranks_with_memory(telemetry, session.plan), record, keep(record))
 
 
@@ -131,6 +133,7 @@ def answer_record(
     began: float,
     kind: RunKind = RunKind.CHAT,
     since: float | None = None,
+    answer: tuple[RequestSummary, float] | None = None,
 ) -> RunRecord:
     """One answer as the history keeps it: the job as it ran (model, the ranks' nodes,
     strategy, split, backend), the figures, what each rank ran on, and the plotted series
@@ -138,7 +141,31 @@ def answer_record(
     (an API answer's own time: a server that lives for days keeps its answers' series,
     not the server's, in each)."""
     figures = {**figures, "ranks": ranks_with_memory(telemetry, session.plan)}
+    if answer is not None:  # the answer's own span and series, in seconds from its send
+        summary, done_at = answer
+        began = since = answer_start(summary, since)
+        figures["span_s"] = round(max(done_at - since, 0.0), 4)
     series = telemetry_series(telemetry, began, since)
+    if answer is not None:
+        own = [(t - began, v) for t, v in answer[0].rates if t >= began]
+        series["tokens_per_s"] = [*own, (figures["span_s"], 0.0)] if own else []
+        # up to its end; its links' last reports a moment after (each covers its interval)
+        ends = {"tokens_per_s": figures["span_s"]}
+        series = {
+            k: [(t, v) for t, v in s if t <= ends.get(k, figures["span_s"] + SETTLE_S)]
+            for k, s in series.items()
+        }
+    batch = telemetry.batch()
+    if kind == RunKind.API and batch is not None and batch.most > 1:
+        # An answer of a batch: the cluster's throughput over the batch's span (so far,
+        # when others still stream) and its tokens/s of all answers together, plotted.
+        figures["batch"] = {
+            "tokens_per_s": batch.tokens_per_s,
+            "tokens": batch.tokens,
+            "answers": batch.most,
+            "span_s": round(batch.last_at - batch.first_at, 3),
+        }
+        series["cluster tokens_per_s"] = series_points(*telemetry.aggregate_series(), began, since)
     return job_record(session, kind, figures, series=series)
 
 
@@ -157,9 +184,20 @@ def keep_answer(
     in (``done_at``: when its ``done`` arrived, monotonic), its series from ``since`` on
     (``answer_record``): the record, and why it could not be kept (None: it was).
     Blocking (a wait, a write): off the GUI thread."""
-    settle(time.monotonic() if done_at is None else done_at)
+    done_at = time.monotonic() if done_at is None else done_at
+    settle(done_at)
     request = done["request"]
     summary = next((r for r in telemetry.requests() if r.id == request), None)
     figures = {**answer_figures(done, summary), **(about or {})}
-    record = answer_record(session, figures, telemetry, began, kind, since)
+    answer = (summary, done_at) if summary is not None else None
+    record = answer_record(session, figures, telemetry, began, kind, since, answer)
     return record, keep(record)
+
+
+def answer_start(summary: RequestSummary, since: float | None) -> float:
+    """When an answer began on this process's clock: its send, else ``since``, else its
+    first token."""
+    for start in (summary.started_at, since, summary.first_at):
+        if start is not None:
+            return start
+    return 0.0
