@@ -1,8 +1,9 @@
 """Every reference in the repository leads to something in the repository.
 
-The design the code cites is ``docs/design.md``; a file that cites a document kept
-outside the repository (the old ``DESIGN.md``, a ``../shared`` folder) points a reader
-at something they do not have.
+The design the code cites is ``docs/design.md`` and the macOS formats the probe reads
+are ``docs/macos-outputs.md``; a file that cites a document kept outside the repository
+(the old ``DESIGN.md``, a ``../shared`` or ``/work/shared`` folder, a bare
+``reference/...md``) points a reader at something they do not have.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 # Case-sensitive: docs/design.md is the design's own page and is fine to cite.
-OUTSIDE = re.compile(r"DESIGN\.md|\.\./shared\b")
+OUTSIDE = re.compile(r"DESIGN\.md|\.\./shared\b|/work/shared\b|(?<![\w./-])reference/[\w.-]+\.md")
 
 
 def _tracked_files() -> list[Path]:
@@ -44,6 +45,9 @@ def _citations(text: str) -> list[str]:
         "core never imports Qt (DESIGN.md rule 1)",
         "The starting map is `../shared/DESIGN.md`",
         "see ../shared/reference for the formats",
+        "Formats: ``/work/shared/reference/macos-outputs.md``",
+        "Formats: reference/macos-outputs.md, sections",
+        "MLX's documented formats (reference/mlx-distributed.md).",
         '"""Collect facts in one round trip (DESIGN.md section 5)."""',
     ],
 )
@@ -58,6 +62,8 @@ def test_an_outside_citation_is_caught(line: str) -> None:
         "(docs/design.md, Probing)",
         "the shared modules at core/'s root depend on no stage",
         "../sharedir is another name",
+        "Formats: ``docs/macos-outputs.md``, section",
+        "tests/fixtures/reference/answers.md",
     ],
 )
 def test_an_inside_citation_passes(line: str) -> None:
@@ -96,3 +102,24 @@ def test_the_design_page_has_the_rules_and_sections_the_code_cites() -> None:
                 missing.append(f"{path.relative_to(ROOT)}: {match.group(0)}")
     assert rules >= {str(n) for n in range(1, 10)}
     assert not missing, "cited but not in docs/design.md:\n" + "\n".join(missing)
+
+
+def test_the_formats_page_has_the_sections_cited() -> None:
+    """Every ``section "X"`` cited beside docs/macos-outputs.md is one of its headings."""
+    page = (ROOT / "docs" / "macos-outputs.md").read_text(encoding="utf-8")
+    headings = set(re.findall(r"^## (.+)$", page, flags=re.MULTILINE))
+    cited = re.compile(r'\bsections? ((?:"[^"]+"(?:,? and |, )?)+)')
+    checked, missing = 0, []
+    for path in _tracked_files():
+        if not path.is_file() or path.suffix not in {".py", ".md"}:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "docs/macos-outputs.md" not in text or path == Path(__file__):
+            continue
+        for match in cited.finditer(re.sub(r"\s+", " ", text)):
+            for name in re.findall(r'"([^"]+)"', match.group(1)):
+                checked += 1
+                if name not in headings:
+                    missing.append(f"{path.relative_to(ROOT)}: {name}")
+    assert checked >= 10  # the fixtures' PROVENANCE.md files cite it
+    assert not missing, "cited but not in docs/macos-outputs.md:\n" + "\n".join(missing)
