@@ -56,7 +56,7 @@ def cache_dir() -> Path:
 
 
 def config_dir() -> Path:
-    """Settings and known hosts, in files the core owns (DESIGN.md rule 6)."""
+    """Settings and known hosts, in files the core owns (docs/design.md, rule 6)."""
     return _dir(ENV_CONFIG_DIR, platformdirs.user_config_path(APP_NAME, appauthor=False))
 
 

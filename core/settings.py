@@ -1,4 +1,4 @@
-"""MacMesh's own settings: one small JSON file the core owns (DESIGN.md rule 6).
+"""MacMesh's own settings: one small JSON file the core owns (docs/design.md, rule 6).
 
 Qt's QSettings keeps window geometry only; what a person chose (the last model, the
 strategy, ...) lives here so the CLI and the app share it and a person can read it.

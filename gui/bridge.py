@@ -1,4 +1,4 @@
-"""The one crossing from other threads to the GUI thread (DESIGN.md rule 2).
+"""The one crossing from other threads to the GUI thread (docs/design.md, rule 2).
 
 Core objects call back on their own threads (the launcher's reader threads, zeroconf's,
 a pool's). Widgets must only be touched on the GUI thread. Everything that crosses goes
@@ -7,7 +7,7 @@ through here, as queued Qt signals:
 - ``Bridge.run_in_background(fn, on_done, on_error)`` runs blocking work on a thread pool
   and delivers the result (or the exception) on the GUI thread, like Anki's taskman.
 - ``Bridge.serial_queue()`` is a one-thread pool: work for one job or host runs in order,
-  never two at once (DESIGN.md rule 3), so a Stop queued after a Start always sees it.
+  never two at once (docs/design.md, rule 3), so a Stop queued after a Start always sees it.
 - ``JobRelay`` turns a ``core.run.job.launcher.Job``'s psygnal signals into Qt signals. It feeds
   ``Telemetry`` directly on the reader thread (Telemetry is thread-safe) and forwards only
   the events the GUI shows, so the GUI thread never sees heartbeats and traffic.

@@ -1,4 +1,4 @@
-"""What the window remembers, in two places (DESIGN.md rule 6):
+"""What the window remembers, in two places (docs/design.md, rule 6):
 
 - the person's choices (last model, strategy, ...) in the core's settings file
   (``core.settings``), shared with the command line;

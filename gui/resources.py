@@ -1,4 +1,4 @@
-"""The app's plain-file resources (DESIGN.md rule 7: loaded by path, no compiled .qrc).
+"""The app's plain-file resources (docs/design.md, rule 7: loaded by path, no .qrc).
 
 ``python -m gui.resources`` re-renders ``resources/icon.png`` from ``resources/icon.svg``
 (the PNG is what packaging and window managers without SVG support use).

@@ -2,7 +2,7 @@
 
 Bonjour finds the Macs on the local link; a host behind a router, or a Linux box that
 does not advertise SSH, is added by hand. The list is ``hosts.json`` in
-``core.paths.config_dir()`` (DESIGN.md rule 6)::
+``core.paths.config_dir()`` (docs/design.md, rule 6)::
 
     {
       "version": 1,

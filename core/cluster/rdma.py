@@ -1,4 +1,4 @@
-"""Is RDMA over Thunderbolt usable, per node and per cable (DESIGN.md section 5)?
+"""Is RDMA over Thunderbolt usable, per node and per cable (docs/design.md, Probing)?
 
 No single signal is trusted: a node is "on" only when ``rdma_ctl`` says enabled AND
 ``ibv_devices`` lists rdma_* devices (and no active Thunderbolt Bridge breaks

@@ -1,4 +1,5 @@
-"""The Thunderbolt graph of a set of Macs, and what MLX needs from it (DESIGN.md 1, 7).
+"""The Thunderbolt graph of a set of Macs, and what MLX needs from it.
+(docs/design.md: Flow, Launching.)
 
 A cable is identified the way ``mlx.distributed_config`` and exo identify it: the peer
 domain UUID one Mac sees on a bus equals the domain UUID of a bus on the other Mac.

@@ -10,7 +10,7 @@ Errors are ``SSHError`` subclasses whose message says what happened and what to 
 Threads: a connected ``Connection`` may be used from several threads (paramiko multiplexes
 channels over one transport under its own locks; ``connect``/``close`` take ours), so a
 ``RemoteProcess`` can be killed over a second channel while another thread reads it.
-DESIGN rule 3 still holds: one serial executor per host keeps a host's work in order.
+docs/design.md's rule 3 still holds: one serial executor per host keeps a host's work in order.
 """
 
 from __future__ import annotations

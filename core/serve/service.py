@@ -3,7 +3,7 @@ server following the job (serving while a job is up, stopped with it).
 
 Qt-free; the window calls the blocking methods (``attach``, ``detach``, ``apply``) off
 its GUI thread and listens to ``changed`` (any thread) through its bridge. The settings
-are a file the core owns (``api.json`` in the config folder, DESIGN.md rule 6). Light to
+are a file the core owns (``api.json`` in the config folder, docs/design.md, rule 6). Light to
 import (the window builds it before its first paint): the server loads when it starts.
 """
 

@@ -1,4 +1,4 @@
-"""Live plots: tokens/s, bytes/s per link, memory per node (DESIGN.md rule 5).
+"""Live plots: tokens/s, bytes/s per link, memory per node (docs/design.md, rule 5).
 
 Data never pushes a redraw: ``refresh`` is called by the Run pane's timer at a fixed
 rate, reads copies from ``Telemetry`` and hands pyqtgraph only the samples in (and just

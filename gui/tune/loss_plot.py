@@ -1,5 +1,5 @@
 """The fine-tune's live plots: train and validation loss, and trained tokens/s, against
-the iteration (DESIGN.md rule 5).
+the iteration (docs/design.md, rule 5).
 
 Reports append to growable numpy arrays (``TrainSeries``, no Qt); nothing redraws when
 a report arrives. ``refresh`` (the view's timer, 10 times a second) draws only when a

@@ -1,4 +1,5 @@
-"""A real OpenSSH server on loopback, one listen address per simulated host (DESIGN.md §10).
+"""A real OpenSSH server on loopback, one listen address per simulated host.
+(docs/design.md, Testing.)
 
 One ``sshd -D -e`` (Debian's ``openssh-server``, ``/usr/sbin/sshd``) listens on 127.0.0.2,
 127.0.0.3 and 127.0.0.4 on one free high port, with its own host key, pid file, log and

@@ -1,4 +1,4 @@
-"""The wall between core and GUI (DESIGN.md rule 1), checked two ways."""
+"""The wall between core and GUI (docs/design.md, rule 1), checked two ways."""
 
 from __future__ import annotations
 

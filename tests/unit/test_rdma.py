@@ -1,4 +1,4 @@
-"""RDMA verdicts per node and per cable (DESIGN.md section 5), and the guides they name."""
+"""RDMA verdicts per node and per cable (docs/design.md, Probing), and the guides they name."""
 
 from __future__ import annotations
 

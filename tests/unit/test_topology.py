@@ -1,5 +1,5 @@
 """Cables matched by domain UUID, the mesh/ring verdict, the JACCL device matrix and the ring
-hostfile, against MLX's documented formats (reference/mlx-distributed.md)."""
+hostfile, against MLX's documented formats (docs/design.md, Launching)."""
 
 from __future__ import annotations
 

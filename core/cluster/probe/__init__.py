@@ -1,4 +1,4 @@
-"""Collect a node's facts in one round trip (DESIGN.md section 5).
+"""Collect a node's facts in one round trip (docs/design.md, Probing).
 
 ``script`` builds the POSIX sh script, ``sections`` splits its output, ``parsers`` and
 ``profiler`` read each command, ``facts`` assembles a ``NodeFacts``. No imports here:

@@ -1,4 +1,4 @@
-"""One node's facts, assembled from one probe's output (DESIGN.md section 5).
+"""One node's facts, assembled from one probe's output (docs/design.md, Probing).
 
 ``parse_probe`` never raises on what a node prints: every fact it cannot establish is
 None (or empty) and ``unknowns`` says why, keyed by the field's name, so the app can

@@ -1,6 +1,6 @@
 """``ifconfig -a``: every interface's state and addresses, for the ring's paths (issue 18).
 
-Formats: ``/work/shared/reference/macos-outputs.md``, section "ifconfig -a (issue 18)".
+Formats: ``docs/macos-outputs.md``, section "ifconfig -a (issue 18)".
 A block per interface: a header line ``en2: flags=8863<UP,...> mtu 1500`` at the start
 of a line, then tab-indented lines, of which these are read::
 

@@ -1,6 +1,6 @@
 """Pure parsers for the text the probe's macOS commands print.
 
-Formats: ``/work/shared/reference/macos-outputs.md`` (the section named in each
+Formats: ``docs/macos-outputs.md`` (the section named in each
 docstring). Each parser returns a small frozen dataclass, or ``Unknown(reason)`` when
 the text is not what the command prints; none raises on bad input, so one malformed
 section never hides the others. ``system_profiler``'s JSON is in ``profiler.py``.

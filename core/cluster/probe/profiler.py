@@ -1,6 +1,6 @@
 """Parsers for ``system_profiler SPHardwareDataType SPThunderboltDataType -json``.
 
-Formats: reference/macos-outputs.md, sections "system_profiler SPThunderboltDataType
+Formats: docs/macos-outputs.md, sections "system_profiler SPThunderboltDataType
 -json" and "system_profiler SPHardwareDataType -json". Real Macs add keys, reorder
 buses and nest the peer Mac behind docks and hubs, so every lookup is guarded and a
 bus that cannot be read is skipped, never fatal.

@@ -1,4 +1,4 @@
-"""The probe script: every fact about a node in one SSH round trip (DESIGN.md section 5).
+"""The probe script: every fact about a node in one SSH round trip (docs/design.md, Probing).
 
 A pure builder of POSIX ``sh`` text. It must run on a Mac before Python is installed
 there, under macOS's /bin/sh (bash in POSIX mode, or dash), so it uses no bashisms.

@@ -1,5 +1,5 @@
 """Which backend a job runs on, and for ring, over which path between each pair of
-neighbours (DESIGN.md section 7, issue 18).
+neighbours (docs/design.md, Launching; issue 18).
 
 jaccl when every pair of ranks is cabled with RDMA on, jaccl-ring when each rank and the
 next are, else ring: over the fastest path between each rank and its left neighbour

@@ -1,4 +1,4 @@
-"""MLX's environment contract for a rank, as pure data (DESIGN.md section 7).
+"""MLX's environment contract for a rank, as pure data (docs/design.md, Launching).
 
 What ``mlx.launch`` would set up, built here so MacMesh can start ranks
 itself, keep each one's status and log, and stop them all.
