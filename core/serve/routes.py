@@ -63,7 +63,7 @@ class Routes(API):
                     yield d.anthropic_delta(event["text"])
                 elif event["event"] == p.ERROR:
                     yield d.anthropic_sse(
-                        "error", {"error": d.anthropic_error(failure(event))["error"]}
+                        "error", {"error": d.anthropic_error(failure(event, True))["error"]}
                     )
                 elif event["event"] == p.DONE:
                     yield d.anthropic_end(event)

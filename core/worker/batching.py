@@ -59,6 +59,7 @@ class Running:
     detokenizer: Any
     stops: StopScanner
     cached_tokens: int = 0  # the prompt's tokens whose KV came from the prompt cache
+    tenant: str | None = None  # whose prompt cache entries it reads and keeps
     first_at: float | None = None
     generated: int = 0  # tokens sampled, the end-of-sequence one included
     last_token: int | None = None
@@ -215,12 +216,19 @@ class Batcher:
         return chosen, cancelled
 
     def _join(self, command: dict[str, Any]) -> None:
-        """Insert one request into the generator (every rank alike), or refuse it."""
-        from core.worker.serve import context_length, prompt_tokens
+        """Insert one request into the generator (every rank alike), or refuse it: one
+        whose prompt cannot be made (the chat template raised, a token outside the
+        vocabulary) ends alone, with an error event; the batch goes on. Every rank runs the
+        same code on the same command, so every rank refuses it alike."""
+        from core.worker.serve import RequestRefused, context_length, request_tokens
 
         request = str(command.get("id", ""))
         started = time.monotonic()
-        ids = prompt_tokens(self.shard.tokenizer, command)
+        try:
+            ids = request_tokens(self.shard, command)
+        except RequestRefused as refused:
+            self._refuse(request, str(refused))
+            return
         context = context_length(self.shard)
         max_tokens = int(command.get("max_tokens", p.DEFAULT_MAX_TOKENS))
         if not ids:
@@ -241,7 +249,8 @@ class Batcher:
             sampler = self._greedy
         elif self._shared:
             sampler = from_rank0(sampler, self.group)
-        cached, caches = self.prompts.fetch(ids) if self.prompts is not None else (0, None)
+        tenant = command.get("tenant")
+        cached, caches = self.prompts.fetch(ids, tenant) if self.prompts is not None else (0, None)
         (uid,) = self.generator.insert(
             [ids[cached:]],
             max_tokens=[max_tokens],
@@ -254,6 +263,7 @@ class Batcher:
             uid=uid,
             prompt_tokens=len(ids),
             cached_tokens=cached,
+            tenant=tenant,
             started=started,
             detokenizer=self.shard.tokenizer.detokenizer,
             stops=StopScanner(command.get("stop", ())),
@@ -283,7 +293,7 @@ class Batcher:
         if reason is not None:
             detokenizer.finalize()
             if self.prompts is not None and response.prompt_cache is not None:
-                self.prompts.store(list(response.all_tokens), response.prompt_cache)
+                self.prompts.store(list(response.all_tokens), response.prompt_cache, running.tenant)
         text = running.stops.feed(detokenizer.last_segment)
         if reason is not None:
             text += running.stops.flush()
@@ -328,8 +338,10 @@ class Batcher:
             return
         kept = self.generator.remove(uids, return_prompt_caches=self.prompts is not None)
         if self.prompts is not None:
-            for caches, tokens in kept.values():  # the same order on every rank
-                self.prompts.store(list(tokens), caches)
+            for uid, (caches, tokens) in kept.items():  # the same order on every rank
+                running = self.running.get(uid)
+                tenant = running.tenant if running is not None else None
+                self.prompts.store(list(tokens), caches, tenant)
         for uid in uids:
             self.running.pop(uid, None)
 
