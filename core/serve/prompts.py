@@ -76,7 +76,7 @@ class PromptMaker:
         if size > most:
             raise APIError(
                 400,
-                f"The {_param(ask)} is {size:,} bytes: more than this model's context of "
+                f"The {_what(ask)} is {size:,} bytes: more than this model's context of "
                 f"{self.context:,} tokens can hold (at most {self._bytes_per_token} bytes a "
                 f"token, {most:,} bytes). Shorten it.",
                 param=_param(ask),
@@ -106,7 +106,7 @@ class PromptMaker:
         if self.context is not None and len(ids) >= self.context:
             raise APIError(
                 400,
-                f"The {_param(ask)} is {len(ids):,} tokens; this model's context is "
+                f"The {_what(ask)} is {len(ids):,} tokens; this model's context is "
                 f"{self.context:,}.",
                 param=_param(ask),
                 code=CONTEXT_LENGTH_EXCEEDED,
@@ -128,6 +128,10 @@ def _text_bytes(ask: Ask) -> int:
     if ask.messages is not None:
         return sum(len(m.get("content", "").encode()) for m in ask.messages)
     return len((ask.prompt or "").encode())
+
+
+def _what(ask: Ask) -> str:
+    return "conversation (messages)" if ask.chat else "prompt"
 
 
 def _param(ask: Ask) -> str:
