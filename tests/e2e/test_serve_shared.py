@@ -11,6 +11,7 @@ on the demo cluster with a tiny model whose chat template is Mistral's:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -47,6 +48,7 @@ def _env(home: Path) -> dict[str, str]:
     )
 
 
+@contextlib.contextmanager
 def _serving(model: Path, home: Path, *args: str) -> Iterator[Served]:
     served = serve_command(["--demo", str(model), "--nodes", "2", *args], home, _env(home))
     try:
@@ -123,7 +125,7 @@ def _waiting(served: Served) -> float:
 def test_a_refused_template_is_a_400_quoting_it_and_nothing_else_ends(
     model: Path, tmp_path: Path, args: tuple[str, ...]
 ) -> None:
-    for served in _serving(model, tmp_path, *args):
+    with _serving(model, tmp_path, *args) as served:
         ends: list[str] = []
         running = _stream(served, served.key, 60, ends)
         refused = _chat(
@@ -143,7 +145,7 @@ def test_two_keys_share_no_prompt_cache_and_one_cannot_hold_every_place(
     model: Path, tmp_path: Path
 ) -> None:
     ana, bo = _new_key(tmp_path, "Ana"), _new_key(tmp_path, "Bo")
-    for served in _serving(model, tmp_path, "--prompt-cache-mb", "64", "--max-waiting", "4"):
+    with _serving(model, tmp_path, "--prompt-cache-mb", "64", "--max-waiting", "4") as served:
         prefix = "the cat sat on the mat " * 100  # about 1,000 tokens, both keys' prefix
         turn = [{"role": "user", "content": prefix + "What sat?"}]
         more = [{"role": "assistant", "content": "x"}, {"role": "user", "content": "And?"}]
@@ -174,7 +176,7 @@ def test_a_key_cannot_take_every_waiting_place_while_another_waits(
     model: Path, tmp_path: Path
 ) -> None:
     ana, bo = _new_key(tmp_path, "Ana"), _new_key(tmp_path, "Bo")
-    for served in _serving(model, tmp_path, "--batch", "1", "--max-waiting", "4"):
+    with _serving(model, tmp_path, "--batch", "1", "--max-waiting", "4") as served:
         ends: list[str] = []
         streams = [_stream(served, ana, 1500, ends) for _ in range(5)]  # 1 runs, 4 wait
         wait_until(lambda: _waiting(served) == 4, 60, "Ana's 4 requests waiting")
