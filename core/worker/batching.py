@@ -192,6 +192,13 @@ class Batcher:
             self._join(chosen.pop(0) if self.rank == 0 else self.commands.get())
         if not self.running:
             return
+        # While others stream, a newcomer's prompt is read in smaller chunks, so their
+        # next token never waits for more than a short chunk (every rank alike: the
+        # tokens generated so far are the same on every rank).
+        streaming = any(r.generated > 0 for r in self.running.values())
+        self.generator.prefill_step_size = (
+            p.PREFILL_STEP_BESIDE_STREAMS if streaming else p.PREFILL_STEP
+        )
         _, responses = self.generator.next()
         self._remove([r.uid for r in responses if self._token(r)])
 
