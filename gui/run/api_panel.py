@@ -1,8 +1,9 @@
 """The Run pane's API section: on/off, this Mac only or shared on the network, the
 address, keys (a new one shown once with Copy; revoke), copy-able curl and Python
 examples, the requests being served at once, waiting and served, whether
-``/metrics`` needs the key, and whether the prompt cache is one per key or shared. A thin view over ``core.serve.service.ApiService``:
-its blocking calls go to the bridge's pool, its ``changed`` comes back through the bridge.
+``/metrics`` needs the key, and whether the prompt cache is one per key or shared. A thin
+view over ``core.serve.service.ApiService``: its blocking calls go to the bridge's pool,
+its ``changed`` comes back through the bridge.
 """
 
 from __future__ import annotations

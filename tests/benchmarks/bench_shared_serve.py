@@ -15,6 +15,7 @@ pipeline behind the API with two keys of a key store (``MACMESH_BENCH_ONLY=share
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -91,7 +92,7 @@ class Stream:
 
     def longest_gap(self, start: float, end: float) -> float:
         times = [t for t in self.arrivals if start <= t <= end]
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         return round(max(gaps), 3) if gaps else float("nan")
 
 
@@ -173,7 +174,7 @@ def bench_tenants(model: Path, rounds: int = 3) -> dict[str, Any]:
     figures: dict[str, list[float]] = {"a_cold": [], "a_own": [], "b_after_a": [], "b_cold": []}
     cached: dict[str, list[int]] = {key: [] for key in figures}
     with _served(model) as (server, name, (key_a, key_b)):
-        words = "river stone cloud lantern meadow copper violin harbour".split()
+        words = ["river", "stone", "cloud", "lantern", "meadow", "copper", "violin", "harbour"]
 
         def prompt(seed: int) -> str:
             picked = [words[(seed * 7 + n * (seed + 3)) % len(words)] for n in range(900)]
