@@ -87,8 +87,11 @@ class Stream:
             for line in response.iter_lines():
                 if self.closed.is_set():
                     return
-                if line.startswith("data: {") and '"content":"' in line:
-                    self.arrivals.append(time.monotonic())
+                if line.startswith("data: {"):
+                    chunk = json.loads(line[6:])
+                    delta = chunk["choices"][0].get("delta", {}) if chunk["choices"] else {}
+                    if delta.get("content"):
+                        self.arrivals.append(time.monotonic())
 
     def longest_gap(self, start: float, end: float) -> float:
         times = [t for t in self.arrivals if start <= t <= end]
