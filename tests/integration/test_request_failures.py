@@ -109,6 +109,13 @@ def test_a_tenant_reuses_none_of_anothers_prefix_and_all_of_its_own(
         assert cached([*prefix, 9, 9], "key_b") == 0  # b, the same prefix: nothing
         assert cached([*prefix, 7, 8, 9, 10], None) == 0  # nor the window's (common)
         assert cached([*prefix, 7, 8, 9, 10], "key_a") >= 1000  # b did not evict a
+        # The PIN: a sent "PIN 4 8 2 1"; b guesses the first digit ten ways. The
+        # right digit gave one more cached token; now the right guess (4) gets what every
+        # wrong one gets (b's own "PIN" from its first guess, nothing of a's).
+        pin = [300, 304, 308, 302, 301]
+        cached(pin, "key_a")
+        guesses = [cached([300, 300 + digit, 399], "key_b") for digit in range(10)]
+        assert guesses == [0] + [1] * 9
     finally:
         job.stop()
     assert_no_ranks_left(job)
