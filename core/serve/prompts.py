@@ -34,6 +34,9 @@ class PromptMaker:
         self._tokenizer: Any = None
         self._bytes_per_token = 0  # the most UTF-8 bytes one token of the vocabulary spells
         self._loaded = threading.Event()
+        # One request at a time: a fast tokenizer used from two threads at once can fail
+        # ("Already borrowed"); each is bounded by the size check, so none waits long.
+        self._using = threading.Lock()
 
     @property
     def ready(self) -> bool:
@@ -92,7 +95,8 @@ class PromptMaker:
             return None
         self.check_size(ask)
         try:
-            ids = _ids(tokenizer, ask)
+            with self._using:
+                ids = _ids(tokenizer, ask)
         except Exception as error:  # the template's own words (jinja2's TemplateError, ...)
             said = " ".join(str(error).split())[:300] or type(error).__name__
             kind = "chat template" if ask.chat else "tokenizer"
