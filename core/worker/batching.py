@@ -104,24 +104,52 @@ def from_rank0(sampler: Any, group: mx.distributed.Group) -> Any:
 
 
 class Control:
-    """Rank 0's decision at one token boundary, on every rank: ``[joining, cancelled
-    uid + 1, ...]`` (the cancelled list padded with zeros)."""
+    """Rank 0's decision at one token boundary, on every rank: ``[joining, chunk,
+    cancelled uid + 1, ...]`` (the cancelled list padded with zeros)."""
 
     def __init__(self, group: mx.distributed.Group | None, limit: int) -> None:
         self.group = group if group is not None and group.size() > 1 else None
         self.rank = group.rank() if group is not None else 0
         self.limit = limit
 
-    def agree(self, joining: int, cancelled: list[int]) -> tuple[int, list[int]]:
-        """Rank 0's ``joining`` and ``cancelled`` on every rank (the others' arguments are
-        ignored: they add zeros). Called with nothing in flight, it returns at once."""
-        values = [joining, *[uid + 1 for uid in cancelled[: self.limit]]]
-        values += [0] * (self.limit + 1 - len(values))
+    def agree(
+        self, joining: int, cancelled: list[int], chunk: int = p.PREFILL_STEP
+    ) -> tuple[int, list[int], int]:
+        """Rank 0's ``joining``, ``cancelled`` and prompt ``chunk`` on every rank (the
+        others' arguments are ignored: they add zeros). Called with nothing in flight, it
+        returns at once."""
+        values = [joining, chunk, *[uid + 1 for uid in cancelled[: self.limit]]]
+        values += [0] * (self.limit + 2 - len(values))
         if self.group is not None:
             local = mx.array(values if self.rank == 0 else [0] * len(values), dtype=mx.int32)
             summed = mx.distributed.all_sum(local, group=self.group, stream=generation_stream)
             values = _ints(summed)
-        return values[0], [v - 1 for v in values[1:] if v > 0]
+        return values[0], [v - 1 for v in values[2:] if v > 0], max(1, values[1])
+
+
+class Chunks:
+    """Rank 0's prompt chunk: ``PREFILL_STEP`` while no request generates; while others
+    stream, sized so one step (their token and the chunk) takes about ``STEP_S``, from the
+    last steps' times (a loaded machine reads fewer tokens a step), between ``MIN`` and
+    ``PREFILL_STEP_BESIDE_STREAMS``. Rank 0 alone measures; every rank applies what it
+    decided (``Control``), so their model calls keep the same shapes."""
+
+    STEP_S = 0.4
+    MIN = 16
+
+    def __init__(self) -> None:
+        self.beside = p.PREFILL_STEP_BESIDE_STREAMS
+
+    def chunk(self, streaming: bool) -> int:
+        return self.beside if streaming else p.PREFILL_STEP
+
+    def took(self, chunk: int, seconds: float) -> None:
+        """A step that read ``chunk`` prompt tokens beside others' tokens took ``seconds``."""
+        if seconds <= 0:
+            return
+        wanted = chunk * self.STEP_S / seconds
+        settled = 0.5 * self.beside + 0.5 * wanted
+        self.beside = int(max(self.MIN, min(p.PREFILL_STEP_BESIDE_STREAMS, settled)))
 
 
 class Batcher:
@@ -143,6 +171,8 @@ class Batcher:
         self.stream_tokens = stream_tokens
         self.limit = limit
         self.control = Control(group, limit)
+        self.chunks = Chunks()
+        self._timed: tuple[float, int] | None = None  # (started, chunk) of a step to time
         self.running: dict[int, Running] = {}  # by the generator's uid
         per_token = kv_bytes_per_token(shard.config)
         self.prompts = PromptCache(cache_bytes // per_token) if cache_bytes > 0 else None
@@ -182,8 +212,16 @@ class Batcher:
         applied: the cancelled out, the joining in; then one step: a token for every
         request generating, and the next chunk of every prompt being read."""
         mx.synchronize(generation_stream)
+        now = time.monotonic()
+        if self._timed is not None and self.rank == 0:  # the last step read beside streams
+            self.chunks.took(self._timed[1], now - self._timed[0])
+        self._timed = None
         chosen, cancelled = self._decide()
-        joining, cancelled = self.control.agree(len(chosen), cancelled)
+        streaming = any(r.generated > 0 for r in self.running.values())
+        reading = any(r.generated == 0 for r in self.running.values()) or bool(chosen)
+        joining, cancelled, chunk = self.control.agree(
+            len(chosen), cancelled, self.chunks.chunk(streaming)
+        )
         ended = [uid for uid in cancelled if uid in self.running]
         for uid in ended:
             self._finish(self.running[uid], p.CANCELLED)
@@ -192,13 +230,11 @@ class Batcher:
             self._join(chosen.pop(0) if self.rank == 0 else self.commands.get())
         if not self.running:
             return
-        # While others stream, a newcomer's prompt is read in smaller chunks, so their
-        # next token never waits for more than a short chunk (every rank alike: the
-        # tokens generated so far are the same on every rank).
-        streaming = any(r.generated > 0 for r in self.running.values())
-        self.generator.prefill_step_size = (
-            p.PREFILL_STEP_BESIDE_STREAMS if streaming else p.PREFILL_STEP
-        )
+        # While others stream, a newcomer's prompt is read in smaller chunks (rank 0's
+        # choice, agreed above), so their next token never waits long.
+        self.generator.prefill_step_size = chunk
+        if streaming and reading:  # timed from this boundary to the next
+            self._timed = (now, chunk)
         _, responses = self.generator.next()
         self._remove([r.uid for r in responses if self._token(r)])
 

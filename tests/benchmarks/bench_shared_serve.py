@@ -69,6 +69,7 @@ class Stream:
 
     def __init__(self, server: APIServer, model: str, key: str, max_tokens: int) -> None:
         self.arrivals: list[float] = []
+        self.error = ""
         self.closed = threading.Event()
         body = {
             "model": model,
@@ -89,6 +90,10 @@ class Stream:
                     return
                 if line.startswith("data: {"):
                     chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        self.error = str(chunk["error"].get("message"))
+                        sys.stderr.write(f"stream A ended with an error: {self.error}\n")
+                        return
                     delta = chunk["choices"][0].get("delta", {}) if chunk["choices"] else {}
                     if delta.get("content"):
                         self.arrivals.append(time.monotonic())
