@@ -152,9 +152,10 @@ MAX_BATCH = 256
 # pipeline, a 2,398-token chat: 22 s vs 41 s, at load averages 4.7 and 5.0; a ~5,600-token
 # prompt on a wider tiny model: 6.4 s vs 11.2 s): a CPU gains nothing from bigger chunks.
 PREFILL_STEP = 512
-# The chunk while other requests of the batch are generating: each of their tokens then
-# waits for one chunk at most (issue 33: the demo's streams kept a gap under 1 s while a
-# context-sized prompt was read in; ``make bench``'s ``shared_serve``).
+# The largest chunk while other requests of the batch are generating (rank 0 sizes it
+# down to keep a step short on a loaded machine: ``core.worker.batching.Chunks``), so
+# their tokens keep coming while a context-sized prompt is read in (issue 33;
+# ``make bench``'s ``shared_serve``).
 PREFILL_STEP_BESIDE_STREAMS = 128
 MAX_PROMPT_IDS = 1 << 21  # a generate command's ``tokens``: more than any model's context
 # The batching ranks' prompt cache (``--prompt-cache-mb``): conversations' KV caches kept
