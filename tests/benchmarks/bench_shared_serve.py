@@ -10,7 +10,9 @@ pipeline behind the API with two keys of a key store (``MACMESH_BENCH_ONLY=share
   tenant's: must be as cold as a prompt nobody sent), and B's of a prompt nobody sent;
   rounds alternate, each with its own prefix; ``cached_tokens`` of B's are exact.
 
-    .venv/bin/python -m tests.benchmarks.bench_shared_serve [MODEL]   (one JSON document)
+    .venv/bin/python -m tests.benchmarks.bench_shared_serve [MODEL] [tenants|stall]
+    (one JSON document; both parts without a second argument; each figure is said on
+    stderr as soon as it is measured)
 """
 
 from __future__ import annotations
@@ -110,9 +112,15 @@ def _post(server: APIServer, path: str, key: str, body: dict[str, Any]) -> tuple
         f"{server.address}{path}",
         json=body,
         headers={"Authorization": f"Bearer {key}"},
-        timeout=600,
+        timeout=1800,  # a context-sized prompt read beside a stream on a loaded machine
     )
     return got.status_code, time.monotonic() - started, got.json()
+
+
+def _said(name: str, value: Any) -> Any:
+    sys.stderr.write(f"shared_serve: {name} = {value}\n")
+    sys.stderr.flush()
+    return value
 
 
 def _context_prompt(server: APIServer) -> str:
@@ -134,11 +142,11 @@ def bench_stall(model: Path) -> dict[str, Any]:
             time.sleep(0.1)
         start = time.monotonic()
         time.sleep(8)
-        alone = stream.longest_gap(start, time.monotonic())
+        alone = _said("longest_gap_alone_s", stream.longest_gap(start, time.monotonic()))
 
         huge = {"model": name, "prompt": "x" * HUGE, "max_tokens": 4}
         t0 = time.monotonic()
-        status, huge_s, _ = _post(server, "/completions", key_b, huge)
+        status, huge_s = _said("huge prompt", _post(server, "/completions", key_b, huge)[:2])
         results: list[tuple[int, float]] = []
         threads = [
             threading.Thread(
@@ -151,7 +159,7 @@ def bench_stall(model: Path) -> dict[str, Any]:
         for thread in threads:
             thread.join()
         time.sleep(2)
-        during_huge = stream.longest_gap(t0, time.monotonic())
+        during_huge = _said("during huge", stream.longest_gap(t0, time.monotonic()))
 
         text = _context_prompt(server)
         t1 = time.monotonic()
@@ -159,7 +167,7 @@ def bench_stall(model: Path) -> dict[str, Any]:
             server, "/completions", key_b, {"model": name, "prompt": text, "max_tokens": 1}
         )
         t2 = time.monotonic()
-        during_long = stream.longest_gap(t1, t2)
+        during_long = _said("during context prompt", stream.longest_gap(t1, t2))
         tokens_in_stream = len([t for t in stream.arrivals if t1 <= t <= t2])
         stream.closed.set()
     return {
@@ -205,7 +213,7 @@ def bench_tenants(model: Path, rounds: int = 3) -> dict[str, Any]:
                 ("b_after_a", key_b, shared),
                 ("b_cold", key_b, fresh),
             ):
-                seconds, hits = ask(key, text)
+                seconds, hits = _said(label, ask(key, text))
                 figures[label].append(seconds)
                 cached[label].append(hits)
     medians = {f"{k}_ttft_s": round(statistics.median(v), 3) for k, v in figures.items()}
@@ -219,12 +227,14 @@ def bench_tenants(model: Path, rounds: int = 3) -> dict[str, Any]:
     }
 
 
-def bench_shared_serve(model: Path) -> dict[str, Any]:
-    return {"stall": bench_stall(model), "tenants": bench_tenants(model)}
+def bench_shared_serve(model: Path, parts: tuple[str, ...] = ("tenants", "stall")) -> dict:
+    benches = {"tenants": bench_tenants, "stall": bench_stall}
+    return {part: benches[part](model) for part in parts}
 
 
 if __name__ == "__main__":
     from core.model.demo_model import ensure_demo_model
 
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else ensure_demo_model()
-    print(json.dumps(bench_shared_serve(path), indent=2))
+    chosen = tuple(sys.argv[2:]) or ("tenants", "stall")
+    print(json.dumps(bench_shared_serve(path, chosen), indent=2))
