@@ -32,6 +32,7 @@ from core.serve.requests import Ask, chat_request, completion_request, parse_jso
 from core.worker import protocol as p
 
 MAX_BODY = 8 << 20  # a request body larger than this is refused (413)
+PARSE_ON_LOOP = 256 << 10  # a larger body is parsed on a thread, off the event loop
 LEFT = 499  # the status logged for a client that left before its answer
 
 
@@ -70,12 +71,12 @@ class API:
 
     async def chat(self, request: Request) -> Response:
         client = self.client(request)
-        body = parse_json(await read_body(request))
+        body = await read_json(request)
         return await self.answer(request, chat_request(body, self.s.model, self.s.context), client)
 
     async def completions(self, request: Request) -> Response:
         client = self.client(request)
-        body = parse_json(await read_body(request))
+        body = await read_json(request)
         ask = completion_request(body, self.s.model, self.s.context)
         return await self.answer(request, ask, client)
 
@@ -236,6 +237,15 @@ async def read_body(request: Request) -> bytes:
             raise APIError(413, f"The request body is larger than {MAX_BODY >> 20} MB.")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    """The body as a JSON object (``parse_json``); a large one is parsed on a thread, so
+    the event loop keeps sending the other clients' tokens meanwhile."""
+    raw = await read_body(request)
+    if len(raw) > PARSE_ON_LOOP:
+        return await asyncio.to_thread(parse_json, raw)
+    return parse_json(raw)
 
 
 async def until_disconnect(receive: Receive, waited: Awaitable[Any]) -> Any:

@@ -79,9 +79,9 @@ class PromptMaker:
         if size > most:
             raise APIError(
                 400,
-                f"The {_what(ask)} is {size:,} bytes: more than this model's context of "
-                f"{self.context:,} tokens can hold (at most {self._bytes_per_token} bytes a "
-                f"token, {most:,} bytes). Shorten it.",
+                f"The {_what(ask)} is {size} bytes: more than this model's context is "
+                f"{self.context} tokens can hold (at most {self._bytes_per_token} bytes a "
+                f"token, {most} bytes). Shorten it.",
                 param=_param(ask),
                 code=CONTEXT_LENGTH_EXCEEDED,
             )
@@ -110,8 +110,7 @@ class PromptMaker:
         if self.context is not None and len(ids) >= self.context:
             raise APIError(
                 400,
-                f"The {_what(ask)} is {len(ids):,} tokens; this model's context is "
-                f"{self.context:,}.",
+                f"The {_what(ask)} is {len(ids)} tokens; this model's context is {self.context}.",
                 param=_param(ask),
                 code=CONTEXT_LENGTH_EXCEEDED,
             )

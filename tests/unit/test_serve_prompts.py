@@ -77,7 +77,7 @@ def test_a_huge_prompt_is_refused_by_its_bytes_before_any_tokenizing_naming_prom
     with pytest.raises(APIError) as refused:
         maker.tokens(huge)
     assert refused.value.param == "prompt" and refused.value.code == "context_length_exceeded"
-    assert "8,388,608 bytes" in refused.value.message
+    assert "8388608 bytes" in refused.value.message
 
 
 def test_a_prompt_over_the_context_in_tokens_names_prompt_or_messages(models: dict) -> None:
@@ -88,7 +88,7 @@ def test_a_prompt_over_the_context_in_tokens_names_prompt_or_messages(models: di
     with pytest.raises(APIError) as chat:
         maker.tokens(_chat(("user", words)))
     assert raw.value.param == "prompt" and chat.value.param == "messages"
-    assert "tokens; this model's context is 2,048" in raw.value.message
+    assert "tokens; this model's context is 2048." in raw.value.message
 
 
 def test_without_a_tokenizer_here_the_ranks_make_the_ids(tmp_path: Path) -> None:
