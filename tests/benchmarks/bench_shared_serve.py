@@ -100,6 +100,12 @@ class Stream:
                     if delta.get("content"):
                         self.arrivals.append(time.monotonic())
 
+    def longest_gap_ends(self, start: float, end: float) -> float:
+        """Seconds from the longest gap's end to ``end`` (where in the window it was)."""
+        times = [t for t in self.arrivals if start <= t <= end]
+        pairs = list(itertools.pairwise(times))
+        return round(end - max(pairs, key=lambda ab: ab[1] - ab[0])[1], 3) if pairs else 0.0
+
     def longest_gap(self, start: float, end: float) -> float:
         times = [t for t in self.arrivals if start <= t <= end]
         gaps = [b - a for a, b in itertools.pairwise(times)]
@@ -169,6 +175,11 @@ def bench_stall(model: Path) -> dict[str, Any]:
         t2 = time.monotonic()
         during_long = _said("during context prompt", stream.longest_gap(t1, t2))
         tokens_in_stream = len([t for t in stream.arrivals if t1 <= t <= t2])
+        gaps = sorted(
+            (b - a for a, b in itertools.pairwise([t for t in stream.arrivals if t1 <= t <= t2])),
+            reverse=True,
+        )
+        before_end = stream.longest_gap_ends(t1, t2)
         stream.closed.set()
     return {
         "longest_gap_alone_s": alone,
@@ -182,6 +193,9 @@ def bench_stall(model: Path) -> dict[str, Any]:
         "context_prompt_answered_in_s": round(long_s, 2),
         "longest_gap_during_context_prompt_s": during_long,
         "other_stream_tokens_during_context_prompt": tokens_in_stream,
+        "five_longest_gaps_during_context_prompt_s": [round(g, 3) for g in gaps[:5]],
+        "longest_gap_ended_before_the_answer_s": before_end,
+        "median_gap_during_context_prompt_s": round(statistics.median(gaps), 3) if gaps else None,
         "limit_s": 1.0,
     }
 
