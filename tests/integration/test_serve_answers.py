@@ -144,27 +144,25 @@ def test_a_9th_request_waits_in_line_while_the_ranks_batch_8(slow_session: Sessi
 def test_a_freed_slot_goes_to_another_keys_request_before_a_key_holding_half(
     slow_session: Session,
 ) -> None:
-    """Key a takes all 8 slots while alone; then a's 2 more and b's 2 wait: as slots free,
-    b's go first (a runs more than half), then a's. Each request's key goes to the ranks
-    as its prompt cache tenant, and its token ids when the controller made them."""
+    """Key a takes all 8 slots while alone (a0 a one-token answer, the rest eight tokens);
+    then a's 2 more and b's 2 (one token each) wait: the slots a0 and b0 free go to b's
+    (a still runs 7, more than half), a's after. Each request's key goes to the ranks as
+    its prompt cache tenant, and its token ids when the controller made them."""
     sent = slow_session.jobs[0].behaviour.sent  # type: ignore[attr-defined]
+
+    def ask(text: str, tokens: int) -> Ask:
+        return Ask(model="m", max_tokens=tokens, messages=[{"role": "user", "content": text}])
 
     async def scenario() -> list[dict]:
         answers = Answerer(slow_session, max_waiting=8, max_running=8)
+        a, b = {"owner": "key_a", "tenant": "key_a"}, {"owner": "key_b", "tenant": "key_b"}
         await answers.start()
         try:
-            first = [
-                answers.submit(_ask(f"a{n}"), "A", owner="key_a", tenant="key_a") for n in range(8)
-            ]
+            first = [answers.submit(ask(f"a{n}", 1 if n == 0 else 8), "A", **a) for n in range(8)]
             while len(sent) < 8:
                 await asyncio.sleep(0.01)
-            later = [
-                answers.submit(_ask(f"a{n}"), "A", owner="key_a", tenant="key_a") for n in (8, 9)
-            ]
-            later += [
-                answers.submit(_ask(f"b{n}"), "B", owner="key_b", tenant="key_b", tokens=[5, 6])
-                for n in (0, 1)
-            ]
+            later = [answers.submit(ask(f"a{n}", 1), "A", **a) for n in (8, 9)]
+            later += [answers.submit(ask(f"b{n}", 1), "B", **b, tokens=[5, 6]) for n in (0, 1)]
             return [await _until_end(answer) for answer in first + later]
         finally:
             await answers.close()
