@@ -15,6 +15,7 @@ subcommands run on machines without a display.
     macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
     macmesh finetune [MODEL] --data PATH --demo|--hosts ..  LoRA on the cluster: an adapter
     macmesh history [--json|--csv]  the runs kept, newest first
+    macmesh keys new LABEL | list | revoke ID  the API keys (the window's and serve's)
     macmesh models [...]         the models on this Mac; Hugging Face search and download
 """
 
@@ -66,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "serve", help="serve the cluster as an OpenAI-compatible API", add_help=False
     )
+    commands.add_parser("keys", help="make, list and revoke API keys", add_help=False)
     return parser
 
 
@@ -123,6 +125,10 @@ def _main(argv: list[str]) -> int:
         from core.cli.history import history_cli
 
         return history_cli(argv[1:])
+    if argv[0] == "keys":
+        from core.cli.keys import keys_cli
+
+        return keys_cli(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)

@@ -2,9 +2,13 @@
 server room). ``--demo`` serves the demo cluster; ``MODEL --hosts a,b,...`` serves a
 model on real Macs after the same probe, plan, checks and copy as ``macmesh run``.
 
-The key: ``--api-key-file F`` uses the key in F, or writes a new one there (0600) when F
-does not exist yet, before the server accepts connections; without it, the key file in
-MacMesh's data folder. ``--no-key`` turns keys off, on loopback only;
+The keys: every key of the store ``macmesh keys`` and the window manage, and the key in
+``--api-key-file F`` (F is written with a new key, 0600, when it does not exist yet,
+before the server accepts connections; without it, the key file in MacMesh's data
+folder). Each key has its own prompt cache and its fair share of the queue; with
+``--shared-prompt-cache`` every key shares one prompt cache. ``--demo MODEL`` serves a
+model folder on the demo cluster instead of the demo model. ``--no-key`` turns keys off,
+on loopback only;
 ``--metrics-without-key`` for ``GET /metrics`` alone (Prometheus). Once ready it prints
 the address and the key's file, then one line per request. Ctrl-C (exit 130) or SIGTERM
 (exit 0) stops the server and every rank.
@@ -36,7 +40,7 @@ from core.run.placement import ClusterError
 from core.run.session import Session, simulated_hosts
 from core.run.states import Step
 from core.serve.answers import DEFAULT_WAITING
-from core.serve.keys import Gate, KeyFileError, key_file
+from core.serve.keys import Gate, KeyFileError, KeyStore, key_file
 from core.serve.server import APIServer, ServeError, ServerOptions, bind, is_loopback
 from core.serve.task import serve as serve_session
 from core.worker.vocab import Strategy
@@ -53,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "model",
         nargs="?",
-        help="the model (not with --demo): a folder, a name `macmesh models` lists, or "
-        "hf:ORG/NAME once downloaded",
+        help="the model (with --demo: on the simulated Macs): a folder, a name "
+        "`macmesh models` lists, or hf:ORG/NAME once downloaded",
     )
     parser.add_argument("--demo", action="store_true", help="serve the demo cluster")
     parser.add_argument(
@@ -62,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="demo_model",
         metavar="PATH",
         help="--demo: a model folder, a name `macmesh models` lists, or hf:ORG/NAME once "
-        "downloaded (default: the demo model)",
+        "downloaded (default: the demo model; MODEL says the same)",
     )
     parser.add_argument("--nodes", type=int, default=2, help="--demo: simulated Macs, 1-4")
     parser.add_argument("--hosts", help="[user@]host[:port],... (with MODEL)")
@@ -77,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-without-key",
         action="store_true",
         help="GET /metrics (Prometheus) needs no key; the API itself still does",
+    )
+    parser.add_argument(
+        "--shared-prompt-cache",
+        action="store_true",
+        help="one prompt cache for every key (a single-user setup): a key's requests may "
+        "then reuse, and time, what another key sent; default: one per key",
     )
     parser.add_argument(
         "--max-waiting",
@@ -115,7 +125,7 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
         stage("checking the address")
         bind(args.host, args.port).close()  # a taken port is said now, not after loading
         session = _session(args, err, stage)
-        gate = Gate(open_=True) if args.no_key else Gate(key=key)
+        gate = Gate(open_=True) if args.no_key else Gate(key=key, store=KeyStore())
         server = APIServer(
             session,
             session.info.name,
@@ -127,6 +137,7 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
                 args.port,
                 max_waiting=args.max_waiting,
                 metrics_without_key=args.metrics_without_key,
+                shared_prompt_cache=args.shared_prompt_cache,
             ),
             log=lambda line: _say(out, line),
         )
@@ -137,6 +148,9 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
             stage("serving")
             keys = "no key needed (--no-key)" if args.no_key else f"key in {key_path}"
             keys += " (new)" if made else ""
+            keys += " and `macmesh keys`" if not args.no_key else ""
+            cache = "shared by every key" if args.shared_prompt_cache else "one per key"
+            keys += f"; prompt cache {cache}"
             _say(out, f"Serving {session.info.name} at {server.address} ({keys}). Ctrl-C stops.")
 
         ended = serve_session(session, server, serving)
@@ -159,12 +173,16 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.demo == (args.model is not None):
-        raise ClusterError("name a model folder with --hosts, or --demo (not both)")
-    if args.model is not None and not args.hosts:
+    if not args.demo and args.model is None:
+        raise ClusterError("name a model folder with --hosts, or --demo")
+    if args.demo and args.hosts:
+        raise ClusterError("--demo runs on simulated Macs: --hosts is not for it")
+    if not args.demo and not args.hosts:
         raise ClusterError("--hosts is needed with a model: the Macs to run it on")
     if args.demo_model is not None and not args.demo:
         raise ClusterError("--model goes with --demo; with --hosts, name the model first")
+    if args.demo_model is not None and args.model is not None:
+        raise ClusterError("name the demo's model once: MODEL or --model, not both")
     if not 0 <= args.port <= 65535:
         raise ClusterError("--port must be 0 to 65535")
     if args.max_waiting < 1:
@@ -192,8 +210,9 @@ def _session(args: argparse.Namespace, err: TextIO, stage: Stage) -> Session:
     Macs (``open_session``: the same probe, plan, checks and copy)."""
     if not args.demo:
         return open_session(args, err, stage)
-    if args.demo_model is not None:
-        info = resolve_model(args.demo_model, to_run=True)
+    named = args.demo_model if args.demo_model is not None else args.model
+    if named is not None:
+        info = resolve_model(named, to_run=True)
     else:
         info = read_model_info(demo_model_said(err, stage))
     strategy = Strategy.PIPELINE if args.strategy == Strategy.AUTO else args.strategy

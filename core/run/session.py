@@ -455,16 +455,31 @@ class Session:
         max_tokens: int = 128,
         chat: bool = True,
         sampling: dict[str, Any] | None = None,
+        tokens: list[int] | None = None,
+        tenant: str | None = None,
     ) -> str:
         """Send a request (a prompt, or a conversation's ``messages``); its id.
         ``chat``: a prompt goes through the chat template (False: as raw text).
-        ``sampling``: temperature, top_p, seed, stop (None: greedy, no stop)."""
+        ``sampling``: temperature, top_p, seed, stop (None: greedy, no stop).
+        ``tokens``: its ids, rendered and tokenized already (the API's); ``tenant``: whose
+        prompt cache entries it may use (None: the common ones, the window's chat)."""
         job = self._running()
-        if chat and sampling is None:  # the form every front end used before sampling
+        if chat and sampling is None and tokens is None and tenant is None:
+            # the form every front end used before sampling
             return str(job.generate(prompt, messages=messages, max_tokens=max_tokens))
+        extra: dict[str, Any] = {}
+        if tokens is not None:
+            extra["tokens"] = tokens
+        if tenant is not None:
+            extra["tenant"] = tenant
         return str(
             job.generate(
-                prompt, messages=messages, max_tokens=max_tokens, chat=chat, sampling=sampling
+                prompt,
+                messages=messages,
+                max_tokens=max_tokens,
+                chat=chat,
+                sampling=sampling,
+                **extra,
             )
         )
 

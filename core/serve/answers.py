@@ -19,8 +19,9 @@ import contextlib
 import itertools
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Any, Literal, TypeAlias, TypedDict
+from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 from core.run.job.launcher import JobError
 from core.run.placement import ClusterError
@@ -44,6 +45,7 @@ class Unavailable(TypedDict):
     message: str
     status: int
     fatal: bool
+    retry_after_s: NotRequired[int]  # a 429's
 
 
 # What an answer's queue carries: its rank-0 events, or the server's refusal.
@@ -55,8 +57,18 @@ class Answer:
 
     _numbers = itertools.count(1)
 
-    def __init__(self, ask: Ask, client: str) -> None:
+    def __init__(
+        self,
+        ask: Ask,
+        client: str,
+        owner: str = "",
+        tenant: str | None = None,
+        tokens: list[int] | None = None,
+    ) -> None:
         self.ask, self.client = ask, client
+        self.owner = owner  # whose key: fair shares of the line and the slots
+        self.tenant = tenant  # whose prompt cache entries (None: the common ones)
+        self.tokens = tokens  # the prompt's ids, made on the controller (None: the ranks')
         self.id = f"{'chatcmpl' if ask.chat else 'cmpl'}-{secrets.token_hex(12)}"
         self.number = next(self._numbers)
         self.created = int(time.time())
@@ -77,13 +89,24 @@ class Answer:
             self.ended.set()
 
 
-def failure(event: p.Error | Unavailable) -> APIError:
-    """An ``error`` event for one answer as the API's refusal."""
+def failure(event: p.Error | Unavailable, chat: bool = True) -> APIError:
+    """An ``error`` event for one answer as the API's refusal (``chat``: the request had
+    ``messages``; else a ``prompt``, which a too-long refusal names)."""
     message = event["message"]
     if event.get("code") == p.CONTEXT_LENGTH_EXCEEDED:
-        return APIError(400, message, param="messages", code=p.CONTEXT_LENGTH_EXCEEDED)
+        param = "messages" if chat else "prompt"
+        return APIError(400, message, param=param, code=p.CONTEXT_LENGTH_EXCEEDED)
     if event.get("status") == 503:
         return unavailable(message)
+    if event.get("status") == 429:
+        retry = event.get("retry_after_s")
+        return APIError(
+            429,
+            message,
+            kind="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": str(retry if isinstance(retry, int) else 1)},
+        )
     return APIError(400, message)
 
 
@@ -100,7 +123,9 @@ class Answerer:
         if max_running < 1:
             raise ValueError("at least one request runs at a time")
         self.session = session
-        self.line: WaitingLine[Answer] = WaitingLine(max_waiting)
+        self.line: WaitingLine[Answer] = WaitingLine(
+            max_waiting, owner=lambda answer: answer.owner, on_bumped=self._bumped
+        )
         self.max_running = max_running
         self.running: set[Answer] = set()  # with the ranks now
         self._followers: set[asyncio.Task[None]] = set()
@@ -139,12 +164,19 @@ class Answerer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    def submit(self, ask: Ask, client: str) -> Answer:
-        """Queue an answer; APIError 429 (with Retry-After) when the line is full, 503
-        when the cluster has stopped."""
+    def submit(
+        self,
+        ask: Ask,
+        client: str,
+        owner: str = "",
+        tenant: str | None = None,
+        tokens: list[int] | None = None,
+    ) -> Answer:
+        """Queue an answer; APIError 429 (with Retry-After) when the line is full or its
+        key (``owner``) holds its share of it, 503 when the cluster has stopped."""
         if self._ended is not None:
             raise unavailable(self._ended)
-        answer = Answer(ask, client)
+        answer = Answer(ask, client, owner, tenant, tokens)
         try:
             self.line.push(answer)
         except QueueFull as full:
@@ -169,7 +201,11 @@ class Answerer:
     async def _serve_in_order(self) -> None:
         """Send the head of the line whenever fewer than ``max_running`` are running."""
         while True:
-            answer = self.line.pop() if len(self.running) < self.max_running else None
+            answer = (
+                self.line.pop(Counter(a.owner for a in self.running), self.max_running)
+                if len(self.running) < self.max_running
+                else None
+            )
             if answer is None:
                 self._wake.clear()
                 await self._wake.wait()
@@ -200,6 +236,7 @@ class Answerer:
                 max_tokens=ask.max_tokens,
                 chat=ask.chat,
                 sampling=ask.sampling,
+                **_prompt_fields(answer),
             )
         except (JobError, ClusterError) as error:
             answer.put(_error(f"The cluster cannot answer now: {error}", 503))
@@ -233,6 +270,20 @@ class Answerer:
         started = answer.started_at or time.monotonic()
         # One place frees every answer time / places: Retry-After follows that.
         self.line.answered_in((time.monotonic() - started) / self.max_running)
+
+    def _bumped(self, answer: Answer) -> None:
+        """Its key held more than its share of a full line, and another key came."""
+        retry = self.line.retry_after()
+        answer.put(
+            Unavailable(
+                event=p.ERROR,
+                message="The cluster's queue is full and this key holds more than half of "
+                f"it while others wait; retry in {retry} s.",
+                status=429,
+                fatal=False,
+                retry_after_s=retry,
+            )
+        )
 
     def _cancel_in_session(self, request: str) -> None:
         with contextlib.suppress(JobError, ClusterError):
@@ -280,3 +331,13 @@ class Answerer:
 
 def _error(message: str, status: int) -> Unavailable:
     return Unavailable(event=p.ERROR, message=message, status=status, fatal=False)
+
+
+def _prompt_fields(answer: Answer) -> dict[str, Any]:
+    """``Session.ask``'s ``tokens`` and ``tenant``, when the answer has them."""
+    fields: dict[str, Any] = {}
+    if answer.tokens is not None:
+        fields["tokens"] = answer.tokens
+    if answer.tenant is not None:
+        fields["tenant"] = answer.tenant
+    return fields

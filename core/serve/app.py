@@ -27,10 +27,12 @@ from core.serve.dialects import error_body
 from core.serve.errors import APIError, unauthorized
 from core.serve.keys import Gate
 from core.serve.metrics import CONTENT_TYPE, ServeMetrics
+from core.serve.prompts import PromptMaker
 from core.serve.requests import Ask, chat_request, completion_request, parse_json
 from core.worker import protocol as p
 
 MAX_BODY = 8 << 20  # a request body larger than this is refused (413)
+PARSE_ON_LOOP = 256 << 10  # a larger body is parsed on a thread, off the event loop
 LEFT = 499  # the status logged for a client that left before its answer
 
 
@@ -45,6 +47,10 @@ class Served:
     log: Callable[[str], None] = lambda line: None
     metrics: ServeMetrics | None = None
     metrics_without_key: bool = False  # GET /metrics open to anyone who reaches the port
+    # The prompt made here (template, size, token ids); None: the ranks make it from text.
+    prompts: PromptMaker | None = None
+    # One prompt cache for every key (--shared-prompt-cache), instead of one per key.
+    shared_prompt_cache: bool = False
 
 
 class API:
@@ -65,12 +71,12 @@ class API:
 
     async def chat(self, request: Request) -> Response:
         client = self.client(request)
-        body = parse_json(await read_body(request))
+        body = await read_json(request)
         return await self.answer(request, chat_request(body, self.s.model, self.s.context), client)
 
     async def completions(self, request: Request) -> Response:
         client = self.client(request)
-        body = parse_json(await read_body(request))
+        body = await read_json(request)
         ask = completion_request(body, self.s.model, self.s.context)
         return await self.answer(request, ask, client)
 
@@ -79,7 +85,7 @@ class API:
     def client(self, request: Request) -> str:
         """Who asks, by the key sent (``Authorization: Bearer`` or ``x-api-key``); 401."""
         key = bearer(request.headers.get("authorization")) or request.headers.get("x-api-key")
-        who = self.s.gate.client(key)
+        who = self.s.gate.identify(key)
         if who is None:
             raise unauthorized(
                 "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'."
@@ -87,8 +93,9 @@ class API:
                 else "No API key: send 'Authorization: Bearer <key>' (MacMesh shows the key "
                 "when it starts serving)."
             )
-        request.state.client = who
-        return who
+        label, owner = who
+        request.state.client, request.state.owner = label, owner
+        return label
 
     async def answer(self, request: Request, ask: Ask, client: str) -> Response:
         got = await self.begin(request, ask, client)
@@ -107,15 +114,28 @@ class API:
         self, request: Request, ask: Ask, client: str
     ) -> tuple[Answer, AnswerEvent] | Response:
         """Queue the answer and wait for its first event (a token, or its end): a refusal
-        (an APIError) before any byte of the answer is sent. A client gone: LEFT."""
-        answer = self.s.answers.submit(ask, client)
+        (an APIError) before any byte of the answer is sent. A client gone: LEFT.
+
+        The prompt is made here first, off the event loop (``core.serve.prompts``): its
+        size against the context, the chat template (a 400 quoting it), its token ids;
+        its key (``owner``) is its fair share's and, unless the cache is shared, its
+        prompt cache tenant's."""
+        owner = str(getattr(request.state, "owner", client))
+        tokens = None
+        if self.s.prompts is not None and not self.s.prompts.wait(0):
+            await asyncio.to_thread(self.s.prompts.wait)  # loading: a second, once
+        if self.s.prompts is not None and self.s.prompts.ready:
+            self.s.prompts.check_size(ask)  # before any tokenizing: a huge prompt at once
+            tokens = await asyncio.to_thread(self.s.prompts.tokens, ask)
+        tenant = None if self.s.shared_prompt_cache else owner
+        answer = self.s.answers.submit(ask, client, owner, tenant, tokens)
         request.state.answer = answer
         first = await until_disconnect(request.receive, answer.events.get())
         if first is None:
             self.s.answers.cancel(answer)
             return Response(status_code=LEFT)
         if first["event"] == p.ERROR:
-            raise failure(first)
+            raise failure(first, ask.chat)
         return answer, first
 
     async def whole(
@@ -125,7 +145,7 @@ class API:
         event = first
         while event["event"] != p.DONE:
             if event["event"] == p.ERROR:
-                raise failure(event)
+                raise failure(event, answer.ask.chat)
             got = await until_disconnect(request.receive, answer.events.get())
             if got is None:
                 self.s.answers.cancel(answer)
@@ -161,7 +181,7 @@ class API:
                 if event["event"] == p.TOKEN and event["text"]:
                     yield shaping.sse(self._piece(answer, event["text"]))
                 elif event["event"] == p.ERROR:
-                    yield shaping.sse(failure(event).body())
+                    yield shaping.sse(failure(event, ask.chat).body())
                 elif event["event"] == p.DONE:
                     finish = shaping.finish_reason(event)
                     if ask.chat:
@@ -217,6 +237,15 @@ async def read_body(request: Request) -> bytes:
             raise APIError(413, f"The request body is larger than {MAX_BODY >> 20} MB.")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    """The body as a JSON object (``parse_json``); a large one is parsed on a thread, so
+    the event loop keeps sending the other clients' tokens meanwhile."""
+    raw = await read_body(request)
+    if len(raw) > PARSE_ON_LOOP:
+        return await asyncio.to_thread(parse_json, raw)
+    return parse_json(raw)
 
 
 async def until_disconnect(receive: Receive, waited: Awaitable[Any]) -> Any:

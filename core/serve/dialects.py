@@ -10,6 +10,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.serve.errors import APIError, bad_request, not_found
+from core.serve.fields import (
+    ANTHROPIC,
+    OLLAMA,
+    OLLAMA_OPTIONS,
+    refuse_message_extras,
+    refuse_unsupported,
+)
 from core.serve.requests import Ask, messages, stops, text_content
 from core.worker import protocol as p
 
@@ -45,6 +52,7 @@ def anthropic_error(error: APIError) -> dict[str, Any]:
 def anthropic_request(body: dict[str, Any], model: str, context: int | None) -> Ask:
     """``POST /v1/messages``: max_tokens is required there; system is its own field."""
     _check_model(body.get("model"), model)
+    refuse_unsupported(body, ANTHROPIC)
     chat = messages(body.get("messages"))
     system = body.get("system")
     if system is not None:
@@ -148,10 +156,13 @@ def ollama_request(body: dict[str, Any], model: str, context: int | None) -> Ask
     name = body.get("model")
     if not isinstance(name, str) or name not in ollama_names(model):
         _check_model(name, model)
+    refuse_unsupported(body, OLLAMA)
+    refuse_message_extras(body.get("messages"), ("images", "tool_calls"))
     chat = messages(body.get("messages"))
     options = body.get("options") or {}
     if not isinstance(options, dict):
         raise bad_request("'options' must be an object.", "options")
+    refuse_unsupported(options, OLLAMA_OPTIONS, "options.")
     limit = context or 4096
     wanted = options.get("num_predict")
     if wanted is None or wanted == -1:

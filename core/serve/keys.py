@@ -195,11 +195,18 @@ class Gate:
     def client(self, key: str | None) -> str | None:
         """Who asks: a label for the log and the chat ("key_ab12cd: label"), or None when
         the key opens nothing."""
+        who = self.identify(key)
+        return who[0] if who is not None else None
+
+    def identify(self, key: str | None) -> tuple[str, str] | None:
+        """Who asks, as (label, owner): the label for the log and the chat, the owner an
+        id that is the key's alone (its store id, "key-file", or "anyone" with no key
+        needed): its prompt cache tenant and its fair share. None: the key opens nothing."""
         if key:
             if self._key is not None and hmac.compare_digest(key.encode(), self._key.encode()):
-                return "key file"
+                return "key file", "key-file"
             if self._store is not None:
                 info = self._store.check(key)
                 if info is not None:
-                    return info.label or info.id
-        return "anyone" if self.open else None
+                    return info.label or info.id, info.id
+        return ("anyone", "anyone") if self.open else None

@@ -1,10 +1,13 @@
 """A request body → an ``Ask`` the cluster can answer, or an ``APIError`` (4xx) saying
 which field is wrong and why. Pure: no server, no session; unit- and fuzz-tested.
 
-Unknown fields are ignored, as OpenAI-compatible servers do (clients send ``user``,
-``frequency_penalty``, ...); a known field of the wrong type or out of range is a 400
-naming it. ``max_tokens`` above the model's context is a 400 here; a prompt longer than
-the context is found by the ranks (they hold the tokenizer) and is a 400 too.
+A field this server does not act on is a 400 naming it ("not supported yet") when its
+value would change what the answer means (``logprobs``, ``tools``, ``response_format``,
+...: ``core.serve.fields``); fields that change nothing an answer says (``user``,
+``metadata``, ...) and fields no dialect defines are ignored. A known field of the wrong
+type or out of range is a 400 naming it. ``max_tokens`` above the model's context is a
+400 here; a prompt longer than the context is found once tokenized (``core.serve.prompts``,
+or the ranks when this Mac has no tokenizer) and is a 400 too.
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.serve.errors import bad_request, not_found
+from core.serve.fields import (
+    OPENAI_CHAT,
+    OPENAI_COMPLETIONS,
+    refuse_message_extras,
+    refuse_unsupported,
+)
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 MAX_STOPS = 4  # as OpenAI
@@ -85,6 +94,8 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 def chat_request(body: dict[str, Any], model: str, context: int | None) -> Ask:
     """``POST /v1/chat/completions``."""
     check_model(body, model)
+    refuse_unsupported(body, OPENAI_CHAT)
+    refuse_message_extras(body.get("messages"), ("tool_calls", "function_call", "audio"))
     chat = messages(body.get("messages"))
     limit = context or FALLBACK_CONTEXT
     wanted = _optional_int(body, "max_completion_tokens", 1)
@@ -103,6 +114,7 @@ def chat_request(body: dict[str, Any], model: str, context: int | None) -> Ask:
 def completion_request(body: dict[str, Any], model: str, context: int | None) -> Ask:
     """``POST /v1/completions``: raw text, no chat template."""
     check_model(body, model)
+    refuse_unsupported(body, OPENAI_COMPLETIONS)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]

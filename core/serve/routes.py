@@ -27,12 +27,11 @@ from core.serve.app import (
     api_error,
     client_left,
     http_error,
-    read_body,
+    read_json,
     unexpected,
 )
 from core.serve.errors import APIError
 from core.serve.metrics import PATH as METRICS_PATH
-from core.serve.requests import parse_json
 from core.worker import protocol as p
 
 
@@ -41,7 +40,7 @@ class Routes(API):
 
     async def messages(self, request: Request) -> Response:
         client = self.client(request)
-        body = parse_json(await read_body(request))
+        body = await read_json(request)
         ask = d.anthropic_request(body, self.s.model, self.s.context)
         got = await self.begin(request, ask, client)
         if isinstance(got, Response):
@@ -63,7 +62,7 @@ class Routes(API):
                     yield d.anthropic_delta(event["text"])
                 elif event["event"] == p.ERROR:
                     yield d.anthropic_sse(
-                        "error", {"error": d.anthropic_error(failure(event))["error"]}
+                        "error", {"error": d.anthropic_error(failure(event, True))["error"]}
                     )
                 elif event["event"] == p.DONE:
                     yield d.anthropic_end(event)
@@ -76,7 +75,7 @@ class Routes(API):
 
     async def ollama_chat(self, request: Request) -> Response:
         client = self.client(request)
-        body = parse_json(await read_body(request))
+        body = await read_json(request)
         ask = d.ollama_request(body, self.s.model, self.s.context)
         started = time.monotonic()
         got = await self.begin(request, ask, client)

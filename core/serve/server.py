@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import uvicorn
 
@@ -36,6 +37,7 @@ from core.serve.connections import (
 )
 from core.serve.keys import Gate
 from core.serve.metrics import ServeMetrics
+from core.serve.prompts import PromptMaker
 from core.serve.records import ApiRecords
 from core.serve.routes import create_app
 from core.worker import protocol as p
@@ -67,6 +69,8 @@ class ServerOptions:
     max_running: int = p.DEFAULT_BATCH
     # GET /metrics without a key (a scraper in a server room); the API itself keeps its key.
     metrics_without_key: bool = False
+    # One prompt cache for every key (a single-user setup) instead of one per key.
+    shared_prompt_cache: bool = False
 
     @classmethod
     def for_job(
@@ -77,6 +81,7 @@ class ServerOptions:
         *,
         max_waiting: int = DEFAULT_WAITING,
         metrics_without_key: bool = False,
+        shared_prompt_cache: bool = False,
     ) -> ServerOptions:
         """The options to serve the job ``spec`` runs: as many requests with the ranks at
         once as they batch (``spec.batch``, the one setting): never more, or the rest
@@ -88,6 +93,7 @@ class ServerOptions:
             max_waiting,
             max_running=spec.batch,
             metrics_without_key=metrics_without_key,
+            shared_prompt_cache=shared_prompt_cache,
         )
 
 
@@ -130,6 +136,8 @@ class APIServer:
             log,
             self.metrics,
             metrics_without_key=self.options.metrics_without_key,
+            prompts=PromptMaker(_model_folder(session), context),
+            shared_prompt_cache=self.options.shared_prompt_cache,
         )
         self.guard = ConnectionGuard(self.options.limits.within_files())
         self._server: _Server | None = None
@@ -157,6 +165,8 @@ class APIServer:
     def start(self) -> None:
         """Bind, then serve on a thread; returns once connections are accepted."""
         self._socket = bind(self.options.host, self.options.port)
+        if self.served.prompts is not None:
+            self.served.prompts.start()
         self.records = ApiRecords(self.answers.session, self.metrics.answered, self._telemetry)
         self.port = int(self._socket.getsockname()[1])
         config = uvicorn.Config(
@@ -238,6 +248,13 @@ class _Server(uvicorn.Server):
             if transport is not None:
                 transport.abort()
         await super().shutdown(sockets)
+
+
+def _model_folder(session: Session) -> Path | None:
+    """The model's folder on this Mac, where its tokenizer is (None: not known here)."""
+    info = getattr(session, "info", None)
+    folder = getattr(info, "path", None)
+    return folder if isinstance(folder, Path) and folder.is_dir() else None
 
 
 def bind(host: str, port: int) -> socket.socket:

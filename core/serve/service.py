@@ -41,6 +41,9 @@ class ApiSettings:
     require_key: bool = True  # on this Mac only; sharing always requires one
     port: int = 8080
     metrics_without_key: bool = False  # GET /metrics for a scraper that has no key
+    # One prompt cache for every key (a single-user setup); else one per key, and the
+    # window's chat its own (``core.worker.promptcache``).
+    shared_prompt_cache: bool = False
 
     @property
     def host(self) -> str:
@@ -210,6 +213,7 @@ class ApiService:
                     self.settings.host,
                     self.settings.port,
                     metrics_without_key=self.settings.metrics_without_key,
+                    shared_prompt_cache=self.settings.shared_prompt_cache,
                 ),
                 log=self._log_line,
                 on_sent=self._on_sent,

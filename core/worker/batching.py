@@ -59,6 +59,7 @@ class Running:
     detokenizer: Any
     stops: StopScanner
     cached_tokens: int = 0  # the prompt's tokens whose KV came from the prompt cache
+    tenant: str | None = None  # whose prompt cache entries it reads and keeps
     first_at: float | None = None
     generated: int = 0  # tokens sampled, the end-of-sequence one included
     last_token: int | None = None
@@ -103,24 +104,52 @@ def from_rank0(sampler: Any, group: mx.distributed.Group) -> Any:
 
 
 class Control:
-    """Rank 0's decision at one token boundary, on every rank: ``[joining, cancelled
-    uid + 1, ...]`` (the cancelled list padded with zeros)."""
+    """Rank 0's decision at one token boundary, on every rank: ``[joining, chunk,
+    cancelled uid + 1, ...]`` (the cancelled list padded with zeros)."""
 
     def __init__(self, group: mx.distributed.Group | None, limit: int) -> None:
         self.group = group if group is not None and group.size() > 1 else None
         self.rank = group.rank() if group is not None else 0
         self.limit = limit
 
-    def agree(self, joining: int, cancelled: list[int]) -> tuple[int, list[int]]:
-        """Rank 0's ``joining`` and ``cancelled`` on every rank (the others' arguments are
-        ignored: they add zeros). Called with nothing in flight, it returns at once."""
-        values = [joining, *[uid + 1 for uid in cancelled[: self.limit]]]
-        values += [0] * (self.limit + 1 - len(values))
+    def agree(
+        self, joining: int, cancelled: list[int], chunk: int = p.PREFILL_STEP
+    ) -> tuple[int, list[int], int]:
+        """Rank 0's ``joining``, ``cancelled`` and prompt ``chunk`` on every rank (the
+        others' arguments are ignored: they add zeros). Called with nothing in flight, it
+        returns at once."""
+        values = [joining, chunk, *[uid + 1 for uid in cancelled[: self.limit]]]
+        values += [0] * (self.limit + 2 - len(values))
         if self.group is not None:
             local = mx.array(values if self.rank == 0 else [0] * len(values), dtype=mx.int32)
             summed = mx.distributed.all_sum(local, group=self.group, stream=generation_stream)
             values = _ints(summed)
-        return values[0], [v - 1 for v in values[1:] if v > 0]
+        return values[0], [v - 1 for v in values[2:] if v > 0], max(1, values[1])
+
+
+class Chunks:
+    """Rank 0's prompt chunk: ``PREFILL_STEP`` while no request generates; while others
+    stream, sized so one step (their token and the chunk) takes about ``STEP_S``, from the
+    last steps' times (a loaded machine reads fewer tokens a step), between ``MIN`` and
+    ``PREFILL_STEP_BESIDE_STREAMS``. Rank 0 alone measures; every rank applies what it
+    decided (``Control``), so their model calls keep the same shapes."""
+
+    STEP_S = 0.4
+    MIN = 16
+
+    def __init__(self) -> None:
+        self.beside = p.PREFILL_STEP_BESIDE_STREAMS
+
+    def chunk(self, streaming: bool) -> int:
+        return self.beside if streaming else p.PREFILL_STEP
+
+    def took(self, chunk: int, seconds: float) -> None:
+        """A step that read ``chunk`` prompt tokens beside others' tokens took ``seconds``."""
+        if seconds <= 0:
+            return
+        wanted = chunk * self.STEP_S / seconds
+        settled = 0.5 * self.beside + 0.5 * wanted
+        self.beside = int(max(self.MIN, min(p.PREFILL_STEP_BESIDE_STREAMS, settled)))
 
 
 class Batcher:
@@ -142,6 +171,8 @@ class Batcher:
         self.stream_tokens = stream_tokens
         self.limit = limit
         self.control = Control(group, limit)
+        self.chunks = Chunks()
+        self._timed: tuple[float, int] | None = None  # (started, chunk) of a step to time
         self.running: dict[int, Running] = {}  # by the generator's uid
         per_token = kv_bytes_per_token(shard.config)
         self.prompts = PromptCache(cache_bytes // per_token) if cache_bytes > 0 else None
@@ -181,8 +212,16 @@ class Batcher:
         applied: the cancelled out, the joining in; then one step: a token for every
         request generating, and the next chunk of every prompt being read."""
         mx.synchronize(generation_stream)
+        now = time.monotonic()
+        if self._timed is not None and self.rank == 0:  # the last step read beside streams
+            self.chunks.took(self._timed[1], now - self._timed[0])
+        self._timed = None
         chosen, cancelled = self._decide()
-        joining, cancelled = self.control.agree(len(chosen), cancelled)
+        streaming = any(r.generated > 0 for r in self.running.values())
+        reading = any(r.generated == 0 for r in self.running.values()) or bool(chosen)
+        joining, cancelled, chunk = self.control.agree(
+            len(chosen), cancelled, self.chunks.chunk(streaming)
+        )
         ended = [uid for uid in cancelled if uid in self.running]
         for uid in ended:
             self._finish(self.running[uid], p.CANCELLED)
@@ -191,6 +230,11 @@ class Batcher:
             self._join(chosen.pop(0) if self.rank == 0 else self.commands.get())
         if not self.running:
             return
+        # While others stream, a newcomer's prompt is read in smaller chunks (rank 0's
+        # choice, agreed above), so their next token never waits long.
+        self.generator.prefill_step_size = chunk
+        if streaming and reading:  # timed from this boundary to the next
+            self._timed = (now, chunk)
         _, responses = self.generator.next()
         self._remove([r.uid for r in responses if self._token(r)])
 
@@ -215,12 +259,19 @@ class Batcher:
         return chosen, cancelled
 
     def _join(self, command: dict[str, Any]) -> None:
-        """Insert one request into the generator (every rank alike), or refuse it."""
-        from core.worker.serve import context_length, prompt_tokens
+        """Insert one request into the generator (every rank alike), or refuse it: one
+        whose prompt cannot be made (the chat template raised, a token outside the
+        vocabulary) ends alone, with an error event; the batch goes on. Every rank runs the
+        same code on the same command, so every rank refuses it alike."""
+        from core.worker.serve import RequestRefused, context_length, request_tokens
 
         request = str(command.get("id", ""))
         started = time.monotonic()
-        ids = prompt_tokens(self.shard.tokenizer, command)
+        try:
+            ids = request_tokens(self.shard, command)
+        except RequestRefused as refused:
+            self._refuse(request, str(refused))
+            return
         context = context_length(self.shard)
         max_tokens = int(command.get("max_tokens", p.DEFAULT_MAX_TOKENS))
         if not ids:
@@ -241,7 +292,8 @@ class Batcher:
             sampler = self._greedy
         elif self._shared:
             sampler = from_rank0(sampler, self.group)
-        cached, caches = self.prompts.fetch(ids) if self.prompts is not None else (0, None)
+        tenant = command.get("tenant")
+        cached, caches = self.prompts.fetch(ids, tenant) if self.prompts is not None else (0, None)
         (uid,) = self.generator.insert(
             [ids[cached:]],
             max_tokens=[max_tokens],
@@ -254,6 +306,7 @@ class Batcher:
             uid=uid,
             prompt_tokens=len(ids),
             cached_tokens=cached,
+            tenant=tenant,
             started=started,
             detokenizer=self.shard.tokenizer.detokenizer,
             stops=StopScanner(command.get("stop", ())),
@@ -283,7 +336,7 @@ class Batcher:
         if reason is not None:
             detokenizer.finalize()
             if self.prompts is not None and response.prompt_cache is not None:
-                self.prompts.store(list(response.all_tokens), response.prompt_cache)
+                self.prompts.store(list(response.all_tokens), response.prompt_cache, running.tenant)
         text = running.stops.feed(detokenizer.last_segment)
         if reason is not None:
             text += running.stops.flush()
@@ -328,8 +381,10 @@ class Batcher:
             return
         kept = self.generator.remove(uids, return_prompt_caches=self.prompts is not None)
         if self.prompts is not None:
-            for caches, tokens in kept.values():  # the same order on every rank
-                self.prompts.store(list(tokens), caches)
+            for uid, (caches, tokens) in kept.items():  # the same order on every rank
+                running = self.running.get(uid)
+                tenant = running.tenant if running is not None else None
+                self.prompts.store(list(tokens), caches, tenant)
         for uid in uids:
             self.running.pop(uid, None)
 

@@ -10,6 +10,9 @@ stdin closing tells a rank its controller is gone)::
 
     {"op": "generate", "id": "r1", "prompt": "...", "max_tokens": 64, "chat": true,
      "temperature": 0.0, "top_p": 1.0, "seed": 7, "stop": ["Q:"]}   (sampling optional)
+    (optional: "tokens": [1, 2, ...], the prompt's ids as the controller rendered and
+     tokenized it, used instead of prompt/messages; "tenant": "key_ab12cd34", whose prompt
+     cache entries the request may reuse and keep, none: the common ones)
     {"op": "cancel", "id": "r1"}   (end that answer at its next token: done, "cancelled")
     {"op": "link_test", "id": "t1", "sizes": [4096, 67108864], "pairs": [[0, 1]], "scale": 1}
     {"op": "stop"}
@@ -149,6 +152,12 @@ MAX_BATCH = 256
 # pipeline, a 2,398-token chat: 22 s vs 41 s, at load averages 4.7 and 5.0; a ~5,600-token
 # prompt on a wider tiny model: 6.4 s vs 11.2 s): a CPU gains nothing from bigger chunks.
 PREFILL_STEP = 512
+# The largest chunk while other requests of the batch are generating (rank 0 sizes it
+# down to keep a step short on a loaded machine: ``core.worker.batching.Chunks``), so
+# their tokens keep coming while a context-sized prompt is read in (issue 33;
+# ``make bench``'s ``shared_serve``).
+PREFILL_STEP_BESIDE_STREAMS = 128
+MAX_PROMPT_IDS = 1 << 21  # a generate command's ``tokens``: more than any model's context
 # The batching ranks' prompt cache (``--prompt-cache-mb``): conversations' KV caches kept
 # between requests, at most this many MB a rank (``core.worker.promptcache``).
 DEFAULT_PROMPT_CACHE_MB = 256
@@ -747,6 +756,16 @@ def _check_link_test(record: dict[str, Any]) -> None:
 
 def _check_generate(record: dict[str, Any]) -> None:
     """A request that would fail mid-generation on every rank is refused up front."""
+    tokens = record.get("tokens")
+    if tokens is not None and (
+        not isinstance(tokens, list)
+        or len(tokens) > MAX_PROMPT_IDS
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens)
+    ):
+        raise ValueError(f"'tokens' must be a list of up to {MAX_PROMPT_IDS} token ids")
+    tenant = record.get("tenant")
+    if tenant is not None and (not isinstance(tenant, str) or not 0 < len(tenant) <= 64):
+        raise ValueError("'tenant' must be a text of 1 to 64 characters")
     if "max_tokens" in record and not _positive_int(record["max_tokens"]):
         raise ValueError("'max_tokens' must be a positive whole number")
     messages = record.get("messages")

@@ -118,6 +118,34 @@ def _from_rank0(sampler: Any, group: mx.distributed.Group) -> Any:
     return sample
 
 
+class RequestRefused(Exception):
+    """One request's prompt cannot be made (its chat template raised, a token id outside
+    the vocabulary): that request alone is refused, the rank serves on."""
+
+
+def request_tokens(shard: Shard, command: dict[str, Any]) -> list[int]:
+    """The request's token ids: the controller's (``tokens``: it rendered the template and
+    tokenized, off the ranks' steps), or made here from its text. RequestRefused, saying
+    why, for anything that request alone makes fail."""
+    given = command.get("tokens")
+    if given is not None:
+        text = shard.config.get("text_config")
+        vocab = (text if isinstance(text, dict) else shard.config).get("vocab_size")
+        if isinstance(vocab, int) and any(t >= vocab for t in given):
+            raise RequestRefused(f"The request holds a token id outside the vocabulary ({vocab}).")
+        return list(given)
+    try:
+        return prompt_tokens(shard.tokenizer, command)
+    except Exception as error:  # the template's own words (jinja2's TemplateError, ...)
+        kind = (
+            "chat template" if command.get("messages") or command.get("chat", True) else "tokenizer"
+        )
+        said = (
+            str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+        )
+        raise RequestRefused(f"The model's {kind} refused the request: {said}") from None
+
+
 def prompt_tokens(tokenizer: Any, command: dict[str, Any]) -> list[int]:
     """Token ids for a command: chat messages, a chat prompt, or raw text."""
     messages = command.get("messages")
@@ -149,7 +177,12 @@ def generate(
     rank alike."""
     request = command.get("id", "")
     started = time.monotonic()
-    ids = prompt_tokens(shard.tokenizer, command)
+    try:
+        ids = request_tokens(shard, command)
+    except RequestRefused as refused:  # refused on every rank alike; the rank lives on
+        if rank == 0:
+            events.error(message=str(refused), fatal=False, request=request)
+        return
     max_tokens = int(command.get("max_tokens", DEFAULT_MAX_TOKENS))
     context = context_length(shard)
     if not ids:  # mlx-lm cannot start from nothing: refused, the rank lives on

@@ -1,8 +1,9 @@
 """The Run pane's API section: on/off, this Mac only or shared on the network, the
 address, keys (a new one shown once with Copy; revoke), copy-able curl and Python
-examples, the requests being served at once, waiting and served, and whether
-``/metrics`` needs the key. A thin view over ``core.serve.service.ApiService``:
-its blocking calls go to the bridge's pool, its ``changed`` comes back through the bridge.
+examples, the requests being served at once, waiting and served, whether
+``/metrics`` needs the key, and whether the prompt cache is one per key or shared. A thin
+view over ``core.serve.service.ApiService``: its blocking calls go to the bridge's pool,
+its ``changed`` comes back through the bridge.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class ApiPanel(QFrame):
             "GET /metrics (Prometheus) answers without a key, for a scraper; the API "
             "itself keeps its key"
         )
+        self.shared_cache = QCheckBox("One prompt cache for every key")
+        self.shared_cache.setToolTip(
+            "For one person's apps: every key reuses what any key sent. Off, each key has "
+            "its own prompt cache and no key can see or time another's prompts."
+        )
         self.port = QSpinBox()
         self.port.setRange(1, 65535)
         self.port.setToolTip("The API's port")
@@ -68,6 +74,7 @@ class ApiPanel(QFrame):
         access.setSpacing(10)
         access.addWidget(self.require_key)
         access.addWidget(self.metrics_open)
+        access.addWidget(self.shared_cache)
         access.addStretch(1)
         access.addWidget(label("Port", "secondary"))
         access.addWidget(self.port)
@@ -112,7 +119,13 @@ class ApiPanel(QFrame):
         layout.addLayout(keys)
         layout.addWidget(self.examples)
         self._show_settings(service.settings)
-        for box in (self.enabled, self.share, self.require_key, self.metrics_open):
+        for box in (
+            self.enabled,
+            self.share,
+            self.require_key,
+            self.metrics_open,
+            self.shared_cache,
+        ):
             box.toggled.connect(self._settings_changed)
         self.port.editingFinished.connect(self._settings_changed)
         self.new_key.clicked.connect(self._new_key)
@@ -140,6 +153,7 @@ class ApiPanel(QFrame):
             require_key=self.require_key.isChecked() or self.share.isChecked(),
             port=self.port.value(),
             metrics_without_key=self.metrics_open.isChecked(),
+            shared_prompt_cache=self.shared_cache.isChecked(),
         )
 
     def _settings_changed(self) -> None:
@@ -180,6 +194,7 @@ class ApiPanel(QFrame):
             (self.share, settings.share),
             (self.require_key, settings.needs_key),
             (self.metrics_open, settings.metrics_without_key),
+            (self.shared_cache, settings.shared_prompt_cache),
         ):
             box.blockSignals(True)
             box.setChecked(value)
@@ -201,9 +216,12 @@ class ApiPanel(QFrame):
                 f"Serving at {service.address} · serving {service.serving} at once · "
                 f"{service.waiting} waiting · {service.served} answered"
                 + ("" if settings.needs_key else " · no key needed on this Mac")
+                + f" · {cache_said(settings)}"
             )
         elif settings.enabled:
-            text = f"On: serves at {service.address} once a job is running."
+            text = (
+                f"On: serves at {service.address} once a job is running · {cache_said(settings)}."
+            )
         else:
             text = "Off: turn it on to use the cluster from other apps."
         if self.status.text() != text:
@@ -221,6 +239,13 @@ class ApiPanel(QFrame):
         if self.curl.toPlainText() != lines["curl"]:
             self.curl.setPlainText(lines["curl"])
             self.python.setPlainText(lines["python"])
+
+
+def cache_said(settings: ApiSettings) -> str:
+    """Which prompt cache is on, as the panel says it."""
+    if settings.shared_prompt_cache:
+        return "prompt cache shared by every key"
+    return "prompt cache: one per key"
 
 
 def _code() -> QPlainTextEdit:

@@ -2,7 +2,8 @@
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
-finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate,serve_memory picks some;
+finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate,serve_memory,shared_serve picks
+some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -194,6 +195,12 @@ def _estimate(_model) -> dict:
     }
 
 
+def _shared_serve(model) -> dict:
+    from tests.benchmarks.bench_shared_serve import bench_shared_serve
+
+    return bench_shared_serve(model)
+
+
 def _tune_fit(_model) -> dict:
     from tests.benchmarks.bench_tune_fit import bench_tune_fit
 
@@ -228,6 +235,7 @@ BENCHES = {
     "slowloris": _slowloris,
     "estimate": _estimate,
     "serve_memory": _serve_memory,
+    "shared_serve": _shared_serve,
 }
 
 

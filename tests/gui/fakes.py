@@ -97,6 +97,8 @@ class FakeJob:
         max_tokens: int = 128,
         chat: bool = True,
         sampling: dict | None = None,
+        tokens: list[int] | None = None,
+        tenant: str | None = None,
     ) -> str:
         with self._lock:
             if self.state not in (JobState.READY, JobState.GENERATING):
@@ -104,7 +106,14 @@ class FakeJob:
             request = f"r{next(self._ids)}"
             self._pending.add(request)
             self.behaviour.sent.append(
-                {"id": request, "messages": messages, "prompt": prompt, "max_tokens": max_tokens}
+                {
+                    "id": request,
+                    "messages": messages,
+                    "prompt": prompt,
+                    "max_tokens": max_tokens,
+                    "tokens": tokens,
+                    "tenant": tenant,
+                }
             )
             self._set(JobState.GENERATING, "generating")
         threading.Thread(

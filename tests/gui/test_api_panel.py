@@ -131,6 +131,19 @@ def test_sharing_always_needs_a_key_and_the_settings_are_kept(qtbot: QtBot, demo
     assert pane.api.settings.needs_key
 
 
+def test_the_panel_says_whether_the_prompt_cache_is_one_per_key_or_shared(
+    qtbot: QtBot, demo_plans
+) -> None:
+    pane = _pane(qtbot, demo_plans)
+    panel = pane.api_panel
+    assert not panel.shared_cache.isChecked()  # one per key unless the person chooses
+    panel.enabled.setChecked(True)
+    qtbot.waitUntil(lambda: "prompt cache: one per key" in panel.status.text(), timeout=5000)
+    panel.shared_cache.setChecked(True)
+    qtbot.waitUntil(lambda: load_settings().shared_prompt_cache, timeout=5000)
+    qtbot.waitUntil(lambda: "prompt cache shared by every key" in panel.status.text(), timeout=5000)
+
+
 def test_the_panel_shows_how_many_it_serves_at_once_and_how_many_wait(
     qtbot: QtBot, demo_plans
 ) -> None:

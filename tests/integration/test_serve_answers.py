@@ -139,3 +139,44 @@ def test_a_9th_request_waits_in_line_while_the_ranks_batch_8(slow_session: Sessi
     assert (serving, depth, sent_then) == (8, 1, 8)  # the 9th waited in line
     assert [e["event"] for e in ends] == ["done"] * 9  # and was answered after
     assert [s["messages"][0]["content"] for s in sent] == [str(n) for n in range(9)]
+
+
+def test_a_freed_slot_goes_to_another_keys_request_before_a_key_holding_half(
+    slow_session: Session,
+) -> None:
+    """Key a takes all 8 slots while alone (a0 a one-token answer, the rest eight tokens);
+    then a's 2 more and b's 2 (one token each) wait: the slots a0 and b0 free go to b's
+    (a still runs 7, more than half), a's after. Each request's key goes to the ranks as
+    its prompt cache tenant, and its token ids when the controller made them."""
+    sent = slow_session.jobs[0].behaviour.sent  # type: ignore[attr-defined]
+
+    def ask(text: str, tokens: int) -> Ask:
+        return Ask(model="m", max_tokens=tokens, messages=[{"role": "user", "content": text}])
+
+    async def scenario() -> list[dict]:
+        answers = Answerer(slow_session, max_waiting=8, max_running=8)
+        a, b = {"owner": "key_a", "tenant": "key_a"}, {"owner": "key_b", "tenant": "key_b"}
+        await answers.start()
+        try:
+            first = [answers.submit(ask(f"a{n}", 1 if n == 0 else 8), "A", **a) for n in range(8)]
+            while len(sent) < 8:
+                await asyncio.sleep(0.01)
+            later = [answers.submit(ask(f"a{n}", 1), "A", **a) for n in (8, 9)]
+            later += [answers.submit(ask(f"b{n}", 1), "B", **b, tokens=[5, 6]) for n in (0, 1)]
+            return [await _until_end(answer) for answer in first + later]
+        finally:
+            await answers.close()
+
+    ends = asyncio.run(scenario())
+    assert [e["event"] for e in ends] == ["done"] * 12
+    order = [s["messages"][0]["content"] for s in sent]
+    assert order[8:10] == ["b0", "b1"] and sorted(order[10:]) == ["a8", "a9"]
+    assert {s["tenant"] for s in sent} == {"key_a", "key_b"}
+    assert [s["tokens"] for s in sent if s["tenant"] == "key_b"] == [[5, 6], [5, 6]]
+
+
+def test_a_too_long_refusal_names_prompt_for_completions_and_messages_for_chats() -> None:
+    event = {"event": "error", "message": "The prompt is 9000 tokens", "fatal": False}
+    event["code"] = p.CONTEXT_LENGTH_EXCEEDED
+    assert failure(event, chat=False).param == "prompt"  # type: ignore[arg-type]
+    assert failure(event, chat=True).param == "messages"  # type: ignore[arg-type]

@@ -34,9 +34,9 @@ def test_a_batch_the_worker_cannot_run_is_one_line(
 
 def test_rank_0s_decision_comes_back_as_sent_at_the_same_boundary() -> None:
     control = Control(None, limit=4)
-    assert control.agree(0, []) == (0, [])
-    assert control.agree(2, [0, 5, 9]) == (2, [0, 5, 9])
-    assert control.agree(0, [1, 2, 3, 4, 5]) == (0, [1, 2, 3, 4])  # at most the limit
+    assert control.agree(0, []) == (0, [], p.PREFILL_STEP)
+    assert control.agree(2, [0, 5, 9], 64) == (2, [0, 5, 9], 64)
+    assert control.agree(0, [1, 2, 3, 4, 5]) == (0, [1, 2, 3, 4], p.PREFILL_STEP)  # the limit
 
 
 def test_a_seeded_sampler_draws_from_its_own_key_not_the_global_state() -> None:
@@ -48,3 +48,18 @@ def test_a_seeded_sampler_draws_from_its_own_key_not_the_global_state() -> None:
     assert [int(again(logprobs).item()) for _ in range(8)] == drawn
     assert len(set(drawn)) > 1
     assert seeded_sampler(0.0, 1.0, 42) is greedy
+
+
+def test_the_chunk_beside_streams_follows_the_steps_time_within_its_bounds() -> None:
+    from core.worker.batching import Chunks
+
+    chunks = Chunks()
+    assert chunks.chunk(streaming=False) == p.PREFILL_STEP
+    assert chunks.chunk(streaming=True) == p.PREFILL_STEP_BESIDE_STREAMS
+    for _ in range(20):  # a loaded machine: every step 4x too slow
+        chunks.took(chunks.chunk(True), Chunks.STEP_S * 4)
+    assert chunks.chunk(True) == Chunks.MIN
+    for _ in range(20):  # quick steps again: back up to the bound, never above
+        chunks.took(chunks.chunk(True), Chunks.STEP_S / 10)
+    assert chunks.chunk(True) == p.PREFILL_STEP_BESIDE_STREAMS
+    assert chunks.chunk(streaming=False) == p.PREFILL_STEP

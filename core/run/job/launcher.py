@@ -415,12 +415,20 @@ class Job:
         max_tokens: int = 128,
         chat: bool = True,
         sampling: dict[str, Any] | None = None,
+        tokens: list[int] | None = None,
+        tenant: str | None = None,
     ) -> str:
         """Send a request to the ranks; returns its id (events carry it as ``request``).
         ``sampling``: temperature, top_p, seed, stop (the worker's generate fields). Every
-        rank must draw the same random numbers, so a request without a seed gets one."""
+        rank must draw the same random numbers, so a request without a seed gets one.
+        ``tokens``: the prompt already rendered and tokenized (the ranks use it instead of
+        the text); ``tenant``: whose prompt cache entries it may use (None: the common)."""
         request = f"r{next(self._ids)}"
         fields: dict[str, Any] = {"id": request, "max_tokens": int(max_tokens), "chat": chat}
+        if tokens is not None:
+            fields["tokens"] = tokens
+        if tenant is not None:
+            fields["tenant"] = tenant
         if messages is not None:
             fields["messages"] = messages
         else:

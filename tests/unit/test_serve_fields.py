@@ -1,0 +1,100 @@
+"""Fields a dialect defines and this server does not act on: a 400 naming the field ("not
+supported yet") when its value would change the answer's meaning; the do-nothing values
+and the fields ignored on purpose pass (core.serve.fields, the README's table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.serve.dialects import anthropic_request, ollama_request
+from core.serve.errors import APIError
+from core.serve.requests import chat_request, completion_request
+
+M = "m"
+CHAT: dict[str, Any] = {"model": M, "messages": [{"role": "user", "content": "hi"}]}
+COMPLETION: dict[str, Any] = {"model": M, "prompt": "hi"}
+ANTHROPIC: dict[str, Any] = {**CHAT, "max_tokens": 8}
+
+
+def _refused(parse: Any, body: dict[str, Any]) -> APIError:
+    with pytest.raises(APIError) as refused:
+        parse(body, M, 2048)
+    return refused.value
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("logprobs", True),
+        ("top_logprobs", 3),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "required"),
+        ("response_format", {"type": "json_object"}),
+        ("logit_bias", {"42": 5}),
+        ("frequency_penalty", 0.5),
+        ("presence_penalty", 1),
+        ("functions", [{"name": "f"}]),
+        ("modalities", ["text", "audio"]),
+    ],
+)
+def test_a_chat_field_that_changes_the_answer_is_refused_by_name(field: str, value: Any) -> None:
+    error = _refused(chat_request, {**CHAT, field: value})
+    assert error.status == 400 and error.param == field
+    assert f"'{field}' is not supported yet" in error.message
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("logprobs", 2), ("echo", True), ("suffix", "end"), ("best_of", 3), ("logit_bias", {"1": 1})],
+)
+def test_a_completions_field_that_changes_the_answer_is_refused_by_name(
+    field: str, value: Any
+) -> None:
+    error = _refused(completion_request, {**COMPLETION, field: value})
+    assert error.param == field and "not supported yet" in error.message
+
+
+def test_do_nothing_values_and_fields_ignored_on_purpose_pass() -> None:
+    quiet = {
+        "logprobs": False,
+        "frequency_penalty": 0,
+        "presence_penalty": 0.0,
+        "response_format": {"type": "text"},
+        "tool_choice": "none",
+        "tools": [],
+        "user": "u-1",
+        "metadata": {"a": "b"},
+        "store": False,
+        "parallel_tool_calls": True,
+    }
+    assert chat_request({**CHAT, **quiet}, M, 2048).messages == CHAT["messages"]
+    assert completion_request({**COMPLETION, "echo": False, "best_of": 1}, M, 2048).prompt == "hi"
+
+
+def test_a_chat_message_with_tool_calls_is_refused_naming_it() -> None:
+    body = {**CHAT, "messages": [{"role": "assistant", "content": "", "tool_calls": [{}]}]}
+    body["messages"][0]["tool_calls"] = [{"id": "c1"}]
+    assert _refused(chat_request, body).param == "messages[0].tool_calls"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("tools", [{"name": "f"}]), ("thinking", {"type": "enabled"}), ("top_k", 5)],
+)
+def test_anthropic_fields_that_change_the_answer_are_refused_by_name(
+    field: str, value: Any
+) -> None:
+    error = _refused(anthropic_request, {**ANTHROPIC, field: value})
+    assert error.param == field and "not supported yet" in error.message
+    assert anthropic_request({**ANTHROPIC, "metadata": {"user_id": "u"}}, M, 2048).max_tokens == 8
+
+
+def test_ollama_fields_and_options_that_change_the_answer_are_refused_by_name() -> None:
+    assert _refused(ollama_request, {**CHAT, "format": "json"}).param == "format"
+    assert _refused(ollama_request, {**CHAT, "options": {"top_k": 20}}).param == "options.top_k"
+    images = {**CHAT, "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}
+    assert _refused(ollama_request, images).param == "messages[0].images"
+    kept = {**CHAT, "keep_alive": "5m", "options": {"num_ctx": 4096, "repeat_penalty": 1}}
+    assert ollama_request(kept, M, 2048).messages == CHAT["messages"]
