@@ -1,0 +1,92 @@
+"""Which parts of a decoder layer MacMesh's own tensor sharding splits, by name.
+
+For an architecture mlx-lm cannot tensor-shard (no ``model.shard``),
+``core.worker.tensor_shard`` splits the parts of each layer it recognises and keeps the
+rest whole on every rank. This module is the same rule over the weights' names, so the
+planner (``core.model.info``) counts the parts that stay whole in full on every node
+without building the model; a unit test holds the two to agreeing on every architecture
+the matrix runs.
+
+Recognised, by the module's children:
+
+- attention: ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj``, plus only norms (the
+  per-head-width ``q_norm``/``k_norm``, shared by every head) and no tensor of its own
+  (a per-head one, such as attention sinks, would need slicing: not recognised);
+- MLP: ``up_proj`` and ``down_proj`` (``gate_proj`` optional) and nothing else.
+
+Everything else (Mamba and other state-space mixers, linear attention, routed experts,
+routers, norms, anything unknown) stays whole: each rank computes it identically on the
+same input, which needs no exchange and is exact.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+ATTENTION = frozenset({"q_proj", "k_proj", "v_proj", "o_proj"})
+MLP_NEEDED = frozenset({"up_proj", "down_proj"})
+MLP = MLP_NEEDED | {"gate_proj"}
+# Path parts of a mixture of experts' routed experts: always whole (``core.model.experts``
+# names the same).
+ROUTED = frozenset({"switch_mlp", "experts"})
+# Parameter leaves a linear layer has, quantized or not.
+_LINEAR_LEAVES = frozenset({"weight", "bias", "scales", "biases"})
+
+
+def is_attention(children: Iterable[str], own_tensors: bool) -> bool:
+    """A module with these child names (and tensors of its own or not) is an attention
+    MacMesh splits by heads."""
+    names = set(children)
+    return (
+        not own_tensors
+        and ATTENTION <= names
+        and all(name in ATTENTION or "norm" in name for name in names)
+    )
+
+
+def is_mlp(children: Iterable[str], own_tensors: bool) -> bool:
+    """A module with these child names is an MLP MacMesh splits by its hidden width."""
+    names = set(children)
+    return not own_tensors and MLP_NEEDED <= names and names <= MLP
+
+
+def split_tensors(
+    names: Iterable[str], routed: Callable[[str], bool] = lambda name: False
+) -> set[str]:
+    """The tensor names (as in the safetensors files) MacMesh's sharder splits; every
+    other layer tensor stays whole on every rank. ``routed`` names a routed expert's
+    tensor: an expert bank (``switch_mlp``) has an MLP's children but is not a linear
+    layer, so it stays whole."""
+    children: dict[str, set[str]] = defaultdict(set)  # module path -> child names
+    own: set[str] = set()  # module paths holding a tensor directly
+    linear: dict[str, list[str]] = defaultdict(list)  # child module path -> its tensors
+    for name in names:
+        module, _, leaf = name.rpartition(".")
+        parent, _, child = module.rpartition(".")
+        if leaf in _LINEAR_LEAVES and parent and not routed(name):
+            children[parent].add(child)
+            linear[module].append(name)
+        else:
+            own.add(module)
+    split: set[str] = set()
+    for parent, kids in children.items():
+        mine = parent in own
+        if is_attention(kids, mine):
+            wanted = ATTENTION
+        elif is_mlp(kids, mine):
+            wanted = MLP
+        else:
+            continue
+        for kid in kids & wanted:
+            split.update(linear[f"{parent}.{kid}"])
+    return split
+
+
+def part_name(tail: str) -> str:
+    """What a person calls the part of a layer a tensor belongs to, from its name after
+    ``layers.N.``: "mamba", "linear_attn", "mlp.switch_mlp"."""
+    parts = tail.split(".")
+    if len(parts) > 2 and parts[0] in {"mlp", "feed_forward", "block_sparse_moe"}:
+        return ".".join(parts[:2])
+    return parts[0]

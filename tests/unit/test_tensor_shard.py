@@ -1,0 +1,84 @@
+"""MacMesh's own tensor sharding (core.worker.tensor_shard) and the planner's reading of
+it from the weights' names (core.worker.tensor_parts, core.model.info) agree, part by
+part, on every architecture of the matrix mlx-lm cannot tensor-shard; a rank's share
+is exact against the whole model (tests/integration/test_sharding_correctness.py runs
+two ranks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from mlx_lm.utils import load_model
+
+from core.model.experts import is_routed_expert
+from core.model.info import read_model_info
+from core.worker.shardfiles import LAYER_PATTERN
+from core.worker.tensor_parts import is_attention, is_mlp, split_tensors
+from core.worker.tensor_shard import shard_layers
+from tests.helpers.arch_models import make_arch_model
+
+OWN = ["gemma3_text", "nemotron_h", "falcon_h1", "qwen3_next"]
+
+
+def _tail(name: str) -> str:
+    match = LAYER_PATTERN.search(name)
+    assert match
+    return f"layers.{match.group(1)}.{name[match.end() :]}"
+
+
+@pytest.mark.parametrize("arch", OWN)
+def test_the_sharder_splits_exactly_the_parts_the_planner_counts_as_split(
+    arch: str, tmp_path: Path
+) -> None:
+    folder = make_arch_model(tmp_path / arch, arch)
+    model, _ = load_model(folder, lazy=True, strict=False)
+    assert not hasattr(model, "shard"), f"mlx-lm now shards {arch}: move it out of OWN"
+    names = [name for name, _ in _flat(model.parameters())]
+    done = shard_layers(list(model.layers), mx.distributed.init())
+    assert done.attention and not done.whole
+    sharded = {f"{path}." for path in done.attention + done.mlp}
+    split = {_tail(name) for name in split_tensors(names, routed=is_routed_expert)}
+    layer_names = [_tail(name) for name in names if LAYER_PATTERN.search(name)]
+    by_sharder = {
+        name
+        for name in layer_names
+        if any(name.startswith(prefix) for prefix in sharded)
+        and name.rsplit(".", 2)[-2].endswith("_proj")
+    }
+    assert split == by_sharder
+
+    info = read_model_info(folder)
+    assert info.can_tensor_shard and info.own_tensor_sharding
+    assert 0 < info.tensor_whole_bytes < sum(info.layer_bytes)
+    assert not any("norm" in part for part in info.tensor_whole_parts)
+
+
+def _flat(tree: object, prefix: str = "") -> list[tuple[str, object]]:
+    if isinstance(tree, dict):
+        return [kv for k, v in tree.items() for kv in _flat(v, f"{prefix}{k}.")]
+    if isinstance(tree, list):
+        return [kv for i, v in enumerate(tree) for kv in _flat(v, f"{prefix}{i}.")]
+    return [(prefix[:-1], tree)]
+
+
+def test_the_hybrids_mixers_stay_whole_and_are_named(tmp_path: Path) -> None:
+    parts = {
+        arch: read_model_info(make_arch_model(tmp_path / arch, arch)).tensor_whole_parts
+        for arch in ("nemotron_h", "falcon_h1", "qwen3_next")
+    }
+    assert parts["nemotron_h"][0] == "mixer"
+    assert parts["falcon_h1"][0] == "mamba"
+    assert {"mlp.switch_mlp", "linear_attn"} <= set(parts["qwen3_next"])
+
+
+def test_what_is_recognised() -> None:
+    assert is_attention({"q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"}, False)
+    # a tensor of its own (attention sinks: one per head) would need slicing
+    assert not is_attention({"q_proj", "k_proj", "v_proj", "o_proj"}, True)
+    assert not is_attention({"q_proj", "k_proj", "v_proj", "o_proj", "gate"}, False)
+    assert is_mlp({"up_proj", "down_proj"}, False)
+    assert is_mlp({"gate_proj", "up_proj", "down_proj"}, False)
+    assert not is_mlp({"gate_proj", "up_proj", "down_proj", "norm"}, False)
+    assert not is_mlp({"in_proj", "out_proj", "conv1d"}, True)
