@@ -418,7 +418,7 @@ def _whole_clause(model: ModelInfo) -> str:
     """What MacMesh's own tensor sharding keeps whole on every node, as a clause."""
     if not model.own_tensor_sharding:
         return ""
-    parts = list(model.tensor_whole_parts[:3]) + ["norms"]
+    parts = [*list(model.tensor_whole_parts[:3]), "norms"]
     named = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
     return (
         f"; mlx-lm has no tensor sharding for {model.architecture}, so MacMesh's own splits "

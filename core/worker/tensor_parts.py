@@ -40,7 +40,7 @@ def is_attention(children: Iterable[str], own_tensors: bool) -> bool:
     names = set(children)
     return (
         not own_tensors
-        and ATTENTION <= names
+        and names >= ATTENTION
         and all(name in ATTENTION or "norm" in name for name in names)
     )
 
@@ -48,7 +48,7 @@ def is_attention(children: Iterable[str], own_tensors: bool) -> bool:
 def is_mlp(children: Iterable[str], own_tensors: bool) -> bool:
     """A module with these child names is an MLP MacMesh splits by its hidden width."""
     names = set(children)
-    return not own_tensors and MLP_NEEDED <= names and names <= MLP
+    return not own_tensors and names >= MLP_NEEDED and names <= MLP
 
 
 def split_tensors(
