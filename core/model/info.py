@@ -355,6 +355,7 @@ def _tensor_whole(tensors: dict[str, TensorEntry], layers: int) -> tuple[int, tu
     split = split_tensors(tensors, routed=is_routed_expert)
     whole = 0
     parts: dict[str, int] = {}
+    recurrent: set[str] = set()  # parts with a state-space decay (Mamba, GatedDeltaNet)
     for name, tensor in tensors.items():
         match = LAYER_PATTERN.search(name)
         if not match or _NOT_TEXT.search(name[: match.start()]) or int(match.group(1)) >= layers:
@@ -364,7 +365,19 @@ def _tensor_whole(tensors: dict[str, TensorEntry], layers: int) -> tuple[int, tu
             part = part_name(name[match.end() :])
             if "norm" not in name[match.end() :]:
                 parts[part] = parts.get(part, 0) + tensor.nbytes
-    return whole, tuple(sorted(parts, key=lambda part: -parts[part]))
+            if name.endswith(".A_log"):
+                recurrent.add(part)
+    ordered = sorted(parts, key=lambda part: -parts[part])
+    return whole, tuple(_part_label(part, part in recurrent) for part in ordered)
+
+
+def _part_label(part: str, recurrent: bool) -> str:
+    """"mixer (recurrent)", "mlp.switch_mlp (routed experts)": a part and what it is."""
+    if recurrent:
+        return f"{part} (recurrent)"
+    if is_routed_expert(part):
+        return f"{part} (routed experts)"
+    return part
 
 
 def _public_quantization(quantization: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -386,8 +386,9 @@ def _tensor(
             if rdma
             else "the links are not known to be RDMA, so its per-layer exchanges are slow"
         )
+        what = "the layers' attention and MLPs" if model.own_tensor_sharding else "every layer"
         reason = (
-            f"Tensor parallelism splits every layer over the {n} nodes ({per_node} each), "
+            f"Tensor parallelism splits {what} over the {n} nodes ({per_node} each), "
             f"so all of them work on every token; {link}{waste}{_whole_clause(model)}."
         )
         why_not = (
@@ -422,8 +423,8 @@ def _whole_clause(model: ModelInfo) -> str:
     named = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
     return (
         f"; mlx-lm has no tensor sharding for {model.architecture}, so MacMesh's own splits "
-        f"its attention and MLPs and keeps the {named} whole on every node "
-        f"({size(model.tensor_whole_bytes)} each)"
+        f"the attention and MLPs and keeps the {named} whole on every node "
+        f"({size(model.tensor_whole_bytes)} on each)"
     )
 
 

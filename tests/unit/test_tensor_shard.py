@@ -68,9 +68,11 @@ def test_the_hybrids_mixers_stay_whole_and_are_named(tmp_path: Path) -> None:
         arch: read_model_info(make_arch_model(tmp_path / arch, arch)).tensor_whole_parts
         for arch in ("nemotron_h", "falcon_h1", "qwen3_next")
     }
-    assert parts["nemotron_h"][0] == "mixer"
-    assert parts["falcon_h1"][0] == "mamba"
-    assert {"mlp.switch_mlp", "linear_attn"} <= set(parts["qwen3_next"])
+    assert parts["nemotron_h"][0] == "mixer (recurrent)"
+    assert parts["falcon_h1"][0] == "mamba (recurrent)"
+    assert {"mlp.switch_mlp (routed experts)", "linear_attn (recurrent)"} <= set(
+        parts["qwen3_next"]
+    )
 
 
 def test_what_is_recognised() -> None:
@@ -82,3 +84,38 @@ def test_what_is_recognised() -> None:
     assert is_mlp({"gate_proj", "up_proj", "down_proj"}, False)
     assert not is_mlp({"gate_proj", "up_proj", "down_proj", "norm"}, False)
     assert not is_mlp({"in_proj", "out_proj", "conv1d"}, True)
+
+
+def test_the_planner_counts_the_whole_parts_in_full_on_every_node(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from core.plan.planner import Node, PlanOptions, make_plan
+    from core.units import GIB
+
+    info = read_model_info(make_arch_model(tmp_path / "nemotron_h", "nemotron_h"))
+    nodes = [Node("a", 64 * GIB), Node("b", 64 * GIB)]
+    plan = make_plan(info, nodes, options=PlanOptions(strategy="tensor"))
+    assert plan.verdict == "fits"
+    whole, split = info.tensor_whole_bytes, sum(info.layer_bytes) - info.tensor_whole_bytes
+    for rank in plan.ranks:
+        assert rank.weights_bytes == -(-split // 2) + whole + info.shared_bytes
+    assert plan.reason.startswith("Tensor parallelism splits the layers' attention and MLPs")
+    assert "MacMesh's own splits the attention and MLPs and keeps the mixer (recurrent)" in (
+        plan.reason
+    )
+    assert "whole on every node" in plan.reason
+
+    # With nothing it recognises, neither mlx-lm nor MacMesh can split it: refused.
+    nothing = replace(info, can_tensor_shard=False)
+    refused = make_plan(nothing, nodes, options=PlanOptions(strategy="tensor"))
+    assert refused.verdict == "invalid"
+    assert "MacMesh finds no attention or MLP in its layers to split" in refused.reason
+    # Heads that do not divide are still refused.
+    odd = replace(info, heads=3, kv_heads=3)
+    assert "3 attention heads" in make_plan(odd, nodes, options=PlanOptions(strategy="tensor")).reason
+
+
+def test_mlx_lms_own_sharding_keeps_no_part_whole(tmp_path: Path) -> None:
+    info = read_model_info(make_arch_model(tmp_path / "llama", "llama"))
+    assert info.can_tensor_shard and not info.own_tensor_sharding
+    assert (info.tensor_whole_bytes, info.tensor_whole_parts) == (0, ())
