@@ -372,7 +372,7 @@ def _tensor_whole(tensors: dict[str, TensorEntry], layers: int) -> tuple[int, tu
 
 
 def _part_label(part: str, recurrent: bool) -> str:
-    """"mixer (recurrent)", "mlp.switch_mlp (routed experts)": a part and what it is."""
+    """ "mixer (recurrent)", "mlp.switch_mlp (routed experts)": a part and what it is."""
     if recurrent:
         return f"{part} (recurrent)"
     if is_routed_expert(part):

@@ -302,6 +302,11 @@ def _shard_tensor(model: nn.Module, group: mx.distributed.Group, config: dict[st
             f"MacMesh finds no attention or MLP to split in the {config.get('model_type')!r} "
             "architecture; use pipeline sharding instead"
         )
+    if done.whole:  # the plan counted them split: holding them whole would break it
+        raise ShardError(
+            f"MacMesh cannot split the attention heads of {', '.join(done.whole[:3])} in the "
+            f"{config.get('model_type')!r} architecture over {n} nodes; use pipeline sharding"
+        )
 
 
 def _shard_pipeline(

@@ -112,7 +112,9 @@ def test_the_planner_counts_the_whole_parts_in_full_on_every_node(tmp_path: Path
     assert "MacMesh finds no attention or MLP in its layers to split" in refused.reason
     # Heads that do not divide are still refused.
     odd = replace(info, heads=3, kv_heads=3)
-    assert "3 attention heads" in make_plan(odd, nodes, options=PlanOptions(strategy="tensor")).reason
+    assert (
+        "3 attention heads" in make_plan(odd, nodes, options=PlanOptions(strategy="tensor")).reason
+    )
 
 
 def test_mlx_lms_own_sharding_keeps_no_part_whole(tmp_path: Path) -> None:
