@@ -297,15 +297,15 @@ def _shard_tensor(model: nn.Module, group: mx.distributed.Group, config: dict[st
     from core.worker.tensor_shard import shard_layers
 
     done = shard_layers(list(model.layers), group)
-    if not done.attention and not done.mlp:
-        raise ShardError(
-            f"MacMesh finds no attention or MLP to split in the {config.get('model_type')!r} "
-            "architecture; use pipeline sharding instead"
-        )
     if done.whole:  # the plan counted them split: holding them whole would break it
         raise ShardError(
             f"MacMesh cannot split the attention heads of {', '.join(done.whole[:3])} in the "
             f"{config.get('model_type')!r} architecture over {n} nodes; use pipeline sharding"
+        )
+    if not done.attention and not done.mlp:
+        raise ShardError(
+            f"MacMesh finds no attention or MLP to split in the {config.get('model_type')!r} "
+            "architecture; use pipeline sharding instead"
         )
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
 import pytest
 from mlx_lm.utils import load_model
 
 from core.model.experts import is_routed_expert
 from core.model.info import read_model_info
 from core.worker.shardfiles import LAYER_PATTERN
+from core.worker.sharding import ShardError, _shard_tensor
 from core.worker.tensor_parts import is_attention, is_mlp, split_tensors
 from core.worker.tensor_shard import shard_layers
 from tests.helpers.arch_models import make_arch_model
@@ -121,3 +123,29 @@ def test_mlx_lms_own_sharding_keeps_no_part_whole(tmp_path: Path) -> None:
     info = read_model_info(make_arch_model(tmp_path / "llama", "llama"))
     assert info.can_tensor_shard and not info.own_tensor_sharding
     assert (info.tensor_whole_bytes, info.tensor_whole_parts) == (0, ())
+
+
+class _OddAttention(nn.Module):
+    """An attention whose head count is under a name mlx-lm's modules do not use."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heads = 4
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(self, name, nn.Linear(8, 8, bias=False))
+        self.q_norm = nn.RMSNorm(2)
+
+
+class _Model(nn.Module):
+    def __init__(self, attention: nn.Module) -> None:
+        super().__init__()
+        self.layers = [attention]
+
+
+def test_an_attention_it_cannot_split_is_refused_not_held_whole_against_the_plan() -> None:
+    model = _Model(_OddAttention())
+    with pytest.raises(ShardError, match="cannot split the attention heads of layers.0"):
+        _shard_tensor(model, mx.distributed.init(), {"model_type": "odd"})
+    model = _Model(nn.RMSNorm(8))
+    with pytest.raises(ShardError, match="finds no attention or MLP to split"):
+        _shard_tensor(model, mx.distributed.init(), {"model_type": "odd"})
