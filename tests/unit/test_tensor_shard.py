@@ -144,7 +144,7 @@ class _Model(nn.Module):
 
 def test_an_attention_it_cannot_split_is_refused_not_held_whole_against_the_plan() -> None:
     model = _Model(_OddAttention())
-    with pytest.raises(ShardError, match="cannot split the attention heads of layers.0"):
+    with pytest.raises(ShardError, match=r"cannot split the attention heads of layers\.0"):
         _shard_tensor(model, mx.distributed.init(), {"model_type": "odd"})
     model = _Model(nn.RMSNorm(8))
     with pytest.raises(ShardError, match="finds no attention or MLP to split"):
