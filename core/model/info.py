@@ -352,7 +352,7 @@ def _tensor_whole(tensors: dict[str, TensorEntry], layers: int) -> tuple[int, tu
     """The layers' bytes MacMesh's own tensor sharding keeps whole on every node
     (``core.worker.tensor_parts``), and the parts holding them, largest first (norms,
     always whole and small, unnamed)."""
-    split = split_tensors(tensors, routed=is_routed_expert)
+    split = split_tensors({n: t.shape for n, t in tensors.items()}, routed=is_routed_expert)
     whole = 0
     parts: dict[str, int] = {}
     recurrent: set[str] = set()  # parts with a state-space decay (Mamba, GatedDeltaNet)

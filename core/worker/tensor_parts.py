@@ -22,7 +22,7 @@ same input, which needs no exchange and is exact.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 ATTENTION = frozenset({"q_proj", "k_proj", "v_proj", "o_proj"})
 MLP_NEEDED = frozenset({"up_proj", "down_proj"})
@@ -34,15 +34,25 @@ ROUTED = frozenset({"switch_mlp", "experts"})
 _LINEAR_LEAVES = frozenset({"weight", "bias", "scales", "biases"})
 
 
-def is_attention(children: Iterable[str], own_tensors: bool) -> bool:
-    """A module with these child names (and tensors of its own or not) is an attention
-    MacMesh splits by heads."""
+def is_attention(children: Mapping[str, tuple[int, ...]], own_tensors: bool) -> bool:
+    """A module with these children (name -> its weight's shape) and tensors of its own
+    or not is an attention MacMesh splits by heads. A norm beside the projections must
+    act on one head's width (1-D, narrower than the keys and dividing them): OLMo 2's
+    norm over every head's queries at once, or Cohere's per-head weights, would change
+    under a split."""
     names = set(children)
-    return (
-        not own_tensors
-        and names >= ATTENTION
-        and all(name in ATTENTION or "norm" in name for name in names)
-    )
+    if own_tensors or not ATTENTION <= names:
+        return False
+    keys = children["k_proj"][0] if children["k_proj"] else 0
+    queries = children["q_proj"][0] if children["q_proj"] else 0
+    for name, shape in children.items():
+        if name in ATTENTION:
+            continue
+        if "norm" not in name or len(shape) != 1 or not 0 < shape[0] < keys:
+            return False
+        if keys % shape[0] or queries % shape[0]:
+            return False
+    return True
 
 
 def is_mlp(children: Iterable[str], own_tensors: bool) -> bool:
@@ -52,20 +62,22 @@ def is_mlp(children: Iterable[str], own_tensors: bool) -> bool:
 
 
 def split_tensors(
-    names: Iterable[str], routed: Callable[[str], bool] = lambda name: False
+    shapes: Mapping[str, tuple[int, ...]], routed: Callable[[str], bool] = lambda name: False
 ) -> set[str]:
-    """The tensor names (as in the safetensors files) MacMesh's sharder splits; every
-    other layer tensor stays whole on every rank. ``routed`` names a routed expert's
-    tensor: an expert bank (``switch_mlp``) has an MLP's children but is not a linear
-    layer, so it stays whole."""
-    children: dict[str, set[str]] = defaultdict(set)  # module path -> child names
+    """The tensor names (as in the safetensors files, each with its shape) MacMesh's
+    sharder splits; every other layer tensor stays whole on every rank. ``routed`` names
+    a routed expert's tensor: an expert bank (``switch_mlp``) has an MLP's children but
+    is not a linear layer, so it stays whole."""
+    children: dict[str, dict[str, tuple[int, ...]]] = defaultdict(dict)  # parent -> kids
     own: set[str] = set()  # module paths holding a tensor directly
     linear: dict[str, list[str]] = defaultdict(list)  # child module path -> its tensors
-    for name in names:
+    for name, shape in shapes.items():
         module, _, leaf = name.rpartition(".")
         parent, _, child = module.rpartition(".")
         if leaf in _LINEAR_LEAVES and parent and not routed(name):
-            children[parent].add(child)
+            kids = children[parent]
+            if leaf == "weight" or child not in kids:
+                kids[child] = shape if leaf == "weight" else kids.get(child, ())
             linear[module].append(name)
         else:
             own.add(module)
@@ -78,7 +90,7 @@ def split_tensors(
             wanted = MLP
         else:
             continue
-        for kid in kids & wanted:
+        for kid in set(kids) & wanted:
             split.update(linear[f"{parent}.{kid}"])
     return split
 

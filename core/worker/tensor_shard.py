@@ -63,17 +63,18 @@ def shard_layers(layers: list[nn.Module], group: mx.distributed.Group) -> Sharde
     return done
 
 
-def _shape(module: nn.Module) -> tuple[set[str], bool]:
-    """The module's child module names and whether it holds a tensor of its own, in the
-    terms ``tensor_parts`` reads from the weights' names (linear children only, as there:
-    a child with other tensors or no weight counts as a tensor of the module's own)."""
-    children: set[str] = set()
+def _shape(module: nn.Module) -> tuple[dict[str, tuple[int, ...]], bool]:
+    """The module's children (name -> its weight's shape) and whether it holds a tensor
+    of its own, in the terms ``tensor_parts`` reads from the weights' names (linears and
+    norms only, as there: a child with other tensors or no weight counts as a tensor of
+    the module's own)."""
+    children: dict[str, tuple[int, ...]] = {}
     own = False
     for key, value in module.items():
         if isinstance(value, mx.array):
             own = True
         elif isinstance(value, nn.Module) and _leaf_weights(value):
-            children.add(key)
+            children[key] = tuple(value["weight"].shape)
         elif isinstance(value, nn.Module | list | dict) and _has_arrays(value):
             own = True
     return children, own

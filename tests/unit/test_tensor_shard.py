@@ -37,11 +37,12 @@ def test_the_sharder_splits_exactly_the_parts_the_planner_counts_as_split(
     folder = make_arch_model(tmp_path / arch, arch)
     model, _ = load_model(folder, lazy=True, strict=False)
     assert not hasattr(model, "shard"), f"mlx-lm now shards {arch}: move it out of OWN"
-    names = [name for name, _ in _flat(model.parameters())]
+    shapes = {name: tuple(array.shape) for name, array in _flat(model.parameters())}
+    names = list(shapes)
     done = shard_layers(list(model.layers), mx.distributed.init())
     assert done.attention and not done.whole
     sharded = {f"{path}." for path in done.attention + done.mlp}
-    split = {_tail(name) for name in split_tensors(names, routed=is_routed_expert)}
+    split = {_tail(name) for name in split_tensors(shapes, routed=is_routed_expert)}
     layer_names = [_tail(name) for name in names if LAYER_PATTERN.search(name)]
     by_sharder = {
         name
@@ -78,10 +79,15 @@ def test_the_hybrids_mixers_stay_whole_and_are_named(tmp_path: Path) -> None:
 
 
 def test_what_is_recognised() -> None:
-    assert is_attention({"q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"}, False)
+    proj = {"q_proj": (64, 32), "k_proj": (32, 32), "v_proj": (32, 32), "o_proj": (32, 64)}
+    per_head = {"q_norm": (16,), "k_norm": (16,)}  # 4 query, 2 KV heads of 16
+    assert is_attention({**proj, **per_head}, False)
     # a tensor of its own (attention sinks: one per head) would need slicing
-    assert not is_attention({"q_proj", "k_proj", "v_proj", "o_proj"}, True)
-    assert not is_attention({"q_proj", "k_proj", "v_proj", "o_proj", "gate"}, False)
+    assert not is_attention(proj, True)
+    assert not is_attention({**proj, "gate": (8, 32)}, False)
+    # OLMo 2: a norm over every head's queries at once; Cohere: per-head norm weights
+    assert not is_attention({**proj, "q_norm": (64,), "k_norm": (32,)}, False)
+    assert not is_attention({**proj, "q_norm": (4, 16), "k_norm": (2, 16)}, False)
     assert is_mlp({"up_proj", "down_proj"}, False)
     assert is_mlp({"gate_proj", "up_proj", "down_proj"}, False)
     assert not is_mlp({"gate_proj", "up_proj", "down_proj", "norm"}, False)
