@@ -41,7 +41,7 @@ def is_attention(children: Mapping[str, tuple[int, ...]], own_tensors: bool) -> 
     norm over every head's queries at once, or Cohere's per-head weights, would change
     under a split."""
     names = set(children)
-    if own_tensors or not ATTENTION <= names:
+    if own_tensors or not names >= ATTENTION:
         return False
     keys = children["k_proj"][0] if children["k_proj"] else 0
     queries = children["q_proj"][0] if children["q_proj"] else 0
