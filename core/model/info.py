@@ -93,6 +93,9 @@ class ModelInfo:
     own_tensor_sharding: bool = False
     tensor_whole_bytes: int = 0
     tensor_whole_parts: tuple[str, ...] = ()
+    # The all-reduces a token's step makes under it (one a split attention or MLP); 0:
+    # two a layer, as mlx-lm's sharding.
+    tensor_exchanges: int = 0
     # The routed experts of a mixture of experts (none for a dense model): what a token
     # reads of each layer is the rest of it and ``per_token`` of ``total`` experts.
     experts: Experts = field(default_factory=Experts, hash=False)
@@ -182,7 +185,9 @@ def read_model_info(
     # Multi-head latent attention (DeepSeek-style) caches one compressed latent plus
     # the rotary key per token, shared by all heads, so tensor sharding cannot split it.
     kv_rank = config.count("kv_lora_rank", limit=MAX_HIDDEN, default=0, minimum=0)
-    whole_bytes, whole_parts = (0, ()) if can_tensor_shard else _tensor_whole(tensors, layers)
+    whole_bytes, whole_parts, exchanges = (
+        (0, (), 0) if can_tensor_shard else _tensor_whole(tensors, layers)
+    )
     return ModelInfo(
         path=folder,
         name=folder.name,
@@ -213,6 +218,7 @@ def read_model_info(
         own_tensor_sharding=not can_tensor_shard,
         tensor_whole_bytes=whole_bytes,
         tensor_whole_parts=whole_parts,
+        tensor_exchanges=exchanges,
         has_native_pipeline=has_native_pipeline,
         weight_files=tuple(files),
         layer_bytes=tuple(layer_bytes),
@@ -348,11 +354,12 @@ def _tally_bytes(
     return per_layer, shared, seen, experts
 
 
-def _tensor_whole(tensors: dict[str, TensorEntry], layers: int) -> tuple[int, tuple[str, ...]]:
+def _tensor_whole(tensors: dict[str, TensorEntry], layers: int) -> tuple[int, tuple[str, ...], int]:
     """The layers' bytes MacMesh's own tensor sharding keeps whole on every node
-    (``core.worker.tensor_parts``), and the parts holding them, largest first (norms,
-    always whole and small, unnamed)."""
-    split = split_tensors({n: t.shape for n, t in tensors.items()}, routed=is_routed_expert)
+    (``core.worker.tensor_parts``), the parts holding them, largest first (norms, always
+    whole and small, unnamed), and the modules it splits: one exchange each a step."""
+    modules = split_tensors({n: t.shape for n, t in tensors.items()}, routed=is_routed_expert)
+    split = {name for names in modules.values() for name in names}
     whole = 0
     parts: dict[str, int] = {}
     recurrent: set[str] = set()  # parts with a state-space decay (Mamba, GatedDeltaNet)
@@ -368,7 +375,14 @@ def _tensor_whole(tensors: dict[str, TensorEntry], layers: int) -> tuple[int, tu
             if name.endswith(".A_log"):
                 recurrent.add(part)
     ordered = sorted(parts, key=lambda part: -parts[part])
-    return whole, tuple(_part_label(part, part in recurrent) for part in ordered)
+    exchanges = sum(1 for path in modules if _layer_of(path, layers))
+    return whole, tuple(_part_label(part, part in recurrent) for part in ordered), exchanges
+
+
+def _layer_of(path: str, layers: int) -> bool:
+    """A module path inside one of the model's text decoder layers."""
+    match = LAYER_PATTERN.search(path + ".")
+    return match is not None and not _NOT_TEXT.search(path) and int(match.group(1)) < layers
 
 
 def _part_label(part: str, recurrent: bool) -> str:

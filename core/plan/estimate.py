@@ -89,6 +89,8 @@ class Workload:
     # Layer bytes tensor parallelism keeps whole on every rank (MacMesh's own tensor
     # sharding: ``ModelInfo.tensor_whole_bytes``), routed experts among them.
     whole_bytes: int = 0
+    # All-reduces a step under tensor parallelism (0: two a layer).
+    tensor_exchanges: int = 0
 
     def read_bytes(self, layer: int, batch: int = 1) -> float:
         """The bytes of ``layer``'s weights a step of ``batch`` tokens reads."""
@@ -144,6 +146,7 @@ def workload_of(model: ModelInfo) -> Workload:
         experts=model.experts,
         kv_group=1.0 if not model.kv_split_by_tensor else model.heads / model.kv_heads,
         whole_bytes=model.tensor_whole_bytes,
+        tensor_exchanges=model.tensor_exchanges,
     )
 
 
@@ -250,8 +253,10 @@ def _link_seconds(
         return 0.0
     vector = work.exchange_bytes * batch
     if strategy is Strategy.TENSOR:
-        # Two all-reduces of the step's activations per layer.
-        return layers * 2 * link.all_reduce_s(n, vector)
+        # Two all-reduces of the step's activations per layer (one a split attention or
+        # MLP under MacMesh's own sharding: a hybrid's recurrent mixers make none).
+        exchanges = work.tensor_exchanges or layers * 2
+        return exchanges * link.all_reduce_s(n, vector)
     # Pipeline: one hand-off per stage boundary, the last stage's token going back to the
     # first: the link's latency and the vector at its rate, and the stages' hand-over.
     return n * (link.latency_s + PIPELINE_HOP_S + vector / link.bytes_per_s)

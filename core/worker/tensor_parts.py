@@ -63,9 +63,10 @@ def is_mlp(children: Iterable[str], own_tensors: bool) -> bool:
 
 def split_tensors(
     shapes: Mapping[str, tuple[int, ...]], routed: Callable[[str], bool] = lambda name: False
-) -> set[str]:
-    """The tensor names (as in the safetensors files, each with its shape) MacMesh's
-    sharder splits; every other layer tensor stays whole on every rank. ``routed`` names
+) -> dict[str, set[str]]:
+    """The modules MacMesh's sharder splits (their paths, each with its tensors' names as
+    in the safetensors files, given with their shapes); every other layer tensor stays
+    whole on every rank. Each split module is one ``all_sum`` a step. ``routed`` names
     a routed expert's tensor: an expert bank (``switch_mlp``) has an MLP's children but
     is not a linear layer, so it stays whole."""
     children: dict[str, dict[str, tuple[int, ...]]] = defaultdict(dict)  # parent -> kids
@@ -81,7 +82,7 @@ def split_tensors(
             linear[module].append(name)
         else:
             own.add(module)
-    split: set[str] = set()
+    split: dict[str, set[str]] = {}
     for parent, kids in children.items():
         mine = parent in own
         if is_attention(kids, mine):
@@ -90,8 +91,7 @@ def split_tensors(
             wanted = MLP
         else:
             continue
-        for kid in set(kids) & wanted:
-            split.update(linear[f"{parent}.{kid}"])
+        split[parent] = {name for kid in set(kids) & wanted for name in linear[f"{parent}.{kid}"]}
     return split
 
 

@@ -126,6 +126,17 @@ def test_tensor_reads_the_parts_kept_whole_in_full_on_every_mac():
         _work(), Strategy.TENSOR, _stages("M3 Ultra", 2, Strategy.TENSOR), RDMA, 4096
     )
     assert two.tokens_per_s < all_split.tokens_per_s
+    # Its exchanges: one all-reduce a split module (a Mamba layer makes none), not two a
+    # layer.
+    assert all_split.link_s == pytest.approx(80 * 2 * (15e-6 + 8e-6 + 16384 / 9.25e9))
+    fewer = estimate_decode(
+        replace(work, tensor_exchanges=60),
+        Strategy.TENSOR,
+        _stages("M3 Ultra", 2, Strategy.TENSOR),
+        RDMA,
+        4096,
+    )
+    assert fewer.link_s == pytest.approx(60 * (15e-6 + 8e-6 + 16384 / 9.25e9))
 
 
 def test_tensor_over_rdma_is_faster_and_over_tcp_slower_than_one_mac():

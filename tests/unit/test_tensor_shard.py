@@ -42,7 +42,9 @@ def test_the_sharder_splits_exactly_the_parts_the_planner_counts_as_split(
     done = shard_layers(list(model.layers), mx.distributed.init())
     assert done.attention and not done.whole
     sharded = {f"{path}." for path in done.attention + done.mlp}
-    split = {_tail(name) for name in split_tensors(shapes, routed=is_routed_expert)}
+    modules = split_tensors(shapes, routed=is_routed_expert)
+    split = {_tail(name) for names in modules.values() for name in names}
+    assert {_tail(path + ".") for path in modules} == sharded
     layer_names = [_tail(name) for name in names if LAYER_PATTERN.search(name)]
     by_sharder = {
         name
@@ -56,6 +58,7 @@ def test_the_sharder_splits_exactly_the_parts_the_planner_counts_as_split(
     assert info.can_tensor_shard and info.own_tensor_sharding
     assert 0 < info.tensor_whole_bytes < sum(info.layer_bytes)
     assert not any("norm" in part for part in info.tensor_whole_parts)
+    assert info.tensor_exchanges == len(sharded)  # one all_sum a split module
 
 
 def _flat(tree: object, prefix: str = "") -> list[tuple[str, object]]:
