@@ -27,7 +27,9 @@ from core.model.info import ModelInfo
 log = logging.getLogger(__name__)
 
 FILE_NAME = "library-index.json"
-VERSION = 2  # 2: a model's routed experts (ModelInfo.experts)
+# 2: a model's routed experts (ModelInfo.experts); 3: what MacMesh's own tensor sharding
+# keeps whole (ModelInfo.tensor_whole_*)
+VERSION = 3
 
 
 def signature(folder: Path, extra: str = "") -> str:
@@ -136,6 +138,7 @@ def info_from_json(data: dict[str, Any]) -> ModelInfo | None:
         values["path"] = Path(values["path"])
         values["weight_files"] = tuple(Path(p) for p in values["weight_files"])
         values["layer_bytes"] = tuple(int(n) for n in values["layer_bytes"])
+        values["tensor_whole_parts"] = tuple(str(p) for p in values["tensor_whole_parts"])
         experts = values["experts"]
         values["experts"] = Experts(
             int(experts["total"]),

@@ -40,6 +40,7 @@ from core.model.validate import (
 )
 from core.units import count, size
 from core.worker.shardfiles import LAYER_PATTERN
+from core.worker.tensor_parts import part_name, split_tensors
 
 INDEX_NAME = "model.safetensors.index.json"
 # mlx-lm's own rule (utils.sharded_load): a tensor belongs to layer N when its name has
@@ -85,6 +86,16 @@ class ModelInfo:
     shared_bytes: int
     kv_elements_per_token: int
     kv_split_by_tensor: bool = True
+    # mlx-lm has no tensor sharding for the architecture, so MacMesh's own splits its
+    # attention and MLPs (``core.worker.tensor_shard``); ``tensor_whole_bytes`` of its
+    # layers (the parts ``tensor_whole_parts`` names, largest first, and the norms) stay
+    # whole on every node.
+    own_tensor_sharding: bool = False
+    tensor_whole_bytes: int = 0
+    tensor_whole_parts: tuple[str, ...] = ()
+    # The all-reduces a token's step makes under it (one a split attention or MLP); 0:
+    # two a layer, as mlx-lm's sharding.
+    tensor_exchanges: int = 0
     # The routed experts of a mixture of experts (none for a dense model): what a token
     # reads of each layer is the rest of it and ``per_token`` of ``total`` experts.
     experts: Experts = field(default_factory=Experts, hash=False)
@@ -174,6 +185,9 @@ def read_model_info(
     # Multi-head latent attention (DeepSeek-style) caches one compressed latent plus
     # the rotary key per token, shared by all heads, so tensor sharding cannot split it.
     kv_rank = config.count("kv_lora_rank", limit=MAX_HIDDEN, default=0, minimum=0)
+    whole_bytes, whole_parts, exchanges = (
+        (0, (), 0) if can_tensor_shard else _tensor_whole(tensors, layers)
+    )
     return ModelInfo(
         path=folder,
         name=folder.name,
@@ -200,7 +214,11 @@ def read_model_info(
             default=0,
         )
         or None,
-        can_tensor_shard=can_tensor_shard,
+        can_tensor_shard=can_tensor_shard or whole_bytes < sum(layer_bytes),
+        own_tensor_sharding=not can_tensor_shard,
+        tensor_whole_bytes=whole_bytes,
+        tensor_whole_parts=whole_parts,
+        tensor_exchanges=exchanges,
         has_native_pipeline=has_native_pipeline,
         weight_files=tuple(files),
         layer_bytes=tuple(layer_bytes),
@@ -334,6 +352,46 @@ def _tally_bytes(
         else:
             shared += tensor.nbytes
     return per_layer, shared, seen, experts
+
+
+def _tensor_whole(tensors: dict[str, TensorEntry], layers: int) -> tuple[int, tuple[str, ...], int]:
+    """The layers' bytes MacMesh's own tensor sharding keeps whole on every node
+    (``core.worker.tensor_parts``), the parts holding them, largest first (norms, always
+    whole and small, unnamed), and the modules it splits: one exchange each a step."""
+    modules = split_tensors({n: t.shape for n, t in tensors.items()}, routed=is_routed_expert)
+    split = {name for names in modules.values() for name in names}
+    whole = 0
+    parts: dict[str, int] = {}
+    recurrent: set[str] = set()  # parts with a state-space decay (Mamba, GatedDeltaNet)
+    for name, tensor in tensors.items():
+        match = LAYER_PATTERN.search(name)
+        if not match or _NOT_TEXT.search(name[: match.start()]) or int(match.group(1)) >= layers:
+            continue
+        if name not in split:
+            whole += tensor.nbytes
+            part = part_name(name[match.end() :])
+            if "norm" not in name[match.end() :]:
+                parts[part] = parts.get(part, 0) + tensor.nbytes
+            if name.endswith(".A_log"):
+                recurrent.add(part)
+    ordered = sorted(parts, key=lambda part: -parts[part])
+    exchanges = sum(1 for path in modules if _layer_of(path, layers))
+    return whole, tuple(_part_label(part, part in recurrent) for part in ordered), exchanges
+
+
+def _layer_of(path: str, layers: int) -> bool:
+    """A module path inside one of the model's text decoder layers."""
+    match = LAYER_PATTERN.search(path + ".")
+    return match is not None and not _NOT_TEXT.search(path) and int(match.group(1)) < layers
+
+
+def _part_label(part: str, recurrent: bool) -> str:
+    """ "mixer (recurrent)", "mlp.switch_mlp (routed experts)": a part and what it is."""
+    if recurrent:
+        return f"{part} (recurrent)"
+    if is_routed_expert(part):
+        return f"{part} (routed experts)"
+    return part
 
 
 def _public_quantization(quantization: dict[str, Any] | None) -> dict[str, Any] | None:

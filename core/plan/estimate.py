@@ -86,11 +86,24 @@ class Workload:
     # sharing it, partly from the GPU's cache; the cache is counted group ** KV_GROUP_EXPONENT
     # times.
     kv_group: float = 1.0
+    # Layer bytes tensor parallelism keeps whole on every rank (MacMesh's own tensor
+    # sharding: ``ModelInfo.tensor_whole_bytes``), routed experts among them.
+    whole_bytes: int = 0
+    # All-reduces a step under tensor parallelism (0: two a layer).
+    tensor_exchanges: int = 0
 
     def read_bytes(self, layer: int, batch: int = 1) -> float:
         """The bytes of ``layer``'s weights a step of ``batch`` tokens reads."""
         routed = self.experts.layer_bytes[layer] if self.experts.moe else 0
         return self.layer_bytes[layer] - routed + routed * self.experts.read_share(batch)
+
+    def whole_read_bytes(self, batch: int = 1) -> float:
+        """The bytes of the whole-on-every-rank parts a step reads: a mixture of experts'
+        routed experts (always whole under MacMesh's own sharding) at their read share."""
+        if not self.whole_bytes:
+            return 0.0
+        routed = sum(self.experts.layer_bytes) if self.experts.moe else 0
+        return self.whole_bytes - routed + routed * self.experts.read_share(batch)
 
     def fixed_s(self, layer: int) -> float:
         """``layer``'s fixed cost a step."""
@@ -132,6 +145,8 @@ def workload_of(model: ModelInfo) -> Workload:
         kv_split_by_tensor=model.kv_split_by_tensor,
         experts=model.experts,
         kv_group=1.0 if not model.kv_split_by_tensor else model.heads / model.kv_heads,
+        whole_bytes=model.tensor_whole_bytes,
+        tensor_exchanges=model.tensor_exchanges,
     )
 
 
@@ -195,7 +210,10 @@ def _step(
     fixed_by_node = []
     for stage in stages:
         layers = range(stage.layer_start, stage.layer_end)
-        weights = sum(work.read_bytes(i, batch) for i in layers) / shards
+        weights = sum(work.read_bytes(i, batch) for i in layers)
+        if shards > 1:  # each rank reads its share of the split parts, the whole ones in full
+            whole = work.whole_read_bytes(batch)
+            weights = (weights - whole) / shards + whole
         weights += work.head_bytes if stage.reads_head else 0
         kv = work.kv_bytes_per_token_layer * context * len(layers) * batch / kv_shards
         kv *= work.kv_group**KV_GROUP_EXPONENT
@@ -235,8 +253,10 @@ def _link_seconds(
         return 0.0
     vector = work.exchange_bytes * batch
     if strategy is Strategy.TENSOR:
-        # Two all-reduces of the step's activations per layer.
-        return layers * 2 * link.all_reduce_s(n, vector)
+        # Two all-reduces of the step's activations per layer (one a split attention or
+        # MLP under MacMesh's own sharding: a hybrid's recurrent mixers make none).
+        exchanges = work.tensor_exchanges or layers * 2
+        return exchanges * link.all_reduce_s(n, vector)
     # Pipeline: one hand-off per stage boundary, the last stage's token going back to the
     # first: the link's latency and the vector at its rate, and the stages' hand-over.
     return n * (link.latency_s + PIPELINE_HOP_S + vector / link.bytes_per_s)

@@ -364,7 +364,8 @@ def _tensor(
     kv_share = -(-kv // n) if model.kv_split_by_tensor else kv
     kept = prompt_cache_bytes_per_layer(model, options) * model.layers
     kept_share = -(-kept // n) if model.kv_split_by_tensor else kept
-    weights = -(-sum(model.layer_bytes) // n) + model.shared_bytes
+    whole = model.tensor_whole_bytes  # kept whole on every node (own tensor sharding)
+    weights = -(-(sum(model.layer_bytes) - whole) // n) + whole + model.shared_bytes
     act = activation_bytes(model, options, shards=n)
     ranks = tuple(
         _rank(r, b, 0, model.layers, weights, kv_share, act, kept_share)
@@ -385,9 +386,10 @@ def _tensor(
             if rdma
             else "the links are not known to be RDMA, so its per-layer exchanges are slow"
         )
+        what = "the layers' attention and MLPs" if model.own_tensor_sharding else "every layer"
         reason = (
-            f"Tensor parallelism splits every layer over the {n} nodes ({per_node} each), "
-            f"so all of them work on every token; {link}{waste}."
+            f"Tensor parallelism splits {what} over the {n} nodes ({per_node} each), "
+            f"so all of them work on every token; {link}{waste}{_whole_clause(model)}."
         )
         why_not = (
             "the links are not all RDMA over Thunderbolt 5, which its per-layer exchanges need"
@@ -396,7 +398,7 @@ def _tensor(
     reason = (
         f"Tensor parallelism would need {per_node} on every node, but {smallest.node} "
         f"can give only {size(smallest.usable_bytes)}: it is bounded by the smallest "
-        f"node{waste}."
+        f"node{waste}{_whole_clause(model)}."
     )
     why_not = f"it would need {per_node} on every node and {smallest.node} has " + size(
         smallest.usable_bytes
@@ -413,12 +415,28 @@ def _tensor(
     )
 
 
+def _whole_clause(model: ModelInfo) -> str:
+    """What MacMesh's own tensor sharding keeps whole on every node, as a clause."""
+    if not model.own_tensor_sharding:
+        return ""
+    parts = [*list(model.tensor_whole_parts[:3]), "norms"]
+    named = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
+    return (
+        f"; mlx-lm has no tensor sharding for {model.architecture}, so MacMesh's own splits "
+        f"the attention and MLPs and keeps the {named} whole on every node "
+        f"({size(model.tensor_whole_bytes)} on each)"
+    )
+
+
 def _tensor_problem(model: ModelInfo, n: int) -> str | None:
     """Why the model's layers cannot be split ``n`` ways, as a clause; None if they can."""
     if n < 2:
         return "it needs at least two nodes"
     if not model.can_tensor_shard:
-        return f"mlx-lm has no tensor sharding for the {model.architecture} architecture"
+        return (
+            f"mlx-lm has no tensor sharding for the {model.architecture} architecture and "
+            "MacMesh finds no attention or MLP in its layers to split"
+        )
     checks = [
         ("attention heads", model.heads),
         ("KV heads", model.kv_heads),

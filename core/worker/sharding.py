@@ -280,11 +280,8 @@ def synchronise(group: mx.distributed.Group) -> None:
 
 
 def _shard_tensor(model: nn.Module, group: mx.distributed.Group, config: dict[str, Any]) -> None:
-    if not hasattr(model, "shard"):
-        raise ShardError(
-            f"mlx-lm cannot tensor-shard the {config.get('model_type')!r} architecture; "
-            "use pipeline sharding instead"
-        )
+    """mlx-lm's ``model.shard`` where it has one; MacMesh's own (``tensor_shard``) for the
+    rest, which splits attention and MLPs and keeps the other parts whole on every rank."""
     n = group.size()
     heads = config.get("num_attention_heads")
     kv_heads = config.get("num_key_value_heads", heads)
@@ -294,7 +291,22 @@ def _shard_tensor(model: nn.Module, group: mx.distributed.Group, config: dict[st
                 f"tensor sharding needs the {count} {label} to divide by {n} nodes; "
                 "use pipeline sharding or a node count that divides them"
             )
-    model.shard(group)
+    if hasattr(model, "shard"):
+        model.shard(group)
+        return
+    from core.worker.tensor_shard import shard_layers
+
+    done = shard_layers(list(model.layers), group)
+    if done.whole:  # the plan counted them split: holding them whole would break it
+        raise ShardError(
+            f"MacMesh cannot split the attention heads of {', '.join(done.whole[:3])} in the "
+            f"{config.get('model_type')!r} architecture over {n} nodes; use pipeline sharding"
+        )
+    if not done.attention and not done.mlp:
+        raise ShardError(
+            f"MacMesh finds no attention or MLP to split in the {config.get('model_type')!r} "
+            "architecture; use pipeline sharding instead"
+        )
 
 
 def _shard_pipeline(

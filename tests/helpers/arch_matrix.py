@@ -7,8 +7,8 @@
   the second turn of the first, which must reuse its cached prefix (the prompt cache).
 - ``through_demo``: ``macmesh demo --headless --model FOLDER --json``: one answer.
 
-Both give the answers' texts, or the planner's refusal (tensor where mlx-lm has no
-tensor sharding for the architecture or the heads do not divide).
+Both give the answers' texts, or the planner's refusal (tensor where the heads do not
+divide, or neither mlx-lm nor MacMesh's own sharding finds anything to split).
 """
 
 from __future__ import annotations

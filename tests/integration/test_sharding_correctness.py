@@ -13,6 +13,7 @@ from core.run.job.launcher import JobError, JobSpec
 from core.run.placement import job_spec
 from core.run.planning import plan_on
 from core.worker.shardfiles import files_for_layers, layer_ranges, read_weight_map
+from tests.helpers.arch_models import make_arch_model
 from tests.helpers.jobs import run_job
 
 pytestmark = pytest.mark.slow
@@ -42,6 +43,19 @@ def test_two_ranks_match_one_process(
         ranges = layer_ranges(split or [2, 2])
         assert [loaded[r]["layers"] for r in (0, 1)] == [list(ranges[0]), list(ranges[1])]
         assert loaded[0]["layers"][1] == 4  # rank 0 holds the last layers
+
+
+@pytest.mark.parametrize("arch", ["gemma3_text", "nemotron_h"])
+def test_macmeshs_own_tensor_sharding_matches_one_process(
+    arch: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """mlx-lm has no tensor sharding for these: MacMesh's own splits their attention and
+    MLPs and keeps the rest (Gemma 3's norms, Nemotron-H's Mamba mixers) whole."""
+    model = make_arch_model(tmp_path_factory.mktemp(arch) / arch, arch)
+    assert read_model_info(model).own_tensor_sharding
+    expected = run_job(JobSpec(model=model, nodes=1)).tokens
+    assert len(expected) == 12 and len(set(expected)) > 1
+    assert run_job(JobSpec(model=model, strategy="tensor", nodes=2)).tokens == expected
 
 
 def _copy_with_only(model: Path, dest: Path, files: set[str]) -> Path:

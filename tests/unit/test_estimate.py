@@ -110,6 +110,35 @@ def test_a_single_mac_reads_its_weights_cache_and_head_at_its_bandwidth():
     assert deeper.tokens_per_s < single.tokens_per_s  # a longer context reads more cache
 
 
+def test_tensor_reads_the_parts_kept_whole_in_full_on_every_mac():
+    """MacMesh's own tensor sharding keeps a hybrid's recurrent mixers whole: each rank
+    reads them in full, and its share of the rest."""
+    from dataclasses import replace
+
+    whole = 80 * 200_000_000
+    work = replace(_work(), whole_bytes=whole)
+    two = estimate_decode(
+        work, Strategy.TENSOR, _stages("M3 Ultra", 2, Strategy.TENSOR), RDMA, 4096
+    )
+    split = 80 * 500_000_000 - whole
+    assert two.nodes[0].bytes_per_token == split // 2 + whole + 600_000_000 + 4096 * 4096 * 40
+    all_split = estimate_decode(
+        _work(), Strategy.TENSOR, _stages("M3 Ultra", 2, Strategy.TENSOR), RDMA, 4096
+    )
+    assert two.tokens_per_s < all_split.tokens_per_s
+    # Its exchanges: one all-reduce a split module (a Mamba layer makes none), not two a
+    # layer.
+    assert all_split.link_s == pytest.approx(80 * 2 * (15e-6 + 8e-6 + 16384 / 9.25e9))
+    fewer = estimate_decode(
+        replace(work, tensor_exchanges=60),
+        Strategy.TENSOR,
+        _stages("M3 Ultra", 2, Strategy.TENSOR),
+        RDMA,
+        4096,
+    )
+    assert fewer.link_s == pytest.approx(60 * (15e-6 + 8e-6 + 16384 / 9.25e9))
+
+
 def test_tensor_over_rdma_is_faster_and_over_tcp_slower_than_one_mac():
     work = _work()
     one = estimate_decode(

@@ -3,6 +3,7 @@ else the planner accepts for it on these Macs (issue 39)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,10 +33,13 @@ def test_a_model_every_strategy_runs_names_one_node_and_tensor(folders: dict[str
     )
 
 
-def test_an_architecture_without_tensor_sharding_offers_one_node_only(
-    folders: dict[str, Path],
-) -> None:
-    info = read_model_info(folders["nemotron_h"])
+def test_a_model_tensor_cannot_split_offers_one_node_only(folders: dict[str, Path]) -> None:
+    # nemotron_h runs on tensor through MacMesh's own sharding; with 3 heads, 2 nodes
+    # cannot split them.
+    info = replace(read_model_info(folders["nemotron_h"]), heads=3, kv_heads=3)
+    assert Strategy.TENSOR in runnable_strategies(
+        read_model_info(folders["nemotron_h"]), demo.demo_facts(2)
+    )
     runnable = runnable_strategies(info, demo.demo_facts(2))
     assert Strategy.TENSOR not in runnable
     said = failure_advice(info.architecture, Strategy.PIPELINE, 2, runnable)
