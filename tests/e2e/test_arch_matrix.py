@@ -94,9 +94,16 @@ def expected(folders: dict[str, Path]) -> dict[str, Answers]:
 
 
 def _refused(arch: str, strategy: str, answers: Answers) -> bool:
+    """Whether ``answers`` is the planner's one-line refusal of tensor where it is the
+    expected result: the heads of an architecture in ``NO_TENSOR``, and outside the CI set
+    (``make test-archs``) any architecture neither mlx-lm nor MacMesh's own sharder splits
+    (fused projections: phi3, lfm2). In the CI set every architecture must answer."""
     if strategy == "tensor" and arch in NO_TENSOR:
         assert answers.refused.startswith("Tensor parallelism is not possible"), answers
         assert arch in answers.refused
+        return True
+    if strategy == "tensor" and arch not in CI and answers.refused:
+        assert answers.refused.startswith("Tensor parallelism is not possible"), answers
         return True
     assert not answers.refused, answers.refused
     return False
