@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from core.cluster.probe.facts import NodeFacts
 
 LOCAL, HUB = 0, 1
-COLUMNS = ("Model", "Size", "Architecture", "Fit")
+COLUMNS = ("Model", "Size", "Type", "Fit")  # config.json's model_type: a narrow heading
 NAME, SIZE, ARCH, FIT = range(4)
 ROLE = Qt.ItemDataRole.UserRole
 NO_CLUSTER = "–"
