@@ -155,10 +155,10 @@ def answer_record(
             k: [(t, v) for t, v in s if t <= ends.get(k, figures["span_s"] + SETTLE_S)]
             for k, s in series.items()
         }
-    summary = answer[0] if answer is not None else None
+    own_span = (answer[0].first_at, answer[0].last_at) if answer is not None else (None, None)
     batch = (
-        telemetry.cluster_between(summary.first_at, summary.last_at)
-        if summary is not None and summary.first_at is not None and summary.last_at is not None
+        telemetry.cluster_between(own_span[0], own_span[1])
+        if own_span[0] is not None and own_span[1] is not None
         else None
     )
     if kind == RunKind.API and batch is not None and batch.most > 1:
