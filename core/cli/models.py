@@ -15,8 +15,9 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from core.library.local import hub_cache_dir, list_library
-from core.library.resolve import DEMO_NOT_YET, demo_entry
+from core.library.entries import Source
+from core.library.local import hub_cache_dir
+from core.library.resolve import DEMO_NOT_YET, library_with_demo
 from core.settings import load_settings
 
 
@@ -43,10 +44,8 @@ def models_cli(argv: Sequence[str], out: TextIO | None = None, err: TextIO | Non
         args = parser.parse_args(argv)
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else 2
-    entries = list_library(load_settings().library_folders)
-    demo = demo_entry()
-    if demo is not None:
-        entries.append(demo)
+    entries = library_with_demo(load_settings().library_folders)
+    demo = next((e for e in entries if e.source is Source.DEMO), None)
     if args.json:
         out.write(json.dumps([entry.to_dict() for entry in entries], indent=2) + "\n")
         return 0

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,6 +52,14 @@ def demo_entry() -> LibraryEntry | None:
     """The demo model as ``macmesh models`` lists it; None before it is converted."""
     folder = demo_model_dir()
     return entry_for_folder(FOLDER_NAME, Source.DEMO, folder) if is_complete(folder) else None
+
+
+def library_with_demo(folders: Sequence[str], *, checked: bool = True) -> list[LibraryEntry]:
+    """The models on this Mac as ``macmesh models`` and the window's library list them:
+    ``list_library``'s, then the demo model once it is converted (``demo`` names it)."""
+    entries = list_library(folders, checked=checked)
+    demo = demo_entry()
+    return [*entries, demo] if demo is not None else entries
 
 
 def resolve_model(text: str, *, to_run: bool = False) -> ModelInfo:

@@ -141,15 +141,18 @@ class ApiRecords:
         return data_dir(writable=False) / FILE_NAME
 
     def _record(self, item: _Item) -> RunRecord:
-        """An answer with its series from its request's start (in seconds from the
-        server's): each record holds its own answer's, not everything since the server
-        began (which grew every record, and the controller's memory, as it served)."""
-        done, client, started, _done_at = item
+        """An answer with its figures and series over its own span, send to end, in
+        seconds from its send (``answer_record``): each record holds its own answer's, not
+        everything since the server began (which grew every record, and the controller's
+        memory, as it served), nor the server's other answers' (but for the cluster's, in
+        a batch)."""
+        done, client, started, done_at = item
         request = done["request"]
         summary = next((r for r in self.telemetry.requests() if r.id == request), None)
         figures = {**answer_figures(done, summary), "client": client}
+        answer = (summary, done_at) if summary is not None else None  # its own span, series
         return answer_record(
-            self.session, figures, self.telemetry, self.began, RunKind.API, started
+            self.session, figures, self.telemetry, self.began, RunKind.API, started, answer
         )
 
     def _keep(self, item: _Item) -> None:

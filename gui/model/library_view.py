@@ -47,7 +47,8 @@ from core.library.hub import (
     repo_id_of,
     search_models,
 )
-from core.library.local import complete_library, list_library
+from core.library.local import complete_library
+from core.library.resolve import library_with_demo
 from core.model.info import ModelError, ModelInfo
 from core.settings import load_settings, save_settings
 from core.units import bytes_per_s, duration, size
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from core.cluster.probe.facts import NodeFacts
 
 LOCAL, HUB = 0, 1
-COLUMNS = ("Model", "Size", "Architecture", "Fit")
+COLUMNS = ("Model", "Size", "Type", "Fit")  # config.json's model_type: a narrow heading
 NAME, SIZE, ARCH, FIT = range(4)
 ROLE = Qt.ItemDataRole.UserRole
 NO_CLUSTER = "–"
@@ -175,7 +176,7 @@ class LibraryView(QFrame):
         generation = self._local_generation
         folders = load_settings().library_folders
         self._bridge.run_in_background(
-            lambda: list_library(folders, checked=False),  # at once; headers next
+            lambda: library_with_demo(folders, checked=False),  # at once; headers next
             lambda entries: self._local_listed(generation, entries),
             lambda error: self._say(f"Cannot list the models on this Mac: {error}"),
         )

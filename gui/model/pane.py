@@ -105,17 +105,25 @@ class ModelPane(Card):
         )
 
     def use_demo_model(self) -> None:
-        """The bundled SmolLM2-135M, converted once into the cache (a few seconds)."""
+        """The bundled SmolLM2-135M, converted once into the cache (a few seconds); the
+        library lists it from then on."""
         self._generation += 1
         generation = self._generation
+        preparing = demo.needs_preparing()
         self.drop_zone.show_busy(
             "Preparing the demo model (once, a few seconds)…"
-            if demo.needs_preparing()
+            if preparing
             else "Reading the demo model…"
         )
+
+        def loaded(info: ModelInfo) -> None:
+            self._loaded(generation, info)
+            if preparing:
+                self.library.refresh_local()
+
         self._bridge.run_in_background(
             lambda: read_model_info(demo.demo_model()),
-            lambda info: self._loaded(generation, info),
+            loaded,
             lambda error: self._failed(generation, None, error),
         )
 

@@ -225,7 +225,8 @@ class CompareView(QFrame):
             self.grid.addWidget(label(name, "secondary"), r, 0, Qt.AlignmentFlag.AlignTop)
             for c, text in enumerate(cells):
                 cell = label(text, "fact-value" if r else "fact-name")
-                if name.startswith("Estimate"):
+                if name.startswith("Estimate"):  # both numbers: wrapped, never wider
+                    cell.setWordWrap(True)  # than the pane (a 1280×800 window's)
                     cell.setToolTip(basis(result, beside, c))
                     self.tooltips[(r, c)] = cell.toolTip()
                 self.grid.addWidget(cell, r, c + 1, Qt.AlignmentFlag.AlignTop)

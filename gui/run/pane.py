@@ -58,6 +58,7 @@ REDRAW_HZ = 10
 COMPARE_PROMPT = "What is the capital of France?"
 COMPARE_TIP = "The same prompt on one Mac, then on the cluster: tokens/s side by side"
 STOP_AND_COMPARE = "Stop and compare"
+COMPARE_DONE = "Compare done: kept in History. Close (or Start) brings the chat back."
 STOP_AND_COMPARE_TIP = (
     "Stops the job, then compares: Compare runs the model twice on its own (one Mac, then "
     "the cluster)."
@@ -136,6 +137,7 @@ class RunPane(Card):
         self.panels.add(self.api_panel)
         self.comparison = CompareView(headline_px=20)  # its figures in view at 1280×800
         self.comparison.hide()
+        self.comparison.closed.connect(lambda: self._arrange(self.controller.state))
         self.panels.add(self.comparison)
         self.numbers = BigNumbers()
         self.body.addWidget(self.numbers)
@@ -302,6 +304,7 @@ class RunPane(Card):
             return
         self.banner.hide()
         self.checks.hide()
+        self.comparison.hide()  # kept in History; the chat and plots take their room back
         if hosts is not None and not hosts[0].simulated:
             self.checks.show_checking(list(self._plan.nodes_used))
         self.chat.clear()
@@ -400,7 +403,8 @@ class RunPane(Card):
 
     def _compared(self, result: Any) -> None:
         self.comparison.show_result(result, self.comparer.beside)
-        self.status.setText(f"Compare done: {self.comparison.headline.text()}")
+        self._arrange(self.controller.state)
+        self.status.setText(COMPARE_DONE)  # the headline is the panel's, said once
 
     def ask(self, prompt: str) -> None:
         queued = self.controller.state == RunState.LOADING
@@ -505,13 +509,7 @@ class RunPane(Card):
             return
         self.stop_button.setEnabled(state.active and state != RunState.STOPPING)
         self.status.setText(self._status_text(state, message))
-        # Before a job exists the checks and the copy are the whole story: they take the
-        # room of the numbers, chat and plots (nothing to show there yet).
-        setup = state in (RunState.CHECKING, RunState.COPYING, RunState.NOT_READY)
-        self.checks.setVisible(setup)
-        self.numbers.setVisible(not setup)
-        self.splitter.setVisible(not setup)
-        self.body.setStretchFactor(self.panels, 1 if setup else 0)
+        self._arrange(state)
         if state == RunState.LOADING:
             self.progress_box.show()
             self.chat.set_accepting(True, "Ask now: sent once loaded…")
@@ -529,6 +527,18 @@ class RunPane(Card):
         if state.active != self._running:
             self._running = state.active
             self.running_changed.emit(state.active)
+
+    def _arrange(self, state: RunState) -> None:
+        """Before a job exists the checks and the copy are the whole story: they take the
+        room of the numbers, chat and plots (nothing to show there yet). Compare's result,
+        shown while no job runs, takes the room of the chat and plots (idle then) rather
+        than scrolling inside a strip at 1280×800; Close or Start gives it back."""
+        setup = state in (RunState.CHECKING, RunState.COPYING, RunState.NOT_READY)
+        compared = not state.active and not self.comparison.isHidden()
+        self.checks.setVisible(setup)
+        self.numbers.setVisible(not setup)
+        self.splitter.setVisible(not (setup or compared))
+        self.body.setStretchFactor(self.panels, 1 if setup or compared else 0)
 
     def _compare_tip(self, state: RunState, comparing: bool) -> str:
         """Why Compare is greyed out, when it is (a disabled button still shows its tip)."""

@@ -37,6 +37,7 @@ class FakeBehaviour:
     traffic_every: int = 1  # tokens between traffic reports (the worker reports every 0.5 s)
     answer: str = "The capital of France is Paris."
     fail_after_load: str | None = None  # a failure message once loaded
+    fail_after_answer: str | None = None  # a rank dies just after an answer's done
     start_error: Exception | None = None
     memory_bytes: int = 150 << 20
     cached_tokens: int = 0  # the done event's prompt tokens from the prompt cache
@@ -343,6 +344,10 @@ class FakeJob:
         with self._changed:
             self._done[request] = event
             self._changed.notify_all()
+        if b.fail_after_answer:
+            with self._lock:
+                if not self.state.finished and self.state != JobState.STOPPING:
+                    self._set(JobState.FAILED, b.fail_after_answer)
 
 
 def fake_factory(behaviour: FakeBehaviour | None = None, jobs: list | None = None):

@@ -101,13 +101,16 @@ def test_four_api_streams_show_the_clusters_aggregate(qtbot: QtBot, demo_model: 
     # The live plot draws it: the cluster's line reached the aggregate.
     _x, y = pane.plots.cluster.getData()
     assert y is not None and max(y) >= 0.8 * measured
-    # History: each API answer of the batch keeps the batch's figure, over its span.
+    # History: each API answer of the batch keeps the cluster's figure over its own span
+    # (every answer's tokens then), final though others still stream when it ends.
     whole = (tokens - 1) / (stamps[-1] - stamps[0])
     qtbot.waitUntil(lambda: len(History().runs()) == STREAMS, timeout=20_000)
     records = [r for r in History().runs() if r.kind == RunKind.API]
-    last = max(records, key=lambda r: r.figures["batch"]["tokens"])
+    batched = [r for r in records if "batch" in r.figures]  # not one that streamed alone
+    assert batched and all(r.figures["batch"]["tokens"] <= tokens for r in batched)
+    last = max(batched, key=lambda r: r.figures["batch"]["tokens"])
     batch = last.figures["batch"]
-    assert batch["answers"] == STREAMS and batch["tokens"] == tokens
+    assert batch["answers"] == STREAMS and batch["tokens"] >= tokens // 2
     assert abs(batch["tokens_per_s"] - whole) <= 0.10 * whole, (batch, whole)
     assert last.id is not None
     whole_record = History().get(last.id)

@@ -19,7 +19,7 @@ from core.run.session import Host
 from core.run.states import RunState
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
-from gui.run.pane import RunPane
+from gui.run.pane import COMPARE_DONE, RunPane
 from tests.gui.fakes import FakeBehaviour, FakeJob
 
 
@@ -114,7 +114,12 @@ def test_compare_runs_one_mac_then_the_cluster(qtbot: QtBot, demo_plans) -> None
         tooltip = pane.comparison.tooltips[(4, column)]
         assert tooltip.startswith("An estimate, not a measurement") and "GB/s" in tooltip
     assert "Studio B: 150 MB" in cells[(5, 1)]  # memory per node, as the ranks reported
-    assert pane.status.text() == f"Compare done: {shown}"
+    assert pane.status.text() == COMPARE_DONE  # the headline said once, in the panel
+    # The result takes the idle chat's and plots' room (no strip to scroll at 1280×800);
+    # Close gives it back.
+    assert not pane.splitter.isVisible() and pane.comparison.isVisible()
+    pane.comparison.close_button.click()
+    assert pane.splitter.isVisible() and not pane.comparison.isVisible()
     assert locks == [True, False] and pane.start_button.isEnabled()
     kept = History().runs()
     assert [r.kind for r in kept] == ["compare"]

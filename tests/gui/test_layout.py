@@ -105,6 +105,10 @@ def test_every_widget_is_whole_with_each_panel_open(
             assert run.compare()
         assert run.comparison.isVisible()
     _settle()
+    if panel == "compare":  # whole, not a strip to scroll (the idle chat gives its room)
+        assert not run.panels.verticalScrollBar().isVisible()
+        assert run.comparison.height() >= run.comparison.sizeHint().height()
+        assert not run.splitter.isVisible()
     assert window.size() == first, f"the {panel} panel grew the window to {window.size()}"
     shots = os.environ.get("MACMESH_LAYOUT_SHOTS")
     if shots:

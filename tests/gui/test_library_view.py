@@ -290,3 +290,57 @@ def test_a_hugging_face_error_stays_on_its_tab_above_the_list(
     assert message not in view.status.text()
     view.tabs.setCurrentIndex(HUB)
     qtbot.waitUntil(lambda: view.status.text() == message, timeout=10_000)
+
+
+def test_the_window_library_lists_the_demo_model_as_macmesh_models_does(
+    qtbot: QtBot, home: Path, demo_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: the demo model is found by name in the window too: once converted, the
+    library lists it (the same entry as ``macmesh models``) and Use loads it."""
+    from core.library.resolve import library_with_demo
+    from core.model.demo_model import FOLDER_NAME
+
+    cache = tmp_path / "cache"
+    shutil.copytree(demo_model, cache / "models" / FOLDER_NAME)
+    monkeypatch.setenv("MACMESH_CACHE_DIR", str(cache))
+    assert [e.name for e in library_with_demo(())] == [FOLDER_NAME]  # the CLI's list
+    bridge = Bridge()
+    pane = ModelPane(bridge)
+    qtbot.addWidget(pane, before_close_func=lambda _w: bridge.close())
+    view = pane.library
+    qtbot.waitUntil(
+        lambda: FOLDER_NAME in rows(view) and rows(view)[FOLDER_NAME][FIT] != "…",
+        timeout=20_000,
+    )
+    assert rows(view)[FOLDER_NAME][ARCH] == "llama"
+    pane.set_nodes(demo_nodes(2))
+    assert rows(view)[FOLDER_NAME][FIT] == "fits"
+    select(view, FOLDER_NAME)
+    with qtbot.waitSignal(pane.model_changed, timeout=20_000) as changed:
+        view.use_button.click()
+    assert Path(changed.args[0]) == cache / "models" / FOLDER_NAME
+
+
+def test_the_library_lists_the_demo_model_once_the_demo_button_converts_it(
+    qtbot: QtBot, home: Path, demo_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not converted yet: not listed; "Use the demo model" converts it, and the library
+    lists it from then on."""
+    from core.model.demo_model import FOLDER_NAME
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MACMESH_CACHE_DIR", str(cache))
+    bridge = Bridge()
+    pane = ModelPane(bridge)
+    qtbot.addWidget(pane, before_close_func=lambda _w: bridge.close())
+    view = pane.library
+    qtbot.waitUntil(lambda: "No models found" in view.status.text(), timeout=20_000)
+    assert FOLDER_NAME not in rows(view)
+    # The conversion stands in for a copy of the session's converted folder (seconds saved).
+    monkeypatch.setattr(
+        "core.run.demo.demo_model",
+        lambda: Path(shutil.copytree(demo_model, cache / "models" / FOLDER_NAME)),
+    )
+    with qtbot.waitSignal(pane.model_changed, timeout=60_000):
+        pane.use_demo_model()
+    qtbot.waitUntil(lambda: FOLDER_NAME in rows(view), timeout=20_000)

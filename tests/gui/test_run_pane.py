@@ -280,3 +280,29 @@ def test_an_answers_last_link_reports_are_drawn_though_nothing_moves_after(
     pane.redraw()  # nothing moved since
     assert pane.controller.version == version
     assert list(pane.plots.link_curves) == ["0↔1"]
+
+
+def test_an_answer_streamed_stays_shown_when_a_rank_dies_after_it(qtbot: QtBot, demo_plans) -> None:
+    """Issue 39 item 3, in the window: a rank that dies after the answer leaves the
+    answer in the chat, whole, with its figures; the banner says what failed and the
+    session's advice (the architecture, the strategy, what else runs here)."""
+    message = "Rank 1 on Studio B exited with code 1 after the answer"
+    pane = _pane(qtbot, demo_plans, FakeBehaviour(fail_after_answer=message))
+    pane.start()
+    qtbot.waitUntil(lambda: _state(pane) == RunState.READY, timeout=10_000)
+    pane.ask("What is the capital of France?")
+    qtbot.waitUntil(lambda: _state(pane) == RunState.FAILED, timeout=10_000)
+    session = pane.controller.session
+    assert session is not None
+    advice = session.failure_advice()
+    assert advice.startswith("The llama model failed on a 2-node pipeline.")
+    qtbot.waitUntil(lambda: "tokens/s" in pane.chat.text(), timeout=5000)  # its figures
+    shown = pane.chat.text()
+    assert "What is the capital of France?" in shown
+    assert "The capital of France is Paris." in shown  # streamed, and kept
+    assert "The cluster stopped: see the message above." in shown
+    assert shown.index("Paris.") < shown.index("The cluster stopped")
+    banner = pane.banner
+    assert banner.isVisible() and banner.title.text() == message
+    assert banner.advice.isVisible() and banner.advice.text() == advice
+    assert pane.start_button.isEnabled() and not pane.stop_button.isEnabled()

@@ -39,3 +39,14 @@ def test_doctor_demo_refuses_what_is_for_real_macs_in_one_line() -> None:
         done = _doctor(*args)
         assert done.returncode == 2 and said in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_doctor_demo_without_rdma_points_at_no_offer_it_does_not_make() -> None:
+    """The demo without RDMA: each cable's port has no IPv4, and its fix says how to get
+    one on a Mac; the demo offers no network change (its Macs do not exist), so no fix
+    points at an offer "below"."""
+    done = _doctor("--nodes", "2", "--no-rdma")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "has no IPv4 address" in done.stdout
+    assert "Configure IPv4: Using DHCP (a self-assigned 169.254 address follows)." in done.stdout
+    assert "offers below" not in done.stdout and "A faster path needs" not in done.stdout

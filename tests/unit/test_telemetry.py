@@ -592,3 +592,26 @@ def test_a_ranks_stopped_event_gives_its_last_generation_peak() -> None:
     telemetry.feed(event("loaded", 1, 1.0, **loaded, base_bytes=100, peak_load_bytes=500))
     telemetry.feed(event("stopped", 1, 2.0, peak_generation_bytes=450))
     assert telemetry.peaks()[1] == RankPeak(base=100, load=500, generation=450)
+
+
+def test_the_cluster_over_an_answers_span_is_final_while_others_stream() -> None:
+    """Issue 35 item 3: an answer that ends while another still streams keeps the
+    cluster's figure over its own span (every answer's tokens then), which later tokens
+    do not change; ``batch()`` is the batch so far."""
+    telemetry = local_telemetry()
+    for i in range(11):  # r1: 1.0 … 2.0, r2: 1.05 … 3.05, 10 tokens/s each
+        telemetry.feed(token(1.0 + i / 10, i, request="r1"))
+        telemetry.feed(token(1.05 + i / 10, i, request="r2"))
+    telemetry.feed(done(2.01, request="r1", generation_tokens=11))
+    (first,) = [r for r in telemetry.requests() if r.id == "r1"]
+    assert (first.first_at, first.last_at) == pytest.approx((1.0, 2.0))
+    during = telemetry.cluster_between(first.first_at, first.last_at)
+    assert during is not None
+    assert during.tokens == 21 and during.most == 2  # r1's 11 and r2's 10 up to 1.95
+    assert during.tokens_per_s == pytest.approx(20 / 1.0)
+    for i in range(11, 21):  # r2 goes on alone
+        telemetry.feed(token(1.05 + i / 10, i, request="r2"))
+    assert telemetry.cluster_between(first.first_at, first.last_at) == during  # final
+    so_far = telemetry.batch()
+    assert so_far is not None and so_far.tokens == 32  # the batch went on
+    assert telemetry.cluster_between(5.0, 6.0) is None  # nothing then

@@ -88,17 +88,19 @@ def diagnose(
     on_mac: bool,
     try_links: bool = False,
     send_errors: Mapping[str, int | None] | None = None,
+    offers: bool = True,
 ) -> DoctorReport:
     """The report over ``seen`` (this machine first, then by name). ``on_mac``: this
     machine is a Mac (Bonjour then needs the Local Network permission); ``try_links``:
     the ring's chosen paths tried with TCP connects over SSH (False: as probed; the only
     part that is not pure); ``send_errors``: this Mac's mDNS send on each browsed
-    interface (``core.cluster.localnet.mdns_send_errors``; None: not tried)."""
+    interface (``core.cluster.localnet.mdns_send_errors``; None: not tried); ``offers``
+    False: no network change is offered, nor pointed at by a fix (the demo)."""
     ready = [s for s in seen if s.facts is not None and s.target is not None]
     finding = finding_checks(seen, interfaces, on_mac, send_errors or {})
     findings = [Finding("finding", c) for c in finding]
     findings += [Finding("running", c) for c in running_checks(ready)]
-    findings += [Finding("linking", c) for c in linking_checks(ready, try_links)]
+    findings += [Finding("linking", c) for c in linking_checks(ready, try_links, offers=offers)]
     shown = interfaces if isinstance(interfaces, str) else tuple(interfaces)
     return DoctorReport(
         tuple(s.node.name for s in seen),
@@ -135,7 +137,7 @@ def diagnose_demo(nodes: Sequence[Any], *, on_mac: bool, python: str) -> DoctorR
     from core.run.demo import BACKEND_NOTE
 
     here = run_local_probe(python=python)
-    report = diagnose(simulated_seen(nodes, here), ("127.0.0.1",), on_mac=on_mac)
+    report = diagnose(simulated_seen(nodes, here), ("127.0.0.1",), on_mac=on_mac, offers=False)
     kept = [
         f
         for f in report.findings

@@ -38,9 +38,13 @@ def _said_and_fix(verdict: RdmaVerdict) -> tuple[str, str]:
     return said, fix or _fix(verdict.guide)
 
 
-def linking_checks(ready: Sequence[Seen], try_links: bool = False) -> list[Check]:
+def linking_checks(
+    ready: Sequence[Seen], try_links: bool = False, *, offers: bool = True
+) -> list[Check]:
     """Per Mac: its Thunderbolt, RDMA and bridge; per cable: speed, RDMA, IPv4; then the
-    cluster's cabling and the backend with the ring's path between each pair of ranks."""
+    cluster's cabling and the backend with the ring's path between each pair of ranks.
+    ``offers`` False: no network change is offered (the demo's simulated Macs), so no fix
+    points at one."""
     facts = [s.facts for s in ready if s.facts is not None]
     macs = [f for f in facts if f.is_macos is not False]
     topology = build_topology(macs)
@@ -55,7 +59,7 @@ def linking_checks(ready: Sequence[Seen], try_links: bool = False) -> list[Check
     for f in macs:
         checks += node_linking(f, slow_fixes)
     for cable, verdict in verdicts:
-        checks += cable_checks(cable, verdict, by_name)
+        checks += cable_checks(cable, verdict, by_name, offers=offers)
     checks += cabling_checks(topology)
     if len(facts) > 1:
         checks += backend_path_checks(ready, try_links)
@@ -141,7 +145,7 @@ def bridge_checks(facts: NodeFacts) -> list[Check]:
 
 
 def cable_checks(
-    cable: Cable, verdict: RdmaVerdict, by_name: Mapping[str, NodeFacts]
+    cable: Cable, verdict: RdmaVerdict, by_name: Mapping[str, NodeFacts], *, offers: bool = True
 ) -> list[Check]:
     """The cable's speed and RDMA verdict (``cable_verdict``'s reason and fix), and IPv4
     at both ends."""
@@ -153,7 +157,9 @@ def cable_checks(
     ]
     for end in (cable.a, cable.b):
         checks.append(
-            ipv4_check(by_name[end.node], end.port, other(cable, end.node), rdma=verdict.on)
+            ipv4_check(
+                by_name[end.node], end.port, other(cable, end.node), rdma=verdict.on, offers=offers
+            )
         )
     return checks
 
@@ -162,9 +168,13 @@ def other(cable: Cable, node: str) -> str:
     return cable.b.node if cable.a.node == node else cable.a.node
 
 
-def ipv4_check(facts: NodeFacts, port: ThunderboltPort, peer: str, rdma: bool = False) -> Check:
+def ipv4_check(
+    facts: NodeFacts, port: ThunderboltPort, peer: str, rdma: bool = False, offers: bool = True
+) -> Check:
     """MLX's ring takes IPv4 only: a cable whose port has none is no path for it (no
-    matter while RDMA runs over the cable: jaccl needs no address on it)."""
+    matter while RDMA runs over the cable: jaccl needs no address on it). ``offers``: the
+    report offers the address (a network change) below; False on the demo, which offers
+    none for Macs that do not exist."""
     name = facts.name
     holder, addresses = cable_addresses(facts, port.interface)
     where = f"{port.interface or port.label} ({port.label}, to {peer})"
@@ -187,8 +197,11 @@ def ipv4_check(facts: NodeFacts, port: ThunderboltPort, peer: str, rdma: bool = 
         "use this cable.",
         f"On {name}: System Settings > Network > {setting}"
         " > Details > TCP/IP, Configure IPv4: Using DHCP (a self-assigned 169.254 address "
-        "follows), or accept the address MacMesh offers below.",
+        f"follows){OFFERED if offers else ''}.",
     )
+
+
+OFFERED = ", or accept the address MacMesh offers below"
 
 
 def cabling_checks(topology: Topology) -> list[Check]:

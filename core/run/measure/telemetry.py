@@ -245,6 +245,7 @@ class Telemetry:
         self._instant = RingBuffer(capacity)
         self._smoothed = RingBuffer(capacity)
         self._aggregate = RingBuffer(capacity)  # the cluster's tokens/s, all requests
+        self._token_log = RingBuffer(capacity)  # each token's arrival, how many generated
         self._batch: list[float | int] | None = None  # first_at, last_at, tokens, most
         self._last_batch: Batch | None = None
         self._active: OrderedDict[str, _Request] = OrderedDict()
@@ -316,6 +317,23 @@ class Telemetry:
                 first, last, tokens, most = self._batch
                 return Batch(float(first), float(last), int(tokens), int(most))
             return self._last_batch
+
+    def cluster_between(self, first_at: float, last_at: float) -> Batch | None:
+        """The cluster's tokens over ``first_at``…``last_at`` (an answer's first to last
+        token, this process's clock): every request's tokens that arrived then, and the
+        most generating at once. Final once ``last_at`` has passed, unlike ``batch()`` while
+        others still stream. None when the window is empty or older than the log holds."""
+        with self._lock:
+            times, counts = self._token_log.arrays()
+        if not len(times) or (len(times) == self._token_log.capacity and times[0] > first_at):
+            return None
+        inside = (times >= first_at) & (times <= last_at)
+        if not inside.any():
+            return None
+        chosen = times[inside]
+        return Batch(
+            float(chosen[0]), float(chosen[-1]), int(inside.sum()), int(counts[inside].max())
+        )
 
     def aggregate_series(self) -> Series:
         """The cluster's tokens/s over time (every request generating, together); it
@@ -486,6 +504,7 @@ class Telemetry:
                 request.points = request.points[::2]
         aggregate, generating = self._generating(at)
         _append_in_order(self._aggregate, at, aggregate)
+        _append_in_order(self._token_log, at, generating)
         if before == 0 and (self._batch is None or at - float(self._batch[1]) > GENERATING_S):
             self._end_batch()
             self._batch = [at, at, 0, 0]

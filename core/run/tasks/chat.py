@@ -155,17 +155,27 @@ def answer_record(
             k: [(t, v) for t, v in s if t <= ends.get(k, figures["span_s"] + SETTLE_S)]
             for k, s in series.items()
         }
-    batch = telemetry.batch()
+    own_span = (answer[0].first_at, answer[0].last_at) if answer is not None else (None, None)
+    batch = (
+        telemetry.cluster_between(own_span[0], own_span[1])
+        if own_span[0] is not None and own_span[1] is not None
+        else None
+    )
     if kind == RunKind.API and batch is not None and batch.most > 1:
-        # An answer of a batch: the cluster's throughput over the batch's span (so far,
-        # when others still stream) and its tokens/s of all answers together, plotted.
+        # An answer of a batch: the cluster's throughput over this answer's span (every
+        # answer's tokens then: final when it ends, though others still stream), and the
+        # tokens/s of all answers together, plotted.
         figures["batch"] = {
             "tokens_per_s": batch.tokens_per_s,
             "tokens": batch.tokens,
             "answers": batch.most,
             "span_s": round(batch.last_at - batch.first_at, 3),
         }
-        series["cluster tokens_per_s"] = series_points(*telemetry.aggregate_series(), began, since)
+        cluster = series_points(*telemetry.aggregate_series(), began, since)
+        end = figures.get("span_s")
+        series["cluster tokens_per_s"] = (
+            [(t, v) for t, v in cluster if t <= end + SETTLE_S] if end is not None else cluster
+        )
     return job_record(session, kind, figures, series=series)
 
 
