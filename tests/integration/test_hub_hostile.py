@@ -196,7 +196,18 @@ def test_a_silent_hub_ends_every_call_by_its_deadline(hostile: FakeHub, tmp_path
         _refused(call, "did not answer in time|Cannot reach", within_s=12)
 
 
-def test_a_body_at_one_byte_a_second_ends_by_its_deadline(hostile: FakeHub, tmp_path: Path) -> None:
+def _deadline_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read timeout well above the byte a second, as the real settings have it (30 s
+    against a 120 s deadline): the deadline ends the answer, never a read timeout. With
+    both at 2 s a busy machine lets the read timeout win the race, and a timeout that is
+    not the deadline's is retried with backoff (rightly: a stalled Hub, not a slow one)."""
+    monkeypatch.setenv("MACMESH_HUB_READ_TIMEOUT_S", "10")
+
+
+def test_a_body_at_one_byte_a_second_ends_by_its_deadline(
+    hostile: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _deadline_first(monkeypatch)
     hostile.hostile[f"/api/models/{REPO}"] = "slow"
     _refused(lambda: hub_model_info(REPO), "too slowly|did not answer in time", within_s=12)
     hostile.hostile.clear()
@@ -204,8 +215,11 @@ def test_a_body_at_one_byte_a_second_ends_by_its_deadline(hostile: FakeHub, tmp_
     _refused(lambda: download_model(REPO), "too slowly|did not answer in time", within_s=15)
 
 
-def test_headers_at_one_byte_a_second_end_by_the_deadline(hostile: FakeHub, tmp_path: Path) -> None:
+def test_headers_at_one_byte_a_second_end_by_the_deadline(
+    hostile: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A read timeout alone waits per byte: every read is held to the deadline."""
+    _deadline_first(monkeypatch)
     hostile.hostile["/api/models"] = "slow_headers"
     _refused(lambda: search_models("Hostile"), "did not answer in time", within_s=12)
     hostile.hostile.clear()
