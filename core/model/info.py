@@ -123,14 +123,15 @@ class ModelInfo:
         return {"float32": 4, "float64": 8}.get(self.dtype, 2)
 
     def summary(self) -> str:
-        """One line for a list: "llama · 30 layers · 135M params · 4-bit · 93.6 MB"."""
+        """One line for a list: "llama · 30 layers · 135M params · 4-bit · 93.6 MB weights" (the
+        safetensors' bytes, as the Model pane's Weights; a library's size is the folder's)."""
         return " · ".join(
             [
                 self.architecture,
                 f"{self.layers} layers",
                 f"{count(self.parameter_count)} params",
                 self.quantization_label,
-                size(self.bytes_on_disk),
+                f"{size(self.bytes_on_disk)} weights",
             ]
         )
 

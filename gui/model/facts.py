@@ -8,7 +8,7 @@ from core import units
 from core.model.info import ModelInfo
 from gui.widgets import label
 
-FACTS = ("Architecture", "Parameters", "Layers", "Attention heads", "Quantization", "Size")
+FACTS = ("Architecture", "Parameters", "Layers", "Attention heads", "Quantization", "Weights")
 
 
 class ModelFacts(QWidget):
@@ -44,11 +44,14 @@ class ModelFacts(QWidget):
             "Layers": str(info.layers),
             "Attention heads": f"{info.heads}{kv}",
             "Quantization": info.quantization_label,
-            "Size": units.size(info.bytes_on_disk),
+            "Weights": units.size(info.bytes_on_disk),
         }
         for fact, text in texts.items():
             self.values[fact].setText(text)
-        self.values["Size"].setToolTip(units.BYTES_NOTE)
+        self.values["Weights"].setToolTip(
+            "The safetensors files: what the plan places on the Macs. The library's Size is "
+            f"the whole folder, tokenizer and config included. {units.BYTES_NOTE}"
+        )
 
     def text(self) -> str:
         """Everything shown, as one string (tests and accessibility)."""

@@ -74,7 +74,7 @@ def test_demo_model_numbers(request: pytest.FixtureRequest):
     assert info.parameter_count == 134_515_008
     assert (info.heads, info.kv_heads, info.head_dim, info.context_length) == (9, 3, 64, 8192)
     assert info.quantization == {"bits": 4, "group_size": 32, "mode": "affine"}
-    assert re.fullmatch(r"llama · 30 layers · 135M params · 4-bit · \d+ MB", info.summary())
+    assert re.fullmatch(r"llama · 30 layers · 135M params · 4-bit · \d+ MB weights", info.summary())
 
 
 def test_llama_70b_class_from_headers_only(tmp_path: Path):
@@ -97,7 +97,7 @@ def test_llama_70b_class_from_headers_only(tmp_path: Path):
     assert info.parameter_count == 80 * (linear + 2 * 8192) + 2 * 128256 * 8192 + 8192
     assert info.parameter_count == 70_553_706_496
     # About 40e9 bytes on disk: 37 GB in the binary units MacMesh shows everywhere (core.units).
-    assert info.summary() == "llama · 80 layers · 71B params · 4-bit · 37 GB"
+    assert info.summary() == "llama · 80 layers · 71B params · 4-bit · 37 GB weights"
     assert len(info.weight_files) == 4 and info.dtype == "bfloat16"
     # To run, a folder of headers alone is refused, saying so; to plan, it is read.
     with pytest.raises(ModelError, match=r"holds only the safetensors headers .* download"):
