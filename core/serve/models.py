@@ -274,7 +274,7 @@ class ModelRegistry:
         each step and state in the server log."""
 
         def said(state: str, detail: str) -> None:
-            if state in (RunState.LOADING, RunState.CHECKING, RunState.COPYING):
+            if state in (RunState.CHECKING, RunState.COPYING):
                 self.settings.log(f"model {entry.name}: {state}")
 
         def event(event: p.Event) -> None:
