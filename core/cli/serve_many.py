@@ -27,6 +27,7 @@ from core.cli.run import make_targets, serving_of
 from core.library.resolve import resolve_model
 from core.model.info import ModelInfo, read_model_info
 from core.plan.placement_many import place_together
+from core.plan.planner import Plan
 from core.run import demo
 from core.run.placement import ClusterError
 from core.run.session import Session, real_hosts, simulated_hosts
@@ -105,7 +106,7 @@ def _from_file(path: Path, keep: float) -> list[tuple[str, bool, float]]:
         load = item.get("load", "start") if isinstance(item, dict) else None
         if not isinstance(name, str) or not name or load not in ("start", "on-demand"):
             raise ClusterError(
-                f"--models-file {path}: model {i + 1} needs \"model\": NAME and "
+                f'--models-file {path}: model {i + 1} needs "model": NAME and '
                 '"load": "start" or "on-demand"'
             )
         try:
@@ -116,9 +117,7 @@ def _from_file(path: Path, keep: float) -> list[tuple[str, bool, float]]:
     return out
 
 
-def session_maker(
-    args: argparse.Namespace, info: ModelInfo
-) -> Callable[[], Session]:
+def session_maker(args: argparse.Namespace, info: ModelInfo) -> Callable[[], Session]:
     """A new session of ``info`` on the demo's simulated Macs or the ``--hosts``."""
 
     def make() -> Session:
@@ -149,7 +148,8 @@ def session_maker(
 
 def specs_of(args: argparse.Namespace, err: TextIO, stage: Stage) -> list[ModelSpec]:
     """A spec per model named; the ones loading at start placed together first."""
-    specs, plans = [], []
+    specs: list[ModelSpec] = []
+    plans: list[tuple[str, Plan]] = []
     for named, at_start, keep in model_list(args):
         if args.demo and named == "demo":
             info = read_model_info(demo_model_said(err, stage))
@@ -171,7 +171,11 @@ def specs_of(args: argparse.Namespace, err: TextIO, stage: Stage) -> list[ModelS
 
 
 def serve_many(
-    args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage, key: str | None,
+    args: argparse.Namespace,
+    out: TextIO,
+    err: TextIO,
+    stage: Stage,
+    key: str | None,
     key_line: str,
 ) -> int:
     """Serve every model until Ctrl-C or SIGTERM; 2 when nothing could be served."""

@@ -194,7 +194,7 @@ class ModelRegistry:
                 done, entry.changing = entry.changing, None
                 if not done.done():
                     done.set_result(None)
-            if entry.state is not ModelState.LOADED:
+            if entry.error:  # it failed (else it is loaded: the loop's top returns it)
                 raise APIError(503, entry.error, kind="server_error")
 
     async def unload(self, name: str, why: str = "unloaded through the API") -> bool:
@@ -257,7 +257,8 @@ class ModelRegistry:
             entry.state, entry.loaded_at = ModelState.LOADED, time.monotonic()
             entry.last_used = entry.loaded_at
             self._watch_failure(entry, session)
-            log(f"model {entry.name}: loaded in {time.monotonic() - started:.1f} s on {', '.join(entry.nodes())}")
+            took = time.monotonic() - started
+            log(f"model {entry.name}: loaded in {took:.1f} s on {', '.join(entry.nodes())}")
 
     def _planned(self, entry: ModelEntry) -> Session:
         """On a thread: the model's session, planned (probed, on real Macs)."""

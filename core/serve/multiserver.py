@@ -249,7 +249,9 @@ class Forwarded(Response):
         elif entry.state is not ModelState.LOADED:
             await registry.ensure(entry.name)
         with registry.using(entry, self.keep):
-            await self.front.app_of(entry)(scope, _replay(self.raw, receive), _after(send, sent_start))
+            await self.front.app_of(entry)(
+                scope, _replay(self.raw, receive), _after(send, sent_start)
+            )
         if self.keep == 0:
             await registry.unload(entry.name, "keep_alive 0")
 

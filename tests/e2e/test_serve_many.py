@@ -107,7 +107,12 @@ def _post(served: Served, path: str, body: dict) -> httpx.Response:
 def test_two_models_answer_openai_clients_at_once_and_the_list_says_what_is_loaded(
     served: Served,
 ) -> None:
-    assert _states(served) == {MODEL: "loaded", TINY_A: "loaded", TINY_B: "unloaded", BROKEN: "unloaded"}
+    assert _states(served) == {
+        MODEL: "loaded",
+        TINY_A: "loaded",
+        TINY_B: "unloaded",
+        BROKEN: "unloaded",
+    }
     answers: dict[str, list[str]] = {MODEL: [], TINY_A: []}
 
     def ask(model: str) -> None:
@@ -195,7 +200,9 @@ def test_ollamas_keep_alive_0_unloads_and_an_empty_chat_loads(
     served: Served, models: dict[str, Path]
 ) -> None:
     _post(served, "/models/load", {"model": TINY_A})
-    gone = _post(served, "/api/chat", {"model": f"{TINY_A}:latest", "messages": [], "keep_alive": 0})
+    gone = _post(
+        served, "/api/chat", {"model": f"{TINY_A}:latest", "messages": [], "keep_alive": 0}
+    )
     assert gone.status_code == 200 and gone.json()["done_reason"] == "unload"
     assert _states(served)[TINY_A] == "unloaded" and not _ranks_of(served, str(models[TINY_A]))
     back = _post(served, "/api/chat", {"model": TINY_A, "messages": []})
