@@ -58,7 +58,10 @@ class Placement:
 
 
 def node_use(plans: Sequence[tuple[str, Plan]]) -> tuple[NodeUse, ...]:
-    """Each Mac's use by ``plans`` ((name, plan), in order), in the order Macs appear."""
+    """Each Mac's use by ``plans`` ((name, plan), in order), in the order Macs appear.
+    A model the planner fits alone counts as fitting alone: a Mac's room is never less
+    than one such model's need there (on a CPU node a plan's ranks grow to float32 after
+    its verdict, so their sum can pass the budget the verdict was made on)."""
     usable: dict[str, int] = {}
     needs: dict[str, list[tuple[str, int]]] = {}
     for name, plan in plans:
@@ -70,6 +73,8 @@ def node_use(plans: Sequence[tuple[str, Plan]]) -> tuple[NodeUse, ...]:
             usable.setdefault(rank.node, rank.usable_bytes)
         for node, need in per_node.items():
             needs.setdefault(node, []).append((name, need))
+            if plan.fits:  # the planner took it alone (its CPU growth counted after)
+                usable[node] = max(usable[node], need)
     return tuple(NodeUse(node, usable[node], tuple(needs[node])) for node in needs)
 
 
@@ -134,7 +139,7 @@ def _fewest_to_leave_out(plans: Sequence[tuple[str, Plan]]) -> tuple[str, ...]:
             rest = [(n, p) for n, p in plans if n not in left]
             if all(node.fits for node in node_use(rest)):
                 return tuple(sorted(left, key=names.index))
-    return tuple(names[1:])
+    return tuple(names[1:]) or tuple(names)
 
 
 def _choices(names: Sequence[str], count: int) -> list[tuple[str, ...]]:
