@@ -211,6 +211,29 @@ class ModelRegistry:
         await self._unload(entry, why)
         return True
 
+    def add(self, spec: ModelSpec) -> ModelEntry:
+        """A model more, loadable (the window's drop); ValueError if its name is taken."""
+        if spec.name in self.entries:
+            raise ValueError(f"{spec.name} is served already")
+        entry = self.entries[spec.name] = ModelEntry(spec, keep_alive_s=spec.keep_alive_s)
+        return entry
+
+    async def fits_beside(self, spec: ModelSpec) -> str:
+        """Whether ``spec`` fits beside the loaded models as they are (nothing unloaded):
+        "" when it does, else why not, in one line. Plans it on a thread."""
+        try:
+            session = await asyncio.to_thread(self._planned, ModelEntry(spec))
+        except (ClusterError, OSError, ValueError) as error:
+            return _one_line(str(error))
+        assert session.plan is not None
+        loaded = [
+            (e.name, e.plan, e.last_used, True)  # as they are: none unloads for it
+            for e in self.entries.values()
+            if e.plan is not None and e.name != spec.name
+        ]
+        _unload, why = room_for((spec.name, session.plan), loaded)
+        return _one_line(why)
+
     @contextlib.contextmanager
     def using(self, entry: ModelEntry, keep_alive_s: float | None = None) -> Iterator[None]:
         """Around one request to ``entry``: it counts as running; its end is the model's

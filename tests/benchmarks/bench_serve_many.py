@@ -57,7 +57,9 @@ def _serving(
     def maker(facts: Sequence[NodeFacts]) -> Callable[[], Session]:
         return lambda: Session(info, simulated_hosts(facts), strategy="pipeline")
 
-    specs = [ModelSpec(name, maker(facts), name in at_start, FOREVER) for name, facts in macs.items()]
+    specs = [
+        ModelSpec(name, maker(facts), name in at_start, FOREVER) for name, facts in macs.items()
+    ]
     registry = ModelRegistry(specs, ServeSettings(Gate(open_=True), lambda line: None, 64))
     server = ManyServer(registry, "127.0.0.1", free_port())
     server.start()
