@@ -10,7 +10,7 @@ load/unload: ``POST /api/chat`` with no messages loads the model, with
 ``"keep_alive": 0`` too unloads it; a request's ``keep_alive`` sets its model's.
 
 A streamed request for a model still loading gets its response started at once, with
-an SSE comment (``: loading``) every ``KEEP_ALIVE_S`` until the model is ready, so
+an SSE comment (``: loading NAME``) at once and every ``KEEP_ALIVE_S`` until the model is ready, so
 neither the client nor a proxy gives up; the load's progress is in the server log.
 """
 
@@ -236,10 +236,9 @@ class Forwarded(Response):
             )
             sent_start = True
             load = asyncio.ensure_future(registry.ensure(entry.name))
-            while not load.done():
+            while not load.done():  # a comment at once, then every KEEP_ALIVE_S
+                await send(_body(f": loading {entry.name}\n\n".encode()))
                 await asyncio.wait({load}, timeout=KEEP_ALIVE_S)
-                if not load.done():
-                    await send(_body(f": loading {entry.name}\n\n".encode()))
             try:
                 load.result()
             except APIError as error:

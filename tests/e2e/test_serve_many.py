@@ -209,6 +209,30 @@ def test_ollamas_keep_alive_0_unloads_and_an_empty_chat_loads(
     assert back.json()["done_reason"] == "load" and _states(served)[TINY_A] == "loaded"
     bad = _post(served, "/api/chat", {"model": TINY_A, "messages": [], "keep_alive": "soon"})
     assert bad.status_code == 400 and "keep_alive" in bad.json()["error"]
+    chat = {"model": TINY_A, "messages": [{"role": "user", "content": QUESTION}]}
+    answered = _post(served, "/api/chat", {**chat, "stream": False, "keep_alive": 0})
+    assert answered.status_code == 200 and answered.json()["done"] is True
+    wait_until(lambda: _states(served)[TINY_A] == "unloaded", 30, "keep_alive 0 to unload")
+
+
+def test_a_streamed_request_for_a_model_not_loaded_gets_keep_alives_then_its_answer(
+    served: Served,
+) -> None:
+    assert _states(served)[TINY_A] == "unloaded"
+    body = {"model": TINY_A, "prompt": "Once", "max_tokens": 4, "stream": True}
+    lines = []
+    with httpx.stream(
+        "POST",
+        f"{served.base_url}/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {served.key}"},
+        timeout=300,
+    ) as got:
+        assert got.status_code == 200
+        lines = [line for line in got.iter_lines() if line]
+    assert lines[0] == f": loading {TINY_A}"  # at once, then every 2 s while it loads
+    assert any(line.startswith("data: {") for line in lines) and lines[-1] == "data: [DONE]"
+    assert _states(served)[TINY_A] == "loaded"
 
 
 def test_a_load_that_fails_is_one_line_and_the_others_serve_on(
