@@ -27,6 +27,7 @@ from types import FrameType
 from typing import TextIO
 
 from core import paths
+from core.cli import serve_many
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import split_of
@@ -65,10 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         dest="demo_model",
         metavar="PATH",
+        action="append",
         help="--demo: a model folder, a name `macmesh models` lists, or hf:ORG/NAME once "
-        "downloaded (default: the demo model; MODEL says the same)",
+        "downloaded (default: the demo model; MODEL says the same); repeated, several "
+        "models at once (`demo` names the demo model)",
     )
     parser.add_argument("--nodes", type=int, default=2, help="--demo: simulated Macs, 1-4")
+    serve_many.add_arguments(parser)
     parser.add_argument("--hosts", help="[user@]host[:port],... (with MODEL)")
     add_cluster_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1", help="the address to serve on")
@@ -120,6 +124,9 @@ def serve(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.
 
 def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
+        if serve_many.wants_many(args):
+            return _serve_many(args, out, err, stage)
+        args.demo_model = args.demo_model[0] if args.demo_model else None
         _check(args)
         key, key_path, made = _key(args)
         stage("checking the address")
@@ -170,6 +177,36 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
         err.write(f"Logs: {ended.logs or 'none'}\n")
         return 1
     return 0
+
+
+def _serve_many(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
+    """Several models (``core.cli.serve_many``)."""
+    if args.demo and args.hosts:
+        raise ClusterError("--demo runs on simulated Macs: --hosts is not for it")
+    if not args.demo and not args.hosts:
+        raise ClusterError("--hosts is needed: the Macs to run the models on (or --demo)")
+    _check_serving(args)
+    key, key_path, made = _key(args)
+    stage("checking the address")
+    bind(args.host, args.port).close()
+    keys = "no key needed (--no-key)" if args.no_key else f"key in {key_path}"
+    keys += " (new)" if made else ""
+    return serve_many.serve_many(args, out, err, stage, key, keys)
+
+
+def _check_serving(args: argparse.Namespace) -> None:
+    if not 0 <= args.port <= 65535:
+        raise ClusterError("--port must be 0 to 65535")
+    if args.max_waiting < 1:
+        raise ClusterError("--max-waiting must be at least 1")
+    serving_of(args)
+    if args.no_key and not is_loopback(args.host):
+        raise ClusterError(
+            f"--no-key only works on a loopback address: serving on {args.host} shares the "
+            "cluster on the network, which always needs a key"
+        )
+    if args.no_key and args.api_key_file:
+        raise ClusterError("--no-key and --api-key-file contradict each other: choose one")
 
 
 def _check(args: argparse.Namespace) -> None:

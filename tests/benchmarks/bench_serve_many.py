@@ -1,0 +1,199 @@
+"""Several models behind one server (issue 37), on the demo (``MACMESH_BENCH_ONLY=serve_many``):
+
+- ``first_request``: a request (16 tokens) to a model not loaded (its load, then the
+  answer) against the same request once it is loaded (the median of 3).
+- ``interference``: two models (the demo model twice, under two names: the same work
+  each) each streaming to 4 clients at once, against each alone: each model's aggregate
+  tokens/s and the interference (1 - together / alone), with the two models on separate
+  simulated Macs (Studio A+B and C+D) and on the same ones (A+B). The demo's Macs all
+  share this machine's cores, so "separate" here still shares the CPU: the issue's
+  15 % bound is for separate real Macs; here it is reported, not asserted.
+- ``unload_stall``: the longest gap between tokens of one model's 3 streams while the
+  other model is unloaded through the API, against the longest gap with nothing
+  unloading (the test asserts only a wide bound: tests/e2e/test_serve_many.py).
+
+    .venv/bin/python -m tests.benchmarks.bench_serve_many [MODEL]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from core.cluster.probe.facts import NodeFacts
+from core.model.info import read_model_info
+from core.run.demo import demo_facts
+from core.run.session import Session, simulated_hosts
+from core.serve.keys import Gate
+from core.serve.models import FOREVER, ModelRegistry, ModelSpec, ServeSettings
+from core.serve.serve_many import ManyServer
+from tests.helpers.serving import free_port
+
+CLIENTS = 4
+TOKENS = 64
+A, B = "model-a", "model-b"
+
+
+def _say(label: str, value: Any) -> Any:
+    print(f"serve_many: {label}: {value}", file=sys.stderr, flush=True)
+    return value
+
+
+@contextmanager
+def _serving(
+    model: Path, macs: dict[str, Sequence[NodeFacts]], at_start: Sequence[str]
+) -> Iterator[ManyServer]:
+    info = read_model_info(model)
+
+    def maker(facts: Sequence[NodeFacts]) -> Callable[[], Session]:
+        return lambda: Session(info, simulated_hosts(facts), strategy="pipeline")
+
+    specs = [
+        ModelSpec(name, maker(facts), name in at_start, FOREVER) for name, facts in macs.items()
+    ]
+    registry = ModelRegistry(specs, ServeSettings(Gate(open_=True), lambda line: None, 64))
+    server = ManyServer(registry, "127.0.0.1", free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _stream(server: ManyServer, model: str, tokens: int, gaps: list[float] | None = None) -> int:
+    """One streamed completion; its generated tokens (``gaps``: the seconds between its
+    text pieces)."""
+    body = {
+        "model": model,
+        "prompt": "Once upon a time",
+        "max_tokens": tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+    }
+    used, last = 0, None
+    with httpx.stream("POST", f"{server.address}/completions", json=body, timeout=600) as got:
+        got.raise_for_status()
+        for line in got.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            now = time.monotonic()
+            if chunk.get("choices") and chunk["choices"][0].get("text"):
+                if gaps is not None and last is not None:
+                    gaps.append(now - last)
+                last = now
+            if chunk.get("usage"):
+                used = int(chunk["usage"]["completion_tokens"])
+    return used
+
+
+def _ask(server: ManyServer, model: str, tokens: int = 16) -> float:
+    started = time.monotonic()
+    body = {"model": model, "prompt": "Once upon a time", "max_tokens": tokens}
+    got = httpx.post(f"{server.address}/completions", json=body, timeout=600)
+    got.raise_for_status()
+    return time.monotonic() - started
+
+
+def _rate(server: ManyServer, models: Sequence[str]) -> dict[str, float]:
+    """Each model's aggregate tokens/s, its CLIENTS streams at once (all models at once)."""
+    counts: dict[str, list[int]] = {m: [] for m in models}
+    ends: dict[str, float] = {}
+    started = time.monotonic()
+
+    def client(model: str) -> None:
+        counts[model].append(_stream(server, model, TOKENS))
+        ends[model] = max(ends.get(model, 0.0), time.monotonic())
+
+    threads = [threading.Thread(target=client, args=(m,)) for m in models for _ in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {m: round(sum(counts[m]) / (ends[m] - started), 1) for m in models}
+
+
+def bench_first_request(model: Path) -> dict[str, Any]:
+    facts = demo_facts(2)
+    with _serving(model, {A: facts}, at_start=()) as server:
+        cold = _say("first request, not loaded (load + answer) s", _ask(server, A))
+        warm = statistics.median(_ask(server, A) for _ in range(3))
+    _say("the same request, loaded s", warm)
+    return {"not_loaded_s": round(cold, 3), "loaded_s": round(warm, 3), "tokens": 16}
+
+
+def bench_interference(model: Path) -> dict[str, Any]:
+    four = demo_facts(4)
+    out: dict[str, Any] = {"clients_per_model": CLIENTS, "tokens": TOKENS}
+    for label, macs in (
+        ("separate_macs", {A: four[:2], B: four[2:]}),
+        ("shared_macs", {A: four[:2], B: four[:2]}),
+    ):
+        with _serving(model, macs, at_start=(A, B)) as server:
+            _rate(server, (A,))  # warm up both (the first answer's graph)
+            _rate(server, (B,))
+            alone = {**_rate(server, (A,)), **_rate(server, (B,))}
+            together = _rate(server, (A, B))
+        out[label] = {
+            "alone_tokens_per_s": alone,
+            "together_tokens_per_s": together,
+            "interference": {m: round(1 - together[m] / alone[m], 3) for m in (A, B)},
+        }
+        _say(label, out[label])
+    return out
+
+
+def bench_unload_stall(model: Path) -> dict[str, Any]:
+    facts = demo_facts(2)
+    with _serving(model, {A: facts, B: facts}, at_start=(A, B)) as server:
+
+        def streams(during: Callable[[], None] | None) -> float:
+            gaps: list[list[float]] = [[] for _ in range(3)]
+            threads = [
+                threading.Thread(target=_stream, args=(server, A, 200, gaps[i])) for i in range(3)
+            ]
+            for thread in threads:
+                thread.start()
+            time.sleep(2.0)
+            if during is not None:
+                during()
+            for thread in threads:
+                thread.join()
+            return max(max(g) for g in gaps if g)
+
+        streams(None)  # warm up
+        quiet = streams(None)
+        unloading = streams(
+            lambda: httpx.post(
+                f"http://127.0.0.1:{server.port}/models/unload", json={"model": B}, timeout=300
+            ).raise_for_status()
+        )
+    return _say(
+        "unload_stall",
+        {"longest_gap_quiet_s": round(quiet, 3), "longest_gap_unloading_s": round(unloading, 3)},
+    )
+
+
+def bench_serve_many(model: Path) -> dict[str, Any]:
+    return {
+        "first_request": bench_first_request(model),
+        "interference": bench_interference(model),
+        "unload_stall": bench_unload_stall(model),
+    }
+
+
+if __name__ == "__main__":
+    from core.model.demo_model import ensure_demo_model
+
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ensure_demo_model()
+    print(json.dumps(bench_serve_many(path), indent=2))
