@@ -143,7 +143,9 @@ class Chunks:
     decided (``Control``), so their model calls keep the same shapes."""
 
     STEP_S = 0.4
-    MIN = 16
+    # As few as 4: on a loaded CPU demo 16 tokens beside a stream took 0.8 s a step (the
+    # others' gap over 1 s, issue 33); a long prompt is then read more slowly, not them.
+    MIN = 4
 
     def __init__(self) -> None:
         self.beside = p.PREFILL_STEP_BESIDE_STREAMS

@@ -19,7 +19,14 @@ import pytest
 from core.cluster.hosts import HOSTS_CAP, load_hosts
 from core.library.entries import CONFIG_CAP, Source, State, entry_for_folder
 from core.library.memo import MEMO_CAP, Memo
-from core.model.manifest import INDEX_CAP, FileEntry, HashCache, Manifest, ManifestError, node_manifest
+from core.model.manifest import (
+    INDEX_CAP,
+    FileEntry,
+    HashCache,
+    Manifest,
+    ManifestError,
+    node_manifest,
+)
 from core.serve.keys import KEY_FILE_CAP, STORE_CAP, KeyFileError, KeyStore, key_file
 from core.serve.service import SETTINGS_CAP, SETTINGS_NAME, ApiSettings, load_settings
 from core.worker.shardfiles import INDEX_NAME

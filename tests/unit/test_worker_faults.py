@@ -7,8 +7,8 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from core.worker.batching import Control
 from core.worker import protocol as p
+from core.worker.batching import Control
 from core.worker.faults import TEST_HOOK, Faults, hooked
 
 
