@@ -22,7 +22,6 @@ parse is skipped with a warning. Writes are atomic (temporary file, fsync, renam
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import os
 import re
@@ -35,12 +34,13 @@ from typing import Any
 from psygnal import Signal
 
 from core import paths
-from core.jsonfile import write_json_atomic
+from core.jsonfile import read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "hosts.json"
 VERSION = 1
+HOSTS_CAP = 1 << 20  # the hand-added hosts: a few lines each
 _LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
 _USER = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}$")
 
@@ -190,11 +190,11 @@ def _port(text: str, original: str) -> int:
 
 def _read(path: Path) -> tuple[list[ManualHost], bool]:
     """The hosts in ``path``, and whether the file exists but could not be read as a list."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         return [], False
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    try:  # a FIFO, a huge or damaged file: one line naming it (FileProblem), no hang
+        data = read_json(path, HOSTS_CAP)
+    except (OSError, ValueError) as error:
         log.warning("cannot read %s (%s); starting with no manual hosts", path, error)
         return [], True
     entries = data.get("hosts") if isinstance(data, dict) else None

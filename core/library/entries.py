@@ -14,6 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from core.jsonfile import read_json
 from core.library.memo import Memo, info_from_json, info_to_json, signature
 from core.model.info import ModelError, ModelInfo, read_model_info
 from core.units import count, size
@@ -32,6 +33,7 @@ class State(StrEnum):
     BROKEN = "broken"  # a half download, a missing file, a bad config
 
 
+CONFIG_CAP = 4 << 20  # a model's config.json
 SOURCE_LABELS = {
     Source.HUGGING_FACE: "Hugging Face cache",
     Source.LM_STUDIO: "LM Studio",
@@ -201,7 +203,6 @@ def _quick(
 ) -> LibraryEntry:
     """What config.json and the file names say, in well under a millisecond: GGUF or
     PyTorch only, no config, a half download, weight files missing; else OK, unchecked."""
-    import json
 
     def entry(
         state: State, reason: str | None = None, model_type: str | None = None
@@ -220,7 +221,7 @@ def _quick(
     if problem:
         return entry(State.BROKEN, problem)
     try:
-        config = json.loads((folder / "config.json").read_bytes())
+        config = read_json(folder / "config.json", CONFIG_CAP)  # a FIFO, a huge one: refused
         model_type = config.get("model_type") if isinstance(config, dict) else None
     except (OSError, ValueError):
         model_type = None

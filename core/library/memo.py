@@ -12,7 +12,6 @@ speed-up only, and losing it costs one slow listing.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import fields
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from core import __version__, paths
-from core.jsonfile import write_json_atomic
+from core.jsonfile import FileProblem, read_json, write_json_atomic
 from core.model.experts import Experts
 from core.model.info import ModelInfo
 
@@ -30,6 +29,7 @@ FILE_NAME = "library-index.json"
 # 2: a model's routed experts (ModelInfo.experts); 3: what MacMesh's own tensor sharding
 # keeps whole (ModelInfo.tensor_whole_*)
 VERSION = 3
+MEMO_CAP = 16 << 20  # what the library learnt of every folder
 
 
 def signature(folder: Path, extra: str = "") -> str:
@@ -80,8 +80,13 @@ class Memo:
         except paths.FolderError:
             return cls(None)
         memo = cls(path)
+        if not path.exists():
+            return memo
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path, MEMO_CAP)
+        except FileProblem as problem:  # a FIFO, a huge or damaged file: read anew
+            log.warning("%s; the library's facts are read anew", problem)
+            return memo
         except (OSError, ValueError):
             return memo
         if isinstance(data, dict) and data.get("version") == VERSION:

@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.jsonfile import write_json_atomic
+from core.jsonfile import FileProblem, read_json, write_json_atomic
 from core.worker.shardfiles import INDEX_NAME, files_for_layers
 
 MARKER = ".macmesh-manifest.json"  # written last in a copied folder: "this copy is complete"
 HASH_CACHE_NAME = "hashes.json"
+HASH_CACHE_CAP = 64 << 20  # the hashes of every file of every model kept
+INDEX_CAP = 64 << 20  # a weight index names every tensor once
 WEIGHT_SUFFIXES = (".safetensors",)
 _CHUNK = 8 << 20
 
@@ -173,8 +175,8 @@ class HashCache:
 
     def _load(self) -> dict[str, dict[str, Any]]:
         if self._entries is None:
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
+            try:  # a FIFO or a huge file is refused at once (FileProblem): hashed anew
+                data = read_json(self.path, HASH_CACHE_CAP) if self.path.exists() else {}
                 self._entries = data if isinstance(data, dict) else {}
             except (OSError, ValueError):
                 self._entries = {}
@@ -321,7 +323,9 @@ def node_manifest(
     weight_map = None
     if layers is not None and INDEX_NAME in whole.names:
         try:
-            weight_map = json.loads((folder / INDEX_NAME).read_text())["weight_map"]
-        except (OSError, ValueError, KeyError) as error:
+            weight_map = read_json(folder / INDEX_NAME, INDEX_CAP)["weight_map"]
+        except FileProblem as problem:
+            raise ManifestError(f"cannot read {problem}") from None
+        except (OSError, ValueError, KeyError, TypeError) as error:
             raise ManifestError(f"cannot read {folder / INDEX_NAME}: {error}") from error
     return whole.subset(needed_files(whole.names, weight_map, layers))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
+import logging
 import os
 import secrets
 import stat
@@ -22,11 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from core import paths
-from core.jsonfile import write_json_atomic
+from core.jsonfile import FileProblem, read_capped, read_json, write_json_atomic
+
+log = logging.getLogger(__name__)
 
 PREFIX = "mm-"
 SHOWN = 7  # characters of a key kept in clear, to tell keys apart in a list
 STORE_NAME = "api-keys.json"
+STORE_CAP = 4 << 20  # the key store: thousands of keys
+KEY_FILE_CAP = 4096  # a key file: one line
 
 
 class KeyFileError(Exception):
@@ -121,8 +125,11 @@ class KeyStore:
         if seen == self._seen:
             return
         try:
-            data = json.loads(self.path.read_text())
+            data = read_json(self.path, STORE_CAP)
             keys = [k for k in data.get("keys", []) if isinstance(k, dict) and "sha256" in k]
+        except FileProblem as problem:  # a FIFO, a huge file: refused at once, said once
+            log.warning("%s; no key of that store is accepted", problem)
+            keys = []
         except (OSError, ValueError, AttributeError):
             keys = []  # a damaged file accepts no key
         self._keys, self._seen = keys, seen
@@ -172,7 +179,9 @@ def _read_key_file(path: Path) -> str:
                 f"The key file {path} can be read by others (mode {stat.S_IMODE(mode):04o}): "
                 f"run `chmod 600 {path}`, or name a new file and MacMesh makes one."
             )
-        text = path.read_text().strip()
+        text = read_capped(path, KEY_FILE_CAP).decode("utf-8").strip()
+    except FileProblem as problem:
+        raise KeyFileError(f"Cannot read the key file {problem}.") from None
     except (OSError, UnicodeDecodeError) as error:
         raise KeyFileError(f"Cannot read the key file {path}: {error}.") from None
     if len(text) < 16 or any(c.isspace() for c in text):

@@ -29,6 +29,7 @@ from core.worker import protocol as p
 log = logging.getLogger(__name__)
 
 CLOSE_WITHIN_S = 1.5  # ``close`` waits this long for the writes at most
+MADE_KEPT = 64  # records remembered once made (more than the writer is ever behind by)
 CLOSING_WAIT_S = 0.1  # a write while closing waits this long for the store's lock
 _Item = tuple[p.Done, str, float, float]  # an answer's done, client, sent, done at
 
@@ -62,6 +63,9 @@ class ApiRecords:
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._closing = threading.Event()  # no more settling; a short wait for the store
         self._writing: _Item | None = None  # what the writer is keeping now
+        # Each answer's record, made once: the writer and ``close`` may both journal the
+        # one in flight, and the merge keeps one of two records with the same start.
+        self._made: dict[str, RunRecord] = {}
         self._writer = threading.Thread(target=self._write, name="api-history", daemon=True)
         self._writer.start()
         if self._own:
@@ -148,12 +152,19 @@ class ApiRecords:
         a batch)."""
         done, client, started, done_at = item
         request = done["request"]
+        with self._lock:
+            made = self._made.get(request)
+        if made is not None:
+            return made
         summary = next((r for r in self.telemetry.requests() if r.id == request), None)
         figures = {**answer_figures(done, summary), "client": client}
         answer = (summary, done_at) if summary is not None else None  # its own span, series
-        return answer_record(
+        record = answer_record(
             self.session, figures, self.telemetry, self.began, RunKind.API, started, answer
         )
+        with self._lock:
+            self._made = {**dict(list(self._made.items())[-MADE_KEPT:]), request: record}
+        return record
 
     def _keep(self, item: _Item) -> None:
         """Keep an answer once its traffic is in (``chat.settle``; not while closing)."""

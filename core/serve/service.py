@@ -9,7 +9,6 @@ import (the window builds it before its first paint): the server loads when it s
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from psygnal import Signal
 
 from core import paths
-from core.jsonfile import write_json_atomic
+from core.jsonfile import FileProblem, read_json, write_json_atomic
 from core.serve.keys import Gate, KeyInfo, KeyStore
 
 if TYPE_CHECKING:  # the server (starlette, uvicorn, the session's numpy) loads when it starts
@@ -54,14 +53,25 @@ class ApiSettings:
         return self.share or self.require_key
 
 
+SETTINGS_CAP = 64 << 10  # the API's settings are a few fields
+
+
 def load_settings() -> ApiSettings:
+    """The API's settings, or the defaults (said in one line naming the file) where the
+    file is not a small regular JSON file (a FIFO, a huge or damaged one)."""
     try:
-        data = json.loads((paths.config_dir() / SETTINGS_NAME).read_text())
+        path = paths.config_dir() / SETTINGS_NAME
+        if not path.exists():
+            return ApiSettings()
+        data = read_json(path, SETTINGS_CAP)
         known = {k: v for k, v in data.items() if k in ApiSettings.__dataclass_fields__}
         settings = ApiSettings(**known)
         if not (isinstance(settings.port, int) and 0 <= settings.port <= 65535):
             return ApiSettings()
         return settings
+    except FileProblem as problem:
+        log.warning("%s; the API's defaults are used", problem)
+        return ApiSettings()
     except (OSError, ValueError, TypeError, AttributeError):
         return ApiSettings()
 

@@ -41,6 +41,7 @@ from mlx_lm.generate import BatchGenerator, generation_stream
 from mlx_lm.sample_utils import apply_top_p
 
 from core.worker import protocol as p
+from core.worker.faults import Faults, hooked
 from core.worker.linktest import link_test
 from core.worker.promptcache import DEFAULT_BYTES, PromptCache, kv_bytes_per_token
 from core.worker.residency import METER
@@ -105,25 +106,32 @@ def from_rank0(sampler: Any, group: mx.distributed.Group) -> Any:
 
 class Control:
     """Rank 0's decision at one token boundary, on every rank: ``[joining, chunk,
-    cancelled uid + 1, ...]`` (the cancelled list padded with zeros)."""
+    cancelled uid + 1, ..., -(failed uid + 1), ...]`` (padded with zeros)."""
 
     def __init__(self, group: mx.distributed.Group | None, limit: int) -> None:
         self.group = group if group is not None and group.size() > 1 else None
         self.rank = group.rank() if group is not None else 0
         self.limit = limit
+        self.failed: list[int] = []  # the last agreement's failed uids (``core.worker.faults``)
 
     def agree(
-        self, joining: int, cancelled: list[int], chunk: int = p.PREFILL_STEP
+        self,
+        joining: int,
+        cancelled: list[int],
+        chunk: int = p.PREFILL_STEP,
+        failed: list[int] | None = None,
     ) -> tuple[int, list[int], int]:
         """Rank 0's ``joining``, ``cancelled`` and prompt ``chunk`` on every rank (the
-        others' arguments are ignored: they add zeros). Called with nothing in flight, it
-        returns at once."""
-        values = [joining, chunk, *[uid + 1 for uid in cancelled[: self.limit]]]
+        others' arguments are ignored: they add zeros); its ``failed`` in ``self.failed``.
+        Called with nothing in flight, it returns at once."""
+        ids = [uid + 1 for uid in cancelled] + [-(uid + 1) for uid in failed or ()]
+        values = [joining, chunk, *ids[: self.limit]]
         values += [0] * (self.limit + 2 - len(values))
         if self.group is not None:
             local = mx.array(values if self.rank == 0 else [0] * len(values), dtype=mx.int32)
             summed = mx.distributed.all_sum(local, group=self.group, stream=generation_stream)
             values = _ints(summed)
+        self.failed = [-v - 1 for v in values[2:] if v < 0]
         return values[0], [v - 1 for v in values[2:] if v > 0], max(1, values[1])
 
 
@@ -135,7 +143,9 @@ class Chunks:
     decided (``Control``), so their model calls keep the same shapes."""
 
     STEP_S = 0.4
-    MIN = 16
+    # As few as 4: on a loaded CPU demo 16 tokens beside a stream took 0.8 s a step (the
+    # others' gap over 1 s, issue 33); a long prompt is then read more slowly, not them.
+    MIN = 4
 
     def __init__(self) -> None:
         self.beside = p.PREFILL_STEP_BESIDE_STREAMS
@@ -171,6 +181,7 @@ class Batcher:
         self.stream_tokens = stream_tokens
         self.limit = limit
         self.control = Control(group, limit)
+        self.faults = Faults()  # requests whose own sampler raised: ended alone
         self.chunks = Chunks()
         self._timed: tuple[float, int] | None = None  # (started, chunk) of a step to time
         self.running: dict[int, Running] = {}  # by the generator's uid
@@ -220,12 +231,13 @@ class Batcher:
         streaming = any(r.generated > 0 for r in self.running.values())
         reading = any(r.generated == 0 for r in self.running.values()) or bool(chosen)
         joining, cancelled, chunk = self.control.agree(
-            len(chosen), cancelled, self.chunks.chunk(streaming)
+            len(chosen), cancelled, self.chunks.chunk(streaming), self._failed()
         )
         ended = [uid for uid in cancelled if uid in self.running]
         for uid in ended:
             self._finish(self.running[uid], p.CANCELLED)
         self._remove(ended)
+        self._drop_failed([uid for uid in self.control.failed if uid in self.running])
         for _ in range(joining):
             self._join(chosen.pop(0) if self.rank == 0 else self.commands.get())
         if not self.running:
@@ -236,7 +248,7 @@ class Batcher:
         if streaming and reading:  # timed from this boundary to the next
             self._timed = (now, chunk)
         _, responses = self.generator.next()
-        self._remove([r.uid for r in responses if self._token(r)])
+        self._remove([r.uid for r in responses if self._token_or_fault(r)])
 
     # -- joining -------------------------------------------------------------------------
 
@@ -256,7 +268,25 @@ class Batcher:
             chosen.append(queue.get_nowait())
         cancels = self.commands.cancels
         cancelled = [uid for uid, r in self.running.items() if r.request in cancels]
-        return chosen, cancelled
+        return chosen, [uid for uid in cancelled if uid not in self._failed()]
+
+    def _failed(self) -> list[int]:
+        """Rank 0: the running requests whose own step raised (every rank ends them when
+        rank 0 says, so they stay in step whatever raised where)."""
+        if self.rank != 0:
+            return []
+        return [uid for uid, r in self.running.items() if self.faults.failed(r.request)]
+
+    def _drop_failed(self, uids: list[int]) -> None:
+        """Failed requests out (their error said by rank 0), their caches not kept."""
+        if not uids:
+            return
+        for uid in uids:
+            request = self.running.pop(uid).request
+            message = self.faults.message(request)
+            self.commands.cancels.discard(request)
+            self._refuse(request, message)
+        self.generator.remove(uids)
 
     def _join(self, command: dict[str, Any]) -> None:
         """Insert one request into the generator (every rank alike), or refuse it: one
@@ -290,7 +320,9 @@ class Batcher:
         )
         if sampler is greedy:
             sampler = self._greedy
-        elif self._shared:
+        if sampler is not self._greedy:  # one call a row: its failure is its own
+            sampler = self.faults.guard(request, hooked(command, sampler))
+        if self._shared and sampler is not self._greedy:
             sampler = from_rank0(sampler, self.group)
         tenant = command.get("tenant")
         cached, caches = self.prompts.fetch(ids, tenant) if self.prompts is not None else (0, None)
@@ -317,6 +349,16 @@ class Batcher:
             self.events.error(message, fatal=False, request=request, code=code)
 
     # -- tokens and ends -----------------------------------------------------------------
+
+    def _token_or_fault(self, response: Any) -> bool:
+        """``_token``; what it raises is that request's fault (ended at the next boundary)."""
+        try:
+            return self._token(response)
+        except Exception as error:
+            running = self.running.get(response.uid)
+            if running is not None:
+                self.faults.note(running.request, error)
+            return False
 
     def _token(self, response: Any) -> bool:
         """A sampled token of one request: its text, its event; True when it ended."""
@@ -355,6 +397,7 @@ class Batcher:
     def _finish(self, running: Running, reason: str) -> None:
         """Rank 0 reports the request's end: the ``done`` event one request alone gives."""
         self.commands.cancels.discard(running.request)
+        self.faults.take(running.request)  # a fault in its last step came too late to matter
         if self.rank != 0:
             return
         now = time.monotonic()

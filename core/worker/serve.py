@@ -36,6 +36,7 @@ from mlx_lm.generate import generation_stream, stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from core.worker import protocol as p
+from core.worker.faults import Faults, hooked
 from core.worker.linktest import link_test
 from core.worker.residency import METER
 from core.worker.sharding import Shard
@@ -207,6 +208,8 @@ def generate(
     if "seed" in command:  # every rank the same seed: they sample the same tokens
         mx.random.seed(int(command["seed"]) % (1 << 32))
     sampler = make_sampler(float(command.get("temperature", 0.0)), float(command.get("top_p", 1.0)))
+    faults = Faults()  # the sampler raising ends this request alone, on every rank alike
+    sampler = faults.guard(request, hooked(command, sampler))
     if shard.token_from_rank0 and group is not None and group.size() > 1:
         sampler = _from_rank0(sampler, group)
     stops = StopScanner(command.get("stop", ()))
@@ -238,7 +241,9 @@ def generate(
             break
         if first_at is None:
             first_at = time.monotonic()
-        if agreement.cancelled(cancels is not None and request in cancels):
+        if agreement.cancelled(
+            (cancels is not None and request in cancels) or faults.failed(request)
+        ):
             cancelled = True
             break
         last = response
@@ -265,7 +270,9 @@ def generate(
         finish_reason = p.CANCELLED
     elif stops.stopped:
         finish_reason = "stop"
-    if rank == 0:
+    if rank == 0 and cancelled and faults.failed(request):  # ended for its own fault
+        events.error(message=faults.message(request), fatal=False, request=request)
+    elif rank == 0:
         events.done(
             request=request,
             prompt_tokens=last.prompt_tokens if last else len(ids),
