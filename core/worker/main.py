@@ -219,9 +219,13 @@ def run(
         from core.worker.kvquant import install
 
         try:  # every rank alike: its held full-attention layers' caches quantized
-            install(shard.model, args.kv_bits, args.kv_group_size, shard.config)
+            layers = install(shard.model, args.kv_bits, args.kv_group_size, shard.config)
         except ValueError as error:
             raise ShardError(f"The KV cache cannot be quantized: {error}") from None
+        sys.stderr.write(  # the rank's log: what its caches are
+            f"macmesh worker: the KV cache of {layers} layers quantized at {args.kv_bits} "
+            f"bits, groups of {args.kv_group_size}\n"
+        )
     on_cpu = mx.default_device() == mx.cpu
     reporter.stage = None  # loaded: heartbeats carry no stage from here on
     peak_load = METER.next_phase()  # heartbeats say the generation's peak from here on
