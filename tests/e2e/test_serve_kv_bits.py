@@ -2,11 +2,9 @@
 ``openai`` clients at once, the prompt cache on, on a 2-rank pipeline and a 2-rank tensor
 job:
 
-- the demo model at 8 bits answers the eight demo prompts with the same greedy tokens
-  as at 16 bits on at least 95 % of them (counted on the 16-bit answers' tokens, up to
-  the first that differs in each: every token after a difference counts as lost);
-- a conversation's next turn reuses its quantized cache (``cached_tokens`` > 0) and
-  answers what it answers without the prompt cache;
+- the demo model at 8 bits answers the eight prompts at once as each alone (``--batch
+  1``), and a conversation's next turn reuses its quantized cache (``cached_tokens`` > 0)
+  and answers what it answers without the prompt cache;
 - a tensor job (a tiny model whose heads split over 2 ranks) batching eight quantized
   requests answers what one request at a time answers (``--batch 1``: mlx-lm's own
   generation on the same quantized cache).
@@ -20,9 +18,8 @@ from pathlib import Path
 
 import openai
 import pytest
-from tokenizers import Tokenizer
 
-from tests.helpers.serving import Served, serve_command, start_serving
+from tests.helpers.serving import MODEL, Served, serve_command, start_serving
 from tests.helpers.tiny_models import make_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -62,49 +59,35 @@ def _second_turn(served: Served, model: str, first: str) -> tuple[str, int]:
 
 def _serve(demo_model: Path, home: Path, *args: str) -> Served:
     home.mkdir(parents=True, exist_ok=True)
-    return start_serving(demo_model, home, "--nodes", "2", "--batch", "8", *args)
+    return start_serving(demo_model, home, "--nodes", "2", *args)
 
 
-def _same_share(tokenizer: Tokenizer, plain: list[str], quantized: list[str]) -> float:
-    """The 16-bit answers' tokens that the quantized answers share, each up to its first
-    difference."""
-    same = total = 0
-    for a, b in zip(plain, quantized, strict=True):
-        ids_a, ids_b = tokenizer.encode(a).ids, tokenizer.encode(b).ids
-        total += len(ids_a)
-        for x, y in zip(ids_a, ids_b, strict=False):
-            if x != y:
-                break
-            same += 1
-    return same / max(1, total)
-
-
-def test_kv8_serves_eight_clients_with_the_prompt_cache_and_the_16_bit_text(
+def test_kv8_serves_eight_clients_with_the_prompt_cache_as_each_alone(
     demo_model: Path, tmp_path: Path
 ) -> None:
-    answers: dict[int, list[str]] = {}
-    turns: dict[int, tuple[str, int]] = {}
-    for bits in (16, 8):
-        served = _serve(demo_model, tmp_path / str(bits), "--kv-bits", str(bits))
+    """Eight clients at once on the demo's 2-rank pipeline at 8 bits, the prompt cache on,
+    answer what each gets alone at 8 bits (``--batch 1``: mlx-lm's generation on the same
+    quantized cache, no prompt cache); the next turn reuses the quantized cache and
+    answers what it answers read whole. (How far 8 bits moves the answers from 16 bits is
+    a figure, not a bound: ``bench_kv_cache``, docs/kv-cache.md.)"""
+    answers: dict[str, list[str]] = {}
+    turns: dict[str, tuple[str, int]] = {}
+    for batch, cache in (("8", "256"), ("1", "0")):
+        served = _serve(
+            demo_model, tmp_path / batch, "--kv-bits", "8", "--batch", batch, "--prompt-cache-mb", cache
+        )
         try:
-            answers[bits] = _eight_at_once(served, "demo")
-            turns[bits] = _second_turn(served, "demo", answers[bits][0])
+            answers[batch] = _eight_at_once(served, MODEL)
+            turns[batch] = _second_turn(served, MODEL, answers[batch][0])
+            said = _rank_logs(tmp_path / batch)
+            assert said.count("quantized at 8 bits") == 2, said[-2000:]  # on both ranks
         finally:
             assert served.stop() == 0, "\n".join(served.err[-20:])
-    assert all(answers[8]) and all(answers[16])
-    tokenizer = Tokenizer.from_file(str(demo_model / "tokenizer.json"))
-    share = _same_share(tokenizer, answers[16], answers[8])
-    print(f"kv 8 bits: {share:.1%} of the 16-bit greedy tokens")
-    assert share >= 0.95, (answers[16], answers[8])
-    text, cached = turns[8]
+    assert all(answers["8"]) and len(set(answers["8"])) == len(PROMPTS)
+    assert answers["8"] == answers["1"]
+    text, cached = turns["8"]
     assert cached > 20, "the second turn reused the first turn's quantized cache"
-    # Without the prompt cache, the same second turn: the reused cache changed nothing.
-    served = _serve(demo_model, tmp_path / "nocache", "--kv-bits", "8", "--prompt-cache-mb", "0")
-    try:
-        again, none = _second_turn(served, "demo", answers[8][0])
-    finally:
-        assert served.stop() == 0
-    assert none == 0 and again == text
+    assert turns["1"] == (text, 0)
 
 
 def _rank_logs(home: Path) -> str:
