@@ -25,8 +25,8 @@ from core.cli.options import add_split_argument
 from core.library.resolve import resolve_model
 from core.model.info import ModelError
 from core.plan.chips import CHIPS, normalise_chip
-from core.plan.kvcontext import context_fits
 from core.plan.choose import plan_by_speed
+from core.plan.kvcontext import context_fits
 from core.plan.memory import Link, Node, PlanOptions
 from core.plan.report import format_plan, plan_to_dict
 from core.plan.split import parse_split

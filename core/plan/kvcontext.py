@@ -25,8 +25,12 @@ class ContextFit:
 
     def line(self) -> str:
         kind = "as computed" if self.bits == kvbits.NONE else "quantized"
-        capped = " (the model's own limit)" if self.limit is not None and self.tokens >= self.limit else ""
-        return f"KV cache at {self.bits} bits ({kind}): up to {self.tokens:,} tokens of context{capped}"
+        capped = (
+            " (the model's own limit)"
+            if self.limit is not None and self.tokens >= self.limit
+            else ""
+        )
+        return f"KV cache at {self.bits} bits ({kind}): up to {self.tokens:,} tokens{capped}"
 
 
 def longest_context(

@@ -138,7 +138,9 @@ def prompt_cache_tokens(model: ModelInfo, options: PlanOptions) -> int:
 def prompt_cache_bytes_per_layer(model: ModelInfo, options: PlanOptions) -> int:
     """One layer's part of a full prompt cache, in the model's KV dtype (a node's share is
     this times its layers, or its tensor slice of every layer)."""
-    return _at_bits(prompt_cache_tokens(model, options) * model.kv_elements_per_token, model, options)
+    return _at_bits(
+        prompt_cache_tokens(model, options) * model.kv_elements_per_token, model, options
+    )
 
 
 def activation_bytes(model: ModelInfo, options: PlanOptions, shards: int = 1) -> int:

@@ -97,7 +97,7 @@ class BatchQuantKV(_BaseCache):
         assert self.keys is not None and self.values is not None
         return self._slice(self.keys, 0, self._idx), self._slice(self.values, 0, self._idx)
 
-    def make_mask(self, N: int, return_array: bool = False, **kwargs: Any) -> Any:  # noqa: N803
+    def make_mask(self, N: int, return_array: bool = False, **kwargs: Any) -> Any:
         return create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, **kwargs)
 
     # -- a prompt's padding ----------------------------------------------------------------
@@ -138,7 +138,7 @@ class BatchQuantKV(_BaseCache):
             self.values = tree_map(lambda x: x[batch_indices], self.values)
         self.offset = self.offset[batch_indices]
         self.left_padding = self.left_padding[batch_indices]
-        shared = min(self.left_padding.tolist())
+        shared = _int(self.left_padding.min()) if self.left_padding.size else 0
         if shared > 0:
             if self.keys is not None and self.values is not None:
                 self.keys = self._slice(self.keys, shared, self.keys[0].shape[2])
@@ -164,7 +164,10 @@ class BatchQuantKV(_BaseCache):
             left = fill - c._idx
             right = width - k[0].shape[2] - left
             if right < 0:
-                k, v = self._slice(k, 0, k[0].shape[2] + right), self._slice(v, 0, v[0].shape[2] + right)
+                k, v = (
+                    self._slice(k, 0, k[0].shape[2] + right),
+                    self._slice(v, 0, v[0].shape[2] + right),
+                )
                 right = 0
             if left or right:
                 pad = [(0, 0), (0, 0), (left, right), (0, 0)]
@@ -183,8 +186,10 @@ class BatchQuantKV(_BaseCache):
         cache = QuantKV(group_size=self.group_size, bits=self.bits)
         if self.keys is None or self.values is None:
             return cache
-        padding = int(self.left_padding[idx].item())
-        keys = tree_map(lambda x: mx.contiguous(x[idx : idx + 1, :, padding : self._idx]), self.keys)
+        padding = _int(self.left_padding[idx])
+        keys = tree_map(
+            lambda x: mx.contiguous(x[idx : idx + 1, :, padding : self._idx]), self.keys
+        )
         values = tree_map(
             lambda x: mx.contiguous(x[idx : idx + 1, :, padding : self._idx]), self.values
         )
@@ -203,8 +208,9 @@ class BatchQuantKV(_BaseCache):
         held = next(c for c in caches if c.keys is not None)
         padding = [longest - n for n in lengths]
         batch = cls(padding, held.group_size, held.bits)
-        keys, values = batch._zeros(held.keys, len(caches), longest), batch._zeros(
-            held.values, len(caches), longest
+        keys, values = (
+            batch._zeros(held.keys, len(caches), longest),
+            batch._zeros(held.values, len(caches), longest),
         )
         for row, (pad, c) in enumerate(zip(padding, caches, strict=True)):
             if c.keys is None:
@@ -250,6 +256,12 @@ class BatchQuantKV(_BaseCache):
         return sum(int(x.nbytes) for x in (*self.keys, *self.values))
 
 
+def _int(value: mx.array) -> int:
+    number = value.item()
+    assert isinstance(number, int)
+    return number
+
+
 def _cat(a: Parts, b: Parts, axis: int = 2) -> Parts:
     x, y, z = (mx.concatenate([p, q], axis=axis) for p, q in zip(a, b, strict=True))
     return x, y, z
@@ -273,9 +285,10 @@ def install(model: Any, bits: int, group_size: int, config: dict[str, Any]) -> i
         return 0
     width = kvbits.head_dim(config)
     if width is not None and width % group_size:
+        fitting = ", ".join(str(g) for g in kvbits.GROUP_SIZES if width % g == 0) or "none"
         raise ValueError(
             f"this model's attention heads are {width} wide, which --kv-group-size "
-            f"{group_size} does not divide: choose {', '.join(str(g) for g in kvbits.GROUP_SIZES if width % g == 0) or 'none'}"
+            f"{group_size} does not divide: choose {fitting}"
         )
     own = getattr(model, "make_cache", None)
     layers = list(getattr(model, "layers", []))
@@ -284,9 +297,9 @@ def install(model: Any, bits: int, group_size: int, config: dict[str, Any]) -> i
         for i, c in enumerate(own() if own is not None else [KVCache() for _ in layers])
         if type(c) is KVCache and (len(layers) <= i or quantizable(layers[i]))
     ]
-    if any(isinstance(layer, AbsentLayer) for layer in layers) and own is not None:
-        if len(own()) != len(layers):  # no way to tell a cache's layer: leave them all
-            return 0
+    absent = any(isinstance(layer, AbsentLayer) for layer in layers)
+    if absent and own is not None and len(own()) != len(layers):
+        return 0  # no way to tell which layer a cache is: leave them all
 
     def make_cache() -> list[Any]:
         caches = own() if own is not None else [KVCache() for _ in layers]

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
-from core.worker import kvbits
+from core.worker import kvbits, ringwait
 from core.worker import protocol as p
-from core.worker import ringwait
 from core.worker.blas import blas_report
 from core.worker.reporter import Reporter
 from core.worker.residency import METER, measure_name

@@ -76,17 +76,16 @@ class ServingChoice(QWidget):
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(8)
         grid.setVerticalSpacing(4)
-        for row, (text, box, tip) in enumerate(
-            (
-                ("Requests at once", self.batch, BATCH_TIP),
-                ("Prompt cache per Mac", self.cache, CACHE_TIP),
-                ("KV cache", self.kv, KV_TIP),
-            )
-        ):
+        rows: tuple[tuple[str, QWidget, str], ...] = (
+            ("Requests at once", self.batch, BATCH_TIP),
+            ("Prompt cache per Mac", self.cache, CACHE_TIP),
+            ("KV cache", self.kv, KV_TIP),
+        )
+        for row, (text, widget, tip) in enumerate(rows):
             name = label(text, "secondary")
             name.setToolTip(tip)
             grid.addWidget(name, row, 0)
-            grid.addWidget(box, row, 1)
+            grid.addWidget(widget, row, 1)
         grid.setColumnStretch(2, 1)
 
     def selected(self) -> Serving:

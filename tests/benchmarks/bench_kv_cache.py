@@ -22,6 +22,7 @@ import math
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from core.run.job.launcher import Job, JobSpec
 from core.worker import kvbits
 from core.worker.kvquant import QuantKV
 from core.worker.protocol import PREFILL_STEP
-from tests.benchmarks.bench_batching import _at_once, _Watch
+from tests.benchmarks.bench_batching import _prompt, _Watch
 
 BITS = (16, 8, 4)
 GROUP = kvbits.DEFAULT_GROUP_SIZE
@@ -68,8 +69,11 @@ def _quality(model_dir: Path) -> dict[str, Any]:
     block = ids[:512]
     for bits in BITS:
         nll, _ = _read(model, ids, bits)
-        _, nbytes = _read(model, block + [block[-1]], bits)  # 512 tokens in the cache
-        figures[str(bits)] = {"perplexity": round(math.exp(nll), 4), "bytes_per_token": nbytes // 512}
+        _, nbytes = _read(model, [*block, block[-1]], bits)  # 512 tokens in the cache
+        figures[str(bits)] = {
+            "perplexity": round(math.exp(nll), 4),
+            "bytes_per_token": nbytes // 512,
+        }
     plain = figures["16"]
     for bits in BITS[1:]:
         row = figures[str(bits)]
@@ -80,7 +84,31 @@ def _quality(model_dir: Path) -> dict[str, Any]:
     return figures
 
 
-def _speed(model: Path, bits: int, clients: int, max_tokens: int) -> float:
+def _at_once(job: Job, watch: _Watch, clients: int, max_tokens: int) -> tuple[float, list[str]]:
+    """Aggregate tokens/s of ``clients`` requests sent at once, and their greedy texts."""
+    started = time.monotonic()
+    requests = [job.generate(_prompt(n), max_tokens=max_tokens) for n in range(clients)]
+    watch.wait(requests)
+    ended = max(watch.done[r]["at"] for r in requests)
+    tokens = sum(int(watch.done[r]["generation_tokens"]) for r in requests)
+    return tokens / (ended - started), [str(watch.done[r]["text"]) for r in requests]
+
+
+def same_share(tokenizer: Any, plain: list[str], other: list[str]) -> float:
+    """The 16-bit answers' tokens the other answers share, each up to its first
+    difference (every token after one counts as lost)."""
+    same = total = 0
+    for a, b in zip(plain, other, strict=True):
+        ids_a, ids_b = tokenizer.encode(a), tokenizer.encode(b)
+        total += len(ids_a)
+        for x, y in zip(ids_a, ids_b, strict=False):
+            if x != y:
+                break
+            same += 1
+    return same / max(1, total)
+
+
+def _speed(model: Path, bits: int, clients: int, max_tokens: int) -> tuple[float, list[str]]:
     spec = JobSpec(
         model=model, strategy="pipeline", nodes=2, batch=clients, prompt_cache_mb=0, kv_bits=bits
     )
@@ -90,20 +118,28 @@ def _speed(model: Path, bits: int, clients: int, max_tokens: int) -> float:
     try:
         job.wait_ready(timeout=600)
         _at_once(job, watch, clients, 4)  # warm up
-        return float(_at_once(job, watch, clients, max_tokens)["aggregate_tps"])
+        return _at_once(job, watch, clients, max_tokens)
     finally:
         job.stop()
 
 
-def bench_kv_cache(model: Path, rounds: int = 3, clients: int = 8, max_tokens: int = 48) -> dict[str, Any]:
+def bench_kv_cache(
+    model: Path, rounds: int = 3, clients: int = 8, max_tokens: int = 48
+) -> dict[str, Any]:
     load_before = os.getloadavg()
     figures = _quality(model)
     runs: dict[int, list[float]] = {b: [] for b in BITS}
+    texts: dict[int, list[str]] = {}
     for round_ in range(rounds):
         order = BITS if round_ % 2 == 0 else tuple(reversed(BITS))
         for bits in order:
-            runs[bits].append(_speed(model, bits, clients, max_tokens))
-            print(f"kv_cache: round {round_ + 1}, {bits} bits: {runs[bits][-1]:.2f} tok/s", file=sys.stderr)
+            tps, texts[bits] = _speed(model, bits, clients, max_tokens)
+            runs[bits].append(tps)
+            print(
+                f"kv_cache: round {round_ + 1}, {bits} bits: {runs[bits][-1]:.2f} tok/s",
+                file=sys.stderr,
+            )
+    _, tokenizer = load(str(model))
     plain = statistics.median(runs[16])
     for bits in BITS:
         tps = statistics.median(runs[bits])
@@ -111,6 +147,8 @@ def bench_kv_cache(model: Path, rounds: int = 3, clients: int = 8, max_tokens: i
         figures[str(bits)]["aggregate_tps_runs"] = [round(r, 2) for r in runs[bits]]
         if bits != 16:
             figures[str(bits)]["tps_cost_pct"] = round(100 * (1 - tps / plain), 2)
+            share = same_share(tokenizer, texts[16], texts[bits])
+            figures[str(bits)]["greedy_tokens_as_16_bit_pct"] = round(100 * share, 1)
     figures["setup"] = {
         "pipeline_ranks": 2,
         "clients": clients,

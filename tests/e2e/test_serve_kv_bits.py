@@ -24,7 +24,16 @@ from tests.helpers.tiny_models import make_tiny_model
 
 pytestmark = pytest.mark.slow
 
-TOPICS = ("the sea", "a cat", "the moon", "a city", "a lighthouse", "a train", "a forest", "a baker")
+TOPICS = (
+    "the sea",
+    "a cat",
+    "the moon",
+    "a city",
+    "a lighthouse",
+    "a train",
+    "a forest",
+    "a baker",
+)
 PROMPTS = [f"Tell me a short story about {topic}." for topic in TOPICS]
 TOKENS = 24
 
@@ -35,16 +44,23 @@ def _client(served: Served) -> openai.OpenAI:
 
 def _answer(served: Served, model: str, messages: list[dict[str, str]]) -> tuple[str, int]:
     reply = _client(served).chat.completions.create(
-        model=model, messages=messages, max_tokens=TOKENS, temperature=0  # type: ignore[arg-type]
+        model=model,
+        messages=messages,
+        max_tokens=TOKENS,
+        temperature=0,  # type: ignore[arg-type]
     )
     usage = reply.usage
-    cached = usage.prompt_tokens_details.cached_tokens if usage and usage.prompt_tokens_details else 0
+    cached = (
+        usage.prompt_tokens_details.cached_tokens if usage and usage.prompt_tokens_details else 0
+    )
     return reply.choices[0].message.content or "", int(cached or 0)
 
 
 def _eight_at_once(served: Served, model: str) -> list[str]:
     with ThreadPoolExecutor(8) as pool:
-        asked = [pool.submit(_answer, served, model, [{"role": "user", "content": p}]) for p in PROMPTS]
+        asked = [
+            pool.submit(_answer, served, model, [{"role": "user", "content": p}]) for p in PROMPTS
+        ]
         return [f.result()[0] for f in asked]
 
 
@@ -74,7 +90,14 @@ def test_kv8_serves_eight_clients_with_the_prompt_cache_as_each_alone(
     turns: dict[str, tuple[str, int]] = {}
     for batch, cache in (("8", "256"), ("1", "0")):
         served = _serve(
-            demo_model, tmp_path / batch, "--kv-bits", "8", "--batch", batch, "--prompt-cache-mb", cache
+            demo_model,
+            tmp_path / batch,
+            "--kv-bits",
+            "8",
+            "--batch",
+            batch,
+            "--prompt-cache-mb",
+            cache,
         )
         try:
             answers[batch] = _eight_at_once(served, MODEL)

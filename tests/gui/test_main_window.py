@@ -171,9 +171,7 @@ def test_the_batch_chosen_is_what_the_next_run_uses(qtbot: QtBot, demo_model: Pa
     assert (again.model.serving.batch.value(), again.model.serving.cache.text()) == (2, "Off")
 
 
-def test_the_kv_cache_bits_chosen_are_saved_planned_and_run(
-    qtbot: QtBot, demo_model: Path
-) -> None:
+def test_the_kv_cache_bits_chosen_are_saved_planned_and_run(qtbot: QtBot, demo_model: Path) -> None:
     """The Model pane's "KV cache" choice (issue 37): saved in the settings, the plan
     counts the smaller cache, and the next Start's ranks run it (``--kv-bits``)."""
     window = _window(qtbot)

@@ -17,7 +17,6 @@ from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import (
     KVCache,
     QuantizedKVCache,
-
     can_trim_prompt_cache,
     make_prompt_cache,
     trim_prompt_cache,
@@ -92,7 +91,10 @@ def test_a_prompt_read_with_right_padding_is_rolled_into_place() -> None:
     for ref, (k, v) in zip(refs, parts, strict=True):
         ref.update_and_fetch(k, v)
     padded = [
-        (mx.pad(k, [(0, 0), (0, 0), (0, 5 - k.shape[2]), (0, 0)]), mx.pad(v, [(0, 0), (0, 0), (0, 5 - v.shape[2]), (0, 0)]))
+        (
+            mx.pad(k, [(0, 0), (0, 0), (0, 5 - k.shape[2]), (0, 0)]),
+            mx.pad(v, [(0, 0), (0, 0), (0, 5 - v.shape[2]), (0, 0)]),
+        )
         for k, v in parts
     ]
     batch.update_and_fetch(
@@ -151,12 +153,14 @@ def test_the_batchs_attention_is_each_requests_alone() -> None:
     out = scaled_dot_product_attention(q * 1, k, v, batch, scale=0.125, mask=mask)
     for row, ref in enumerate(refs):
         rk, rv = ref.keys_and_values()
-        alone = scaled_dot_product_attention(q[row : row + 1] * 1, rk, rv, ref, scale=0.125, mask=None)
+        alone = scaled_dot_product_attention(
+            q[row : row + 1] * 1, rk, rv, ref, scale=0.125, mask=None
+        )
         assert mx.allclose(out[row : row + 1], alone, atol=1e-5).item()
 
 
 def test_bytes_per_token_are_the_documented_fraction() -> None:
-    refs, ours = _pair([256])
+    _, ours = _pair([256])
     plain = KVCache()
     plain.update_and_fetch(*_kv(256, 0))
     measured = ours[0].nbytes / plain.nbytes
@@ -169,15 +173,22 @@ def test_bytes_per_token_are_the_documented_fraction() -> None:
 @pytest.fixture(scope="module")
 def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny llama whose heads are 64 wide (a group of 64 fits them)."""
-    return make_tiny_model(tmp_path_factory.mktemp("kv") / "llama", head_dim=64, hidden=128, heads=2, kv_heads=1)
+    return make_tiny_model(
+        tmp_path_factory.mktemp("kv") / "llama", head_dim=64, hidden=128, heads=2, kv_heads=1
+    )
 
 
 def _alone(model: Any, prompt: list[int], n: int) -> list[int]:
     """mlx-lm's own generation with its ``--kv-bits 8`` quantized cache."""
     cache = [KVCache() for _ in model.layers]  # quantized by generate_step (kv_bits)
     steps = generate_step(
-        mx.array(prompt), model, max_tokens=n, prompt_cache=cache, kv_bits=8,
-        kv_group_size=64, quantized_kv_start=0,
+        mx.array(prompt),
+        model,
+        max_tokens=n,
+        prompt_cache=cache,
+        kv_bits=8,
+        kv_group_size=64,
+        quantized_kv_start=0,
     )
     return [int(t) for t, _ in steps]
 
@@ -203,7 +214,9 @@ def test_a_batch_of_requests_answers_what_each_alone_answers(wide_model: Path) -
     assert all(isinstance(c, QuantKV) for c in kept[uids[0]])
     # The next turn from the kept cache (the prompt cache's path) answers as from scratch.
     whole = prompts[0] + expected[0] + [17, 18]
-    (uid,) = generator.insert([[17, 18]], max_tokens=[6], caches=[kept[uids[0]]], all_tokens=[prompts[0] + expected[0]])
+    (uid,) = generator.insert(
+        [[17, 18]], max_tokens=[6], caches=[kept[uids[0]]], all_tokens=[prompts[0] + expected[0]]
+    )
     tokens: list[int] = []
     while len(tokens) < 6:
         _, responses = generator.next()
@@ -219,5 +232,5 @@ def test_only_held_full_attention_layers_are_quantized(wide_model: Path) -> None
     kinds = [type(c) for c in make_prompt_cache(model)]
     assert kinds == [KVCache, KVCache, QuantKV, QuantKV]
     assert install(model, 16, 64, config) == 0
-    with pytest.raises(ValueError, match="do not divide|does not divide"):
+    with pytest.raises(ValueError, match="does not divide"):
         install(model, 8, 128, {"head_dim": 96})
