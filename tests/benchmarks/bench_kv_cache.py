@@ -21,6 +21,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,8 +48,9 @@ def _caches(layers: int, bits: int) -> list[Any]:
     return [QuantKV(group_size=GROUP, bits=bits) for _ in range(layers)]
 
 
-def _read(model: Any, ids: list[int], bits: int) -> tuple[float, int]:
-    """Mean negative log-likelihood of each next token, and the cache's bytes at the end."""
+def _read(model: Any, ids: list[int], bits: int) -> tuple[float, float]:
+    """Mean negative log-likelihood of each next token, and the cache's bytes a token
+    (its bytes over the tokens it has room for: mlx-lm allocates 256 at a time)."""
     caches = _caches(len(model.layers), bits)
     nll, count = 0.0, 0
     for start in range(0, len(ids) - 1, PREFILL_STEP):
@@ -59,20 +61,23 @@ def _read(model: Any, ids: list[int], bits: int) -> tuple[float, int]:
         picked = mx.take_along_axis(logprobs[0], targets[:, None], axis=-1)
         nll -= float(picked.sum().item())
         count += len(chunk) - 1
-    return nll / count, sum(int(c.nbytes) for c in caches)
+    room = sum(int((c.keys[0] if isinstance(c.keys, tuple) else c.keys).shape[2]) for c in caches)
+    return nll / count, len(caches) * sum(int(c.nbytes) for c in caches) / room
 
 
-def _quality(model_dir: Path) -> dict[str, Any]:
-    model, tokenizer = load(str(model_dir))
+def _quality_here(model_dir: Path) -> dict[str, Any]:
+    """In this process: the demo model as a CPU rank holds it (float32 weights)."""
+    from core.worker.sharding import load_shard
+
+    shard = load_shard(model_dir, mx.distributed.init(), "single", float_weights=True)
+    model, tokenizer = shard.model, shard.tokenizer
     ids = list(tokenizer.encode(TEXT.read_text()))
     figures: dict[str, Any] = {"text_tokens": len(ids)}
-    block = ids[:512]
     for bits in BITS:
-        nll, _ = _read(model, ids, bits)
-        _, nbytes = _read(model, [*block, block[-1]], bits)  # 512 tokens in the cache
+        nll, per_token = _read(model, ids, bits)
         figures[str(bits)] = {
             "perplexity": round(math.exp(nll), 4),
-            "bytes_per_token": nbytes // 512,
+            "bytes_per_token": round(per_token),
         }
     plain = figures["16"]
     for bits in BITS[1:]:
@@ -108,6 +113,30 @@ def same_share(tokenizer: Any, plain: list[str], other: list[str]) -> float:
     return same / max(1, total)
 
 
+def _quality(model_dir: Path) -> dict[str, Any]:
+    """``_quality_here`` in a process with OpenBLAS preloaded, as a CPU rank runs."""
+    from core.run.job.mlxenv import cpu_rank_env
+    from core.worker.blas import find_openblas
+
+    found = find_openblas()
+    env = dict(os.environ)
+    env.update(
+        cpu_rank_env(
+            found["path"] if found else None, os.cpu_count() or 1, 1, env.get("LD_PRELOAD")
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks.bench_kv_cache", "quality", str(model_dir)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    figures["blas_preloaded"] = found["path"] if found else None
+    return figures
+
+
 def _speed(model: Path, bits: int, clients: int, max_tokens: int) -> tuple[float, list[str]]:
     spec = JobSpec(
         model=model, strategy="pipeline", nodes=2, batch=clients, prompt_cache_mb=0, kv_bits=bits
@@ -124,7 +153,7 @@ def _speed(model: Path, bits: int, clients: int, max_tokens: int) -> tuple[float
 
 
 def bench_kv_cache(
-    model: Path, rounds: int = 3, clients: int = 8, max_tokens: int = 48
+    model: Path, rounds: int = 2, clients: int = 8, max_tokens: int = 32
 ) -> dict[str, Any]:
     load_before = os.getloadavg()
     figures = _quality(model)
@@ -162,6 +191,9 @@ def bench_kv_cache(
 
 
 if __name__ == "__main__":
-    from core.model.demo_model import ensure_demo_model
+    if sys.argv[1:2] == ["quality"]:
+        print(json.dumps(_quality_here(Path(sys.argv[2]))))
+    else:
+        from core.model.demo_model import ensure_demo_model
 
-    print(json.dumps(bench_kv_cache(ensure_demo_model()), indent=2))
+        print(json.dumps(bench_kv_cache(ensure_demo_model()), indent=2))
