@@ -1,6 +1,6 @@
 """``macmesh serve --kv-bits 8`` end to end on the demo cluster (issue 37, item 4): eight
-``openai`` clients at once, the prompt cache on, on a 2-rank pipeline and a 2-rank tensor
-job:
+``openai`` clients at once, the prompt cache on, on one rank, a 2-rank pipeline and a
+2-rank tensor job:
 
 - the demo model at 8 bits answers the eight prompts at once as each alone (``--batch
   1``), and a conversation's next turn reuses its quantized cache (``cached_tokens`` > 0)
@@ -135,25 +135,27 @@ def _serve_folder(model: Path, home: Path, *args: str) -> Served:
         MACMESH_CACHE_DIR=str(home / "cache"),
         HF_HUB_OFFLINE="1",
     )
-    return serve_command(["--demo", str(model), "--nodes", "2", *args], home, env)
+    return serve_command(["--demo", str(model), *args], home, env)
 
 
-@pytest.mark.parametrize("strategy", ["tensor", "pipeline"])
+@pytest.mark.parametrize("strategy", ["tensor", "pipeline", "single"])
 def test_a_batch_of_quantized_requests_answers_what_each_alone_answers(
     wide: Path, tmp_path: Path, strategy: str
 ) -> None:
     texts: dict[str, list[str]] = {}
     for batch in ("8", "1"):
-        served = _serve_folder(
-            wide, tmp_path / batch, "--strategy", strategy, "--kv-bits", "8", "--batch", batch
+        placed = (
+            ("--nodes", "1") if strategy == "single" else ("--nodes", "2", "--strategy", strategy)
         )
+        served = _serve_folder(wide, tmp_path / batch, *placed, "--kv-bits", "8", "--batch", batch)
         try:
             texts[batch] = _eight_at_once(served, "wide")
             if batch == "8":
                 _, cached = _second_turn(served, "wide", texts[batch][0])
                 assert cached > 0
             said = _rank_logs(tmp_path / batch)
-            assert said.count("quantized at 8 bits") == 2, said[-2000:]  # on both ranks
+            ranks = 1 if strategy == "single" else 2
+            assert said.count("quantized at 8 bits") == ranks, said[-2000:]  # on every rank
         finally:
             assert served.stop() == 0, "\n".join(served.err[-20:])
     assert texts["8"] == texts["1"]
