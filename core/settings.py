@@ -17,7 +17,9 @@ The file is ``settings.json`` in ``core.paths.config_dir()``::
       "library_folders": ["/Volumes/models/Llama-3-8B-4bit"], # model folders added to the library
       "model_source": "auto",                                 # auto, hub or this-mac
       "batch": 8,                                             # requests served at once, 1-256
-      "prompt_cache_mb": 256                                  # per rank, MB (0: none)
+      "prompt_cache_mb": 256,                                 # per rank, MB (0: none)
+      "kv_bits": 16,                                          # KV cache: 16 (as is), 8 or 4
+      "kv_group_size": 64                                     # its quantization groups
     }
 
 ``batch`` and ``prompt_cache_mb`` are the serving settings, one source end to end: the
@@ -41,6 +43,7 @@ from typing import Any
 
 from core import paths
 from core.jsonfile import FileProblem, read_json, write_json_atomic
+from core.worker import kvbits
 from core.worker import protocol as p
 from core.worker.vocab import ModelSource, Strategy
 
@@ -74,6 +77,8 @@ class Settings:
     model_source: ModelSource = ModelSource.AUTO
     batch: int = p.DEFAULT_BATCH  # requests the ranks (and the API) run at once
     prompt_cache_mb: int = p.DEFAULT_PROMPT_CACHE_MB  # each rank's prompt cache bound
+    kv_bits: int = kvbits.NONE  # the KV cache quantized (8, 4) or not (16)
+    kv_group_size: int = kvbits.DEFAULT_GROUP_SIZE
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def updated(self, **changes: Any) -> Settings:
@@ -96,6 +101,8 @@ class Settings:
             model_source=self.model_source,
             batch=self.batch,
             prompt_cache_mb=self.prompt_cache_mb,
+            kv_bits=self.kv_bits,
+            kv_group_size=self.kv_group_size,
         )
         return data
 
@@ -174,7 +181,18 @@ def _check(name: str, value: Any, default: Any) -> Any:
         return _int_in(name, value, 1, p.MAX_BATCH)
     if name == "prompt_cache_mb":
         return _int_in(name, value, 0, MAX_PROMPT_CACHE_MB)
+    if name == "kv_bits":
+        return _one_of(name, value, kvbits.KV_BITS)
+    if name == "kv_group_size":
+        return _one_of(name, value, kvbits.GROUP_SIZES)
     raise ValueError(f"unknown setting {name!r} (default {default!r})")
+
+
+def _one_of(name: str, value: Any, allowed: tuple[int, ...]) -> int:
+    if isinstance(value, bool) or value not in allowed:
+        said = ", ".join(str(a) for a in allowed)
+        raise ValueError(f"{name} must be one of {said}, not {value!r}")
+    return int(value)
 
 
 def _int_in(name: str, value: Any, low: int, high: int) -> int:

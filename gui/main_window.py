@@ -255,7 +255,9 @@ class MainWindow(QMainWindow):
         # Read by the next Start (gui.run.controller), as by ``macmesh run``.
         self.model.source.source_changed.connect(lambda s: prefs.update(model_source=s))
         self.model.serving.serving_changed.connect(
-            lambda s: prefs.update(batch=s.batch, prompt_cache_mb=s.prompt_cache_mb)
+            lambda s: prefs.update(
+                batch=s.batch, prompt_cache_mb=s.prompt_cache_mb, kv_bits=s.kv_bits
+            )
         )
         self.bridge.failed.connect(lambda message: self.statusBar().showMessage(message, 10_000))
 
@@ -264,7 +266,11 @@ class MainWindow(QMainWindow):
         self.model.select_strategy(settings.last_strategy)
         self.run.max_tokens.setValue(settings.max_tokens)
         self.model.source.select(settings.model_source)
-        self.model.serving.select(Serving(settings.batch, settings.prompt_cache_mb))
+        self.model.serving.select(
+            Serving(
+                settings.batch, settings.prompt_cache_mb, settings.kv_bits, settings.kv_group_size
+            )
+        )
         # The demo cluster as it was left (shown or not, its size), before the model is
         # planned on it: a second launch must not plan on this Mac alone.
         self.cluster.set_demo_size(settings.demo_nodes)

@@ -26,11 +26,13 @@ from core.library.resolve import resolve_model
 from core.model.info import ModelError
 from core.plan.chips import CHIPS, normalise_chip
 from core.plan.choose import plan_by_speed
+from core.plan.kvcontext import context_fits
 from core.plan.memory import Link, Node, PlanOptions
 from core.plan.report import format_plan, plan_to_dict
 from core.plan.split import parse_split
 from core.settings import load_settings
 from core.units import GIB, MIB
+from core.worker import kvbits
 from core.worker.vocab import Strategy
 
 # Far above any Mac (512 GB today), low enough that every byte count stays an ordinary
@@ -148,6 +150,20 @@ def _parser() -> argparse.ArgumentParser:
         "prompt_cache_mb setting; 0: none)",
     )
     parser.add_argument(
+        "--kv-bits",
+        type=int,
+        metavar="BITS",
+        help="the KV cache quantized at 8 or 4 bits (16: not; default: the kv_bits "
+        "setting); the plan then shows the longest context at 16 bits and at these",
+    )
+    parser.add_argument(
+        "--kv-group-size",
+        type=int,
+        metavar="N",
+        help="the quantized KV cache's group size, 32, 64 or 128 (default: the "
+        "kv_group_size setting)",
+    )
+    parser.add_argument(
         "--margin",
         type=float,
         default=PlanOptions.margin_fraction,
@@ -179,6 +195,13 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[Node]]:
         args.prompt_cache_mb = saved.prompt_cache_mb
     if args.prompt_cache_mb < 0:
         parser.error("--prompt-cache-mb must be 0 (none) or more")
+    args.kv_bits = saved.kv_bits if args.kv_bits is None else args.kv_bits
+    if args.kv_group_size is None:
+        args.kv_group_size = saved.kv_group_size
+    try:
+        kvbits.check(args.kv_bits, args.kv_group_size)
+    except ValueError as error:
+        parser.error(str(error))
     if not (1 <= args.context <= MAX_CONTEXT and 1 <= args.batch <= MAX_BATCH):
         parser.error(
             f"--context must be 1 to {MAX_CONTEXT:,} tokens and --batch 1 to {MAX_BATCH:,}"
@@ -214,23 +237,29 @@ def plan_cli(argv: list[str], out: TextIO | None = None) -> int:
         context_length=args.context,
         batch=args.batch,
         prompt_cache_bytes=args.prompt_cache_mb * MIB,
+        kv_bits=args.kv_bits,
+        kv_group_size=args.kv_group_size,
         margin_fraction=args.margin,
         split=args.split,
     )
     links = links if args.rdma else []
     choice = plan_by_speed(model, nodes, links, options)
     plan, estimate = choice.plan, choice.estimate
+    contexts = context_fits(model, nodes, plan, links)
     if args.json:
         data = plan_to_dict(plan, estimate)
         data["estimates_by_strategy"] = {
             strategy.value: e.to_dict() for strategy, e in choice.per_strategy.items()
         }
         data["weights_absent"] = model.weights_absent
+        data["longest_context_by_kv_bits"] = {str(c.bits): c.tokens for c in contexts}
         text = json.dumps(data, indent=2)
     else:
         text = format_plan(plan, estimate)
         if len(choice.per_strategy) > 1:
             text += "\nEstimate per strategy:\n" + "\n".join(f"  {line}" for line in choice.lines())
+        text += "\nLongest context that fits, this plan's batch and prompt cache:\n"
+        text += "\n".join(f"  {c.line()}" for c in contexts)
         if model.weights_absent:
             text += f"\n{WEIGHTS_ABSENT}"
     print(text, file=out)

@@ -39,6 +39,7 @@ from core.run.planning import Serving
 from core.run.session import Session, real_hosts
 from core.run.states import Step
 from core.settings import MODEL_SOURCES, load_settings
+from core.worker import kvbits
 from core.worker import protocol as p
 from core.worker.vocab import Backend, Strategy
 
@@ -134,11 +135,31 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
         help="conversations' KV caches each rank keeps between requests, at most this many "
         f"MB (0: none; default: the prompt_cache_mb setting, {p.DEFAULT_PROMPT_CACHE_MB})",
     )
+    add_kv_arguments(parser)
+
+
+def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
+    """The KV cache's quantization (``core.worker.kvquant``): planned and run."""
+    parser.add_argument(
+        "--kv-bits",
+        type=int,
+        metavar="BITS",
+        help="store the KV cache quantized at 8 or 4 bits, so a longer context or more "
+        "requests fit (16: not quantized; default: the kv_bits setting, 16)",
+    )
+    parser.add_argument(
+        "--kv-group-size",
+        type=int,
+        metavar="N",
+        help="elements sharing one scale in the quantized KV cache: 32, 64 or 128 "
+        f"(default: the kv_group_size setting, {kvbits.DEFAULT_GROUP_SIZE})",
+    )
 
 
 def serving_of(args: argparse.Namespace) -> Serving:
-    """``--batch`` and ``--prompt-cache-mb`` over the settings; ValueError when out of range."""
-    return Serving.chosen(args.batch, args.prompt_cache_mb)
+    """``--batch``, ``--prompt-cache-mb``, ``--kv-bits`` and ``--kv-group-size`` over the
+    settings; ValueError when out of range."""
+    return Serving.chosen(args.batch, args.prompt_cache_mb, args.kv_bits, args.kv_group_size)
 
 
 def run_cli(argv: Sequence[str] | None = None) -> int:

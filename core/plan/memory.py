@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from core.model.info import ModelInfo
 from core.units import GIB as GIB  # re-exported: plans are written with node sizes in GIB
 from core.units import MIB as MIB
+from core.worker import kvbits
 from core.worker.vocab import Strategy
 
 # macOS lets the GPU wire about 2/3 of RAM on Macs up to 36 GB and 3/4 above (Metal's
@@ -71,6 +72,10 @@ class PlanOptions:
     # The ranks' prompt cache bound (the worker's --prompt-cache-mb, in bytes; 0: none):
     # conversations' KV caches kept between requests, beside the batch's own.
     prompt_cache_bytes: int = 0
+    # The KV cache's bits (16: as computed; 8 or 4: quantized, core.worker.kvquant) and
+    # quantization group size: the batch's and the prompt cache's bytes both shrink.
+    kv_bits: int = kvbits.NONE
+    kv_group_size: int = kvbits.DEFAULT_GROUP_SIZE
     # A pipeline split set by hand: layers per rank, rank order (as a plan lists its
     # ranks); None: the planner's. Given with strategy auto, it asks for a pipeline.
     split: tuple[int, ...] | None = None
@@ -112,7 +117,13 @@ def kv_bytes_per_layer(model: ModelInfo, options: PlanOptions) -> int:
     """KV cache of one layer for the whole context and batch (keys and values together),
     rounded up to mlx-lm's 256-token allocation blocks."""
     tokens = -(-options.context_length // KV_CACHE_STEP) * KV_CACHE_STEP
-    return model.kv_elements_per_token * model.dtype_bytes * tokens * options.batch
+    return _at_bits(model.kv_elements_per_token * tokens * options.batch, model, options)
+
+
+def _at_bits(elements: int, model: ModelInfo, options: PlanOptions) -> int:
+    """Bytes of ``elements`` KV cache elements at the options' bits."""
+    plain = elements * model.dtype_bytes
+    return kvbits.scaled(plain, options.kv_bits, options.kv_group_size, model.dtype_bytes)
 
 
 def prompt_cache_tokens(model: ModelInfo, options: PlanOptions) -> int:
@@ -120,13 +131,16 @@ def prompt_cache_tokens(model: ModelInfo, options: PlanOptions) -> int:
     bytes per token counted in float32, as every rank counts it (``core.worker.promptcache``:
     one count on every rank, so they evict alike)."""
     per_token = 2 * model.kv_heads * model.head_dim * CPU_FLOAT_BYTES * model.layers
+    per_token = kvbits.scaled(per_token, options.kv_bits, options.kv_group_size, CPU_FLOAT_BYTES)
     return options.prompt_cache_bytes // per_token if per_token > 0 else 0
 
 
 def prompt_cache_bytes_per_layer(model: ModelInfo, options: PlanOptions) -> int:
     """One layer's part of a full prompt cache, in the model's KV dtype (a node's share is
     this times its layers, or its tensor slice of every layer)."""
-    return prompt_cache_tokens(model, options) * model.kv_elements_per_token * model.dtype_bytes
+    return _at_bits(
+        prompt_cache_tokens(model, options) * model.kv_elements_per_token, model, options
+    )
 
 
 def activation_bytes(model: ModelInfo, options: PlanOptions, shards: int = 1) -> int:

@@ -17,6 +17,7 @@ from typing import Literal
 from core.model.info import ModelInfo
 from core.plan.memory import (
     CPU_FLOAT_BYTES,
+    KV_CACHE_STEP,
     Link,
     Node,
     NodeBudget,
@@ -240,7 +241,9 @@ def make_plan(
         alternatives=tuple(Alternative(o.strategy, o.verdict, o.reason) for o in others),
         warnings=tuple(warnings),
         options=options,
-        kv_bytes_per_token=model.kv_elements_per_token * model.dtype_bytes * model.layers,
+        kv_bytes_per_token=kv_bytes_per_layer(model, replace(options, context_length=1, batch=1))
+        * model.layers
+        // KV_CACHE_STEP,  # at the options' bits (a layer's count is in blocks of 256)
     )
 
 

@@ -20,6 +20,7 @@ from core.plan.memory import Node, PlanOptions
 from core.plan.planner import Plan, make_plan
 from core.settings import load_settings
 from core.units import MIB, rate
+from core.worker import kvbits
 from core.worker import protocol as p
 from core.worker.vocab import Strategy
 
@@ -51,8 +52,12 @@ class Serving:
 
     batch: int = p.DEFAULT_BATCH
     prompt_cache_mb: int = p.DEFAULT_PROMPT_CACHE_MB
+    # The KV cache's bits (16: not quantized) and group size (core.worker.kvquant).
+    kv_bits: int = kvbits.NONE
+    kv_group_size: int = kvbits.DEFAULT_GROUP_SIZE
 
     def __post_init__(self) -> None:
+        kvbits.check(self.kv_bits, self.kv_group_size)
         if not 1 <= self.batch <= p.MAX_BATCH:
             raise ValueError(
                 f"the batch (--batch, the batch setting) must be 1 to {p.MAX_BATCH} requests, "
@@ -65,23 +70,39 @@ class Serving:
             )
 
     @classmethod
-    def chosen(cls, batch: int | None = None, prompt_cache_mb: int | None = None) -> Serving:
-        """``batch`` and ``prompt_cache_mb`` where given (a command line's options), else
-        the settings' (``core.settings``: the window's and the CLI's)."""
+    def chosen(
+        cls,
+        batch: int | None = None,
+        prompt_cache_mb: int | None = None,
+        kv_bits: int | None = None,
+        kv_group_size: int | None = None,
+    ) -> Serving:
+        """``batch``, ``prompt_cache_mb`` and the KV cache's bits and group size where
+        given (a command line's options), else the settings' (``core.settings``: the
+        window's and the CLI's)."""
         saved = load_settings()
         return cls(
             saved.batch if batch is None else batch,
             saved.prompt_cache_mb if prompt_cache_mb is None else prompt_cache_mb,
+            saved.kv_bits if kv_bits is None else kv_bits,
+            saved.kv_group_size if kv_group_size is None else kv_group_size,
         )
 
     @classmethod
     def planned(cls, options: PlanOptions) -> Serving:
         """What a plan was made for (``chat_options`` made its options from a Serving)."""
-        return cls(options.batch, options.prompt_cache_bytes // MIB)
+        return cls(
+            options.batch, options.prompt_cache_bytes // MIB, options.kv_bits, options.kv_group_size
+        )
 
     def job_fields(self) -> dict[str, int]:
         """The ``JobSpec`` fields that run it."""
-        return {"batch": self.batch, "prompt_cache_mb": self.prompt_cache_mb}
+        return {
+            "batch": self.batch,
+            "prompt_cache_mb": self.prompt_cache_mb,
+            "kv_bits": self.kv_bits,
+            "kv_group_size": self.kv_group_size,
+        }
 
 
 def chat_options(
@@ -97,6 +118,8 @@ def chat_options(
         split=None if split is None else tuple(split),
         batch=serving.batch,
         prompt_cache_bytes=serving.prompt_cache_mb * MIB,
+        kv_bits=serving.kv_bits,
+        kv_group_size=serving.kv_group_size,
     )
 
 

@@ -40,6 +40,7 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, generation_stream
 from mlx_lm.sample_utils import apply_top_p
 
+from core.worker import kvbits
 from core.worker import protocol as p
 from core.worker.faults import Faults, hooked
 from core.worker.linktest import link_test
@@ -174,6 +175,7 @@ class Batcher:
         stream_tokens: bool,
         limit: int,
         cache_bytes: int = DEFAULT_BYTES,
+        kv: tuple[int, int] = (16, 64),  # the KV cache's bits and group size (kvquant)
     ) -> None:
         self.shard, self.group, self.events = shard, group, events
         self.commands = commands
@@ -185,7 +187,7 @@ class Batcher:
         self.chunks = Chunks()
         self._timed: tuple[float, int] | None = None  # (started, chunk) of a step to time
         self.running: dict[int, Running] = {}  # by the generator's uid
-        per_token = kv_bytes_per_token(shard.config)
+        per_token = kvbits.scaled(kv_bytes_per_token(shard.config), *kv, dtype_bytes=4)
         self.prompts = PromptCache(cache_bytes // per_token) if cache_bytes > 0 else None
         tokenizer = shard.tokenizer
         self.generator = BatchGenerator(

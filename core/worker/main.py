@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
+from core.worker import kvbits, ringwait
 from core.worker import protocol as p
-from core.worker import ringwait
 from core.worker.blas import blas_report
 from core.worker.reporter import Reporter
 from core.worker.residency import METER, measure_name
@@ -71,6 +71,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=p.DEFAULT_PROMPT_CACHE_MB,
         help="KV caches kept between requests, at most this many MB a rank (0: none)",
     )
+    parser.add_argument(
+        "--kv-bits",
+        type=int,
+        default=kvbits.NONE,
+        help="store the KV cache quantized at 8 or 4 bits (16: as computed; core.worker.kvquant)",
+    )
+    parser.add_argument(
+        "--kv-group-size",
+        type=int,
+        default=kvbits.DEFAULT_GROUP_SIZE,
+        help="elements sharing one scale in the quantized KV cache (32, 64 or 128)",
+    )
     parser.add_argument("--prompt", help="run this one request, then exit")
     parser.add_argument("--max-tokens", type=int, default=p.DEFAULT_MAX_TOKENS)
     parser.add_argument("--no-chat", action="store_true", help="send --prompt as raw text")
@@ -88,6 +100,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--batch must be 1 to {p.MAX_BATCH}")
     if args.prompt_cache_mb < 0:
         parser.error("--prompt-cache-mb must be 0 (none) or more")
+    try:
+        kvbits.check(args.kv_bits, args.kv_group_size)
+    except ValueError as error:
+        parser.error(str(error))
     if args.task is Task.FINETUNE and not (args.data and args.settings and args.out):
         parser.error("--task finetune needs --data, --settings and --out")
     return args
@@ -180,7 +196,7 @@ def run(
     telemetry: bool,
 ) -> None:
     from core.worker.serve import generate, serve
-    from core.worker.sharding import load_shard, synchronise
+    from core.worker.sharding import ShardError, load_shard, synchronise
 
     if args.task is Task.FINETUNE:
         from core.worker.finetune import finetune
@@ -198,6 +214,17 @@ def run(
         float_weights={"auto": None, "float": True, "quantized": False}[args.weights],
         adapter=args.adapter,
     )
+    if args.kv_bits != kvbits.NONE:
+        from core.worker.kvquant import install
+
+        try:  # every rank alike: its held full-attention layers' caches quantized
+            layers = install(shard.model, args.kv_bits, args.kv_group_size, shard.config)
+        except ValueError as error:
+            raise ShardError(f"The KV cache cannot be quantized: {error}") from None
+        sys.stderr.write(  # the rank's log: what its caches are
+            f"macmesh worker: the KV cache of {layers} layers quantized at {args.kv_bits} "
+            f"bits, groups of {args.kv_group_size}\n"
+        )
     on_cpu = mx.default_device() == mx.cpu
     reporter.stage = None  # loaded: heartbeats carry no stage from here on
     peak_load = METER.next_phase()  # heartbeats say the generation's peak from here on
@@ -230,4 +257,5 @@ def run(
         generate(shard, command, events, group.rank(), telemetry)
         return
     assert commands is not None  # read_commands ran: there is no --prompt
-    serve(shard, group, events, commands, telemetry, args.batch, args.prompt_cache_mb << 20)
+    kv = (args.kv_bits, args.kv_group_size)
+    serve(shard, group, events, commands, telemetry, args.batch, args.prompt_cache_mb << 20, kv)

@@ -303,15 +303,17 @@ def serve(
     stream_tokens: bool,
     batch: int = 1,
     cache_bytes: int = 0,
+    kv: tuple[int, int] = (16, 64),
 ) -> None:
     """Run commands until ``stop``, or until the controller is gone. With ``batch`` above
     1, up to that many requests generate at once (``core.worker.batching``); with 1, one
     request at a time, each in full, as ``generate`` runs it. ``cache_bytes``: the bound of
-    the batching ranks' prompt cache (``core.worker.promptcache``; 0: none)."""
+    the batching ranks' prompt cache (``core.worker.promptcache``; 0: none); ``kv``: the
+    KV cache's bits and group size (``core.worker.kvquant``), which it counts in tokens."""
     if batch > 1:
         from core.worker.batching import Batcher
 
-        Batcher(shard, group, events, commands, stream_tokens, batch, cache_bytes).serve()
+        Batcher(shard, group, events, commands, stream_tokens, batch, cache_bytes, kv).serve()
         return
     rank = group.rank()
     while True:

@@ -3,7 +3,7 @@
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
 finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate,serve_memory,shared_serve,
-serve_many picks some;
+serve_many,kv_cache picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -207,6 +207,12 @@ def _serve_many(model) -> dict:
     return bench_serve_many(model)
 
 
+def _kv_cache(model) -> dict:
+    from tests.benchmarks.bench_kv_cache import bench_kv_cache
+
+    return bench_kv_cache(model)
+
+
 def _tune_fit(_model) -> dict:
     from tests.benchmarks.bench_tune_fit import bench_tune_fit
 
@@ -243,6 +249,7 @@ BENCHES = {
     "serve_memory": _serve_memory,
     "shared_serve": _shared_serve,
     "serve_many": _serve_many,
+    "kv_cache": _kv_cache,
 }
 
 

@@ -171,6 +171,35 @@ def test_the_batch_chosen_is_what_the_next_run_uses(qtbot: QtBot, demo_model: Pa
     assert (again.model.serving.batch.value(), again.model.serving.cache.text()) == (2, "Off")
 
 
+def test_the_kv_cache_bits_chosen_are_saved_planned_and_run(qtbot: QtBot, demo_model: Path) -> None:
+    """The Model pane's "KV cache" choice (issue 37): saved in the settings, the plan
+    counts the smaller cache, and the next Start's ranks run it (``--kv-bits``)."""
+    window = _window(qtbot)
+    serving = window.model.serving
+    assert serving.kv.currentText() == "16-bit"
+    window.model.load(demo_model)
+    qtbot.waitUntil(lambda: _loaded(window), timeout=20_000)
+    plain = window.model.plan().ranks[0].kv_cache_bytes
+    with qtbot.waitSignal(serving.serving_changed) as changed:
+        serving.kv.setCurrentIndex(serving.kv.findText("8-bit"))
+    assert changed.args[0].kv_bits == 8
+    assert load_settings().kv_bits == 8
+    plan = window.model.plan()
+    assert plan.options.kv_bits == 8 and plan.ranks[0].kv_cache_bytes < 0.6 * plain
+    window.run.start()
+    qtbot.waitUntil(lambda: window.run.controller.state == RunState.READY, timeout=60_000)
+    session = window.run.controller.session
+    assert session is not None and session.spec is not None
+    assert "--kv-bits" in session.spec.worker_args(0)
+    assert not serving.kv.isEnabled()  # not while it runs
+    window.run.stop()
+    qtbot.waitUntil(lambda: not window.run.busy, timeout=10_000)
+    window.close()
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=10_000)
+    again = _window(qtbot, settings=Settings(kv_bits=4))
+    assert again.model.serving.kv.currentText() == "4-bit"
+
+
 def test_the_left_column_fits_its_width_without_scrolling_sideways(
     qtbot: QtBot, demo_model: Path
 ) -> None:

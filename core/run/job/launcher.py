@@ -63,6 +63,7 @@ from core.run.job.remote_ranks import (
     rank_command,
     sweep_stale_jobs,
 )
+from core.worker import kvbits
 from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, LoadingStage, Strategy, Task
 
@@ -122,6 +123,9 @@ class JobSpec:
     batch: int = p.DEFAULT_BATCH
     # Chat, batching: the ranks' prompt cache, MB a rank at most (0: none).
     prompt_cache_mb: int = p.DEFAULT_PROMPT_CACHE_MB
+    # Chat: the KV cache's bits (16: as computed) and group size (core.worker.kvquant).
+    kv_bits: int = kvbits.NONE
+    kv_group_size: int = kvbits.DEFAULT_GROUP_SIZE
 
     def __post_init__(self) -> None:
         self.strategy, self.backend = Strategy(self.strategy), Backend(self.backend)
@@ -168,6 +172,8 @@ class JobSpec:
             args += ["--batch", str(self.batch)]
         if self.task is Task.CHAT and self.prompt_cache_mb != p.DEFAULT_PROMPT_CACHE_MB:
             args += ["--prompt-cache-mb", str(self.prompt_cache_mb)]
+        if self.task is Task.CHAT and self.kv_bits != kvbits.NONE:
+            args += ["--kv-bits", str(self.kv_bits), "--kv-group-size", str(self.kv_group_size)]
         adapter = self.rank_adapters[rank] if self.rank_adapters else self.adapter
         if adapter is not None:
             args += ["--adapter", str(adapter)]
