@@ -176,10 +176,15 @@ class API:
                 shaping.chat_chunk(answer.id, model, created, role, None, None, usage)
             )
         events = self.events(answer, first)
+        pending: list[dict[str, Any]] = []  # logprobs of tokens not sent yet
         try:
             async for event in events:
-                if event["event"] == p.TOKEN and event["text"]:
-                    yield shaping.sse(self._piece(answer, event["text"]))
+                if event["event"] == p.TOKEN:
+                    if "logprobs" in event:  # a piece without text gives its to the next
+                        pending.append(event["logprobs"])
+                    if event["text"]:
+                        yield shaping.sse(self._piece(answer, event["text"], pending))
+                        pending = []
                 elif event["event"] == p.ERROR:
                     yield shaping.sse(failure(event, ask.chat).body())
                 elif event["event"] == p.DONE:
@@ -207,14 +212,22 @@ class API:
         finally:
             await events.aclose()
 
-    def _piece(self, answer: Answer, text: str) -> dict[str, Any]:
+    def _piece(self, answer: Answer, text: str, logprobs: list[dict[str, Any]]) -> dict[str, Any]:
         ask, model = answer.ask, self.s.model
+        asked = logprobs if ask.logprobs is not None else None
         if ask.chat:
             return shaping.chat_chunk(
-                answer.id, model, answer.created, {"content": text}, None, None, ask.include_usage
+                answer.id,
+                model,
+                answer.created,
+                {"content": text},
+                None,
+                None,
+                ask.include_usage,
+                asked,
             )
         return shaping.text_chunk(
-            answer.id, model, answer.created, text, None, None, ask.include_usage
+            answer.id, model, answer.created, text, None, None, ask.include_usage, asked
         )
 
 

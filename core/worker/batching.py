@@ -41,6 +41,7 @@ from mlx_lm.generate import BatchGenerator, generation_stream
 from mlx_lm.sample_utils import apply_top_p
 
 from core.worker import protocol as p
+from core.worker.constrain import GrammarRefused, Grammars, Prepared, prepare
 from core.worker.linktest import link_test
 from core.worker.promptcache import DEFAULT_BYTES, PromptCache, kv_bytes_per_token
 from core.worker.residency import METER
@@ -64,6 +65,8 @@ class Running:
     generated: int = 0  # tokens sampled, the end-of-sequence one included
     last_token: int | None = None
     pieces: list[str] = field(default_factory=list)
+    sampling: Prepared | None = None  # its grammar and logprobs (core.worker.constrain)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # per token, when asked
 
 
 def greedy(logprobs: mx.array) -> mx.array:
@@ -187,6 +190,7 @@ class Batcher:
         )
         self._shared = shard.token_from_rank0 and group.size() > 1
         self._greedy = from_rank0(greedy, group) if self._shared else greedy
+        self.grammars = Grammars(tokenizer, _vocab_size(shard.config))
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -292,6 +296,13 @@ class Batcher:
             sampler = self._greedy
         elif self._shared:
             sampler = from_rank0(sampler, self.group)
+        try:
+            sampling = prepare(
+                command, sampler, self.grammars, not self._shared or self.rank == 0, self.rank == 0
+            )
+        except GrammarRefused as refused:
+            self._refuse(request, str(refused))
+            return
         tenant = command.get("tenant")
         cached, caches = self.prompts.fetch(ids, tenant) if self.prompts is not None else (0, None)
         (uid,) = self.generator.insert(
@@ -299,7 +310,8 @@ class Batcher:
             max_tokens=[max_tokens],
             caches=[caches] if caches is not None else None,
             all_tokens=[ids[:cached]] if caches is not None else None,
-            samplers=[sampler],
+            samplers=[sampling.sampler],
+            logits_processors=[sampling.processors],
         )
         self.running[uid] = Running(
             request=request,
@@ -310,6 +322,7 @@ class Batcher:
             started=started,
             detokenizer=self.shard.tokenizer.detokenizer,
             stops=StopScanner(command.get("stop", ())),
+            sampling=sampling,
         )
 
     def _refuse(self, request: str, message: str, code: str | None = None) -> None:
@@ -342,8 +355,9 @@ class Batcher:
             text += running.stops.flush()
         if self.rank == 0:  # every generated token has its event, end-of-sequence too (empty):
             running.pieces.append(text)  # the token events count what ``done`` counts
+            logprobs = self._logprobs(running, int(response.token), reason != "stop")
             if self.stream_tokens:
-                self.events.token(running.request, index, int(response.token), text)
+                self.events.token(running.request, index, int(response.token), text, logprobs)
         if running.stops.stopped:
             self._finish(running, "stop")
             return True
@@ -351,6 +365,18 @@ class Batcher:
             self._finish(running, reason)
             return True
         return False
+
+    def _logprobs(self, running: Running, token: int, text: bool) -> dict[str, Any] | None:
+        """The step's logprobs (rank 0, when the request asked), kept for ``done`` too;
+        none for the end-of-sequence token (``text`` False), which is no text (OpenAI's)."""
+        if running.sampling is None or running.sampling.recorded is None:
+            return None
+        entry = running.sampling.logprobs(token, self.grammars)
+        if not text:
+            return None
+        if entry is not None:
+            running.logprobs.append(entry)
+        return entry
 
     def _finish(self, running: Running, reason: str) -> None:
         """Rank 0 reports the request's end: the ``done`` event one request alone gives."""
@@ -373,6 +399,7 @@ class Batcher:
             text="".join(running.pieces),
             peak_generation_bytes=METER.peak(),  # the process's, since loaded (residency)
             cached_tokens=running.cached_tokens,
+            logprobs=running.logprobs if running.sampling and running.sampling.recorded else None,
         )
 
     def _remove(self, uids: list[int]) -> None:
@@ -387,6 +414,12 @@ class Batcher:
                 self.prompts.store(list(tokens), caches, tenant)
         for uid in uids:
             self.running.pop(uid, None)
+
+
+def _vocab_size(config: dict[str, Any]) -> int | None:
+    text = config.get("text_config")
+    value = (text if isinstance(text, dict) else config).get("vocab_size")
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _ints(array: mx.array) -> list[int]:

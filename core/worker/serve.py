@@ -36,6 +36,7 @@ from mlx_lm.generate import generation_stream, stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from core.worker import protocol as p
+from core.worker.constrain import GrammarRefused, Grammars, prepare
 from core.worker.linktest import link_test
 from core.worker.residency import METER
 from core.worker.sharding import Shard
@@ -207,8 +208,16 @@ def generate(
     if "seed" in command:  # every rank the same seed: they sample the same tokens
         mx.random.seed(int(command["seed"]) % (1 << 32))
     sampler = make_sampler(float(command.get("temperature", 0.0)), float(command.get("top_p", 1.0)))
-    if shard.token_from_rank0 and group is not None and group.size() > 1:
+    shared = bool(shard.token_from_rank0 and group is not None and group.size() > 1)
+    if shared and group is not None:
         sampler = _from_rank0(sampler, group)
+    grammars = _grammars(shard)
+    try:
+        sampling = prepare(command, sampler, grammars, not shared or rank == 0, rank == 0)
+    except GrammarRefused as refused:
+        if rank == 0:
+            events.error(message=str(refused), fatal=False, request=request)
+        return
     stops = StopScanner(command.get("stop", ()))
     agreement = _Agreement(group)
 
@@ -223,12 +232,14 @@ def generate(
     first_at = None
     pieces: list[str] = []
     last = None
+    logprobs: list[dict[str, Any]] = []
     tokens = stream_generate(
         shard.model,
         shard.tokenizer,
         ids,
         max_tokens=max_tokens,
-        sampler=sampler,
+        sampler=sampling.sampler,
+        logits_processors=sampling.processors,
         prefill_step_size=p.PREFILL_STEP,
         prompt_progress_callback=between_chunks,
     )
@@ -250,8 +261,13 @@ def generate(
         # events' count and timestamps give the same figures (core.run.measure.telemetry).
         if rank == 0:
             pieces.append(text)
+            entry = sampling.logprobs(int(response.token), grammars)
+            if response.finish_reason == "stop":  # the end-of-sequence token: no text
+                entry = None
+            if entry is not None:
+                logprobs.append(entry)
             if stream_tokens:
-                events.token(request=request, index=index, token=int(response.token), text=text)
+                events.token(request, index, int(response.token), text, entry)
         if stops.stopped:
             break
     # stream_generate evaluates the next step ahead, asynchronously, and may leave it in
@@ -277,7 +293,22 @@ def generate(
             peak_memory_bytes=int(mx.get_peak_memory()),
             text="".join(pieces),
             peak_generation_bytes=METER.peak(),  # the process's, since loaded (residency)
+            logprobs=logprobs if sampling.recorded is not None else None,
         )
+
+
+_GRAMMARS: dict[int, Grammars] = {}
+
+
+def _grammars(shard: Shard) -> Grammars:
+    """The shard's grammar compiler, made once (its llguidance tokenizer is built on the
+    first request that needs it)."""
+    key = id(shard.tokenizer)
+    if key not in _GRAMMARS:
+        text = shard.config.get("text_config")
+        vocab = (text if isinstance(text, dict) else shard.config).get("vocab_size")
+        _GRAMMARS[key] = Grammars(shard.tokenizer, vocab if isinstance(vocab, int) else None)
+    return _GRAMMARS[key]
 
 
 def _until_prompt_cancelled(tokens: Iterator[Any]) -> Iterator[Any]:
