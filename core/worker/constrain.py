@@ -161,7 +161,8 @@ def token_logprobs(
     ``top_logprobs`` (most likely first)."""
     chosen, top = recorded.read()
     entry = logprob_entry(token, chosen, token_bytes(token))
-    entry["top_logprobs"] = [logprob_entry(t, v, token_bytes(t)) for t, v in top]
+    # Tokens the grammar or top_p ruled out have no probability: not alternatives.
+    entry["top_logprobs"] = [logprob_entry(t, v, token_bytes(t)) for t, v in top if v > -1e30]
     return entry
 
 
