@@ -2,8 +2,8 @@
 
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
-finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate,serve_memory,shared_serve picks
-some;
+finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate,serve_memory,shared_serve,
+structured picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -201,6 +201,12 @@ def _shared_serve(model) -> dict:
     return bench_shared_serve(model)
 
 
+def _structured(model) -> dict:
+    from tests.benchmarks.bench_structured import bench_structured
+
+    return bench_structured(model)
+
+
 def _tune_fit(_model) -> dict:
     from tests.benchmarks.bench_tune_fit import bench_tune_fit
 
@@ -236,6 +242,7 @@ BENCHES = {
     "estimate": _estimate,
     "serve_memory": _serve_memory,
     "shared_serve": _shared_serve,
+    "structured": _structured,
 }
 
 

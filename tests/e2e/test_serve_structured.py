@@ -206,6 +206,8 @@ def test_logprobs_whole_and_streamed(served: tuple[Served, str]) -> None:
     # the tokens' own bytes; the answer's text drops the first token's leading space
     assert "".join(legacy.tokens).lstrip() == text.choices[0].text.lstrip()
     for token, value, top in zip(legacy.tokens, legacy.token_logprobs, legacy.top_logprobs):
+        if "\ufffd" in token:  # part of a character: such tokens share one key there
+            continue
         assert math.isclose(value, max(top.values()), abs_tol=1e-4) and token in top
 
 
