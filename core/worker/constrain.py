@@ -82,6 +82,9 @@ class GrammarMask:
         self._started = False
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        # The step's forward pass starts now: the mask below (which needs the last token,
+        # so waits for the step before) is computed while it runs, not after.
+        mx.async_eval(logits)
         if self._started:
             self.matcher.consume_token(_ints(tokens[-1:])[0])
         self._started = True
