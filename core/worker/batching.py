@@ -67,6 +67,7 @@ class Running:
     pieces: list[str] = field(default_factory=list)
     sampling: Prepared | None = None  # its grammar and logprobs (core.worker.constrain)
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # per token, when asked
+    refused: str | None = None  # rank 0 could not compile its grammar: ended with this error
 
 
 def greedy(logprobs: mx.array) -> mx.array:
@@ -297,12 +298,20 @@ class Batcher:
         elif self._shared:
             sampler = from_rank0(sampler, self.group)
         try:
-            sampling = prepare(
-                command, sampler, self.grammars, not self._shared or self.rank == 0, self.rank == 0
+            sampling, unmet = prepare(
+                command,
+                sampler,
+                self.grammars,
+                self.rank,
+                self.group.size(),
+                self._shared,
+                lambda own: from_rank0(own, self.group),
             )
-        except GrammarRefused as refused:
-            self._refuse(request, str(refused))
+        except GrammarRefused as why:  # one rank alone: refused before it joins
+            self._refuse(request, str(why))
             return
+        if unmet is not None:  # rank 0 of several: it joins, and every rank ends it
+            self.commands.cancels.add(request)
         tenant = command.get("tenant")
         cached, caches = self.prompts.fetch(ids, tenant) if self.prompts is not None else (0, None)
         (uid,) = self.generator.insert(
@@ -323,6 +332,7 @@ class Batcher:
             detokenizer=self.shard.tokenizer.detokenizer,
             stops=StopScanner(command.get("stop", ())),
             sampling=sampling,
+            refused=unmet,
         )
 
     def _refuse(self, request: str, message: str, code: str | None = None) -> None:
@@ -382,6 +392,9 @@ class Batcher:
         """Rank 0 reports the request's end: the ``done`` event one request alone gives."""
         self.commands.cancels.discard(running.request)
         if self.rank != 0:
+            return
+        if running.refused is not None:
+            self._refuse(running.request, running.refused)
             return
         now = time.monotonic()
         first = running.first_at

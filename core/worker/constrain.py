@@ -11,9 +11,9 @@ The processor is called once per step of its request, in order; its first call r
 prompt's last token, each later one the token sampled the step before, which it feeds to
 the matcher before masking. When the grammar is complete only the end-of-sequence token
 is left, so the request ends there (mlx-lm's stop tokens), on every rank at the same
-token. Every rank that samples from its own logits (single, tensor) runs the same
-matcher on the same tokens, so their masks agree; a pipeline's other ranks take rank 0's
-token (``batching.from_rank0``) and need none.
+token. Only rank 0 runs a matcher; a pipeline's other ranks take rank 0's
+token (``batching.from_rank0``) and need none; so do a tensor group's, for a request with
+a grammar: rank 0 alone masks and samples it (``prepare``).
 
 A command's ``logprobs`` (0 to ``MAX_TOP_LOGPROBS``) asks rank 0 for the sampled token's
 log-probability and the most likely alternatives, from the distribution sampled: after
@@ -58,7 +58,13 @@ class Grammars:
 
     def processor(self, grammar: str) -> GrammarMask:
         """A request's mask, or GrammarRefused saying why."""
-        from llguidance import LLMatcher
+        try:
+            from llguidance import LLMatcher
+        except ImportError:
+            raise GrammarRefused(
+                "This node cannot enforce a response format: llguidance is not installed "
+                "in its Python (pip install llguidance)."
+            ) from None
 
         matcher = LLMatcher(self.ll, grammar, log_level=0)
         if matcher.is_error():
@@ -198,26 +204,45 @@ def prepare(
     command: dict[str, Any],
     sampler: Callable[[mx.array], mx.array],
     grammars: Grammars,
-    samples_here: bool,
-    reports: bool,
-) -> Prepared:
-    """The command's grammar (on a rank that samples from its own logits) and logprobs
-    (on the rank that reports) around its ``sampler``; GrammarRefused when its grammar
-    does not compile here."""
+    rank: int,
+    size: int,
+    shared: bool,
+    to_rank0: Callable[[Callable[[mx.array], mx.array]], Callable[[mx.array], mx.array]],
+) -> tuple[Prepared, str | None]:
+    """The command's grammar and logprobs around its ``sampler``, on this rank of
+    ``size``; ``shared``: the sampler takes rank 0's token already (a pipeline).
+
+    With a grammar on several ranks, rank 0 alone masks and samples and the others take
+    its token (``to_rank0``): one matcher, on the rank that samples, so the ranks cannot
+    disagree, and only rank 0 needs the grammar library. When rank 0 cannot compile it
+    (GrammarRefused on one rank: raised), the request still joins everywhere, unmasked,
+    and the reason is returned: the caller ends it at once on every rank (a cancel) and
+    reports the reason, so no rank leaves the others' step."""
     grammar = command.get("grammar")
+    constrained = isinstance(grammar, str)
+    takes_rank0 = shared or (constrained and size > 1)
+    if takes_rank0 and not shared:
+        sampler = to_rank0(sampler)
     processors: list[Callable[[mx.array, mx.array], mx.array]] = []
-    if isinstance(grammar, str) and samples_here:
-        processors.append(grammars.processor(grammar))
+    refused = None
+    if isinstance(grammar, str) and (rank == 0 or not takes_rank0):
+        try:
+            processors.append(grammars.processor(grammar))
+        except GrammarRefused as why:
+            if size == 1:
+                raise
+            refused = str(why)
     top_n = command.get("logprobs")
     recorded = None
-    if isinstance(top_n, int) and not isinstance(top_n, bool) and reports:
+    if isinstance(top_n, int) and not isinstance(top_n, bool) and rank == 0:
         sampler, recorded = recording(
             sampler,
             float(command.get("temperature", 0.0)),
             float(command.get("top_p", 1.0)),
             min(max(top_n, 0), MAX_TOP_LOGPROBS),
         )
-    return Prepared(sampler, processors, recorded, top_n if isinstance(top_n, int) else 0)
+    top = top_n if isinstance(top_n, int) else 0
+    return Prepared(sampler, processors, recorded, top), refused
 
 
 def _ints(array: mx.array) -> list[int]:

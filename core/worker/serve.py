@@ -212,12 +212,22 @@ def generate(
     if shared and group is not None:
         sampler = _from_rank0(sampler, group)
     grammars = _grammars(shard)
+    size = group.size() if group is not None else 1
     try:
-        sampling = prepare(command, sampler, grammars, not shared or rank == 0, rank == 0)
-    except GrammarRefused as refused:
-        if rank == 0:
-            events.error(message=str(refused), fatal=False, request=request)
+        sampling, unmet = prepare(
+            command,
+            sampler,
+            grammars,
+            rank,
+            size,
+            shared,
+            lambda own: _from_rank0(own, group) if group is not None else own,
+        )
+    except GrammarRefused as why:  # one rank alone: refused before it starts
+        events.error(message=str(why), fatal=False, request=request)
         return
+    if unmet is not None and cancels is not None:  # rank 0 of several: ended by all
+        cancels.add(request)
     stops = StopScanner(command.get("stop", ()))
     agreement = _Agreement(group)
 
@@ -281,7 +291,9 @@ def generate(
         finish_reason = p.CANCELLED
     elif stops.stopped:
         finish_reason = "stop"
-    if rank == 0:
+    if rank == 0 and unmet is not None:
+        events.error(message=unmet, fatal=False, request=request)
+    elif rank == 0:
         events.done(
             request=request,
             prompt_tokens=last.prompt_tokens if last else len(ids),

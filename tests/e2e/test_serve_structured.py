@@ -205,7 +205,9 @@ def test_logprobs_whole_and_streamed(served: tuple[Served, str]) -> None:
     assert legacy is not None and legacy.tokens and legacy.top_logprobs
     # the tokens' own bytes; the answer's text drops the first token's leading space
     assert "".join(legacy.tokens).lstrip() == text.choices[0].text.lstrip()
-    for token, value, top in zip(legacy.tokens, legacy.token_logprobs, legacy.top_logprobs):
+    for token, value, top in zip(
+        legacy.tokens, legacy.token_logprobs, legacy.top_logprobs, strict=True
+    ):
         if "\ufffd" in token:  # part of a character: such tokens share one key there
             continue
         assert math.isclose(value, max(top.values()), abs_tol=1e-4) and token in top

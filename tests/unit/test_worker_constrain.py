@@ -52,7 +52,8 @@ def _decode(tokenizer: Any, grammar: str, seed: int, limit: int = 400) -> tuple[
         return mx.random.categorical(logprobs, key=mx.random.key(rng.randrange(1 << 30)))[None]
 
     rng = random.Random(seed)
-    prepared = prepare(command, sampler, grammars, samples_here=True, reports=True)
+    prepared, unmet = prepare(command, sampler, grammars, 0, 1, False, lambda own: own)
+    assert unmet is None
     vocab = grammars.ll.vocab_size
     fed = mx.array([1])
     out: list[int] = []
@@ -87,16 +88,30 @@ def test_a_grammar_the_rank_cannot_compile_is_refused(tokenizer: Any) -> None:
         Grammars(tokenizer, None).processor('{"grammars": [{"json_schema": {"type": 5}}]}')
 
 
-def test_a_rank_that_does_not_sample_or_report_adds_nothing(tokenizer: Any) -> None:
+def test_on_several_ranks_rank_0_alone_masks_and_the_others_take_its_token(
+    tokenizer: Any,
+) -> None:
     grammar = json_schema_constraint(SCHEMA, True, "schema").grammar
+    wrapped: list[Any] = []
 
     def sampler(logprobs: mx.array) -> mx.array:
         return mx.argmax(logprobs, axis=-1)
 
+    def to_rank0(own: Any) -> Any:
+        wrapped.append(own)
+        return own
+
     command = {"grammar": grammar, "logprobs": 2}
-    prepared = prepare(command, sampler, Grammars(tokenizer, None), False, False)
-    assert prepared.processors == [] and prepared.recorded is None
-    assert prepared.sampler is sampler
+    other, unmet = prepare(command, sampler, Grammars(tokenizer, None), 1, 2, False, to_rank0)
+    assert other.processors == [] and other.recorded is None and unmet is None
+    assert wrapped == [sampler]  # a tensor group's other rank takes rank 0's token
+    first, unmet = prepare(command, sampler, Grammars(tokenizer, None), 0, 2, False, to_rank0)
+    assert len(first.processors) == 1 and first.recorded is not None and unmet is None
+    plain, _ = prepare({}, sampler, Grammars(tokenizer, None), 1, 2, False, to_rank0)
+    assert plain.sampler is sampler and len(wrapped) == 2  # no grammar: its own sample
+    bad = {"grammar": '{"grammars": [{"json_schema": {"type": 5}}]}'}
+    _, unmet = prepare(bad, sampler, Grammars(tokenizer, None), 0, 2, False, to_rank0)
+    assert unmet is not None and "compile" in unmet  # rank 0 of two: joins, then ended
 
 
 @pytest.mark.parametrize(
