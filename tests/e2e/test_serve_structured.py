@@ -11,12 +11,14 @@
 - ``logprobs``: ``top_logprobs`` sorted, the sampled token the most likely at greedy, one
   distribution's probabilities summing to at most 1; streamed the same tokens.
 - A schema the library cannot compile: a 400 naming the part.
+- ``--batch 1`` (one request at a time, ``stream_generate``): the same.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -76,8 +78,6 @@ def served(
             "MACMESH_CACHE_DIR": str(home / "cache"),
             "HF_HUB_OFFLINE": "1",
         }
-        import os
-
         args = ["--demo", str(model), "--nodes", "2", "--strategy", "tensor"]
         server = serve_command(args, home, dict(os.environ, **env))
         name = model.name
@@ -224,3 +224,38 @@ def test_a_schema_the_library_refuses_is_a_400_naming_it(served: tuple[Served, s
         )
     assert refused.value.body["param"] == "response_format.json_schema.schema"  # type: ignore[index]
     assert "tuple" in refused.value.body["message"]  # type: ignore[index]
+
+
+def test_one_request_at_a_time_enforces_the_schema_and_gives_logprobs(
+    demo_model: Path, tmp_path: Path
+) -> None:
+    """``--batch 1`` (``core.worker.serve.generate``, mlx-lm's ``stream_generate``) on a
+    2-rank pipeline: the same grammar and logprobs as the batch's."""
+    server = start_serving(demo_model, tmp_path, "--nodes", "2", "--batch", "1")
+    try:
+        client = _client(server)
+        model = "SmolLM2-135M-Instruct-mlx-q4"
+        for seed in range(3):
+            answer = client.chat.completions.create(
+                model=model,
+                messages=ASK,
+                response_format=FORMAT,  # type: ignore[arg-type]
+                temperature=1.0,
+                seed=seed,
+                max_tokens=200,
+            )
+            assert answer.choices[0].finish_reason == "stop"
+            jsonschema.validate(json.loads(answer.choices[0].message.content or ""), SCHEMA)
+        whole = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Name a colour."}],
+            max_tokens=8,
+            logprobs=True,
+            top_logprobs=4,
+        )
+        content = whole.choices[0].logprobs.content  # type: ignore[union-attr]
+        assert content
+        for entry in content:
+            _check_distribution(entry)
+    finally:
+        assert server.stop() == 0, "\n".join(server.err)
