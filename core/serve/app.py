@@ -29,6 +29,7 @@ from core.serve.keys import Gate
 from core.serve.metrics import CONTENT_TYPE, ServeMetrics
 from core.serve.prompts import PromptMaker
 from core.serve.requests import Ask, chat_request, completion_request, parse_json
+from core.serve.structured import parsed
 from core.worker import protocol as p
 
 MAX_BODY = 8 << 20  # a request body larger than this is refused (413)
@@ -72,12 +73,15 @@ class API:
     async def chat(self, request: Request) -> Response:
         client = self.client(request)
         body = await read_json(request)
-        return await self.answer(request, chat_request(body, self.s.model, self.s.context), client)
+        ask = await parsed(
+            chat_request, body, self.s.model, self.s.context
+        )  # a schema: off the loop
+        return await self.answer(request, ask, client)
 
     async def completions(self, request: Request) -> Response:
         client = self.client(request)
         body = await read_json(request)
-        ask = completion_request(body, self.s.model, self.s.context)
+        ask = await parsed(completion_request, body, self.s.model, self.s.context)
         return await self.answer(request, ask, client)
 
     # -- shared --------------------------------------------------------------------------

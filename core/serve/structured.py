@@ -16,12 +16,18 @@ enforces any constraint alike.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from core.serve.errors import bad_request
 
 MAX_TOP_LOGPROBS = 20  # as OpenAI
+# The body fields that carry a schema: compiling one may take a second or two (a hostile
+# schema near llguidance's limits), so such a body is parsed off the event loop.
+SCHEMA_FIELDS = ("response_format", "format", "output_config", "output_format")
+T = TypeVar("T")
 # JSON as compact as OpenAI writes it: no run of whitespace for a small model to loop in.
 _JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
 
@@ -185,3 +191,16 @@ def completion_logprobs_object(entries: list[dict[str, Any]], offset: int = 0) -
 def chat_logprobs_object(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """Chat's ``logprobs``: ``{"content": [entry, ...], "refusal": null}``."""
     return {"content": entries, "refusal": None}
+
+
+async def parsed(
+    parse: Callable[[dict[str, Any], str, int | None], T],
+    body: dict[str, Any],
+    model: str,
+    context: int | None,
+) -> T:
+    """``parse(body, model, context)``, on a thread when the body carries a schema to
+    compile (the other clients' streams go on meanwhile), else here."""
+    if any(body.get(name) for name in SCHEMA_FIELDS):
+        return await asyncio.to_thread(parse, body, model, context)
+    return parse(body, model, context)

@@ -4,7 +4,9 @@ grammar library refuses is a 400 naming the part), and the worker's fields made.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from core.serve.requests import chat_request, completion_request
 from core.serve.structured import (
     completion_logprobs_object,
     json_schema_constraint,
+    parsed,
     worker_fields,
 )
 
@@ -127,3 +130,16 @@ def test_anthropic_output_config_format() -> None:
     with pytest.raises(APIError) as refused:
         anthropic_request({**body, "output_config": {"format": {"type": "xml"}}}, M, 2048)
     assert refused.value.param == "output_config.format"
+
+
+def test_a_body_with_a_schema_is_parsed_off_the_event_loop() -> None:
+    on_loop: list[bool] = []
+
+    def parse(body: dict[str, Any], model: str, context: int | None) -> int:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return 1
+
+    asyncio.run(parsed(parse, {"response_format": {"type": "json_object"}}, M, None))
+    asyncio.run(parsed(parse, {"format": "json"}, M, None))
+    asyncio.run(parsed(parse, CHAT, M, None))
+    assert on_loop == [False, False, True]
