@@ -259,3 +259,33 @@ def test_one_request_at_a_time_enforces_the_schema_and_gives_logprobs(
             _check_distribution(entry)
     finally:
         assert server.stop() == 0, "\n".join(server.err)
+
+
+def test_the_anthropic_and_ollama_clients_get_schema_answers(served: tuple[Served, str]) -> None:
+    import anthropic
+    import ollama
+
+    server, model = served
+    messages = anthropic.Anthropic(
+        base_url=f"http://127.0.0.1:{server.port}", api_key=server.key, max_retries=0
+    ).messages.create(
+        model=model,
+        max_tokens=200,
+        messages=ASK,  # type: ignore[arg-type]
+        output_config={"format": {"type": "json_schema", "schema": SCHEMA}},
+    )
+    assert messages.stop_reason == "end_turn"
+    jsonschema.validate(json.loads(messages.content[0].text), SCHEMA)  # type: ignore[union-attr]
+
+    client = ollama.Client(
+        host=f"http://127.0.0.1:{server.port}", headers={"Authorization": f"Bearer {server.key}"}
+    )
+    answer = client.chat(
+        model=model, messages=ASK, format=SCHEMA, options={"num_predict": 200, "temperature": 1}
+    )
+    jsonschema.validate(json.loads(answer.message.content or ""), SCHEMA)
+    streamed = client.chat(
+        model=model, messages=ASK, format="json", stream=True, options={"num_predict": 64}
+    )
+    text = "".join(p.message.content or "" for p in streamed)
+    assert text.startswith("{")  # json_object (greedy may nest past 64 tokens: not parsed)
