@@ -366,7 +366,7 @@ class Batcher:
         if self.rank == 0:  # every generated token has its event, end-of-sequence too (empty):
             running.pieces.append(text)  # the token events count what ``done`` counts
             logprobs = self._logprobs(running, int(response.token), reason != "stop")
-            if self.stream_tokens:
+            if self.stream_tokens and running.refused is None:  # refused: only its error
                 self.events.token(running.request, index, int(response.token), text, logprobs)
         if running.stops.stopped:
             self._finish(running, "stop")

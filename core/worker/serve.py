@@ -276,7 +276,7 @@ def generate(
                 entry = None
             if entry is not None:
                 logprobs.append(entry)
-            if stream_tokens:
+            if stream_tokens and unmet is None:  # refused: only its error
                 events.token(request, index, int(response.token), text, entry)
         if stops.stopped:
             break
