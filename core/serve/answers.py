@@ -30,6 +30,7 @@ from core.run.states import RunState
 from core.serve.errors import APIError, queue_full, unavailable
 from core.serve.queue import QueueFull, WaitingLine
 from core.serve.requests import Ask
+from core.serve.structured import worker_fields
 from core.worker import protocol as p
 
 DEFAULT_WAITING = 16
@@ -235,7 +236,7 @@ class Answerer:
                 messages=ask.messages,
                 max_tokens=ask.max_tokens,
                 chat=ask.chat,
-                sampling=ask.sampling,
+                sampling={**ask.sampling, **worker_fields(ask.constraint, ask.logprobs)},
                 **_prompt_fields(answer),
             )
         except (JobError, ClusterError) as error:

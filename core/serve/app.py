@@ -29,6 +29,7 @@ from core.serve.keys import Gate
 from core.serve.metrics import CONTENT_TYPE, ServeMetrics
 from core.serve.prompts import PromptMaker
 from core.serve.requests import Ask, chat_request, completion_request, parse_json
+from core.serve.structured import parsed
 from core.worker import protocol as p
 
 MAX_BODY = 8 << 20  # a request body larger than this is refused (413)
@@ -72,12 +73,15 @@ class API:
     async def chat(self, request: Request) -> Response:
         client = self.client(request)
         body = await read_json(request)
-        return await self.answer(request, chat_request(body, self.s.model, self.s.context), client)
+        ask = await parsed(
+            chat_request, body, self.s.model, self.s.context
+        )  # a schema: off the loop
+        return await self.answer(request, ask, client)
 
     async def completions(self, request: Request) -> Response:
         client = self.client(request)
         body = await read_json(request)
-        ask = completion_request(body, self.s.model, self.s.context)
+        ask = await parsed(completion_request, body, self.s.model, self.s.context)
         return await self.answer(request, ask, client)
 
     # -- shared --------------------------------------------------------------------------
@@ -176,10 +180,15 @@ class API:
                 shaping.chat_chunk(answer.id, model, created, role, None, None, usage)
             )
         events = self.events(answer, first)
+        pending: list[dict[str, Any]] = []  # logprobs of tokens not sent yet
         try:
             async for event in events:
-                if event["event"] == p.TOKEN and event["text"]:
-                    yield shaping.sse(self._piece(answer, event["text"]))
+                if event["event"] == p.TOKEN:
+                    if "logprobs" in event:  # a piece without text gives its to the next
+                        pending.append(event["logprobs"])
+                    if event["text"]:
+                        yield shaping.sse(self._piece(answer, event["text"], pending))
+                        pending = []
                 elif event["event"] == p.ERROR:
                     yield shaping.sse(failure(event, ask.chat).body())
                 elif event["event"] == p.DONE:
@@ -207,14 +216,22 @@ class API:
         finally:
             await events.aclose()
 
-    def _piece(self, answer: Answer, text: str) -> dict[str, Any]:
+    def _piece(self, answer: Answer, text: str, logprobs: list[dict[str, Any]]) -> dict[str, Any]:
         ask, model = answer.ask, self.s.model
+        asked = logprobs if ask.logprobs is not None else None
         if ask.chat:
             return shaping.chat_chunk(
-                answer.id, model, answer.created, {"content": text}, None, None, ask.include_usage
+                answer.id,
+                model,
+                answer.created,
+                {"content": text},
+                None,
+                None,
+                ask.include_usage,
+                asked,
             )
         return shaping.text_chunk(
-            answer.id, model, answer.created, text, None, None, ask.include_usage
+            answer.id, model, answer.created, text, None, None, ask.include_usage, asked
         )
 
 

@@ -18,6 +18,7 @@ from core.serve.fields import (
     refuse_unsupported,
 )
 from core.serve.requests import Ask, messages, stops, text_content
+from core.serve.structured import anthropic_output, ollama_format
 from core.worker import protocol as p
 
 
@@ -77,7 +78,14 @@ def anthropic_request(body: dict[str, Any], model: str, context: int | None) -> 
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be true or false.", "stream")
-    return Ask(model=model, max_tokens=wanted, messages=chat, sampling=sampling, stream=stream)
+    return Ask(
+        model=model,
+        max_tokens=wanted,
+        messages=chat,
+        sampling=sampling,
+        stream=stream,
+        constraint=anthropic_output(body.get("output_config"), body.get("output_format")),
+    )
 
 
 def anthropic_message(answer_id: str, model: str, done: p.Done) -> dict[str, Any]:
@@ -190,7 +198,14 @@ def ollama_request(body: dict[str, Any], model: str, context: int | None) -> Ask
     stream = body.get("stream", True)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be true or false.", "stream")
-    return Ask(model=model, max_tokens=wanted, messages=chat, sampling=sampling, stream=stream)
+    return Ask(
+        model=model,
+        max_tokens=wanted,
+        messages=chat,
+        sampling=sampling,
+        stream=stream,
+        constraint=ollama_format(body.get("format")),
+    )
 
 
 def ollama_tags(model: str, size: int) -> dict[str, Any]:

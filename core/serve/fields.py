@@ -16,10 +16,6 @@ def _set(value: Any) -> bool:
     return value not in (None, False, 0, "", [], {})
 
 
-def _not_text(value: Any) -> bool:
-    return _set(value) and value != {"type": "text"}
-
-
 def _not_auto(value: Any) -> bool:
     return _set(value) and value not in ("none", "auto")
 
@@ -36,13 +32,10 @@ Check = Callable[[Any], bool]
 
 # Field -> when a value is refused. Fields of each dialect that no list names are ignored.
 OPENAI_CHAT: Mapping[str, Check] = {
-    "logprobs": _set,
-    "top_logprobs": _set,
     "tools": _set,
     "tool_choice": _not_auto,
     "functions": _set,
     "function_call": _not_auto,
-    "response_format": _not_text,
     "logit_bias": _set,
     "frequency_penalty": _set,
     "presence_penalty": _set,
@@ -53,7 +46,6 @@ OPENAI_CHAT: Mapping[str, Check] = {
     "web_search_options": _set,
 }
 OPENAI_COMPLETIONS: Mapping[str, Check] = {
-    "logprobs": _set,
     "echo": _set,
     "suffix": _set,
     "best_of": _not_one,
@@ -69,7 +61,6 @@ ANTHROPIC: Mapping[str, Check] = {
 }
 OLLAMA: Mapping[str, Check] = {
     "tools": _set,
-    "format": _set,
     "think": _set,
     "suffix": _set,
     "raw": _set,

@@ -2,8 +2,9 @@
 which field is wrong and why. Pure: no server, no session; unit- and fuzz-tested.
 
 A field this server does not act on is a 400 naming it ("not supported yet") when its
-value would change what the answer means (``logprobs``, ``tools``, ``response_format``,
-...: ``core.serve.fields``); fields that change nothing an answer says (``user``,
+value would change what the answer means (``tools``, ``logit_bias``, ...:
+``core.serve.fields``; ``response_format`` and ``logprobs`` are read by
+``core.serve.structured``); fields that change nothing an answer says (``user``,
 ``metadata``, ...) and fields no dialect defines are ignored. A known field of the wrong
 type or out of range is a 400 naming it. ``max_tokens`` above the model's context is a
 400 here; a prompt longer than the context is found once tokenized (``core.serve.prompts``,
@@ -23,6 +24,12 @@ from core.serve.fields import (
     OPENAI_COMPLETIONS,
     refuse_message_extras,
     refuse_unsupported,
+)
+from core.serve.structured import (
+    Constraint,
+    chat_logprobs,
+    completion_logprobs,
+    response_format,
 )
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -45,6 +52,8 @@ class Ask:
     sampling: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, seed, stop
     stream: bool = False
     include_usage: bool = False
+    constraint: Constraint | None = None  # the answer's grammar (core.serve.structured)
+    logprobs: int | None = None  # report each token's logprob and this many alternatives
 
     @property
     def chat(self) -> bool:
@@ -108,6 +117,8 @@ def chat_request(body: dict[str, Any], model: str, context: int | None) -> Ask:
         sampling=_sampling(body),
         stream=_stream(body),
         include_usage=_include_usage(body),
+        constraint=response_format(body.get("response_format")),
+        logprobs=chat_logprobs(body),
     )
 
 
@@ -130,6 +141,8 @@ def completion_request(body: dict[str, Any], model: str, context: int | None) ->
         sampling=_sampling(body),
         stream=_stream(body),
         include_usage=_include_usage(body),
+        constraint=response_format(body.get("response_format")),
+        logprobs=completion_logprobs(body),
     )
 
 

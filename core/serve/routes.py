@@ -32,6 +32,7 @@ from core.serve.app import (
 )
 from core.serve.errors import APIError
 from core.serve.metrics import PATH as METRICS_PATH
+from core.serve.structured import parsed
 from core.worker import protocol as p
 
 
@@ -41,7 +42,7 @@ class Routes(API):
     async def messages(self, request: Request) -> Response:
         client = self.client(request)
         body = await read_json(request)
-        ask = d.anthropic_request(body, self.s.model, self.s.context)
+        ask = await parsed(d.anthropic_request, body, self.s.model, self.s.context)
         got = await self.begin(request, ask, client)
         if isinstance(got, Response):
             return got
@@ -76,7 +77,7 @@ class Routes(API):
     async def ollama_chat(self, request: Request) -> Response:
         client = self.client(request)
         body = await read_json(request)
-        ask = d.ollama_request(body, self.s.model, self.s.context)
+        ask = await parsed(d.ollama_request, body, self.s.model, self.s.context)
         started = time.monotonic()
         got = await self.begin(request, ask, client)
         if isinstance(got, Response):

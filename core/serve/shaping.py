@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from core.serve.structured import chat_logprobs_object, completion_logprobs_object
 from core.worker import protocol as p
 
 # The worker's finish reasons as OpenAI's: a cancelled answer's client has gone.
@@ -40,7 +41,7 @@ def chat_completion(answer_id: str, model: str, created: int, done: p.Done) -> d
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": done["text"]},
-                "logprobs": None,
+                "logprobs": _whole(done, chat_logprobs_object),
                 "finish_reason": finish_reason(done),
             }
         ],
@@ -58,12 +59,18 @@ def text_completion(answer_id: str, model: str, created: int, done: p.Done) -> d
             {
                 "index": 0,
                 "text": done["text"],
-                "logprobs": None,
+                "logprobs": _whole(done, completion_logprobs_object),
                 "finish_reason": finish_reason(done),
             }
         ],
         "usage": usage(done),
     }
+
+
+def _whole(done: p.Done, shape: Any) -> dict[str, Any] | None:
+    """An answer's ``logprobs`` (the worker's entries, in the API's shape), if asked."""
+    entries = done.get("logprobs")
+    return shape(entries) if entries is not None else None
 
 
 def chat_chunk(
@@ -74,6 +81,7 @@ def chat_chunk(
     finish: str | None = None,
     use: dict[str, int] | None = None,
     include_usage: bool = False,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk``: a delta, the finish, or (delta None) the usage."""
     chunk: dict[str, Any] = {
@@ -83,7 +91,14 @@ def chat_chunk(
         "model": model,
         "choices": []
         if delta is None
-        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        else [
+            {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None if logprobs is None else chat_logprobs_object(logprobs),
+                "finish_reason": finish,
+            }
+        ],
     }
     if include_usage:
         chunk["usage"] = use  # null on every chunk but the last, as OpenAI
@@ -98,6 +113,7 @@ def text_chunk(
     finish: str | None = None,
     use: dict[str, int] | None = None,
     include_usage: bool = False,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     chunk: dict[str, Any] = {
         "id": answer_id,
@@ -106,7 +122,14 @@ def text_chunk(
         "model": model,
         "choices": []
         if text is None
-        else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+        else [
+            {
+                "index": 0,
+                "text": text,
+                "logprobs": None if logprobs is None else completion_logprobs_object(logprobs),
+                "finish_reason": finish,
+            }
+        ],
     }
     if include_usage:
         chunk["usage"] = use

@@ -42,6 +42,7 @@ from mlx_lm.sample_utils import apply_top_p
 
 from core.worker import kvbits
 from core.worker import protocol as p
+from core.worker.constrain import GrammarRefused, Grammars, Prepared, prepare
 from core.worker.faults import Faults, hooked
 from core.worker.linktest import link_test
 from core.worker.promptcache import DEFAULT_BYTES, PromptCache, kv_bytes_per_token
@@ -66,6 +67,9 @@ class Running:
     generated: int = 0  # tokens sampled, the end-of-sequence one included
     last_token: int | None = None
     pieces: list[str] = field(default_factory=list)
+    sampling: Prepared | None = None  # its grammar and logprobs (core.worker.constrain)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # per token, when asked
+    refused: str | None = None  # rank 0 could not compile its grammar: ended with this error
 
 
 def greedy(logprobs: mx.array) -> mx.array:
@@ -200,6 +204,7 @@ class Batcher:
         )
         self._shared = shard.token_from_rank0 and group.size() > 1
         self._greedy = from_rank0(greedy, group) if self._shared else greedy
+        self.grammars = Grammars(tokenizer, _vocab_size(shard.config))
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -326,6 +331,21 @@ class Batcher:
             sampler = self.faults.guard(request, hooked(command, sampler))
         if self._shared and sampler is not self._greedy:
             sampler = from_rank0(sampler, self.group)
+        try:
+            sampling, unmet = prepare(
+                command,
+                sampler,
+                self.grammars,
+                self.rank,
+                self.group.size(),
+                self._shared,
+                lambda own: from_rank0(own, self.group),
+            )
+        except GrammarRefused as why:  # one rank alone: refused before it joins
+            self._refuse(request, str(why))
+            return
+        if unmet is not None:  # rank 0 of several: it joins, and every rank ends it
+            self.commands.cancels.add(request)
         tenant = command.get("tenant")
         cached, caches = self.prompts.fetch(ids, tenant) if self.prompts is not None else (0, None)
         (uid,) = self.generator.insert(
@@ -333,7 +353,8 @@ class Batcher:
             max_tokens=[max_tokens],
             caches=[caches] if caches is not None else None,
             all_tokens=[ids[:cached]] if caches is not None else None,
-            samplers=[sampler],
+            samplers=[sampling.sampler],
+            logits_processors=[self.faults.guard_processors(request, sampling.processors)],
         )
         self.running[uid] = Running(
             request=request,
@@ -344,6 +365,8 @@ class Batcher:
             started=started,
             detokenizer=self.shard.tokenizer.detokenizer,
             stops=StopScanner(command.get("stop", ())),
+            sampling=sampling,
+            refused=unmet,
         )
 
     def _refuse(self, request: str, message: str, code: str | None = None) -> None:
@@ -386,8 +409,9 @@ class Batcher:
             text += running.stops.flush()
         if self.rank == 0:  # every generated token has its event, end-of-sequence too (empty):
             running.pieces.append(text)  # the token events count what ``done`` counts
-            if self.stream_tokens:
-                self.events.token(running.request, index, int(response.token), text)
+            logprobs = self._logprobs(running, int(response.token), reason != "stop")
+            if self.stream_tokens and running.refused is None:  # refused: only its error
+                self.events.token(running.request, index, int(response.token), text, logprobs)
         if running.stops.stopped:
             self._finish(running, "stop")
             return True
@@ -396,11 +420,26 @@ class Batcher:
             return True
         return False
 
+    def _logprobs(self, running: Running, token: int, text: bool) -> dict[str, Any] | None:
+        """The step's logprobs (rank 0, when the request asked), kept for ``done`` too;
+        none for the end-of-sequence token (``text`` False), which is no text (OpenAI's)."""
+        if running.sampling is None or running.sampling.recorded is None:
+            return None
+        entry = running.sampling.logprobs(token, self.grammars)
+        if not text:
+            return None
+        if entry is not None:
+            running.logprobs.append(entry)
+        return entry
+
     def _finish(self, running: Running, reason: str) -> None:
         """Rank 0 reports the request's end: the ``done`` event one request alone gives."""
         self.commands.cancels.discard(running.request)
         self.faults.take(running.request)  # a fault in its last step came too late to matter
         if self.rank != 0:
+            return
+        if running.refused is not None:
+            self._refuse(running.request, running.refused)
             return
         now = time.monotonic()
         first = running.first_at
@@ -418,6 +457,7 @@ class Batcher:
             text="".join(running.pieces),
             peak_generation_bytes=METER.peak(),  # the process's, since loaded (residency)
             cached_tokens=running.cached_tokens,
+            logprobs=running.logprobs if running.sampling and running.sampling.recorded else None,
         )
 
     def _remove(self, uids: list[int]) -> None:
@@ -432,6 +472,12 @@ class Batcher:
                 self.prompts.store(list(tokens), caches, tenant)
         for uid in uids:
             self.running.pop(uid, None)
+
+
+def _vocab_size(config: dict[str, Any]) -> int | None:
+    text = config.get("text_config")
+    value = (text if isinstance(text, dict) else config).get("vocab_size")
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _ints(array: mx.array) -> list[int]:

@@ -47,6 +47,23 @@ class Faults:
 
         return sample
 
+    def guard_processors(self, request: str, processors: list[Any]) -> list[Any]:
+        """``processors`` (a grammar's mask, ...) for ``request``: what one raises is noted
+        and the logits pass through it unchanged; the request ends as its sampler's would."""
+
+        def guarded(processor: Any) -> Any:
+            def process(tokens: mx.array, logits: mx.array) -> mx.array:
+                try:
+                    out: mx.array = processor(tokens, logits)
+                    return out
+                except Exception as error:
+                    self.note(request, error)
+                    return logits
+
+            return process
+
+        return [guarded(processor) for processor in processors]
+
     def note(self, request: str, error: BaseException) -> None:
         with self._lock:
             self._said.setdefault(request, _first_line(error))
@@ -62,7 +79,7 @@ class Faults:
 
     def message(self, request: str) -> str:
         said = self.take(request) or "an error"
-        return f"The request failed on the cluster while sampling its next token: {said}"
+        return f"The request failed on the cluster while choosing its next token: {said}"
 
 
 def _first_line(error: BaseException) -> str:

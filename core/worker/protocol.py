@@ -12,7 +12,9 @@ stdin closing tells a rank its controller is gone)::
      "temperature": 0.0, "top_p": 1.0, "seed": 7, "stop": ["Q:"]}   (sampling optional)
     (optional: "tokens": [1, 2, ...], the prompt's ids as the controller rendered and
      tokenized it, used instead of prompt/messages; "tenant": "key_ab12cd34", whose prompt
-     cache entries the request may reuse and keep, none: the common ones)
+     cache entries the request may reuse and keep, none: the common ones; "grammar": an
+     llguidance grammar the answer must follow; "logprobs": 0-20, report each token's
+     log-probability and that many alternatives: ``core.worker.constrain``)
     {"op": "cancel", "id": "r1"}   (end that answer at its next token: done, "cancelled")
     {"op": "link_test", "id": "t1", "sizes": [4096, 67108864], "pairs": [[0, 1]], "scale": 1}
     {"op": "stop"}
@@ -40,11 +42,13 @@ loaded      load_s, memory_bytes, layers ([start, end) or null for tensor), stra
             ({name, type, fused, precision}: the adapter fused in, with --adapter)]
 ready       (rank 0, once every rank has loaded and synchronised)
 token       request, index (0-based), token (id), text (the new piece of text; empty for
-            the end-of-sequence token: one event per generated token)
+            the end-of-sequence token: one event per generated token)[, logprobs
+            (asked for: OpenAI's {token, logprob, bytes, top_logprobs})]
 done        request, prompt_tokens, prompt_tps, generation_tokens, generation_tps,
             ttft_s, finish_reason ("stop", "length" or "cancelled"), peak_memory_bytes (MLX's),
             peak_generation_bytes (the process's most since loaded, as peak_load_bytes), text
             [, cached_tokens (batching ranks: the prompt's tokens the prompt cache held)]
+            [, logprobs (asked for: the token events' logprobs, in order)]
 traffic     interval_s, sent ({peer rank: bytes}), received ({peer rank: bytes})
 heartbeat   (every HEARTBEAT_S from the rank's first line, so silence means a hang);
             stage (the ``loading`` stage, until the rank has loaded), peak_bytes (the most
@@ -158,6 +162,8 @@ PREFILL_STEP = 512
 # ``make bench``'s ``shared_serve``).
 PREFILL_STEP_BESIDE_STREAMS = 128
 MAX_PROMPT_IDS = 1 << 21  # a generate command's ``tokens``: more than any model's context
+MAX_GRAMMAR_CHARS = 1 << 24  # a generate command's ``grammar`` (the API's body is smaller)
+MAX_TOP_LOGPROBS = 20  # a generate command's ``logprobs``: alternatives per token, as OpenAI
 # The batching ranks' prompt cache (``--prompt-cache-mb``): conversations' KV caches kept
 # between requests, at most this many MB a rank (``core.worker.promptcache``).
 DEFAULT_PROMPT_CACHE_MB = 256
@@ -231,6 +237,7 @@ class Token(_Stamp):
     index: int
     token: int
     text: str
+    logprobs: NotRequired[dict[str, Any]]  # asked for: core.worker.constrain
 
 
 class Done(_Stamp):
@@ -246,6 +253,7 @@ class Done(_Stamp):
     text: str
     peak_generation_bytes: NotRequired[int | None]  # the process's most since loaded
     cached_tokens: NotRequired[int]  # batching ranks: the prompt's tokens the prompt cache held
+    logprobs: NotRequired[list[dict[str, Any]]]  # asked for: each token's, in order
 
 
 class Traffic(_Stamp):
@@ -429,18 +437,26 @@ class EventWriter:
     def ready(self) -> None:
         self.write(Ready(event=READY, rank=self.rank, t=time.monotonic()))
 
-    def token(self, request: str, index: int, token: int, text: str) -> None:
-        self.write(
-            Token(
-                event=TOKEN,
-                rank=self.rank,
-                t=time.monotonic(),
-                request=request,
-                index=index,
-                token=token,
-                text=text,
-            )
+    def token(
+        self,
+        request: str,
+        index: int,
+        token: int,
+        text: str,
+        logprobs: dict[str, Any] | None = None,
+    ) -> None:
+        event = Token(
+            event=TOKEN,
+            rank=self.rank,
+            t=time.monotonic(),
+            request=request,
+            index=index,
+            token=token,
+            text=text,
         )
+        if logprobs is not None:
+            event["logprobs"] = logprobs
+        self.write(event)
 
     def done(
         self,
@@ -455,6 +471,7 @@ class EventWriter:
         text: str,
         peak_generation_bytes: int | None = None,
         cached_tokens: int | None = None,
+        logprobs: list[dict[str, Any]] | None = None,
     ) -> None:
         event = Done(
             event=DONE,
@@ -474,6 +491,8 @@ class EventWriter:
             event["peak_generation_bytes"] = peak_generation_bytes
         if cached_tokens is not None:
             event["cached_tokens"] = cached_tokens
+        if logprobs is not None:
+            event["logprobs"] = logprobs
         self.write(event)
 
     def traffic(self, interval_s: float, sent: dict[str, int], received: dict[str, int]) -> None:
@@ -789,6 +808,16 @@ def _check_generate(record: dict[str, Any]) -> None:
     stop = record.get("stop", [])
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise ValueError("'stop' must be a list of non-empty texts")
+    if "grammar" in record and not (
+        isinstance(record["grammar"], str) and 0 < len(record["grammar"]) <= MAX_GRAMMAR_CHARS
+    ):
+        raise ValueError(f"'grammar' must be a text of 1 to {MAX_GRAMMAR_CHARS} characters")
+    if "logprobs" in record and not (
+        isinstance(record["logprobs"], int)
+        and not isinstance(record["logprobs"], bool)
+        and 0 <= record["logprobs"] <= MAX_TOP_LOGPROBS
+    ):
+        raise ValueError(f"'logprobs' must be a whole number from 0 to {MAX_TOP_LOGPROBS}")
 
 
 def _number(value: Any) -> bool:

@@ -36,6 +36,7 @@ from mlx_lm.generate import generation_stream, stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from core.worker import protocol as p
+from core.worker.constrain import GrammarRefused, Grammars, prepare
 from core.worker.faults import Faults, hooked
 from core.worker.linktest import link_test
 from core.worker.residency import METER
@@ -210,8 +211,26 @@ def generate(
     sampler = make_sampler(float(command.get("temperature", 0.0)), float(command.get("top_p", 1.0)))
     faults = Faults()  # the sampler raising ends this request alone, on every rank alike
     sampler = faults.guard(request, hooked(command, sampler))
-    if shard.token_from_rank0 and group is not None and group.size() > 1:
+    shared = bool(shard.token_from_rank0 and group is not None and group.size() > 1)
+    if shared and group is not None:
         sampler = _from_rank0(sampler, group)
+    grammars = _grammars(shard)
+    size = group.size() if group is not None else 1
+    try:
+        sampling, unmet = prepare(
+            command,
+            sampler,
+            grammars,
+            rank,
+            size,
+            shared,
+            lambda own: _from_rank0(own, group) if group is not None else own,
+        )
+    except GrammarRefused as why:  # one rank alone: refused before it starts
+        events.error(message=str(why), fatal=False, request=request)
+        return
+    if unmet is not None and cancels is not None:  # rank 0 of several: ended by all
+        cancels.add(request)
     stops = StopScanner(command.get("stop", ()))
     agreement = _Agreement(group)
 
@@ -226,12 +245,14 @@ def generate(
     first_at = None
     pieces: list[str] = []
     last = None
+    logprobs: list[dict[str, Any]] = []
     tokens = stream_generate(
         shard.model,
         shard.tokenizer,
         ids,
         max_tokens=max_tokens,
-        sampler=sampler,
+        sampler=sampling.sampler,
+        logits_processors=faults.guard_processors(request, sampling.processors),
         prefill_step_size=p.PREFILL_STEP,
         prompt_progress_callback=between_chunks,
     )
@@ -255,8 +276,13 @@ def generate(
         # events' count and timestamps give the same figures (core.run.measure.telemetry).
         if rank == 0:
             pieces.append(text)
-            if stream_tokens:
-                events.token(request=request, index=index, token=int(response.token), text=text)
+            entry = sampling.logprobs(int(response.token), grammars)
+            if response.finish_reason == "stop":  # the end-of-sequence token: no text
+                entry = None
+            if entry is not None:
+                logprobs.append(entry)
+            if stream_tokens and unmet is None:  # refused: only its error
+                events.token(request, index, int(response.token), text, entry)
         if stops.stopped:
             break
     # stream_generate evaluates the next step ahead, asynchronously, and may leave it in
@@ -272,6 +298,8 @@ def generate(
         finish_reason = "stop"
     if rank == 0 and cancelled and faults.failed(request):  # ended for its own fault
         events.error(message=faults.message(request), fatal=False, request=request)
+    elif rank == 0 and unmet is not None:
+        events.error(message=unmet, fatal=False, request=request)
     elif rank == 0:
         events.done(
             request=request,
@@ -284,7 +312,22 @@ def generate(
             peak_memory_bytes=int(mx.get_peak_memory()),
             text="".join(pieces),
             peak_generation_bytes=METER.peak(),  # the process's, since loaded (residency)
+            logprobs=logprobs if sampling.recorded is not None else None,
         )
+
+
+_GRAMMARS: dict[int, Grammars] = {}
+
+
+def _grammars(shard: Shard) -> Grammars:
+    """The shard's grammar compiler, made once (its llguidance tokenizer is built on the
+    first request that needs it)."""
+    key = id(shard.tokenizer)
+    if key not in _GRAMMARS:
+        text = shard.config.get("text_config")
+        vocab = (text if isinstance(text, dict) else shard.config).get("vocab_size")
+        _GRAMMARS[key] = Grammars(shard.tokenizer, vocab if isinstance(vocab, int) else None)
+    return _GRAMMARS[key]
 
 
 def _until_prompt_cancelled(tokens: Iterator[Any]) -> Iterator[Any]:

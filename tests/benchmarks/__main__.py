@@ -3,7 +3,7 @@
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
 finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate,serve_memory,shared_serve,
-serve_many,kv_cache picks some;
+serve_many,kv_cache,structured picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -213,6 +213,12 @@ def _kv_cache(model) -> dict:
     return bench_kv_cache(model)
 
 
+def _structured(model) -> dict:
+    from tests.benchmarks.bench_structured import bench_structured
+
+    return bench_structured(model)
+
+
 def _tune_fit(_model) -> dict:
     from tests.benchmarks.bench_tune_fit import bench_tune_fit
 
@@ -250,6 +256,7 @@ BENCHES = {
     "shared_serve": _shared_serve,
     "serve_many": _serve_many,
     "kv_cache": _kv_cache,
+    "structured": _structured,
 }
 
 

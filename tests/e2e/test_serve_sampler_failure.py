@@ -73,7 +73,7 @@ def test_a_sampler_raising_in_the_ranks_ends_its_request_alone(
         failing = _chat(served, temperature=0.7, seed=FAILING_SEED, max_tokens=20)
         assert failing.status_code == 400, failing.text
         message = failing.json()["error"]["message"]
-        assert "while sampling its next token" in message and "tests' sampler failure" in message
+        assert "while choosing its next token" in message and "tests' sampler failure" in message
         if beside is not None:
             beside.join(180)
             assert ends == ["length"]  # the stream beside it finished its whole answer

@@ -29,6 +29,23 @@ def test_a_raising_sampler_gives_the_rows_argmax_and_notes_its_request_alone() -
     assert not faults.failed("r1")  # said once, then forgotten
 
 
+def test_a_raising_logits_processor_passes_the_logits_and_notes_its_request_alone() -> None:
+    """A grammar's mask (or any processor) that raises: the step goes on with the logits
+    as they were, and the request ends as its sampler's failure would."""
+    faults = Faults()
+    logits = mx.array([[0.1, 0.7, 0.2]])
+
+    def broken(_tokens: mx.array, _logits: mx.array) -> mx.array:
+        raise RuntimeError("the grammar lost its state")
+
+    (guarded,) = faults.guard_processors("r1", [broken])
+    assert guarded(mx.array([1]), logits).tolist() == logits.tolist()
+    (fine,) = faults.guard_processors("r2", [lambda _t, lg: lg * 2])
+    assert fine(mx.array([1]), logits).tolist() == (logits * 2).tolist()
+    assert faults.failed("r1") and not faults.failed("r2")
+    assert faults.message("r1").endswith("RuntimeError: the grammar lost its state")
+
+
 def test_the_tests_hook_fails_only_its_seed_and_only_when_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

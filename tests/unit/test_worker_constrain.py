@@ -1,0 +1,127 @@
+"""``core.worker.constrain`` on a real tokenizer (the tiny llama's byte-level BPE): a
+grammar's mask, driven by random logits the way mlx-lm's batch drives a logits
+processor, always ends in text that validates; the recorded logprobs are the sampled
+distribution's; the generate command's new fields are checked."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import mlx.core as mx
+import pytest
+from mlx_lm.utils import load_tokenizer
+
+from core.serve.structured import json_schema_constraint
+from core.worker import protocol as p
+from core.worker.constrain import GrammarRefused, Grammars, prepare
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 6},
+        "size": {"enum": ["S", "M", "L"]},
+        "dims": {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
+        "inner": {
+            "type": "object",
+            "properties": {"ok": {"type": "boolean"}},
+            "required": ["ok"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "size", "inner"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_models: dict[str, Path]) -> Any:
+    return load_tokenizer(tiny_models["llama"])
+
+
+def _decode(tokenizer: Any, grammar: str, seed: int, limit: int = 400) -> tuple[str, bool]:
+    """Drive one request's processor and sampler as mlx-lm's batch does (the processor
+    sees the last token fed, then masks): its text and whether it ended with EOS."""
+    grammars = Grammars(tokenizer, None)
+    command = {"grammar": grammar, "temperature": 1.0, "seed": seed, "logprobs": 3}
+
+    def sampler(logprobs: mx.array) -> mx.array:
+        return mx.random.categorical(logprobs, key=mx.random.key(rng.randrange(1 << 30)))[None]
+
+    rng = random.Random(seed)
+    prepared, unmet = prepare(command, sampler, grammars, 0, 1, False, lambda own: own)
+    assert unmet is None
+    vocab = grammars.ll.vocab_size
+    fed = mx.array([1])
+    out: list[int] = []
+    for _ in range(limit):
+        logits = mx.random.normal((1, vocab), key=mx.random.key(rng.randrange(1 << 30))) * 4
+        for processor in prepared.processors:
+            logits = processor(fed, logits)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        token = int(prepared.sampler(logprobs).item())
+        entry = prepared.logprobs(token, grammars)
+        assert entry is not None
+        tops = [t["logprob"] for t in entry["top_logprobs"]]
+        assert tops == sorted(tops, reverse=True)
+        assert sum(2.718281828**v for v in tops) <= 1 + 1e-4
+        if token in tokenizer.eos_token_ids:
+            return tokenizer.decode(out), True
+        out.append(token)
+        fed = mx.array([token])
+    return tokenizer.decode(out), False
+
+
+def test_the_mask_makes_random_logits_write_valid_json(tokenizer: Any) -> None:
+    grammar = json_schema_constraint(SCHEMA, True, "schema").grammar
+    for seed in range(6):
+        text, ended = _decode(tokenizer, grammar, seed)
+        assert ended, f"no end within the limit: {text!r}"
+        jsonschema.validate(json.loads(text), SCHEMA)
+
+
+def test_a_grammar_the_rank_cannot_compile_is_refused(tokenizer: Any) -> None:
+    with pytest.raises(GrammarRefused):
+        Grammars(tokenizer, None).processor('{"grammars": [{"json_schema": {"type": 5}}]}')
+
+
+def test_on_several_ranks_rank_0_alone_masks_and_the_others_take_its_token(
+    tokenizer: Any,
+) -> None:
+    grammar = json_schema_constraint(SCHEMA, True, "schema").grammar
+    wrapped: list[Any] = []
+
+    def sampler(logprobs: mx.array) -> mx.array:
+        return mx.argmax(logprobs, axis=-1)
+
+    def to_rank0(own: Any) -> Any:
+        wrapped.append(own)
+        return own
+
+    command = {"grammar": grammar, "logprobs": 2}
+    other, unmet = prepare(command, sampler, Grammars(tokenizer, None), 1, 2, False, to_rank0)
+    assert other.processors == [] and other.recorded is None and unmet is None
+    assert wrapped == [sampler]  # a tensor group's other rank takes rank 0's token
+    first, unmet = prepare(command, sampler, Grammars(tokenizer, None), 0, 2, False, to_rank0)
+    assert len(first.processors) == 1 and first.recorded is not None and unmet is None
+    plain, _ = prepare({}, sampler, Grammars(tokenizer, None), 1, 2, False, to_rank0)
+    assert plain.sampler is sampler and len(wrapped) == 2  # no grammar: its own sample
+    bad = {"grammar": '{"grammars": [{"json_schema": {"type": 5}}]}'}
+    _, unmet = prepare(bad, sampler, Grammars(tokenizer, None), 0, 2, False, to_rank0)
+    assert unmet is not None and "compile" in unmet  # rank 0 of two: joins, then ended
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [({"grammar": ""}, "grammar"), ({"grammar": 3}, "grammar"), ({"logprobs": 21}, "logprobs")],
+)
+def test_the_generate_command_checks_grammar_and_logprobs(
+    fields: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(ValueError, match=said):
+        p.parse_command(p.encode_command(p.OP_GENERATE, id="r", prompt="x", **fields))
+    ok = p.parse_command(p.encode_command(p.OP_GENERATE, id="r", grammar="g", logprobs=20))
+    assert ok["logprobs"] == 20
