@@ -26,6 +26,7 @@ from core.run import demo
 from core.run.placement import ClusterError
 from core.run.session import Session, simulated_hosts
 from core.run.states import Step
+from core.run.tasks.watch import Phase
 from core.worker.vocab import Strategy
 
 
@@ -80,7 +81,7 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
             split=split_of(args),
             adapter=args.adapter,
         )
-        follow(session, stage, err)
+        follow(stage, err)(session, Phase.RUN)
         session.start(Step.PLAN)
         check_max_tokens(args.max_tokens)
         spec = session.job_spec()

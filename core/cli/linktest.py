@@ -66,11 +66,10 @@ def run_linktest(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
-    follow(session, stage, err)
     session.event.connect(lambda event: _say_testing(event, stage, err))
     session.step_started.connect(lambda step: _say_starting(session, step, err))
     try:
-        tested = measure_links(session, scale)
+        tested = measure_links(session, scale, follow(stage, err))
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2

@@ -38,6 +38,7 @@ from core.run.placement import ClusterError
 from core.run.planning import Serving
 from core.run.session import Session, real_hosts
 from core.run.states import Step
+from core.run.tasks.watch import Phase, Watch
 from core.settings import MODEL_SOURCES, load_settings
 from core.worker import protocol as p
 from core.worker.vocab import Backend, Strategy
@@ -159,12 +160,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
 
 
 def open_session(
-    args: argparse.Namespace, err: TextIO, stage: Stage, show_launch: bool = False
+    args: argparse.Namespace, err: TextIO, watch: Watch, show_launch: bool = False
 ) -> Session:
     """The session for ``args``' model on its hosts, started up to the copy (``show_launch``:
-    up to the checks, which try no path), each step said on ``err``: what ``macmesh run``
-    and ``macmesh serve`` share. ClusterError, ModelError or ValueError with the reason
-    when a step cannot go on."""
+    up to the checks, which try no path), each step said by ``watch`` (``follow``): what
+    ``macmesh run`` and ``macmesh serve`` share. ClusterError, ModelError or ValueError
+    with the reason when a step cannot go on."""
     info = resolve_model(args.model, to_run=True)
     hosts = [h for h in args.hosts.split(",") if h.strip()]
     targets = make_targets(hosts, args.python, args.cache_root)
@@ -180,7 +181,7 @@ def open_session(
         model_source=args.model_source or load_settings().model_source,
         serving=serving_of(args),
     )
-    follow(session, stage, err)
+    watch(session, Phase.RUN)
     err.write(f"{info.summary()}\n{with_adapter(session)}")
     checked = session.start(Step.PREFLIGHT)
     report = session.report
@@ -205,7 +206,7 @@ def open_session(
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> int:
     try:
         check_max_tokens(args.max_tokens)
-        session = open_session(args, err, stage, args.show_launch)
+        session = open_session(args, err, follow(stage, err), args.show_launch)
         if args.show_launch:
             launch = session.launch_command()
         else:

@@ -34,7 +34,8 @@ further step and stops a job it started. A ``KeyboardInterrupt`` raised in a ste
 Signals, and the thread each fires on:
 
 - ``state_changed(state, detail)``: a ``core.run.states.RunState``; ``detail`` is why, for
-  NOT_READY after a failed step and FAILED (the launcher's message), else "". On the
+  NOT_READY after a failed step or check (``PreflightReport.failed_detail``) and FAILED
+  (the launcher's message), else "". On the
   thread running the step, or on the job's threads for LOADING/READY/GENERATING/
   STOPPING/FAILED. Emitted with the session's lock held, so slots see them in order.
 - ``checked(report)``: the ``PreflightReport``, on the preflight step's thread.
@@ -362,7 +363,8 @@ class Session:
             self.report = report
             self.checked.emit(report)
             if not report.ok and not self.cancelled:
-                self._set(RunState.NOT_READY)
+                self.error = report.failed_detail()  # which failed; the report has the fixes
+                self._set(RunState.NOT_READY, self.error)
             return report
 
     def copy(self) -> list[CopyResult]:

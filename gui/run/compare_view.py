@@ -128,7 +128,7 @@ class CompareRunner(QObject):
                 plan.strategy,
                 prompt,
                 max_tokens,
-                on_session=on_session,
+                watch=on_session,
                 split=split,
                 job_factory=self._job_factory,
             )

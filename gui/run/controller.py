@@ -329,11 +329,11 @@ class RunController(QObject):
             model = self.info.name if self.info else "the model"
             self._set_state(state, f"Copying {model} to {names}…")
         elif state == RunState.NOT_READY:
-            if detail:
+            if session.report is not None and not session.report.ok:
+                self._checks_failed()  # the checks view shows each fix
+            elif detail:
                 what = FAILED_STEP.get(session.step) if session.step else None
                 self._not_ready(f"{what}: {detail}" if what else detail)
-            else:
-                self._checks_failed()
         elif state == RunState.LOADING:
             if self.state != RunState.LOADING:
                 self._loading()

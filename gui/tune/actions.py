@@ -79,7 +79,7 @@ class AdapterActions(QObject):
                 question,
                 max_tokens,
                 adapter,
-                on_session=on_session,
+                watch=on_session,
                 job_factory=job_factory,
             )
             if self._stopper.stopped:

@@ -42,6 +42,7 @@ from core.run.placement import ClusterError, in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState, Step
 from core.run.tasks.records import job_record
+from core.run.tasks.watch import Phase, Watch, watched
 from core.tune.adapters import Adapter, new_adapter_folder, read_adapter, write_metadata
 from core.tune.data import DEMO_DATA, DEMO_SETTINGS, DataError, read_data
 from core.tune.fit import training_fit, tune_strategy
@@ -73,7 +74,7 @@ class TrainReport:
 class FineTune:
     """One fine-tune of ``info`` on ``hosts`` with the ``data`` (a folder or a .jsonl
     file) and ``settings``; the adapter is called ``name`` (default: the model's name and
-    the date)."""
+    the date). ``watch`` hears of its session as it starts (``Phase.TRAIN``)."""
 
     state_changed = Signal(str, str)  # RunState, detail
     report = Signal(object)  # TrainReport
@@ -89,6 +90,7 @@ class FineTune:
         data: Path,
         settings: TuneSettings,
         name: str | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.info, self.hosts, self.data, self.settings = info, list(hosts), Path(data), settings
         self.name = name or f"{info.name} {time.strftime('%Y-%m-%d %H:%M')}"
@@ -108,6 +110,7 @@ class FineTune:
             strategy=tune_strategy(len(hosts)),
             task=Task.FINETUNE,
         )
+        self._watch = watch  # hears of the session as it starts (its checks, its copies)
         self.session.state_changed.connect(self._on_state)
         self.session.event.connect(self._on_event)
         self._peaks: dict[int, int] = {}
@@ -157,6 +160,7 @@ class FineTune:
             "tune_settings": self.settings.to_dict(),
             "out": self.out,
         }
+        watched(self._watch, self.session, Phase.TRAIN)
         try:
             started = self.session.start(Step.PLAN)
             if started:
