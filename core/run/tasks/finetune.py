@@ -142,10 +142,11 @@ class FineTune:
         """The node of each rank, rank order (once planned)."""
         return self.session.rank_nodes() if self.session.plan else [h.name for h in self.hosts]
 
-    def start(self) -> bool:
+    def start(self, watch: Watch | None = None) -> bool:
         """Check the settings and data, then the session's steps with the fit checked once
         planned (the data goes to the nodes with the model); True once the ranks are
-        starting (False: a check failed or it was cancelled, as ``Session.start``)."""
+        starting (False: a check failed or it was cancelled, as ``Session.start``).
+        ``watch``: who hears of the session (else the one given at construction)."""
         self.settings.check(len(self.hosts))
         folder = _new_folder(paths.cache_dir() / "finetune-data")
         self.data_sha256, self.data_examples = prepare_data(
@@ -160,7 +161,7 @@ class FineTune:
             "tune_settings": self.settings.to_dict(),
             "out": self.out,
         }
-        watched(self._watch, self.session, Phase.TRAIN)
+        watched(watch or self._watch, self.session, Phase.TRAIN)
         try:
             started = self.session.start(Step.PLAN)
             if started:
