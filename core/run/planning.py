@@ -79,7 +79,7 @@ class Serving:
         """What a plan was made for (``chat_options`` made its options from a Serving)."""
         return cls(options.batch, options.prompt_cache_bytes // MIB)
 
-    def job_fields(self) -> dict[str, int]:
+    def spec_fields(self) -> dict[str, int]:
         """The ``JobSpec`` fields that run it."""
         return {"batch": self.batch, "prompt_cache_mb": self.prompt_cache_mb}
 

@@ -2,10 +2,11 @@
 behind ``macmesh finetune`` and the window's Fine-tune view.
 
 Built on ``core.run.session.Session`` (the same steps as a Start: probe, plan, checks,
-copy, launch) with ``task=FINETUNE``: the plan's ranks each hold the whole model (data
-parallel) and run ``core.worker.finetune`` (mlx-lm's trainer). Before the steps the data
-is read and checked (``core.tune.data``) and written in mlx-lm's layout into a folder the
-ranks read; the settings are checked for the rank count (``TuneSettings.check``).
+copy, launch) with a ``TrainingPayload`` (``core.run.tasks.training_payload``): the
+plan's ranks each hold the whole model (data parallel) and run ``core.worker.finetune``
+(mlx-lm's trainer). Before the steps the data is read and checked (``core.tune.data``)
+and written in mlx-lm's layout into a folder the ranks read; the settings are checked
+for the rank count (``TuneSettings.check``).
 
 Rank 0 writes the adapter (mlx-lm's ``adapters.safetensors`` + ``adapter_config.json``,
 checkpoints beside them) straight into the adapter's folder in the user data folder (on
@@ -42,13 +43,14 @@ from core.run.placement import ClusterError, in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState, Step
 from core.run.tasks.records import job_record
+from core.run.tasks.training_payload import TrainingPayload
 from core.run.tasks.watch import Phase, Watch, watched
 from core.tune.adapters import Adapter, new_adapter_folder, read_adapter, write_metadata
 from core.tune.data import DEMO_DATA, DEMO_SETTINGS, DataError, read_data
 from core.tune.fit import training_fit, tune_strategy
 from core.tune.settings import SettingsError, TuneSettings
 from core.worker import protocol as p
-from core.worker.vocab import JobState, Task
+from core.worker.vocab import JobState
 
 STOP_WITHIN_S = 600.0  # after stop(): the ranks' agreed stop, save and exit
 CHECKPOINT = re.compile(r"^(\d+)_adapters\.safetensors$")
@@ -104,11 +106,9 @@ class FineTune:
         self.data_examples = 0
         self.trained: p.Trained | None = None  # rank 0's ``trained`` event
         self.error = ""
+        self.payload = TrainingPayload()  # what the session ships: filled by start()
         self.session = Session(
-            info,
-            hosts,
-            strategy=tune_strategy(len(hosts)),
-            task=Task.FINETUNE,
+            info, hosts, strategy=tune_strategy(len(hosts)), payload=self.payload
         )
         self._watch = watch  # hears of the session as it starts (its checks, its copies)
         self.session.state_changed.connect(self._on_state)
@@ -118,7 +118,6 @@ class FineTune:
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._finishing = False
-        self._remote_out: str | None = None  # the adapter on rank 0's node, when remote
         # The run as the history keeps it: seconds from the start, and the figure.
         self.started = time.time()
         self._origin = time.monotonic()
@@ -156,11 +155,7 @@ class FineTune:
         self.out = new_adapter_folder(self.name)
         self.started = time.time()
         self._origin = time.monotonic()
-        self.session.job_fields = {
-            "data": folder,
-            "tune_settings": self.settings.to_dict(),
-            "out": self.out,
-        }
+        self.payload.ready(folder, self.settings.to_dict(), self.out)
         watched(watch or self._watch, self.session, Phase.TRAIN)
         try:
             started = self.session.start(Step.PLAN)
@@ -174,7 +169,6 @@ class FineTune:
         if not started or job is None:
             self._discard_unused()
             return False
-        self._remote_out = self.session.remote_out
         job.state_changed.connect(self._on_job_state)
         if job.state in (JobState.STOPPED, JobState.FAILED):
             self._on_job_state(job.state.value, job.message)
@@ -328,11 +322,12 @@ class FineTune:
         out = self.out
         if out is None:
             return None
-        if self._remote_out is not None:
+        remote_out = self.payload.remote_out
+        if remote_out is not None:
             try:
                 plan = self.session.plan
                 assert plan is not None  # a job ran
-                fetch_folder(in_rank_order(plan, self.session.targets)[0], self._remote_out, out)
+                fetch_folder(in_rank_order(plan, self.session.targets)[0], remote_out, out)
             except (SSHError, OSError, tarfile.TarError) as exc:
                 self.error = self.error or f"the adapter could not be fetched from rank 0: {exc}"
         trained = self.trained
