@@ -24,8 +24,8 @@ from core.cli.steps import follow
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
-from core.run.placement import ClusterError
 from core.run.planning import EstimateBeside, estimate_cell
 from core.run.tasks.compare import (
     AdapterComparison,

@@ -30,13 +30,13 @@ from core import paths
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import split_of
-from core.cli.run import add_cluster_arguments, open_session, serving_of
-from core.cli.steps import follow
+from core.cli.session import add_cluster_arguments, open_session, serving_of
+from core.cli.steps import follow, starting
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.run import demo
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
-from core.run.placement import ClusterError
 from core.run.session import Session, simulated_hosts
 from core.run.states import Step
 from core.run.tasks.watch import Phase, Watch
@@ -143,7 +143,7 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
             ),
             log=lambda line: _say(out, line),
         )
-        err.write(f"Starting {len(session.plan.ranks) if session.plan else '?'} rank(s)…\n")
+        err.write(starting(session.rank_nodes()))
         err.flush()
 
         def serving() -> None:

@@ -11,7 +11,7 @@ the ``Stage`` naming the step, so a Ctrl-C says what it interrupted.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, TextIO
 
@@ -87,6 +87,11 @@ def _run_words(session: Session, phase: Phase) -> tuple[str, str]:
         return f"running {which}", f"{which[0].upper()}{which[1:]} on {names}…\n"
     where = "one Mac" if phase is Phase.ONE_MAC else "the cluster"
     return f"running on {where}", f"On {where} ({names})…\n"
+
+
+def starting(nodes: Sequence[str]) -> str:
+    """The one line every command says as its ranks start: how many, on which Macs."""
+    return f"Starting {len(nodes)} rank(s) on {', '.join(nodes)}…\n"
 
 
 def progress_printer(write: Callable[[str], None]) -> Callable[[CopyProgress], None]:

@@ -73,10 +73,10 @@ from core.remote.transport import CopyCancelled, ModelCopyError
 from core.run import placement
 from core.run.checks.preflight import run_preflight
 from core.run.checks.report import PreflightReport
+from core.run.errors import ClusterError
 from core.run.job.launcher import Job, JobError, JobSpec
 from core.run.payload import Payload
 from core.run.placement import (
-    ClusterError,
     demo_launch,
     in_rank_order,
     job_spec,

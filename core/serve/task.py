@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.run.placement import ClusterError
+from core.run.errors import ClusterError
 from core.run.session import Session
 from core.run.states import RunState
 from core.run.tasks.watch import Phase, Watch, watched

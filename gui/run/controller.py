@@ -135,8 +135,9 @@ class RunController(QObject):
         if self.state.active:
             return
         self._detach()
+        from core.run.errors import ClusterError
         from core.run.measure.telemetry import Telemetry
-        from core.run.session import ClusterError, Host, Session  # numpy...: at the first Start
+        from core.run.session import Host, Session  # numpy...: at the first Start
         from core.settings import load_settings
 
         chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]

@@ -335,7 +335,7 @@ class RunPane(Card):
 
     def show_launch(self) -> None:
         """Open the mlx.launch dialog (worked out off the GUI thread)."""
-        from core.run.placement import ClusterError
+        from core.run.errors import ClusterError
 
         try:
             work = self.launch_job()

@@ -19,10 +19,10 @@ from typing import Any
 from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
+from core.run.errors import ClusterError
 from core.run.job.launcher import Job, JobSpec
 from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.measure.telemetry import Telemetry
-from core.run.placement import ClusterError
 from core.run.planning import EstimateBeside, estimates_beside, plan_on, sharing
 from core.run.session import Host, Session
 from core.run.states import Step

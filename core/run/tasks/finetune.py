@@ -38,8 +38,9 @@ from core import paths
 from core.model.info import ModelInfo
 from core.remote.folders import fetch_folder
 from core.remote.ssh import SSHError
+from core.run.errors import ClusterError
 from core.run.measure.history import RunKind, RunRecord, keep
-from core.run.placement import ClusterError, in_rank_order
+from core.run.placement import in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState, Step
 from core.run.tasks.records import job_record

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from core.cluster.topology import build_topology
+from core.run.errors import ClusterError
 from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.measure.links import (
     LinkResult,
@@ -17,7 +18,6 @@ from core.run.measure.links import (
     link_results,
     loopback_nominal,
 )
-from core.run.placement import ClusterError
 from core.run.states import Step
 from core.run.tasks.records import job_record
 from core.run.tasks.watch import Phase, Watch, watched
