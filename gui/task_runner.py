@@ -12,7 +12,7 @@ fixes, as Start does. A stale guard drops the news and the end of a task the run
 no longer runs (Stop, then a new task).
 
 Compare (``gui.run.compare_view``), the adapter actions (``gui.tune.actions``), the
-fine-tune's start (``gui.tune.controller``) and the Run pane's link test sit on it.
+fine-tune's start (``gui.tune.controller``) sit on it.
 """
 
 from __future__ import annotations
