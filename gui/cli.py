@@ -1,28 +1,16 @@
-"""``macmesh``: the app with no arguments, or a subcommand.
+"""``macmesh``: the app with no arguments, or a subcommand (``COMMANDS``, the one list of
+them: ``macmesh --help`` prints it).
 
 The composition root: the one module that knows both the GUI and the
 headless commands. It imports Qt only when a window is wanted, so the
 subcommands run on machines without a display.
-
-    macmesh                      the window (or, with no display, the headless demo)
-    macmesh demo [--headless]    the demo cluster (--replay FILE.zip: a capture's Macs)
-    macmesh plan MODEL ...       what fits where, and why
-    macmesh run MODEL --hosts .. the model on real Macs over SSH: one answer, then stop
-    macmesh nodes [--json]       the Macs (and Linux hosts) found, probed, and their cables
-    macmesh doctor [--json] [--capture FILE.zip]  every setup problem, each with its fix
-    macmesh serve --demo | MODEL --hosts ..  the cluster as an OpenAI-compatible API
-    macmesh linktest --demo|--hosts ..  every link's latency and bandwidth, through MLX
-    macmesh compare [MODEL] --demo|--hosts ..  one Mac against the cluster, side by side
-    macmesh finetune [MODEL] --data PATH --demo|--hosts ..  LoRA on the cluster: an adapter
-    macmesh history [--json|--csv]  the runs kept, newest first
-    macmesh keys new LABEL | list | revoke ID  the API keys (the window's and serve's)
-    macmesh models [...]         the models on this Mac; Hugging Face search and download
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -31,6 +19,34 @@ from typing import NoReturn
 
 from core import __version__
 from core.paths import FolderError
+
+# The headless subcommands, each once: name → (module, its function of argv, its help).
+# ``demo`` (the window, or --headless) is parsed here.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "plan": ("core.cli.plan", "plan_cli", "what fits where, pipeline or tensor, and why"),
+    "run": ("core.cli.run", "run_cli", "run a model on Macs over SSH, ask once"),
+    "nodes": ("core.cli.nodes", "nodes_cli", "the nodes found, their facts and cables"),
+    "doctor": (
+        "core.cli.doctor",
+        "doctor_cli",
+        "check this Mac and the nodes: each problem with its fix",
+    ),
+    "linktest": (
+        "core.cli.linktest",
+        "linktest_cli",
+        "every link's latency and bandwidth, through MLX",
+    ),
+    "compare": ("core.cli.compare", "compare_cli", "one Mac against the cluster, side by side"),
+    "history": ("core.cli.history", "history_cli", "the runs kept, newest first"),
+    "finetune": ("core.cli.finetune", "finetune_cli", "LoRA on the cluster: an adapter"),
+    "models": (
+        "core.cli.models",
+        "models_cli",
+        "the models on this Mac; search and download from Hugging Face",
+    ),
+    "serve": ("core.cli.serve", "serve_cli", "serve the cluster as an OpenAI-compatible API"),
+    "keys": ("core.cli.keys", "keys_cli", "make, list and revoke API keys"),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,27 +67,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE.zip",
         help="show a capture's Macs (macmesh doctor --capture) as the simulated Macs",
     )
-    commands.add_parser("plan", help="what fits where, pipeline or tensor, and why", add_help=False)
-    commands.add_parser("run", help="run a model on Macs over SSH, ask once", add_help=False)
-    commands.add_parser("nodes", help="the nodes found, their facts and cables", add_help=False)
-    commands.add_parser(
-        "doctor", help="check this Mac and the nodes: each problem with its fix", add_help=False
-    )
-    commands.add_parser(
-        "linktest", help="every link's latency and bandwidth, through MLX", add_help=False
-    )
-    commands.add_parser("compare", help="one Mac against the cluster, side by side", add_help=False)
-    commands.add_parser("history", help="the runs kept, newest first", add_help=False)
-    commands.add_parser("finetune", help="LoRA on the cluster: an adapter", add_help=False)
-    commands.add_parser(
-        "models",
-        help="the models on this Mac; search and download from Hugging Face",
-        add_help=False,
-    )
-    commands.add_parser(
-        "serve", help="serve the cluster as an OpenAI-compatible API", add_help=False
-    )
-    commands.add_parser("keys", help="make, list and revoke API keys", add_help=False)
+    for name, (_module, _function, said) in COMMANDS.items():
+        commands.add_parser(name, help=said, add_help=False)
     return parser
 
 
@@ -89,50 +86,11 @@ def _main(argv: list[str]) -> int:
         # The window, with its own options (--demo, --theme, --interfaces): skip building
         # the subcommands' parsers (they import numpy).
         return _app(argv)
-    if argv and argv[0] == "plan":
-        from core.cli.plan import plan_cli
-
-        return plan_cli(argv[1:])
-    if argv[0] == "nodes":
-        from core.cli.nodes import nodes_cli
-
-        return nodes_cli(argv[1:])
-    if argv[0] == "doctor":
-        from core.cli.doctor import doctor_cli
-
-        return doctor_cli(argv[1:])
-    if argv[0] == "models":
-        from core.cli.models import models_cli
-
-        return models_cli(argv[1:])
-    if argv[0] == "run":
-        from core.cli.run import run_cli
-
-        return run_cli(argv[1:])
-    if argv[0] == "serve":
-        from core.cli.serve import serve_cli
-
-        return _exit_now(serve_cli(argv[1:]))
-    if argv[0] == "linktest":
-        from core.cli.linktest import linktest_cli
-
-        return linktest_cli(argv[1:])
-    if argv[0] == "compare":
-        from core.cli.compare import compare_cli
-
-        return compare_cli(argv[1:])
-    if argv[0] == "finetune":
-        from core.cli.finetune import finetune_cli
-
-        return finetune_cli(argv[1:])
-    if argv[0] == "history":
-        from core.cli.history import history_cli
-
-        return history_cli(argv[1:])
-    if argv[0] == "keys":
-        from core.cli.keys import keys_cli
-
-        return keys_cli(argv[1:])
+    if argv[0] in COMMANDS:
+        module, function, _said = COMMANDS[argv[0]]
+        command: Callable[[list[str]], int] = getattr(importlib.import_module(module), function)
+        code = command(argv[1:])
+        return _exit_now(code) if argv[0] == "serve" else code
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)

@@ -10,8 +10,8 @@ import json
 from typing import TYPE_CHECKING, Any, TextIO
 
 from core.cli.interrupt import Stage, interrupted
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
-from core.run.placement import ClusterError
 from core.run.tasks.chat import chat
 from core.units import bytes_per_s, rate, seconds
 from core.worker import protocol as p

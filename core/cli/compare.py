@@ -20,13 +20,13 @@ from core.cli.answer import DEFAULT_PROMPT, check_max_tokens
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import add_adapter_argument, add_split_argument, split_of
+from core.cli.steps import follow
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
-from core.run.placement import ClusterError
 from core.run.planning import EstimateBeside, estimate_cell
-from core.run.session import Session
 from core.run.tasks.compare import (
     AdapterComparison,
     Comparison,
@@ -88,23 +88,7 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
         err.write(f"macmesh: {exc}\n")
         return 2
 
-    def watch(session: Session, what: str) -> None:
-        stage.session = session
-        if what in ("base", "adapter"):
-            which = "the base model" if what == "base" else f"base + {session.adapter_name}"
-            stage(f"running {which}")
-            err.write(f"{which[0].upper()}{which[1:]} on {', '.join(h.name for h in hosts)}…\n")
-            err.flush()
-            return
-        if what == "probing":
-            stage("probing the hosts")
-            if not args.demo:
-                err.write(f"Probing {len(session.hosts)} host(s)…\n")
-            return
-        stage(f"running on {'one Mac' if what == 'one Mac' else 'the cluster'}")
-        names = ", ".join(h.name for h in session.hosts)
-        err.write(f"On {'one Mac' if what == 'one Mac' else 'the cluster'} ({names})…\n")
-        err.flush()
+    watch = follow(stage, err)  # each run named, its checks with their fixes, its copies
 
     if args.adapter:
         return _said(
@@ -115,7 +99,7 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
                 args.prompt,
                 args.max_tokens,
                 args.adapter,
-                on_session=watch,
+                watch=watch,
                 split=split_of(args),
             ),
             answers_side_by_side,
@@ -130,7 +114,7 @@ def run_compare(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage
             args.strategy,
             args.prompt,
             args.max_tokens,
-            on_session=watch,
+            watch=watch,
             split=split_of(args),  # read inside _said: a bad --split is one line
         ),
         lambda result: side_by_side(result, result.beside),

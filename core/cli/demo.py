@@ -19,13 +19,14 @@ from core.cli.answer import (
 )
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import add_adapter_argument, add_split_argument, split_of
-from core.cli.steps import follow
+from core.cli.steps import follow, starting
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.run import demo
-from core.run.placement import ClusterError
+from core.run.errors import ClusterError
 from core.run.session import Session, simulated_hosts
 from core.run.states import Step
+from core.run.tasks.watch import Phase
 from core.worker.vocab import Strategy
 
 
@@ -80,7 +81,7 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
             split=split_of(args),
             adapter=args.adapter,
         )
-        follow(session, stage, err)
+        follow(stage, err)(session, Phase.RUN)
         session.start(Step.PLAN)
         check_max_tokens(args.max_tokens)
         spec = session.job_spec()
@@ -90,7 +91,7 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
     plan = session.plan
     assert plan is not None
     err.write(f"{info.summary()}\n{plan.reason}\n{with_adapter(session)}")
-    err.write(f"Starting {spec.nodes} rank(s)…\n")
+    err.write(starting(session.rank_nodes()))
     about = {
         "strategy": spec.rank_strategy,
         "nodes": spec.nodes,

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import INTERRUPTED, Stage, first_interrupt_only, interrupted
+from core.cli.steps import follow
 from core.cli.where import add_where_arguments, where_hosts
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, ModelInfo, read_model_info
@@ -72,7 +73,8 @@ def run_finetune(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
     try:
         stage("starting the ranks")
         if not tune.start():
-            err.write(f"macmesh: nothing was started: {tune.session.error or tune.state}\n")
+            why = tune.session.error or f"nothing was started ({tune.state})"
+            err.write(f"macmesh: {why}\n")
             return 1
         stage("training")
         err.write(f"Training on {', '.join(tune.nodes)}…\n")
@@ -111,7 +113,7 @@ def _prepare(args: argparse.Namespace, err: TextIO, stage: Stage) -> FineTune:
     base = default_settings(args.data).to_dict()
     settings = TuneSettings.from_dict({**base, **{k: v for k, v in given.items() if v is not None}})
     settings.check(len(hosts))
-    tune = FineTune(info, hosts, args.data, settings, name=args.name)
+    tune = FineTune(info, hosts, args.data, settings, name=args.name, watch=follow(stage, err))
     stage.session = tune.session
     return tune
 

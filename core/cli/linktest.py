@@ -19,11 +19,11 @@ from typing import TextIO
 
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
-from core.cli.steps import follow
+from core.cli.steps import follow, starting
 from core.cli.where import add_where_arguments, where_hosts
 from core.model.info import ModelError, read_model_info
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
-from core.run.placement import ClusterError
 from core.run.planning import links_simulated
 from core.run.session import Session
 from core.run.states import Step
@@ -66,11 +66,10 @@ def run_linktest(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stag
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
-    follow(session, stage, err)
     session.event.connect(lambda event: _say_testing(event, stage, err))
     session.step_started.connect(lambda step: _say_starting(session, step, err))
     try:
-        tested = measure_links(session, scale)
+        tested = measure_links(session, scale, follow(stage, err))
     except (ClusterError, ModelError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
@@ -103,7 +102,7 @@ def described(tested: LinkTest, *, simulated: bool) -> str:
 def _say_starting(session: Session, step: str, err: TextIO) -> None:
     if step == Step.LAUNCH:
         nodes = session.rank_nodes()
-        err.write(f"Starting {len(nodes)} rank(s) on {', '.join(nodes)}…\n")
+        err.write(starting(nodes))
         err.flush()
 
 

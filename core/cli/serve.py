@@ -31,15 +31,16 @@ from core.cli import serve_many
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import split_of
-from core.cli.run import add_cluster_arguments, open_session, serving_of
-from core.cli.steps import follow
+from core.cli.session import add_cluster_arguments, open_session, serving_of
+from core.cli.steps import follow, starting
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.run import demo
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
-from core.run.placement import ClusterError
 from core.run.session import Session, simulated_hosts
 from core.run.states import Step
+from core.run.tasks.watch import Phase, Watch
 from core.serve.answers import DEFAULT_WAITING
 from core.serve.keys import Gate, KeyFileError, KeyStore, key_file
 from core.serve.server import APIServer, ServeError, ServerOptions, bind, is_loopback
@@ -131,7 +132,8 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
         key, key_path, made = _key(args)
         stage("checking the address")
         bind(args.host, args.port).close()  # a taken port is said now, not after loading
-        session = _session(args, err, stage)
+        watch = follow(stage, err)
+        session = _session(args, err, stage, watch)
         gate = Gate(open_=True) if args.no_key else Gate(key=key, store=KeyStore())
         server = APIServer(
             session,
@@ -148,7 +150,7 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
             ),
             log=lambda line: _say(out, line),
         )
-        err.write(f"Starting {len(session.plan.ranks) if session.plan else '?'} rank(s)…\n")
+        err.write(starting(session.rank_nodes()))
         err.flush()
 
         def serving() -> None:
@@ -160,7 +162,7 @@ def _serve(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) -> 
             keys += f"; prompt cache {cache}"
             _say(out, f"Serving {session.info.name} at {server.address} ({keys}). Ctrl-C stops.")
 
-        ended = serve_session(session, server, serving)
+        ended = serve_session(session, server, serving, watch)
     except (ClusterError, ModelError, ServeError, KeyFileError, ValueError) as exc:
         err.write(f"macmesh: {exc}\n")
         return 2
@@ -242,11 +244,11 @@ def _key(args: argparse.Namespace) -> tuple[str | None, Path | None, bool]:
     return key, path, made
 
 
-def _session(args: argparse.Namespace, err: TextIO, stage: Stage) -> Session:
+def _session(args: argparse.Namespace, err: TextIO, stage: Stage, watch: Watch) -> Session:
     """The session to serve, started up to the copy: the demo's, or ``run``'s on real
     Macs (``open_session``: the same probe, plan, checks and copy)."""
     if not args.demo:
-        return open_session(args, err, stage)
+        return open_session(args, err, watch)
     named = args.demo_model if args.demo_model is not None else args.model
     if named is not None:
         info = resolve_model(named, to_run=True)
@@ -260,7 +262,7 @@ def _session(args: argparse.Namespace, err: TextIO, stage: Stage) -> Session:
         split=split_of(args),
         serving=serving_of(args),
     )
-    follow(session, stage, err)
+    watch(session, Phase.RUN)
     session.start(Step.COPY)
     session.job_spec()
     plan = session.plan

@@ -23,13 +23,13 @@ from typing import Any, TextIO
 from core.cli.demo import demo_model_said
 from core.cli.interrupt import Stage
 from core.cli.options import split_of
-from core.cli.run import make_targets, serving_of
+from core.cli.session import make_targets, serving_of
 from core.library.resolve import resolve_model
 from core.model.info import ModelInfo, read_model_info
 from core.plan.placement_many import place_together
 from core.plan.planner import Plan
 from core.run import demo
-from core.run.placement import ClusterError
+from core.run.errors import ClusterError
 from core.run.session import Session, real_hosts, simulated_hosts
 from core.run.states import Step
 from core.serve.keys import Gate, KeyStore

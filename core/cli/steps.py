@@ -1,19 +1,23 @@
 """A session's steps said on the terminal, as they begin: the command line's view of
 ``core.run.session.Session``'s signals (the window has its own, ``gui/run``).
 
-``follow`` is all a command needs: each step's line on stderr (on real Macs the probe,
-the plan's reason, every check with its fix, each node's copy at each tenth), and the
-``Stage`` kept naming the step, so a Ctrl-C says what it interrupted.
+``follow(stage, err)`` is the command line's one ``core.run.tasks.watch.Watch``, and all
+a command needs: every task (run, demo, serve, linktest, compare, finetune) hands it each
+session as it begins, and it says each step's line on stderr (on real Macs the probe,
+the plan's reason, every check with its fix, each node's copy at each tenth) and keeps
+the ``Stage`` naming the step, so a Ctrl-C says what it interrupted.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, TextIO
 
-from core.run.checks.report import PreflightReport, format_report
+from core.run.checks.report import format_report
 from core.run.states import Step
+from core.run.tasks.watch import Phase, Watch
 from core.units import bytes_per_s, duration, size
 
 if TYPE_CHECKING:
@@ -31,33 +35,63 @@ DOING = {
 }
 
 
-def follow(session: Session, stage: Stage, err: TextIO) -> None:
-    """Say ``session``'s steps on ``err`` as they run, and keep ``stage`` on them."""
-    stage.session = session
+def follow(stage: Stage, err: TextIO) -> Watch:
+    """The command line's one ``Watch`` (every command passes it to its task, or calls it
+    with the session it made): each session's steps said on ``err`` as they run (on real
+    Macs the probe, the plan's reason, every check with its fix, each node's copy at each
+    tenth), a comparison's runs named as each begins, and ``stage`` kept on them, so a
+    Ctrl-C says what it interrupted and stops the session running."""
     lock = threading.Lock()
+    followed: list[Session] = []  # a session is connected once (compare names one twice)
 
     def write(text: str) -> None:
         with lock:
             err.write(text)
             err.flush()
 
-    def started(value: str) -> None:
-        step = Step(value)
-        stage(DOING[step])
-        if session.demo:
+    show_copy = progress_printer(write)
+
+    def watch(session: Session, phase: Phase) -> None:
+        stage.session = session
+        if phase.compares:
+            doing, said = _run_words(session, phase)
+            stage(doing)
+            write(said)
+        if any(s is session for s in followed):
             return
-        if step is Step.PROBE:
-            write(f"Probing {len(session.hosts)} host(s)…\n")
-        elif step is Step.PREFLIGHT:
-            reason = f"{session.plan.reason}\n" if session.plan is not None else ""
-            write(f"{reason}Checking the nodes…\n")
+        followed.append(session)
+        session.step_started.connect(partial(_started, session, stage, write))
+        session.checked.connect(lambda report: write(format_report(report)))
+        session.copy_progress.connect(show_copy)
 
-    def checked(report: PreflightReport) -> None:
-        write(format_report(report))
+    return watch
 
-    session.step_started.connect(started)
-    session.checked.connect(checked)
-    session.copy_progress.connect(progress_printer(write))
+
+def _started(session: Session, stage: Stage, write: Callable[[str], None], value: str) -> None:
+    step = Step(value)
+    stage(DOING[step])
+    if session.demo:
+        return
+    if step is Step.PROBE:
+        write(f"Probing {len(session.hosts)} host(s)…\n")
+    elif step is Step.PREFLIGHT:
+        reason = f"{session.plan.reason}\n" if session.plan is not None else ""
+        write(f"{reason}Checking the nodes…\n")
+
+
+def _run_words(session: Session, phase: Phase) -> tuple[str, str]:
+    """A comparison's run as it begins: what the stage says, and its line."""
+    names = ", ".join(h.name for h in session.hosts)
+    if phase in (Phase.BASE, Phase.ADAPTER):
+        which = "the base model" if phase is Phase.BASE else f"base + {session.adapter_name}"
+        return f"running {which}", f"{which[0].upper()}{which[1:]} on {names}…\n"
+    where = "one Mac" if phase is Phase.ONE_MAC else "the cluster"
+    return f"running on {where}", f"On {where} ({names})…\n"
+
+
+def starting(nodes: Sequence[str]) -> str:
+    """The one line every command says as its ranks start: how many, on which Macs."""
+    return f"Starting {len(nodes)} rank(s) on {', '.join(nodes)}…\n"
 
 
 def progress_printer(write: Callable[[str], None]) -> Callable[[CopyProgress], None]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 
-from core.cli.run import make_targets
+from core.cli.session import make_targets
 from core.run import demo
-from core.run.placement import ClusterError
+from core.run.errors import ClusterError
 from core.run.session import Host, real_hosts, simulated_hosts
 from core.settings import MAX_DEMO_NODES
 

@@ -30,13 +30,10 @@ from core.remote.ssh import SSHError, UnknownHostKey
 from core.remote.targets import Target
 from core.run.checks.backend_choice import BackendChoice, choose_backend
 from core.run.checks.report import PreflightReport
+from core.run.errors import ClusterError  # re-exported: imported from here before
 from core.run.job import mlxenv
 from core.run.job.launcher import JobSpec
 from core.worker.vocab import Backend, Strategy
-
-
-class ClusterError(Exception):
-    """The cluster cannot run this job; the message says why and what to do."""
 
 
 def probe_targets(targets: Sequence[Target]) -> list[NodeFacts]:

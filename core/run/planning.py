@@ -95,7 +95,7 @@ class Serving:
             options.batch, options.prompt_cache_bytes // MIB, options.kv_bits, options.kv_group_size
         )
 
-    def job_fields(self) -> dict[str, int]:
+    def spec_fields(self) -> dict[str, int]:
         """The ``JobSpec`` fields that run it."""
         return {
             "batch": self.batch,

@@ -16,7 +16,7 @@ main thread) with ``start(until=...)``, which runs them in order, each once:
 - ``preflight()``: every check with its fix, and the backend (reusing the probed facts;
   ``verify``: every model file on the nodes hashed there, not only sized).
 - ``copy()``: each node's missing part of the model (and files found damaged), the
-  adapter and a fine-tune's data, every node at once.
+  adapter and what a task ships (``core.run.payload``: a fine-tune's data), every node at once.
 - ``launch()``: the job's ranks start (it returns once they are starting).
 
 A task stops at a step (``start(Step.PLAN)``), does its own part (a fine-tune checks its
@@ -34,7 +34,8 @@ further step and stops a job it started. A ``KeyboardInterrupt`` raised in a ste
 Signals, and the thread each fires on:
 
 - ``state_changed(state, detail)``: a ``core.run.states.RunState``; ``detail`` is why, for
-  NOT_READY after a failed step and FAILED (the launcher's message), else "". On the
+  NOT_READY after a failed step or check (``PreflightReport.failed_detail``) and FAILED
+  (the launcher's message), else "". On the
   thread running the step, or on the job's threads for LOADING/READY/GENERATING/
   STOPPING/FAILED. Emitted with the session's lock held, so slots see them in order.
 - ``checked(report)``: the ``PreflightReport``, on the preflight step's thread.
@@ -47,7 +48,6 @@ Signals, and the thread each fires on:
 from __future__ import annotations
 
 import contextlib
-import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -65,7 +65,6 @@ from core.model.info import ModelInfo
 from core.model.manifest import ManifestError
 from core.plan.planner import Plan
 from core.remote.adaptercopy import adapter_folder, put_adapter
-from core.remote.folders import put_folder
 from core.remote.hubfetch import fetch_or_copy
 from core.remote.modelcopy import CopyResult, copy_model
 from core.remote.ssh import SSHError
@@ -74,9 +73,10 @@ from core.remote.transport import CopyCancelled, ModelCopyError
 from core.run import placement
 from core.run.checks.preflight import run_preflight
 from core.run.checks.report import PreflightReport
+from core.run.errors import ClusterError
 from core.run.job.launcher import Job, JobError, JobSpec
+from core.run.payload import Payload
 from core.run.placement import (
-    ClusterError,
     demo_launch,
     in_rank_order,
     job_spec,
@@ -150,7 +150,7 @@ class Session:
         verify: bool = False,
         split: Sequence[int] | None = None,
         task: Task | str = Task.CHAT,
-        job_fields: dict[str, Any] | None = None,
+        payload: Payload | None = None,
         check_paths: bool = True,
         adapter: Path | str | None = None,
         model_source: ModelSource | str = ModelSource.AUTO,
@@ -175,10 +175,10 @@ class Session:
         self.verify = verify  # preflight hashes every model file on the nodes
         self.split = None if split is None else tuple(split)  # a pipeline split by hand
         self.check_paths = check_paths  # preflight tries each ring link's path (issue 18)
-        # What the ranks do; FINETUNE: every rank the whole model (data parallel), with
-        # the JobSpec's fine-tune fields (data, tune_settings, out) in ``job_fields``.
-        self.task = Task(task)
-        self.job_fields = dict(job_fields or {})
+        # What the ranks do, and what a task ships with its job (``core.run.payload``: a
+        # fine-tune's data and output folder), which the session sends and never reads.
+        self.payload = payload
+        self.task = payload.task if payload is not None else Task(task)
         self.model_source = model_source  # auto | hub | this-mac (core.run.checks.modelsource)
         # The batch and the prompt cache (None: the plan's, else the settings'): planned,
         # run by the ranks, and the API's requests at once (``JobSpec.batch``), one source.
@@ -205,8 +205,6 @@ class Session:
         # base + adapter (``core.model.adapter``: AdapterError here when it does not fit)
         self.adapter: AdapterUse | None = check_adapter(info, adapter) if adapter else None
         self.adapter_folders: dict[str, str] = {}  # node → the adapter's folder there
-        self.data_folders: dict[str, str] = {}  # node → a fine-tune's data folder there
-        self.remote_out: str | None = None  # a fine-tune's adapter on rank 0's node
 
     # -- state -----------------------------------------------------------------------
 
@@ -334,8 +332,8 @@ class Session:
                 plan = plan_on(self.info, facts, self.strategy, self.split, self.serving)
                 if not plan.fits:
                     raise ClusterError(plan.reason)
-                if self.task is Task.FINETUNE:  # the plan's ranks, each the whole model
-                    plan = replace(plan, strategy=Strategy.SINGLE, split=None)
+                if self.payload is not None:  # as the task runs it
+                    plan = self.payload.planned(plan)
                 self.plan = plan
             return self.plan
 
@@ -362,7 +360,8 @@ class Session:
             self.report = report
             self.checked.emit(report)
             if not report.ok and not self.cancelled:
-                self._set(RunState.NOT_READY)
+                self.error = report.failed_detail()  # which failed; the report has the fixes
+                self._set(RunState.NOT_READY, self.error)
             return report
 
     def copy(self) -> list[CopyResult]:
@@ -373,7 +372,7 @@ class Session:
             return []
         report = self._checked()
         self._put_adapter()
-        self._put_data()
+        self._put_payload()
         by_name = {t.name: t for t in self.targets}
         todo = [(by_name[name], report.manifests[name]) for name in report.copies_needed]
         if not todo:
@@ -577,10 +576,11 @@ class Session:
     def _spec_fields(self, plan: Plan) -> dict[str, Any]:
         """The JobSpec's fields beyond the plan's placement: the task, the batch and prompt
         cache, the task's own (a fine-tune's), the adapter's and the data's."""
-        fields: dict[str, Any] = {"task": self.task, **self.serving.job_fields()}
-        fields.update(self.job_fields)
+        fields: dict[str, Any] = {"task": self.task, **self.serving.spec_fields()}
+        if self.payload is not None:
+            used = [] if self.demo else in_rank_order(plan, self.targets)
+            fields.update(self.payload.spec_fields(used))
         fields.update(self._adapter_fields(plan))
-        fields.update(self._data_fields(plan))
         return fields
 
     # -- the adapter ---------------------------------------------------------------------
@@ -603,16 +603,18 @@ class Session:
                 "The adapter could not be copied to {node}: {error}",
             )
 
-    def _put_data(self) -> None:
-        """A fine-tune's data on every node the plan uses (copied where missing)."""
-        data = self.job_fields.get("data") if self.task is Task.FINETUNE else None
-        if data is None:
+    def _put_payload(self) -> None:
+        """What the task ships (``payload``) on every node the plan uses."""
+        payload = self.payload
+        if payload is None:
             return
         with self._step(Step.COPY, RunState.COPYING, part=True):
-            self.data_folders = self._on_each_node(
-                in_rank_order(self._planned(), self.targets),
-                lambda t: put_folder(t, Path(data), self.copy_progress.emit, self._cancel),
-                "{node}: the data could not be copied: {error}",
+            payload.shipped(
+                self._on_each_node(
+                    in_rank_order(self._planned(), self.targets),
+                    lambda t: payload.ship(t, self.copy_progress.emit, self._cancel),
+                    payload.ship_failed,
+                )
             )
 
     def _on_each_node(
@@ -631,24 +633,6 @@ class Session:
         if problems:
             raise ClusterError("\n".join(problems))
         return done
-
-    def _data_fields(self, plan: Plan) -> dict[str, Any]:
-        """A fine-tune's fields where nodes hold its data elsewhere: each rank's data
-        folder and, when rank 0 is another Mac, the adapter folder beside its data
-        there (``remote_out``: fetched here when the job ends)."""
-        data = self.job_fields.get("data")
-        if not self.data_folders or data is None:
-            return {}
-        used = in_rank_order(plan, self.targets)
-        fields: dict[str, Any] = {
-            "rank_data": [Path(self.data_folders.get(t.name, str(data))) for t in used]
-        }
-        if not used[0].local:
-            if self.remote_out is None:
-                folder = self.data_folders[used[0].name]
-                self.remote_out = f"{folder}.adapter-{secrets.token_hex(4)}"
-            fields["out"] = Path(self.remote_out)
-        return fields
 
     def _adapter_fields(self, plan: Plan) -> dict[str, Any]:
         """The JobSpec's adapter fields: each rank's folder on its node (where it was

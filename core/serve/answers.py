@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
-from core.run.placement import ClusterError
 from core.run.session import Session
 from core.run.states import RunState
 from core.serve.errors import APIError, queue_full, unavailable

@@ -29,8 +29,8 @@ from typing import Any
 
 from core.plan.placement_many import room_for
 from core.plan.planner import Plan
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
-from core.run.placement import ClusterError
 from core.run.session import Session
 from core.run.states import RunState, Step
 from core.serve.answers import Answerer

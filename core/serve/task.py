@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.run.placement import ClusterError
+from core.run.errors import ClusterError
 from core.run.session import Session
 from core.run.states import RunState
+from core.run.tasks.watch import Phase, Watch, watched
 from core.serve.server import APIServer
 
 POLL_S = 0.5  # the main thread wakes this often (a Ctrl-C or SIGTERM is taken at once)
@@ -32,12 +33,17 @@ class ServeEnd:
 
 
 def serve(
-    session: Session, server: APIServer, serving: Callable[[], None] | None = None
+    session: Session,
+    server: APIServer,
+    serving: Callable[[], None] | None = None,
+    watch: Watch | None = None,
 ) -> ServeEnd:
     """Launch ``session`` (its steps not run yet first), wait for every rank to load,
     serve until the job ends; ``serving()`` once the server accepts connections. The
     server and every rank are stopped when it returns or raises (ClusterError when the
-    Start was cancelled, JobError when the job failed to load)."""
+    Start was cancelled, JobError when the job failed to load). ``watch`` hears of the
+    session first (its steps left, if any, are said there)."""
+    watched(watch, session, Phase.RUN)
     ended = threading.Event()
 
     def on_state(state: str, _detail: str) -> None:

@@ -46,6 +46,13 @@ from core.worker.constrain import GrammarRefused, Grammars, Prepared, prepare
 from core.worker.faults import Faults, hooked
 from core.worker.linktest import link_test
 from core.worker.promptcache import DEFAULT_BYTES, PromptCache, kv_bytes_per_token
+from core.worker.requests import (
+    Commands,
+    RequestRefused,
+    context_length,
+    from_rank0,
+    request_tokens,
+)
 from core.worker.residency import METER
 from core.worker.sharding import Shard
 from core.worker.stops import StopScanner
@@ -91,20 +98,6 @@ def seeded_sampler(temperature: float, top_p: float, seed: int) -> Any:
             logprobs = apply_top_p(logprobs, top_p)
         token: mx.array = mx.random.categorical(logprobs * (1 / temperature), key=draw)
         return token
-
-    return sample
-
-
-def from_rank0(sampler: Any, group: mx.distributed.Group) -> Any:
-    """Rank 0's sampled tokens on every rank (a pipeline whose other ranks compute no
-    logits): the others add zeros that wait on their own step."""
-    rank0 = group.rank() == 0
-
-    def sample(logprobs: mx.array) -> mx.array:
-        token: mx.array = sampler(logprobs)
-        if not rank0:
-            token = token * 0
-        return mx.distributed.all_sum(token, group=group)
 
     return sample
 
@@ -175,7 +168,7 @@ class Batcher:
         shard: Shard,
         group: mx.distributed.Group,
         events: p.EventWriter,
-        commands: Any,  # core.worker.serve.Commands (imported there: no cycle)
+        commands: Commands,
         stream_tokens: bool,
         limit: int,
         cache_bytes: int = DEFAULT_BYTES,
@@ -300,7 +293,6 @@ class Batcher:
         whose prompt cannot be made (the chat template raised, a token outside the
         vocabulary) ends alone, with an error event; the batch goes on. Every rank runs the
         same code on the same command, so every rank refuses it alike."""
-        from core.worker.serve import RequestRefused, context_length, request_tokens
 
         request = str(command.get("id", ""))
         started = time.monotonic()

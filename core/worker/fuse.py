@@ -27,6 +27,7 @@ def fuse(model: Path, adapter: Path, out: Path, dequantize: bool = False) -> Pat
     from mlx.utils import tree_unflatten
     from mlx_lm.utils import dequantize_model, load, save
 
+    # lazy (start-up order): the adapter module pulls mlx-lm, imported only to fuse
     from core.worker.adapter import AdapterError, read_config
 
     if out.exists():
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     events = sys.stdout
     sys.stdout = sys.stderr  # what mlx-lm prints goes to the log; stdout says the result
+    # lazy (start-up order): mlx-lm, imported only when a fuse runs
     from core.worker.adapter import AdapterError
 
     try:

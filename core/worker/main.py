@@ -29,7 +29,7 @@ from core.worker.version import print_version
 from core.worker.vocab import Backend, LoadingStage, Strategy, Task
 
 if TYPE_CHECKING:  # mlx-lm takes seconds to import: the worker imports it once beating
-    from core.worker.serve import Commands
+    from core.worker.requests import Commands
 
 # What a rank runs: ``auto`` is only ever a request, settled before a rank starts.
 STRATEGIES = tuple(s for s in Strategy if s is not Strategy.AUTO)
@@ -195,6 +195,7 @@ def run(
     commands: Commands | None,
     telemetry: bool,
 ) -> None:
+    # lazy (start-up order): mlx-lm takes seconds to import; the heartbeat runs first
     from core.worker.serve import generate, serve
     from core.worker.sharding import ShardError, load_shard, synchronise
 

@@ -23,11 +23,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,44 +34,23 @@ from mlx_lm.generate import generation_stream, stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from core.worker import protocol as p
+from core.worker.batching import Batcher
 from core.worker.constrain import GrammarRefused, Grammars, prepare
 from core.worker.faults import Faults, hooked
 from core.worker.linktest import link_test
+from core.worker.requests import (
+    Cancels,
+    Commands,
+    RequestRefused,
+    context_length,
+    from_rank0,
+    request_tokens,
+)
 from core.worker.residency import METER
 from core.worker.sharding import Shard
 from core.worker.stops import StopScanner
 
 DEFAULT_MAX_TOKENS = p.DEFAULT_MAX_TOKENS
-CANCELS_KEPT = 64  # cancels of requests already ended are forgotten after this many
-
-
-class Cancels:
-    """The requests the controller cancelled: the stdin reader adds, ``generate`` asks."""
-
-    def __init__(self) -> None:
-        self._ids: deque[str] = deque(maxlen=CANCELS_KEPT)
-        self._lock = threading.Lock()
-
-    def add(self, request: str) -> None:
-        with self._lock:
-            self._ids.append(request)
-
-    def __contains__(self, request: object) -> bool:
-        with self._lock:
-            return request in self._ids
-
-    def discard(self, request: str) -> None:
-        with self._lock:
-            while request in self._ids:
-                self._ids.remove(request)
-
-
-class Commands(queue.Queue[dict[str, Any]]):
-    """The commands read from stdin, in order, and the cancels (which skip the queue)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cancels = Cancels()
 
 
 class _PromptCancelled(Exception):
@@ -104,65 +81,6 @@ class _Agreement:
         self._pending = mx.distributed.all_sum(flag, group=self.group, stream=generation_stream)
         mx.async_eval(self._pending)
         return agreed
-
-
-def _from_rank0(sampler: Any, group: mx.distributed.Group) -> Any:
-    """Rank 0's sampled token on every rank: only rank 0 has logits (a pipeline whose
-    other ranks skip the head); the others add a zero that waits on their own step."""
-    rank0 = group.rank() == 0
-
-    def sample(logprobs: mx.array) -> mx.array:
-        token: mx.array = sampler(logprobs)
-        if not rank0:
-            token = token * 0
-        return mx.distributed.all_sum(token, group=group)
-
-    return sample
-
-
-class RequestRefused(Exception):
-    """One request's prompt cannot be made (its chat template raised, a token id outside
-    the vocabulary): that request alone is refused, the rank serves on."""
-
-
-def request_tokens(shard: Shard, command: dict[str, Any]) -> list[int]:
-    """The request's token ids: the controller's (``tokens``: it rendered the template and
-    tokenized, off the ranks' steps), or made here from its text. RequestRefused, saying
-    why, for anything that request alone makes fail."""
-    given = command.get("tokens")
-    if given is not None:
-        text = shard.config.get("text_config")
-        vocab = (text if isinstance(text, dict) else shard.config).get("vocab_size")
-        if isinstance(vocab, int) and any(t >= vocab for t in given):
-            raise RequestRefused(f"The request holds a token id outside the vocabulary ({vocab}).")
-        return list(given)
-    try:
-        return prompt_tokens(shard.tokenizer, command)
-    except Exception as error:  # the template's own words (jinja2's TemplateError, ...)
-        kind = (
-            "chat template" if command.get("messages") or command.get("chat", True) else "tokenizer"
-        )
-        said = (
-            str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
-        )
-        raise RequestRefused(f"The model's {kind} refused the request: {said}") from None
-
-
-def prompt_tokens(tokenizer: Any, command: dict[str, Any]) -> list[int]:
-    """Token ids for a command: chat messages, a chat prompt, or raw text."""
-    messages = command.get("messages")
-    if messages is None and command.get("chat", True):
-        messages = [{"role": "user", "content": command.get("prompt", "")}]
-    if messages is not None and getattr(tokenizer, "chat_template", None):
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
-    text = command.get("prompt") or "".join(m.get("content", "") for m in messages or [])
-    return list(tokenizer.encode(text))
-
-
-def context_length(shard: Shard) -> int | None:
-    """The model's context, in tokens, when its config says."""
-    value = shard.config.get("max_position_embeddings")
-    return value if isinstance(value, int) and value > 0 else None
 
 
 def generate(
@@ -213,7 +131,7 @@ def generate(
     sampler = faults.guard(request, hooked(command, sampler))
     shared = bool(shard.token_from_rank0 and group is not None and group.size() > 1)
     if shared and group is not None:
-        sampler = _from_rank0(sampler, group)
+        sampler = from_rank0(sampler, group)
     grammars = _grammars(shard)
     size = group.size() if group is not None else 1
     try:
@@ -224,7 +142,7 @@ def generate(
             rank,
             size,
             shared,
-            lambda own: _from_rank0(own, group) if group is not None else own,
+            lambda own: from_rank0(own, group) if group is not None else own,
         )
     except GrammarRefused as why:  # one rank alone: refused before it starts
         events.error(message=str(why), fatal=False, request=request)
@@ -354,8 +272,6 @@ def serve(
     the batching ranks' prompt cache (``core.worker.promptcache``; 0: none); ``kv``: the
     KV cache's bits and group size (``core.worker.kvquant``), which it counts in tokens."""
     if batch > 1:
-        from core.worker.batching import Batcher
-
         Batcher(shard, group, events, commands, stream_tokens, batch, cache_bytes, kv).serve()
         return
     rank = group.rank()

@@ -119,6 +119,7 @@ def _tokenizer_first(path: Path) -> Any:
 def _apply_adapter(model: nn.Module, folder: Path, float_weights: bool | None) -> dict[str, Any]:
     """Fuse the adapter into the whole model; its quantized layers stay float where this
     rank dequantizes anyway (the CPU, unless told to keep them quantized)."""
+    # lazy (start-up order): only a rank given an adapter imports mlx-lm's tuner
     from core.worker.adapter import AdapterError, apply_adapter
 
     dequantize = mx.default_device() == mx.cpu and float_weights is not False
@@ -294,6 +295,7 @@ def _shard_tensor(model: nn.Module, group: mx.distributed.Group, config: dict[st
     if hasattr(model, "shard"):
         model.shard(group)
         return
+    # lazy (start-up order): only tensor ranks without mlx-lm's own shard need it
     from core.worker.tensor_shard import shard_layers
 
     done = shard_layers(list(model.layers), group)

@@ -15,7 +15,7 @@ words too). On real Macs the measured result leads.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
@@ -24,27 +24,24 @@ from core import units
 from core.worker.vocab import Strategy
 from gui import style
 from gui.bridge import Bridge
-from gui.session_stopper import SessionStopper
 from gui.style import set_role
+from gui.task_runner import TaskRunner
 from gui.widgets import clear_layout, label, section
 
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
     from core.plan.planner import Plan
-    from core.run.job.launcher import JobSpec
+    from core.run.job.launcher import Job, JobSpec
     from core.run.planning import EstimateBeside
     from core.run.session import Host, Session
     from core.run.tasks.compare import Comparison, RunFigures
+    from core.run.tasks.watch import Phase
 
 WHAT_WORDS = {
     "probing": "Compare: looking at the Macs…",
     "one Mac": "Compare 1/2: the model on one Mac ({nodes})…",
     "cluster": "Compare 2/2: the model on the cluster ({nodes})…",
 }
-
-
-class CompareCancelled(Exception):
-    """Stop was pressed during a comparison."""
 
 
 def rows(result: Comparison, beside: EstimateBeside | None = None) -> list[tuple[str, list[str]]]:
@@ -76,25 +73,20 @@ def basis(result: Comparison, beside: EstimateBeside | None, column: int) -> str
     return estimate.basis() if estimate is not None else ""
 
 
-class CompareRunner(QObject):
-    progress = Signal(str)
-    finished = Signal(object)  # core.run.tasks.compare.Comparison
-    failed = Signal(str)
-    busy_changed = Signal(bool)
+class CompareRunner(TaskRunner["Comparison"]):
+    """Compare on the bridge (``TaskRunner``): each run's session watched (its checks
+    with their fixes, its copies), Stop cancels the session running."""
 
     def __init__(
         self,
         bridge: Bridge,
-        job_factory: Callable[[JobSpec], Any] | None = None,
+        job_factory: Callable[[JobSpec], Job] | None = None,
         parent: QObject | None = None,
     ) -> None:
-        super().__init__(parent)
-        self._bridge = bridge
-        self._queue = bridge.serial_queue()
+        super().__init__(bridge, "Compare stopped.", "Compare failed: {error}", parent)
         self._job_factory = job_factory
-        self.busy = False
         self.beside: EstimateBeside | None = None  # the last result's estimates
-        self._stopper = SessionStopper(bridge, CompareCancelled)
+        self.finished.connect(self._kept)
 
     def start(
         self,
@@ -103,67 +95,41 @@ class CompareRunner(QObject):
         hosts: Sequence[Host] | None,
         prompt: str,
         max_tokens: int,
-    ) -> None:
-        if self.busy:
-            return
+    ) -> bool:
         from core.run.session import Host
         from core.run.tasks.compare import compare
 
         chosen = list(hosts) if hosts is not None else [Host(n) for n in plan.nodes_used]
         split = plan.split if plan.strategy == Strategy.PIPELINE else None
-        self._stopper.reset()
-        self._set_busy(True)
-        self.progress.emit(WHAT_WORDS["probing"])
-
-        def on_session(session: Session, what: str) -> None:
-            self._stopper.hold(session)
-            nodes = ", ".join(h.name for h in session.hosts)
-            words = WHAT_WORDS.get(what, what).format(nodes=nodes)
-            self._bridge.run_on_main(lambda: self.progress.emit(words))
-
-        def work() -> Comparison:
-            result = compare(
+        factory = self._job_factory
+        return self.run(
+            lambda watch: compare(
                 info,
                 chosen,
                 plan.strategy,
                 prompt,
                 max_tokens,
-                on_session=on_session,
+                watch=watch,
                 split=split,
-                job_factory=self._job_factory,
-            )
-            if self._stopper.stopped:
-                raise CompareCancelled
-            return result
+                job_factory=factory,
+            ),
+            WHAT_WORDS["probing"],
+            phase_words,
+        )
 
-        self._bridge.run_in_background(work, self._done, self._failed, queue=self._queue)
+    def stop(self, words: str = "Stopping the comparison…") -> None:
+        super().stop(words)
 
-    def stop(self) -> None:
-        """Cancel: the session running stops (off the GUI thread), the rest is skipped."""
-        if not self.busy:
-            return
-        self.progress.emit("Stopping the comparison…")
-        self._stopper.stop()
-
-    def _done(self, result: Comparison) -> None:
+    def _kept(self, result: Comparison) -> None:
         self.beside = result.beside
-        self._set_busy(False)
         if result.not_kept:
             self._bridge.failed.emit(result.not_kept)
-        self.finished.emit(result)
 
-    def _failed(self, error: BaseException) -> None:
-        self._set_busy(False)
-        if isinstance(error, CompareCancelled) or self._stopper.stopped:
-            self.failed.emit("Compare stopped.")
-        else:
-            self.failed.emit(f"Compare failed: {error}".splitlines()[0])
 
-    def _set_busy(self, busy: bool) -> None:
-        self.busy = busy
-        if not busy:
-            self._stopper.release()
-        self.busy_changed.emit(busy)
+def phase_words(session: Session, phase: Phase) -> str:
+    """What the window says as each run of a comparison begins."""
+    nodes = ", ".join(h.name for h in session.hosts)
+    return WHAT_WORDS.get(phase, str(phase)).format(nodes=nodes)
 
 
 class CompareView(QFrame):

@@ -135,8 +135,9 @@ class RunController(QObject):
         if self.state.active:
             return
         self._detach()
+        from core.run.errors import ClusterError
         from core.run.measure.telemetry import Telemetry
-        from core.run.session import ClusterError, Host, Session  # numpy...: at the first Start
+        from core.run.session import Host, Session  # numpy...: at the first Start
         from core.settings import load_settings
 
         chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
@@ -329,11 +330,11 @@ class RunController(QObject):
             model = self.info.name if self.info else "the model"
             self._set_state(state, f"Copying {model} to {names}…")
         elif state == RunState.NOT_READY:
-            if detail:
+            if session.report is not None and not session.report.ok:
+                self._checks_failed()  # the checks view shows each fix
+            elif detail:
                 what = FAILED_STEP.get(session.step) if session.step else None
                 self._not_ready(f"{what}: {detail}" if what else detail)
-            else:
-                self._checks_failed()
         elif state == RunState.LOADING:
             if self.state != RunState.LOADING:
                 self._loading()

@@ -41,7 +41,7 @@ from gui.run.controller import RunController
 from gui.run.failure import FailureBanner
 from gui.run.launch_dialog import LaunchDialog, show_launch_dialog
 from gui.run.numbers import BigNumbers
-from gui.run.preflight_view import PreflightView
+from gui.run.preflight_view import PreflightView, copy_line
 from gui.run.progress import RankProgress
 from gui.style import set_role
 from gui.widgets import Badge, Card, PanelColumn, label, wheel_needs_focus
@@ -49,8 +49,11 @@ from gui.widgets import Badge, Card, PanelColumn, label, wheel_needs_focus
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from core.remote.modelcopy import CopyProgress
+    from core.run.checks.report import PreflightReport
     from core.run.job.launcher import JobSpec
     from core.run.session import Host, Session
+    from core.run.tasks.compare import Comparison
     from gui.run.network_dialog import NetworkChangeDialog
     from gui.run.plots import LivePlots
 
@@ -146,6 +149,10 @@ class RunPane(Card):
         self.comparer.busy_changed.connect(self._comparing)
         self.comparer.finished.connect(self._compared)
         self.comparer.failed.connect(self.status.setText)
+        self.comparer.checked.connect(self.checks.show_report)
+        self.comparer.copy_progress.connect(self._compare_copied)
+        self.comparer.checks_failed.connect(self._compare_checks_failed)
+        self._compare_checks = False  # a comparison's check failed: its checks view shown
         self.chat = ChatView()
         self._plots: LivePlots | None = None
         self._plots_pending = False
@@ -328,7 +335,7 @@ class RunPane(Card):
 
     def show_launch(self) -> None:
         """Open the mlx.launch dialog (worked out off the GUI thread)."""
-        from core.run.placement import ClusterError
+        from core.run.errors import ClusterError
 
         try:
             work = self.launch_job()
@@ -387,6 +394,7 @@ class RunPane(Card):
             return False
         prompt = self.chat.prompt.text().strip() or COMPARE_PROMPT
         self.comparison.hide()
+        self._compare_checks = False
         self.comparer.start(info, plan, hosts, prompt, self.max_tokens.value())
         return True
 
@@ -401,7 +409,18 @@ class RunPane(Card):
             self._running = busy
             self.running_changed.emit(busy)
 
-    def _compared(self, result: Any) -> None:
+    def _compare_copied(self, progress: CopyProgress) -> None:
+        self.checks.show_copy(progress)
+        self.status.setText(copy_line(progress))
+
+    def _compare_checks_failed(self, report: PreflightReport) -> None:
+        """A comparison stopped at a failed check: the checks view with each fix, as
+        after Start."""
+        self._compare_checks = True
+        self.checks.show_report(report)
+        self._arrange(self.controller.state)
+
+    def _compared(self, result: Comparison) -> None:
         self.comparison.show_result(result, self.comparer.beside)
         self._arrange(self.controller.state)
         self.status.setText(COMPARE_DONE)  # the headline is the panel's, said once
@@ -533,7 +552,10 @@ class RunPane(Card):
         room of the numbers, chat and plots (nothing to show there yet). Compare's result,
         shown while no job runs, takes the room of the chat and plots (idle then) rather
         than scrolling inside a strip at 1280×800; Close or Start gives it back."""
+        if state.active:
+            self._compare_checks = False
         setup = state in (RunState.CHECKING, RunState.COPYING, RunState.NOT_READY)
+        setup = setup or self._compare_checks
         compared = not state.active and not self.comparison.isHidden()
         self.checks.setVisible(setup)
         self.numbers.setVisible(not setup)

@@ -14,30 +14,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
 from core.run.states import RunState
 from gui.bridge import Bridge
+from gui.task_runner import TaskRunner, one_line
 
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
     from core.run.session import Host
+    from core.run.tasks.finetune import FineTune
+    from core.tune.adapters import Adapter
     from core.tune.settings import TuneSettings
 
 log = logging.getLogger(__name__)
 
-Factory = Callable[..., Any]  # FineTune(info, hosts, data, settings, name)
-
-
-def one_line(error: BaseException) -> str:
-    """An error as one line for people: its own message (the core's errors are written
-    for people), the type's name only when the message is empty."""
-    text = str(error).strip()
-    if not text:
-        return type(error).__name__
-    return text.splitlines()[0]
+Factory = Callable[..., "FineTune"]  # FineTune(info, hosts, data, settings, name)
 
 
 class TuneController(QObject):
@@ -47,15 +41,25 @@ class TuneController(QObject):
     checkpoint = Signal(int, str)  # iteration, path
     finished = Signal(object)  # core.tune.adapters.Adapter, or None
     start_failed = Signal(str)  # why the fine-tune could not start, in one line
+    checked = Signal(object)  # core.run.checks.report.PreflightReport of its session
+    copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress of its copies
+    checks_failed = Signal(object)  # the PreflightReport whose failed check stopped it
 
     def __init__(
         self, bridge: Bridge, factory: Factory | None = None, parent: QObject | None = None
     ) -> None:
         super().__init__(parent)
         self._bridge = bridge
-        self._queue = bridge.serial_queue()
+        # The start runs on a TaskRunner (its session's checks and copies crossing to
+        # here); a Stop is queued on the same queue, after it.
+        self._starter: TaskRunner[bool] = TaskRunner(bridge, parent=self)
+        self._queue = self._starter.queue
+        self._starter.checked.connect(self.checked)
+        self._starter.copy_progress.connect(self.copy_progress)
+        self._starter.finished.connect(self._started)
+        self._starter.failed.connect(self._start_failed)
         self._factory = factory
-        self.tune: Any = None
+        self.tune: FineTune | None = None
         self.state = RunState.IDLE
 
     @property
@@ -87,9 +91,7 @@ class TuneController(QObject):
         self.tune = tune
         self._connect(tune)
         self._set_state(RunState.CHECKING, "Checking the data and the Macs…")
-        self._bridge.run_in_background(
-            tune.start, None, lambda error: self._start_error(tune, error), queue=self._queue
-        )
+        self._starter.run(tune.start, "Checking the data and the Macs…")
         return True
 
     def stop(self) -> None:
@@ -125,7 +127,7 @@ class TuneController(QObject):
 
     # -- the fine-tune's news (any thread → GUI thread) --------------------------------
 
-    def _connect(self, tune: Any) -> None:
+    def _connect(self, tune: FineTune) -> None:
         def cross(closure: Callable[[], None]) -> None:
             self._bridge.run_on_main(lambda: closure() if tune is self.tune else None)
 
@@ -151,24 +153,29 @@ class TuneController(QObject):
             return  # late news of a start that already ended
         self._set_state(state, detail)
 
-    def _finished(self, adapter: Any) -> None:
+    def _finished(self, adapter: Adapter | None) -> None:
         self.finished.emit(adapter)
 
-    def _start_error(self, tune: Any, error: BaseException) -> None:
-        if tune is not self.tune:
-            return
+    def _started(self, started: bool) -> None:
+        """The start returned: False when a check failed (the checks view shows each
+        fix, as the Run pane's Start does) or it was cancelled."""
+        report = self.tune.session.report if self.tune is not None else None
+        if not started and report is not None and not report.ok:
+            self.checks_failed.emit(report)
+
+    def _start_failed(self, line: str) -> None:
         if self.state == RunState.STOPPING:
             self._set_state(RunState.STOPPED, "Stopped before training started.")
             return
-        self._refused(error)
+        self._refused(line)
 
-    def _refused(self, error: BaseException) -> None:
-        line = one_line(error)
+    def _refused(self, error: BaseException | str) -> None:
+        line = error if isinstance(error, str) else one_line(error)
         log.info("the fine-tune did not start: %s", line)
         self._set_state(RunState.NOT_READY, line)
         self.start_failed.emit(line)
 
-    def _stop_failed(self, tune: Any, error: BaseException) -> None:
+    def _stop_failed(self, tune: FineTune, error: BaseException) -> None:
         if tune is self.tune and self.state != RunState.FAILED:
             self._set_state(RunState.STOPPED, f"Stopped, with a problem: {one_line(error)}")
 

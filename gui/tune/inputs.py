@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QLineEdit, QScrollArea, QSpinBox, QVBoxLayout, QWi
 
 from core import units
 from gui.bridge import Bridge
-from gui.tune.controller import one_line
+from gui.task_runner import one_line
 from gui.tune.data_box import DataBox
 from gui.tune.settings_form import SettingsForm
 from gui.widgets import label, section

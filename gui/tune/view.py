@@ -30,11 +30,13 @@ from core.run.states import RunState
 from core.tune.adapters import list_adapters
 from core.tune.settings import SettingsError
 from gui.bridge import Bridge
+from gui.run.preflight_view import PreflightView
 from gui.style import set_role
+from gui.task_runner import one_line
 from gui.tune.actions import AdapterActions
 from gui.tune.adapter_panel import AdapterPanel
 from gui.tune.answers_view import AnswersView
-from gui.tune.controller import Factory, TuneController, one_line
+from gui.tune.controller import Factory, TuneController
 from gui.tune.inputs import LEFT_WIDTH, TuneInputs
 from gui.tune.loss_plot import LossPlot
 from gui.tune.memory_view import TuneMemory
@@ -42,6 +44,7 @@ from gui.widgets import Badge, Card, label
 
 if TYPE_CHECKING:
     from core.model.info import ModelInfo
+    from core.run.checks.report import PreflightReport
     from gui.run.cluster_source import ClusterSource
 
 REDRAW_HZ = 10
@@ -117,6 +120,9 @@ class FineTuneView(Card):
         c.validated.connect(self.add_validation)
         c.finished.connect(self.show_finished)
         c.start_failed.connect(self.show_start_error)
+        c.checked.connect(self.checks.show_report)
+        c.copy_progress.connect(self.checks.show_copy)
+        c.checks_failed.connect(self._checks_failed)
         self.inputs.changed.connect(self._update_start)
         self.inputs.demo_chosen.connect(self.adapter_panel.question.setText)
         a = self.actions
@@ -125,6 +131,8 @@ class FineTuneView(Card):
         a.compared.connect(self._compared)
         a.fused.connect(self._fused)
         a.failed.connect(self._action_failed)
+        a.checked.connect(self.checks.show_report)
+        a.checks_failed.connect(self._checks_failed)
         self._show_state(RunState.IDLE, "")
         self.list_adapters()
 
@@ -154,6 +162,9 @@ class FineTuneView(Card):
         self.error = label("", "error-text", wrap=True, selectable=True)
         self.error.hide()
         layout.addWidget(self.error)
+        self.checks = PreflightView()  # a failed check, with its fix, as the Run pane shows it
+        self.checks.hide()
+        layout.addWidget(self.checks)
         self.stop_note = label(STOP_NOTE, "hint", wrap=True)
         layout.addWidget(self.stop_note)
         self.progress = label("", "secondary")
@@ -204,6 +215,7 @@ class FineTuneView(Card):
         if self.controller.active:
             return False
         self.error.hide()
+        self.checks.hide()
         problem = self._missing()
         if problem:
             self.show_start_error(problem)
@@ -410,6 +422,12 @@ class FineTuneView(Card):
         )
         self.answers.titles["base"].setToolTip(base)
         self.answers.titles["adapter"].setToolTip(f"{base} + {adapter}")
+
+    def _checks_failed(self, report: PreflightReport) -> None:
+        """A check failed (the fine-tune's, or Compare with base's): the checks with
+        their fixes, as after the Run pane's Start."""
+        self.checks.show_report(report)
+        self.checks.show()
 
     def show_start_error(self, message: str) -> None:
         """One line under Start (never a dialog, never a traceback)."""

@@ -42,7 +42,8 @@ def _rank_main(args: argparse.Namespace) -> None:
     from mlx_lm.generate import BatchGenerator, generation_stream
     from mlx_lm.models.cache import make_prompt_cache
 
-    from core.worker.batching import from_rank0, greedy
+    from core.worker.batching import greedy
+    from core.worker.requests import from_rank0
     from core.worker.sharding import load_shard
 
     group = mx.distributed.init(strict=True, backend="ring")

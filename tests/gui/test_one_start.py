@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from core.cli.run import add_arguments, make_targets, run
+from core.cli.run import add_arguments, run
+from core.cli.session import make_targets
 from core.model.info import read_model_info
 from core.remote.targets import Target
 from core.run.session import Host, Session

@@ -21,10 +21,11 @@ from core.remote.targets import Target
 from core.run import placement
 from core.run.checks import preflight
 from core.run.demo import demo_facts
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobSpec
 from core.run.placement import demo_launch, job_spec, planned_launch
 from core.run.planning import plan_on
-from core.run.session import ClusterError, CopyCancelled, Host, Session, real_hosts
+from core.run.session import CopyCancelled, Host, Session, real_hosts
 from core.run.states import RunState
 from tests.fixtures.macos.make_bin import make_host_bins
 from tests.helpers.copying import StopMidCopy

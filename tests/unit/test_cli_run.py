@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from core.cli import run as cli_run
-from core.cli.run import make_targets
-from core.run.placement import ClusterError
+from core.cli import session as cli_session
+from core.cli.session import make_targets
+from core.run.errors import ClusterError
 from core.run.session import Session
 from tests.helpers.tiny_models import make_tiny_model
 
@@ -38,7 +39,7 @@ def test_verify_reaches_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             made.append(kwargs)
             raise ClusterError("stopped here")
 
-    monkeypatch.setattr(cli_run, "Session", Stop)
+    monkeypatch.setattr(cli_session, "Session", Stop)
     model = make_tiny_model(tmp_path / "tiny", layers=2)
     parser = argparse.ArgumentParser()
     cli_run.add_arguments(parser)

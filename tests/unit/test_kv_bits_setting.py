@@ -11,7 +11,7 @@ import json
 import pytest
 
 from core.cli.plan import plan_cli
-from core.cli.run import add_serving_arguments, serving_of
+from core.cli.session import add_serving_arguments, serving_of
 from core.plan.kvcontext import context_fits
 from core.plan.memory import PlanOptions, kv_bytes_per_layer, prompt_cache_tokens
 from core.plan.planner import Node, make_plan

@@ -13,7 +13,7 @@ from mlx_lm.utils import load_tokenizer
 from core.serve.errors import APIError
 from core.serve.prompts import PromptMaker
 from core.serve.requests import Ask
-from core.worker.serve import prompt_tokens
+from core.worker.requests import prompt_tokens
 from tests.helpers.templates import GEMMA, GEMMA_RULE, MISTRAL, MISTRAL_RULE, templated
 
 CONTEXT = 2048

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.cli.run import add_serving_arguments, serving_of
+from core.cli.session import add_serving_arguments, serving_of
 from core.run.demo import demo_facts
 from core.run.job.launcher import JobSpec
 from core.run.planning import Serving, chat_options

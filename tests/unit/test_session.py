@@ -16,10 +16,11 @@ from core.model.info import ModelInfo
 from core.remote.targets import Target
 from core.run import placement
 from core.run.demo import DEMO_MACS, demo_facts
+from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
 from core.run.placement import job_spec
 from core.run.planning import plan_on, planner_node
-from core.run.session import FRESH_S, ClusterError, Host, Session, real_hosts, simulated_hosts
+from core.run.session import FRESH_S, Host, Session, real_hosts, simulated_hosts
 from core.run.states import RunState, Step
 from core.worker.vocab import Strategy
 from tests.gui.fakes import FakeBehaviour, fake_factory

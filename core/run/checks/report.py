@@ -77,6 +77,16 @@ class PreflightReport:
     def failures(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if c.status == "fail")
 
+    def failed_detail(self) -> str:
+        """Why a Start stops at the checks, in a line (the session's NOT_READY detail;
+        each check's fix is in the report): "" when none failed."""
+        failed = self.failures
+        if not failed:
+            return ""
+        said = "; ".join(f"{c.node}: {c.message}" for c in failed)
+        count = "A check" if len(failed) == 1 else f"{len(failed)} checks"
+        return f"{count} failed ({said}): nothing was started."
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from core.run.errors import ClusterError
 from core.run.measure.history import RunKind, RunRecord, keep, series_points, telemetry_series
 from core.run.measure.telemetry import RequestSummary, Telemetry, answer_figures
-from core.run.placement import ClusterError
 from core.run.tasks.records import job_record
 from core.worker import protocol as p
 

@@ -19,15 +19,16 @@ from typing import Any
 from core.cluster.probe.facts import NodeFacts
 from core.model.info import ModelInfo
 from core.plan.planner import Plan
+from core.run.errors import ClusterError
 from core.run.job.launcher import Job, JobSpec
 from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.measure.telemetry import Telemetry
-from core.run.placement import ClusterError
 from core.run.planning import EstimateBeside, estimates_beside, plan_on, sharing
 from core.run.session import Host, Session
 from core.run.states import Step
 from core.run.tasks.chat import answer_once
 from core.run.tasks.records import job_record
+from core.run.tasks.watch import Phase, Watch, watched
 from core.units import rate, size
 from core.worker.vocab import Strategy
 
@@ -229,11 +230,10 @@ def measured_run(
     )
 
 
-def _begin(session: Session, what: str, on_session: Callable[[Session, str], None] | None) -> Plan:
-    """Say which run starts (``on_session``), then its steps up to the launch; its plan.
-    ClusterError when a check failed or it was cancelled."""
-    if on_session is not None:
-        on_session(session, what)
+def _begin(session: Session, phase: Phase, watch: Watch | None) -> Plan:
+    """Say which run starts (``watch``), then its steps up to the launch; its plan.
+    ClusterError when a check failed (its detail: which) or it was cancelled."""
+    watched(watch, session, phase)
     if not session.start(Step.COPY):
         raise ClusterError(session.error or "The checks failed; nothing was started.")
     assert session.plan is not None  # planned by the start
@@ -247,19 +247,18 @@ def compare(
     prompt: str,
     max_tokens: int,
     *,
-    on_session: Callable[[Session, str], None] | None = None,
+    watch: Watch | None = None,
     split: Sequence[int] | None = None,
     job_factory: Callable[[JobSpec], Job] | None = None,
 ) -> Comparison:
     """The compare task: one Mac, then the cluster, each a whole session (its steps, one
-    answer, every rank stopped); the comparison kept. ``on_session(session, what)`` hears
-    of each session as it begins, ``what`` being "probing", "one Mac" or "cluster" (to
-    say so, and to cancel it on Ctrl-C or Stop). ``split``: the cluster's pipeline split
+    answer, every rank stopped); the comparison kept. ``watch(session, phase)`` hears of
+    each session as it begins (``Phase.PROBE``, ``ONE_MAC``, ``CLUSTER``: to show its
+    checks and copies, and to cancel it on Ctrl-C or Stop). ``split``: the cluster's pipeline split
     set by hand (rank order); ``job_factory``: what runs a job spec (the launcher's by
     default; the window's tests pass a fake)."""
     cluster_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
-    if on_session is not None:
-        on_session(cluster_session, "probing")
+    watched(watch, cluster_session, Phase.PROBE)
     # Probed and planned first: a cluster that cannot run stops the comparison before
     # one Mac runs, and the facts are held (the runs below ask for none again).
     if not cluster_session.start(Step.PLAN):
@@ -273,10 +272,10 @@ def compare(
         if host.facts is None and best in cluster_session.facts:
             host = Host(host.name, host.target, cluster_session.facts[best])
         one = Session(info, [host], strategy=Strategy.SINGLE, job_factory=job_factory)
-        one_plan = _begin(one, "one Mac", on_session)
+        one_plan = _begin(one, Phase.ONE_MAC, watch)
         single = measured_run(one, "one Mac", prompt, max_tokens, one_plan)
         runs["one Mac"] = (one_plan, list(one.facts.values()))
-    plan = _begin(cluster_session, "cluster", on_session)
+    plan = _begin(cluster_session, Phase.CLUSTER, watch)
     cluster = measured_run(cluster_session, "cluster", prompt, max_tokens, plan)
     runs["cluster"] = (plan, list(cluster_session.facts.values()))
     notes = []
@@ -338,13 +337,13 @@ def compare_adapter(
     max_tokens: int,
     adapter: Path | str,
     *,
-    on_session: Callable[[Session, str], None] | None = None,
+    watch: Watch | None = None,
     split: Sequence[int] | None = None,
     job_factory: Callable[[JobSpec], Job] | None = None,
 ) -> AdapterComparison:
     """The base model, then base + ``adapter``, on the same ``hosts`` with the same plan
     (greedy, so the difference is the adapter's); kept as a comparison.
-    ``on_session(session, what)`` hears "base" and "adapter" as each begins; the rest as
+    ``watch(session, phase)`` hears ``Phase.BASE`` and ``ADAPTER`` as each begins; the rest as
     ``compare``. The adapter is checked against the model first (``AdapterError``, a
     ValueError, before anything runs)."""
     adapted_session = Session(
@@ -352,11 +351,11 @@ def compare_adapter(
     )
     base_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
     runs = []
-    for session, what in ((base_session, "base"), (adapted_session, "adapter")):
-        plan = _begin(session, what, on_session)
-        label = "base" if what == "base" else f"base + {adapted_session.adapter_name}"
+    for session, phase in ((base_session, Phase.BASE), (adapted_session, Phase.ADAPTER)):
+        plan = _begin(session, phase, watch)
+        label = "base" if phase is Phase.BASE else f"base + {adapted_session.adapter_name}"
         runs.append(measured_run(session, label, prompt, max_tokens, plan))
-        if what == "base":  # the adapter's run asks for no facts again
+        if phase is Phase.BASE:  # the adapter's run asks for no facts again
             adapted_session.facts.update(base_session.facts)
     result = AdapterComparison(runs[0], runs[1], adapted_session.adapter_name, str(plan.strategy))
     figures = result.to_dict()

@@ -2,10 +2,11 @@
 behind ``macmesh finetune`` and the window's Fine-tune view.
 
 Built on ``core.run.session.Session`` (the same steps as a Start: probe, plan, checks,
-copy, launch) with ``task=FINETUNE``: the plan's ranks each hold the whole model (data
-parallel) and run ``core.worker.finetune`` (mlx-lm's trainer). Before the steps the data
-is read and checked (``core.tune.data``) and written in mlx-lm's layout into a folder the
-ranks read; the settings are checked for the rank count (``TuneSettings.check``).
+copy, launch) with a ``TrainingPayload`` (``core.run.tasks.training_payload``): the
+plan's ranks each hold the whole model (data parallel) and run ``core.worker.finetune``
+(mlx-lm's trainer). Before the steps the data is read and checked (``core.tune.data``)
+and written in mlx-lm's layout into a folder the ranks read; the settings are checked
+for the rank count (``TuneSettings.check``).
 
 Rank 0 writes the adapter (mlx-lm's ``adapters.safetensors`` + ``adapter_config.json``,
 checkpoints beside them) straight into the adapter's folder in the user data folder (on
@@ -37,17 +38,20 @@ from core import paths
 from core.model.info import ModelInfo
 from core.remote.folders import fetch_folder
 from core.remote.ssh import SSHError
+from core.run.errors import ClusterError
 from core.run.measure.history import RunKind, RunRecord, keep
-from core.run.placement import ClusterError, in_rank_order
+from core.run.placement import in_rank_order
 from core.run.session import Host, Session
 from core.run.states import RunState, Step
 from core.run.tasks.records import job_record
+from core.run.tasks.training_payload import TrainingPayload
+from core.run.tasks.watch import Phase, Watch, watched
 from core.tune.adapters import Adapter, new_adapter_folder, read_adapter, write_metadata
 from core.tune.data import DEMO_DATA, DEMO_SETTINGS, DataError, read_data
 from core.tune.fit import training_fit, tune_strategy
 from core.tune.settings import SettingsError, TuneSettings
 from core.worker import protocol as p
-from core.worker.vocab import JobState, Task
+from core.worker.vocab import JobState
 
 STOP_WITHIN_S = 600.0  # after stop(): the ranks' agreed stop, save and exit
 CHECKPOINT = re.compile(r"^(\d+)_adapters\.safetensors$")
@@ -73,7 +77,7 @@ class TrainReport:
 class FineTune:
     """One fine-tune of ``info`` on ``hosts`` with the ``data`` (a folder or a .jsonl
     file) and ``settings``; the adapter is called ``name`` (default: the model's name and
-    the date)."""
+    the date). ``watch`` hears of its session as it starts (``Phase.TRAIN``)."""
 
     state_changed = Signal(str, str)  # RunState, detail
     report = Signal(object)  # TrainReport
@@ -89,6 +93,7 @@ class FineTune:
         data: Path,
         settings: TuneSettings,
         name: str | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.info, self.hosts, self.data, self.settings = info, list(hosts), Path(data), settings
         self.name = name or f"{info.name} {time.strftime('%Y-%m-%d %H:%M')}"
@@ -102,12 +107,11 @@ class FineTune:
         self.data_examples = 0
         self.trained: p.Trained | None = None  # rank 0's ``trained`` event
         self.error = ""
+        self.payload = TrainingPayload()  # what the session ships: filled by start()
         self.session = Session(
-            info,
-            hosts,
-            strategy=tune_strategy(len(hosts)),
-            task=Task.FINETUNE,
+            info, hosts, strategy=tune_strategy(len(hosts)), payload=self.payload
         )
+        self._watch = watch  # hears of the session as it starts (its checks, its copies)
         self.session.state_changed.connect(self._on_state)
         self.session.event.connect(self._on_event)
         self._peaks: dict[int, int] = {}
@@ -115,7 +119,6 @@ class FineTune:
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._finishing = False
-        self._remote_out: str | None = None  # the adapter on rank 0's node, when remote
         # The run as the history keeps it: seconds from the start, and the figure.
         self.started = time.time()
         self._origin = time.monotonic()
@@ -139,10 +142,11 @@ class FineTune:
         """The node of each rank, rank order (once planned)."""
         return self.session.rank_nodes() if self.session.plan else [h.name for h in self.hosts]
 
-    def start(self) -> bool:
+    def start(self, watch: Watch | None = None) -> bool:
         """Check the settings and data, then the session's steps with the fit checked once
         planned (the data goes to the nodes with the model); True once the ranks are
-        starting (False: a check failed or it was cancelled, as ``Session.start``)."""
+        starting (False: a check failed or it was cancelled, as ``Session.start``).
+        ``watch``: who hears of the session (else the one given at construction)."""
         self.settings.check(len(self.hosts))
         folder = _new_folder(paths.cache_dir() / "finetune-data")
         self.data_sha256, self.data_examples = prepare_data(
@@ -152,11 +156,8 @@ class FineTune:
         self.out = new_adapter_folder(self.name)
         self.started = time.time()
         self._origin = time.monotonic()
-        self.session.job_fields = {
-            "data": folder,
-            "tune_settings": self.settings.to_dict(),
-            "out": self.out,
-        }
+        self.payload.ready(folder, self.settings.to_dict(), self.out)
+        watched(watch or self._watch, self.session, Phase.TRAIN)
         try:
             started = self.session.start(Step.PLAN)
             if started:
@@ -169,7 +170,6 @@ class FineTune:
         if not started or job is None:
             self._discard_unused()
             return False
-        self._remote_out = self.session.remote_out
         job.state_changed.connect(self._on_job_state)
         if job.state in (JobState.STOPPED, JobState.FAILED):
             self._on_job_state(job.state.value, job.message)
@@ -323,11 +323,12 @@ class FineTune:
         out = self.out
         if out is None:
             return None
-        if self._remote_out is not None:
+        remote_out = self.payload.remote_out
+        if remote_out is not None:
             try:
                 plan = self.session.plan
                 assert plan is not None  # a job ran
-                fetch_folder(in_rank_order(plan, self.session.targets)[0], self._remote_out, out)
+                fetch_folder(in_rank_order(plan, self.session.targets)[0], remote_out, out)
             except (SSHError, OSError, tarfile.TarError) as exc:
                 self.error = self.error or f"the adapter could not be fetched from rank 0: {exc}"
         trained = self.trained

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from core.cluster.topology import build_topology
+from core.run.errors import ClusterError
 from core.run.measure.history import RunKind, RunRecord, keep
 from core.run.measure.links import (
     LinkResult,
@@ -17,9 +18,9 @@ from core.run.measure.links import (
     link_results,
     loopback_nominal,
 )
-from core.run.placement import ClusterError
 from core.run.states import Step
 from core.run.tasks.records import job_record
+from core.run.tasks.watch import Phase, Watch, watched
 
 if TYPE_CHECKING:
     from core.run.session import Session
@@ -47,12 +48,13 @@ class LinkTest:
         }
 
 
-def measure_links(session: Session, scale: float = 1.0) -> LinkTest:
+def measure_links(session: Session, scale: float = 1.0, watch: Watch | None = None) -> LinkTest:
     """The link-test task (blocking: off the GUI thread): ``session`` launched when it is
     not yet (its steps not run yet first; the caller stops it), every link of its job
     measured and set against its cable's rate (loopback TCP on the demo's simulated
     Macs), the run kept. ClusterError when the plan uses one Mac (no link) or the Start
-    was cancelled; JobError when the job fails."""
+    was cancelled; JobError when the job fails. ``watch`` hears of the session first."""
+    watched(watch, session, Phase.RUN)
     if session.job is None:
         if not session.start(Step.PLAN):
             raise ClusterError(session.error or "the Start was cancelled")

@@ -1,0 +1,601 @@
+"""The worker's events (``core.worker.protocol`` describes the wire; its table of events
+is there): each kind a ``TypedDict`` (``Event`` is their union), written by a rank through
+``EventWriter`` and read by the controller through ``parse_event``, the one place a line
+becomes an event (a known kind whose fields have their declared types)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import threading
+import time
+import types
+from typing import (
+    Any,
+    Final,
+    Literal,
+    NotRequired,
+    TextIO,
+    TypeAlias,
+    TypedDict,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
+
+# Event kinds (``Final``: a comparison with one narrows an ``Event`` to that kind).
+HELLO: Final = "hello"
+LOADING: Final = "loading"
+LOADED: Final = "loaded"
+READY: Final = "ready"
+TOKEN: Final = "token"
+DONE: Final = "done"
+TRAFFIC: Final = "traffic"
+HEARTBEAT: Final = "heartbeat"
+LINK_TEST: Final = "link_test"
+LINK_PROGRESS: Final = "link_progress"  # a link test's step done: which pair, which size
+ERROR: Final = "error"
+STOPPED: Final = "stopped"
+TRAIN: Final = "train"
+VALIDATION: Final = "validation"
+CHECKPOINT: Final = "checkpoint"
+TRAINED: Final = "trained"
+EVENTS = frozenset(
+    {HELLO, LOADING, LOADED, READY, TOKEN, DONE, TRAFFIC, HEARTBEAT, LINK_TEST, ERROR, STOPPED}
+    | {LINK_PROGRESS}
+    | {TRAIN, VALIDATION, CHECKPOINT, TRAINED}
+)
+
+# A done event's finish_reason for an answer ended by a cancel command.
+CANCELLED = "cancelled"
+# An error event's code for a prompt that does not fit the model's context.
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+
+
+# -- the events, one TypedDict per kind (the table above) ----------------------------------
+#
+# These are the schema: ``parse_event`` checks a line against them, so a reader that has
+# narrowed an ``Event`` on its kind (``if event["event"] == TOKEN:``) may trust the types
+# of the fields below. Nested parts sent as free-form facts (``blas``, ``weights``,
+# ``adapter``) are only checked to be objects. Fields a newer worker adds are kept.
+
+
+class _Stamp(TypedDict):
+    """What every event carries besides its kind."""
+
+    rank: int
+    t: float  # time.monotonic() on the rank's host
+
+
+class Hello(_Stamp):
+    event: Literal["hello"]
+    size: int
+    backend: str
+    strategy: str
+    pid: int
+    host: str
+
+
+class Loading(_Stamp):
+    event: Literal["loading"]
+    stage: str  # a vocab.LoadingStage value; one this version does not know is kept as is
+
+
+class Loaded(_Stamp):
+    event: Literal["loaded"]
+    load_s: float
+    memory_bytes: int
+    layers: list[int] | None  # [start, end), None for tensor parallelism
+    strategy: str
+    device: str  # "cpu" or "gpu"
+    blas: dict[str, Any] | None  # {name, path, threads, gflops, fast} on the CPU
+    ring_wait: NotRequired[bool | None]  # on the CPU (not sent by a fine-tune)
+    weights: dict[str, Any]  # {precision, dequantized[, from][, reason][, layout]}
+    adapter: NotRequired[dict[str, Any]]  # {name, type, fused, precision}, with --adapter
+    # core.worker.residency: how memory is measured here (None: unmeasured), what the rank
+    # held before reading a weight, and the most it held while loading (above nothing).
+    memory_measure: NotRequired[str | None]
+    base_bytes: NotRequired[int | None]
+    peak_load_bytes: NotRequired[int | None]
+
+
+class Ready(_Stamp):
+    event: Literal["ready"]
+
+
+class Token(_Stamp):
+    event: Literal["token"]
+    request: str
+    index: int
+    token: int
+    text: str
+    logprobs: NotRequired[dict[str, Any]]  # asked for: core.worker.constrain
+
+
+class Done(_Stamp):
+    event: Literal["done"]
+    request: str
+    prompt_tokens: int
+    prompt_tps: float
+    generation_tokens: int
+    generation_tps: float
+    ttft_s: float | None
+    finish_reason: str | None  # "stop", "length" or CANCELLED (None if mlx-lm gave none)
+    peak_memory_bytes: int  # MLX's
+    text: str
+    peak_generation_bytes: NotRequired[int | None]  # the process's most since loaded
+    cached_tokens: NotRequired[int]  # batching ranks: the prompt's tokens the prompt cache held
+    logprobs: NotRequired[list[dict[str, Any]]]  # asked for: each token's, in order
+
+
+class Traffic(_Stamp):
+    event: Literal["traffic"]
+    interval_s: float
+    sent: dict[str, int]  # peer rank (as text) -> bytes
+    received: dict[str, int]
+
+
+class Heartbeat(_Stamp):
+    event: Literal["heartbeat"]
+    stage: NotRequired[str]  # until the rank has loaded
+    peak_bytes: NotRequired[int]  # the most held while loading, then since loaded
+
+
+class LinkPoint(TypedDict):
+    bytes: int
+    seconds: float  # one way
+    bytes_per_s: float
+
+
+class LinkResult(TypedDict):
+    a: int
+    b: int
+    points: list[LinkPoint]
+
+
+class LinkTest(_Stamp):
+    event: Literal["link_test"]
+    request: str
+    size: int  # ranks
+    links: list[LinkResult]
+    all_sum: list[LinkPoint]  # bytes_per_s: bus bandwidth
+    cancelled: NotRequired[bool]  # the ranks agreed to stop at a size's end: nothing kept
+
+
+class LinkProgress(_Stamp):
+    event: Literal["link_progress"]
+    request: str
+    done: int  # steps done (a pair at a size, or the all_sum at a size)
+    total: int
+    bytes: int  # the size of that step's messages
+    pair: list[int] | None  # [a, b]; None for the all_sum
+    elapsed_s: float
+
+
+class Error(_Stamp):
+    event: Literal["error"]
+    message: str  # for a person: what happened and what to do
+    fatal: bool
+    request: NotRequired[str]  # the request it answers: that request failed, the job lives
+    code: NotRequired[str]  # for a refused request, when known: CONTEXT_LENGTH_EXCEEDED
+
+
+class Stopped(_Stamp):
+    event: Literal["stopped"]
+    peak_generation_bytes: NotRequired[int]  # once loaded: its most since
+
+
+class Train(_Stamp):
+    event: Literal["train"]
+    iteration: int
+    iters: int
+    train_loss: float
+    learning_rate: float
+    tokens_per_s: float
+    trained_tokens: int
+    peak_memory_bytes: int
+
+
+class Validation(_Stamp):
+    event: Literal["validation"]
+    iteration: int
+    val_loss: float
+
+
+class Checkpoint(_Stamp):
+    event: Literal["checkpoint"]
+    iteration: int
+    path: str
+
+
+class Trained(_Stamp):
+    event: Literal["trained"]
+    adapter: str
+    iterations: int
+    train_loss: float | None
+    val_loss: float | None
+    stopped: bool
+
+
+Event: TypeAlias = (
+    Hello
+    | Loading
+    | Loaded
+    | Ready
+    | Token
+    | Done
+    | Traffic
+    | Heartbeat
+    | LinkTest
+    | LinkProgress
+    | Error
+    | Stopped
+    | Train
+    | Validation
+    | Checkpoint
+    | Trained
+)
+
+
+class EventWriter:
+    """Writes events as JSON lines, one method per kind (so mypy checks what a rank
+    sends); safe to call from several threads."""
+
+    def __init__(self, rank: int, stream: TextIO | None = None) -> None:
+        self.rank = rank
+        self._stream = stream or sys.stdout
+        self._lock = threading.Lock()
+
+    def write(self, event: Event) -> None:
+        line = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def hello(self, size: int, backend: str, strategy: str, pid: int, host: str) -> None:
+        self.write(
+            Hello(
+                event=HELLO,
+                rank=self.rank,
+                t=time.monotonic(),
+                size=size,
+                backend=backend,
+                strategy=strategy,
+                pid=pid,
+                host=host,
+            )
+        )
+
+    def loading(self, stage: str) -> None:
+        self.write(Loading(event=LOADING, rank=self.rank, t=time.monotonic(), stage=stage))
+
+    def loaded(
+        self,
+        load_s: float,
+        memory_bytes: int,
+        layers: list[int] | None,
+        strategy: str,
+        device: str,
+        blas: dict[str, Any] | None,
+        weights: dict[str, Any],
+        ring_wait: bool | None = None,
+        adapter: dict[str, Any] | None = None,
+        *,
+        with_ring_wait: bool = True,
+        memory: tuple[str | None, int | None, int | None] | None = None,
+    ) -> None:
+        """``with_ring_wait=False``: no ``ring_wait`` field (a fine-tune sends none).
+        ``memory``: (memory_measure, base_bytes, peak_load_bytes), where measured."""
+        event = Loaded(
+            event=LOADED,
+            rank=self.rank,
+            t=time.monotonic(),
+            load_s=load_s,
+            memory_bytes=memory_bytes,
+            layers=layers,
+            strategy=strategy,
+            device=device,
+            blas=blas,
+            weights=weights,
+        )
+        if with_ring_wait:
+            event["ring_wait"] = ring_wait
+        if adapter:
+            event["adapter"] = adapter
+        if memory is not None:
+            event["memory_measure"], event["base_bytes"], event["peak_load_bytes"] = memory
+        self.write(event)
+
+    def ready(self) -> None:
+        self.write(Ready(event=READY, rank=self.rank, t=time.monotonic()))
+
+    def token(
+        self,
+        request: str,
+        index: int,
+        token: int,
+        text: str,
+        logprobs: dict[str, Any] | None = None,
+    ) -> None:
+        event = Token(
+            event=TOKEN,
+            rank=self.rank,
+            t=time.monotonic(),
+            request=request,
+            index=index,
+            token=token,
+            text=text,
+        )
+        if logprobs is not None:
+            event["logprobs"] = logprobs
+        self.write(event)
+
+    def done(
+        self,
+        request: str,
+        prompt_tokens: int,
+        prompt_tps: float,
+        generation_tokens: int,
+        generation_tps: float,
+        ttft_s: float | None,
+        finish_reason: str | None,
+        peak_memory_bytes: int,
+        text: str,
+        peak_generation_bytes: int | None = None,
+        cached_tokens: int | None = None,
+        logprobs: list[dict[str, Any]] | None = None,
+    ) -> None:
+        event = Done(
+            event=DONE,
+            rank=self.rank,
+            t=time.monotonic(),
+            request=request,
+            prompt_tokens=prompt_tokens,
+            prompt_tps=prompt_tps,
+            generation_tokens=generation_tokens,
+            generation_tps=generation_tps,
+            ttft_s=ttft_s,
+            finish_reason=finish_reason,
+            peak_memory_bytes=peak_memory_bytes,
+            text=text,
+        )
+        if peak_generation_bytes is not None:
+            event["peak_generation_bytes"] = peak_generation_bytes
+        if cached_tokens is not None:
+            event["cached_tokens"] = cached_tokens
+        if logprobs is not None:
+            event["logprobs"] = logprobs
+        self.write(event)
+
+    def traffic(self, interval_s: float, sent: dict[str, int], received: dict[str, int]) -> None:
+        self.write(
+            Traffic(
+                event=TRAFFIC,
+                rank=self.rank,
+                t=time.monotonic(),
+                interval_s=interval_s,
+                sent=sent,
+                received=received,
+            )
+        )
+
+    def heartbeat(self, stage: str | None = None, peak_bytes: int | None = None) -> None:
+        event = Heartbeat(event=HEARTBEAT, rank=self.rank, t=time.monotonic())
+        if stage is not None:
+            event["stage"] = stage
+        if peak_bytes is not None:
+            event["peak_bytes"] = peak_bytes
+        self.write(event)
+
+    def link_test(
+        self,
+        request: str,
+        size: int,
+        links: list[LinkResult],
+        all_sum: list[LinkPoint],
+        cancelled: bool = False,
+    ) -> None:
+        event = LinkTest(
+            event=LINK_TEST,
+            rank=self.rank,
+            t=time.monotonic(),
+            request=request,
+            size=size,
+            links=links,
+            all_sum=all_sum,
+        )
+        if cancelled:
+            event["cancelled"] = True
+        self.write(event)
+
+    def link_progress(
+        self,
+        request: str,
+        done: int,
+        total: int,
+        nbytes: int,
+        pair: tuple[int, int] | None,
+        elapsed_s: float,
+    ) -> None:
+        self.write(
+            LinkProgress(
+                event=LINK_PROGRESS,
+                rank=self.rank,
+                t=time.monotonic(),
+                request=request,
+                done=done,
+                total=total,
+                bytes=nbytes,
+                pair=list(pair) if pair else None,
+                elapsed_s=round(elapsed_s, 3),
+            )
+        )
+
+    def error(
+        self, message: str, fatal: bool, request: str | None = None, code: str | None = None
+    ) -> None:
+        event = Error(event=ERROR, rank=self.rank, t=time.monotonic(), message=message, fatal=fatal)
+        if request is not None:
+            event["request"] = request
+        if code is not None:
+            event["code"] = code
+        self.write(event)
+
+    def stopped(self, peak_generation_bytes: int | None = None) -> None:
+        event = Stopped(event=STOPPED, rank=self.rank, t=time.monotonic())
+        if peak_generation_bytes is not None:
+            event["peak_generation_bytes"] = peak_generation_bytes
+        self.write(event)
+
+    def train(
+        self,
+        iteration: int,
+        iters: int,
+        train_loss: float,
+        learning_rate: float,
+        tokens_per_s: float,
+        trained_tokens: int,
+        peak_memory_bytes: int,
+    ) -> None:
+        self.write(
+            Train(
+                event=TRAIN,
+                rank=self.rank,
+                t=time.monotonic(),
+                iteration=iteration,
+                iters=iters,
+                train_loss=train_loss,
+                learning_rate=learning_rate,
+                tokens_per_s=tokens_per_s,
+                trained_tokens=trained_tokens,
+                peak_memory_bytes=peak_memory_bytes,
+            )
+        )
+
+    def validation(self, iteration: int, val_loss: float) -> None:
+        self.write(
+            Validation(
+                event=VALIDATION,
+                rank=self.rank,
+                t=time.monotonic(),
+                iteration=iteration,
+                val_loss=val_loss,
+            )
+        )
+
+    def checkpoint(self, iteration: int, path: str) -> None:
+        self.write(
+            Checkpoint(
+                event=CHECKPOINT, rank=self.rank, t=time.monotonic(), iteration=iteration, path=path
+            )
+        )
+
+    def trained(
+        self,
+        adapter: str,
+        iterations: int,
+        train_loss: float | None,
+        val_loss: float | None,
+        stopped: bool,
+    ) -> None:
+        self.write(
+            Trained(
+                event=TRAINED,
+                rank=self.rank,
+                t=time.monotonic(),
+                adapter=adapter,
+                iterations=iterations,
+                train_loss=train_loss,
+                val_loss=val_loss,
+                stopped=stopped,
+            )
+        )
+
+
+def parse_event(line: str) -> Event | None:
+    """A stdout line -> its event, or None when the line is not one.
+
+    The one place a line becomes an ``Event``: a JSON object whose ``event`` is a known
+    kind and whose fields have the types of that kind's TypedDict (extra fields are kept:
+    a newer worker may send more). Anything else is not an event: libraries sometimes
+    print to stdout, and a malformed or unknown event is no more use to a reader; the
+    launcher keeps such lines in the rank's log rather than breaking the stream.
+    """
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+        return None
+    kind = _kinds().get(record["event"])
+    if kind is None or not _matches(record, kind):
+        return None
+    return record  # type: ignore[return-value]  # checked against its kind just above
+
+
+@functools.cache
+def _kinds() -> dict[str, type]:
+    """Each kind's TypedDict, by its ``event`` value (read from ``Event``, once)."""
+    kinds: dict[str, type] = {}
+    for each in get_args(Event):
+        (kind,) = get_args(get_type_hints(each)["event"])
+        kinds[kind] = each
+    assert kinds.keys() == EVENTS, "an event kind without its TypedDict (or the reverse)"
+    return kinds
+
+
+@functools.cache
+def _fields(typed: type) -> tuple[tuple[str, Any, bool], ...]:
+    """A TypedDict's (name, type, required) fields. ``NotRequired`` is read from the
+    annotations: ``__required_keys__`` is wrong on Python 3.11 under postponed
+    annotations."""
+    fields = []
+    for name, hint in get_type_hints(typed, include_extras=True).items():
+        optional = get_origin(hint) is NotRequired
+        fields.append((name, get_args(hint)[0] if optional else hint, not optional))
+    return tuple(fields)
+
+
+def _matches(record: dict[str, Any], typed: type) -> bool:
+    return all(
+        _is(record[name], hint) if name in record else not required
+        for name, hint, required in _fields(typed)
+    )
+
+
+def _is(value: object, hint: Any) -> bool:
+    """Whether a JSON value has the type ``hint`` (the types the events use)."""
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if hint is float:  # JSON writes 2.0 as 2.0, but a number is a number
+        return _number(value)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (str, bool):
+        return isinstance(value, hint)
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return any(type(value) is type(a) and value == a for a in args)
+    if origin in (Union, types.UnionType):
+        return any(_is(value, a) for a in args)
+    if origin is list:
+        return isinstance(value, list) and all(_is(item, args[0]) for item in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            _is(k, args[0]) and _is(v, args[1]) for k, v in value.items()
+        )
+    if is_typeddict(hint):
+        return isinstance(value, dict) and _matches(value, hint)
+    raise TypeError(f"parse_event cannot check {hint!r}")  # a new field type: teach _is
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
