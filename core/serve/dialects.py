@@ -17,7 +17,9 @@ from core.serve.fields import (
     refuse_message_extras,
     refuse_unsupported,
 )
-from core.serve.requests import Ask, messages, stops, text_content
+from core.serve.requests import Ask, stops, text_content
+from core.serve.tool_messages import anthropic_messages, ollama_messages
+from core.serve.tools import anthropic_tools, ollama_tools
 from core.worker import protocol as p
 
 
@@ -53,7 +55,8 @@ def anthropic_request(body: dict[str, Any], model: str, context: int | None) -> 
     """``POST /v1/messages``: max_tokens is required there; system is its own field."""
     _check_model(body.get("model"), model)
     refuse_unsupported(body, ANTHROPIC)
-    chat = messages(body.get("messages"))
+    chat = anthropic_messages(body.get("messages"))
+    tools = anthropic_tools(body)
     system = body.get("system")
     if system is not None:
         chat.insert(0, {"role": "system", "content": text_content(system, "system")})
@@ -77,7 +80,15 @@ def anthropic_request(body: dict[str, Any], model: str, context: int | None) -> 
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be true or false.", "stream")
-    return Ask(model=model, max_tokens=wanted, messages=chat, sampling=sampling, stream=stream)
+    sampling.update(tools.sampling() if tools else {})
+    return Ask(
+        model=model,
+        max_tokens=wanted,
+        messages=chat,
+        sampling=sampling,
+        stream=stream,
+        tools=tools,
+    )
 
 
 def anthropic_message(answer_id: str, model: str, done: p.Done) -> dict[str, Any]:
@@ -157,8 +168,9 @@ def ollama_request(body: dict[str, Any], model: str, context: int | None) -> Ask
     if not isinstance(name, str) or name not in ollama_names(model):
         _check_model(name, model)
     refuse_unsupported(body, OLLAMA)
-    refuse_message_extras(body.get("messages"), ("images", "tool_calls"))
-    chat = messages(body.get("messages"))
+    refuse_message_extras(body.get("messages"), ("images",))
+    chat = ollama_messages(body.get("messages"))
+    tools = ollama_tools(body)
     options = body.get("options") or {}
     if not isinstance(options, dict):
         raise bad_request("'options' must be an object.", "options")
@@ -190,7 +202,14 @@ def ollama_request(body: dict[str, Any], model: str, context: int | None) -> Ask
     stream = body.get("stream", True)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be true or false.", "stream")
-    return Ask(model=model, max_tokens=wanted, messages=chat, sampling=sampling, stream=stream)
+    return Ask(
+        model=model,
+        max_tokens=wanted,
+        messages=chat,
+        sampling=sampling,
+        stream=stream,
+        tools=tools,
+    )
 
 
 def ollama_tags(model: str, size: int) -> dict[str, Any]:

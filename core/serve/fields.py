@@ -38,8 +38,6 @@ Check = Callable[[Any], bool]
 OPENAI_CHAT: Mapping[str, Check] = {
     "logprobs": _set,
     "top_logprobs": _set,
-    "tools": _set,
-    "tool_choice": _not_auto,
     "functions": _set,
     "function_call": _not_auto,
     "response_format": _not_text,
@@ -62,13 +60,10 @@ OPENAI_COMPLETIONS: Mapping[str, Check] = {
     "presence_penalty": _set,
 }
 ANTHROPIC: Mapping[str, Check] = {
-    "tools": _set,
-    "tool_choice": _set,
     "thinking": _set,
     "top_k": _set,
 }
 OLLAMA: Mapping[str, Check] = {
-    "tools": _set,
     "format": _set,
     "think": _set,
     "suffix": _set,
@@ -87,7 +82,7 @@ OLLAMA_OPTIONS: Mapping[str, Check] = {
 }
 # Ignored on purpose (documented): they change nothing an answer says.
 IGNORED = {
-    "OpenAI": ("user", "metadata", "store", "service_tier", "parallel_tool_calls"),
+    "OpenAI": ("user", "metadata", "store", "service_tier"),
     "Anthropic": ("metadata", "service_tier"),
     "Ollama": ("keep_alive", "options.num_ctx", "options.num_thread", "options.num_gpu"),
 }

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.serve.errors import bad_request, not_found
 from core.serve.fields import (
@@ -24,6 +24,9 @@ from core.serve.fields import (
     refuse_message_extras,
     refuse_unsupported,
 )
+
+if TYPE_CHECKING:
+    from core.serve.tools import ToolSpec
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 MAX_STOPS = 4  # as OpenAI
@@ -40,11 +43,12 @@ class Ask:
 
     model: str
     max_tokens: int
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, Any]] | None = None  # with tool calls and results (tools)
     prompt: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, seed, stop
     stream: bool = False
     include_usage: bool = False
+    tools: ToolSpec | None = None  # the tools offered (core.serve.tools)
 
     @property
     def chat(self) -> bool:
@@ -56,7 +60,7 @@ class Ask:
         conversation so far, already shown), or its prompt."""
         for message in reversed(self.messages or []):
             if message.get("role") == "user":
-                return message.get("content", "")
+                return str(message.get("content", ""))
         return self.prompt or ""
 
 
@@ -95,7 +99,7 @@ def chat_request(body: dict[str, Any], model: str, context: int | None) -> Ask:
     """``POST /v1/chat/completions``."""
     check_model(body, model)
     refuse_unsupported(body, OPENAI_CHAT)
-    refuse_message_extras(body.get("messages"), ("tool_calls", "function_call", "audio"))
+    refuse_message_extras(body.get("messages"), ("function_call", "audio"))
     chat = messages(body.get("messages"))
     limit = context or FALLBACK_CONTEXT
     wanted = _optional_int(body, "max_completion_tokens", 1)
@@ -148,7 +152,7 @@ def check_model(body: dict[str, Any], model: str, param: str = "model") -> None:
         )
 
 
-def messages(value: Any, param: str = "messages") -> list[dict[str, str]]:
+def messages(value: Any, param: str = "messages") -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise bad_request(f"'{param}' must be a non-empty list of messages.", param)
     out = []
