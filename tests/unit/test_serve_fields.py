@@ -11,6 +11,7 @@ import pytest
 from core.serve.dialects import anthropic_request, ollama_request
 from core.serve.errors import APIError
 from core.serve.requests import chat_request, completion_request
+from core.serve.tool_routes import openai_chat_request
 
 M = "m"
 CHAT: dict[str, Any] = {"model": M, "messages": [{"role": "user", "content": "hi"}]}
@@ -29,8 +30,6 @@ def _refused(parse: Any, body: dict[str, Any]) -> APIError:
     [
         ("logprobs", True),
         ("top_logprobs", 3),
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
-        ("tool_choice", "required"),
         ("response_format", {"type": "json_object"}),
         ("logit_bias", {"42": 5}),
         ("frequency_penalty", 0.5),
@@ -73,15 +72,17 @@ def test_do_nothing_values_and_fields_ignored_on_purpose_pass() -> None:
     assert completion_request({**COMPLETION, "echo": False, "best_of": 1}, M, 2048).prompt == "hi"
 
 
-def test_a_chat_message_with_tool_calls_is_refused_naming_it() -> None:
+def test_a_chat_message_with_a_malformed_tool_call_is_refused_naming_it() -> None:
     body = {**CHAT, "messages": [{"role": "assistant", "content": "", "tool_calls": [{}]}]}
     body["messages"][0]["tool_calls"] = [{"id": "c1"}]
-    assert _refused(chat_request, body).param == "messages[0].tool_calls"
+    assert _refused(openai_chat_request, body).param == "messages[0].tool_calls[0]"
+    legacy = {**CHAT, "messages": [{"role": "assistant", "function_call": {"name": "f"}}]}
+    assert _refused(chat_request, legacy).param == "messages[0].function_call"
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("tools", [{"name": "f"}]), ("thinking", {"type": "enabled"}), ("top_k", 5)],
+    [("thinking", {"type": "enabled"}), ("top_k", 5)],
 )
 def test_anthropic_fields_that_change_the_answer_are_refused_by_name(
     field: str, value: Any
@@ -89,6 +90,12 @@ def test_anthropic_fields_that_change_the_answer_are_refused_by_name(
     error = _refused(anthropic_request, {**ANTHROPIC, field: value})
     assert error.param == field and "not supported yet" in error.message
     assert anthropic_request({**ANTHROPIC, "metadata": {"user_id": "u"}}, M, 2048).max_tokens == 8
+
+
+def test_anthropic_server_tools_are_refused_naming_their_type() -> None:
+    web = {**ANTHROPIC, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}
+    error = _refused(anthropic_request, web)
+    assert error.param == "tools[0].type" and error.code == "unsupported_parameter"
 
 
 def test_ollama_fields_and_options_that_change_the_answer_are_refused_by_name() -> None:

@@ -1,0 +1,142 @@
+"""Tool calls' pure parts (core.serve.tools, tool_schema, tool_calls): each dialect's tools
+and choice as one spec, the call schema a forced choice sends (checked with
+``jsonschema``: a valid call passes, a wrong name or missing argument fails), and an
+answer's text read as it streams with mlx-lm's own parsers, whatever the cut between
+tokens: markers split across pieces, a call the parser cannot read kept as text, one
+call only when parallel calls are off, a format with no end marker (Mistral's)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.serve.errors import APIError
+from core.serve.tool_calls import Call, CallReader, NotACall, ToolFormat
+from core.serve.tool_schema import call_schema
+from core.serve.tools import ToolSpec, anthropic_tools, ollama_tools, openai_tools
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time"}}
+
+
+def _format(name: str) -> ToolFormat:
+    module = importlib.import_module(f"mlx_lm.tool_parsers.{name}")
+    return ToolFormat(name, module.tool_call_start, module.tool_call_end, module.parse_tool_call)
+
+
+def _read(reader: CallReader, pieces: list[str]) -> list[str | Call]:
+    out = [p for piece in pieces for p in reader.feed(piece)] + reader.end()
+    merged: list[str | Call] = []
+    for piece in out:  # adjacent texts as one, whatever the cut
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        else:
+            merged.append(piece)
+    return merged
+
+
+def test_the_call_schema_accepts_valid_calls_and_refuses_others() -> None:
+    spec = openai_tools({"tools": [WEATHER, TIME], "tool_choice": "required"})
+    assert spec is not None and spec.forced
+    schema = spec.schema()
+    jsonschema.validate({"name": "get_weather", "arguments": {"city": "Oslo"}}, schema)
+    jsonschema.validate({"name": "get_time", "arguments": {}}, schema)
+    for wrong in (
+        {"name": "get_weather", "arguments": {}},  # its required argument
+        {"name": "get_weather", "arguments": {"city": "Oslo", "x": 1}},
+        {"name": "get_wether", "arguments": {"city": "Oslo"}},
+        {"name": "get_weather"},
+        {"name": "get_time", "arguments": {}, "extra": 1},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(wrong, schema)
+    named = call_schema([WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"name": "get_weather", "arguments": {"city": "Oslo"}}, named)
+    assert spec.sampling() == {"json_schema": schema}
+    assert openai_tools({"tools": [WEATHER]}).sampling() == {}  # type: ignore[union-attr]
+
+
+def test_each_dialects_choice_is_one_spec() -> None:
+    assert openai_tools({"tools": [WEATHER], "parallel_tool_calls": False}) == ToolSpec(
+        (WEATHER,), "auto", False
+    )
+    anthropic = {"tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
+    assert anthropic_tools({**anthropic, "tool_choice": {"type": "any"}}).choice == "required"  # type: ignore[union-attr]
+    named = anthropic_tools(
+        {**anthropic, "tool_choice": {"type": "tool", "name": "get_weather",
+                                      "disable_parallel_tool_use": True}}
+    )
+    assert named is not None and named.choice == "get_weather" and not named.parallel
+    assert ollama_tools({"tools": [WEATHER]}).choice == "auto"  # type: ignore[union-attr]
+    assert openai_tools({"tools": [], "tool_choice": "none"}) is None
+    with pytest.raises(APIError) as refused:
+        anthropic_tools({**anthropic, "tool_choice": {"type": "tool", "name": "nope"}})
+    assert refused.value.param == "tool_choice.name"
+
+
+CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=len(CALL) + 20), max_size=12))
+def test_a_call_is_read_whatever_the_cut_between_pieces(cuts: list[int]) -> None:
+    text = f"Checking. {CALL} Done <tool not a marker"
+    points = sorted({c for c in cuts if c < len(text)})
+    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
+    reader = CallReader(ToolSpec((WEATHER,)), _format("json_tools"))
+    out = _read(reader, pieces)
+    assert out[0] == "Checking. " and out[2] == " Done <tool not a marker"
+    assert isinstance(out[1], Call) and out[1].name == "get_weather"
+    assert out[1].arguments == {"city": "Oslo"} and reader.calls == [out[1]]
+    assert json.loads("".join(out[1].fragments())) == {"city": "Oslo"}
+
+
+def test_an_unreadable_call_stays_as_text_and_parallel_off_keeps_the_first() -> None:
+    reader = CallReader(ToolSpec((WEATHER,)), _format("json_tools"))
+    broken = "<tool_call>{not json</tool_call>"
+    assert _read(reader, [broken, " after"]) == [broken + " after"]
+    assert reader.calls == []
+    one = CallReader(ToolSpec((WEATHER,), "auto", False), _format("json_tools"))
+    out = _read(one, [CALL, CALL])
+    assert len([p for p in out if isinstance(p, Call)]) == 1
+    unended = CallReader(ToolSpec((WEATHER,)), _format("json_tools"))
+    [call] = _read(unended, [CALL.removesuffix("</tool_call>")])  # cut at max_tokens
+    assert isinstance(call, Call) and call.arguments == {"city": "Oslo"}
+
+
+def test_mistrals_calls_run_to_the_end_of_the_answer() -> None:
+    reader = CallReader(ToolSpec((WEATHER,)), _format("mistral"))
+    out = _read(reader, ["Sure", "[TOOL_", 'CALLS]get_weather[ARGS]{"city": ', '"Oslo"}'])
+    assert out[0] == "Sure" and isinstance(out[1], Call)
+    assert (out[1].name, out[1].arguments) == ("get_weather", {"city": "Oslo"})
+
+
+def test_a_forced_answer_is_its_json_call_or_not_a_call() -> None:
+    spec = ToolSpec((WEATHER, TIME), "required")
+    reader = CallReader(spec, None)
+    assert reader.feed('{"name": "get_time", ') == []
+    [call] = [*reader.feed('"arguments": {}}'), *reader.end()]
+    assert isinstance(call, Call) and call.name == "get_time"
+    wrapped = CallReader(spec, _format("json_tools"))
+    assert [c.name for c in _read(wrapped, [CALL]) if isinstance(c, Call)] == ["get_weather"]
+    for text, choice in (("Paris is sunny.", "required"), (CALL, "get_time")):
+        forced = CallReader(ToolSpec((WEATHER, TIME), choice), _format("json_tools"))
+        with pytest.raises(NotACall):
+            _read(forced, [text])
