@@ -4,12 +4,16 @@ and the fields ignored on purpose pass (core.serve.fields, the README's table)."
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.serve.dialects import anthropic_request, ollama_request
 from core.serve.errors import APIError
+from core.serve.fields import ANTHROPIC as ANTHROPIC_FIELDS
+from core.serve.fields import IGNORED, OLLAMA, OLLAMA_OPTIONS, OPENAI_CHAT, OPENAI_COMPLETIONS
 from core.serve.requests import chat_request, completion_request
 from core.serve.tool_routes import openai_chat_request
 
@@ -105,3 +109,45 @@ def test_ollama_fields_and_options_that_change_the_answer_are_refused_by_name() 
     assert _refused(ollama_request, images).param == "messages[0].images"
     kept = {**CHAT, "keep_alive": "5m", "options": {"num_ctx": 4096, "repeat_penalty": 1}}
     assert ollama_request(kept, M, 2048).messages == CHAT["messages"]
+
+
+def _readme_rows() -> dict[str, list[str]]:
+    """The README's table of fields: each dialect's row, its cells."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    start = readme.index("| dialect | read | ignored on purpose | refused")
+    rows = {}
+    for line in readme[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        rows[cells[0].split(" (")[0]] = cells[1:]
+    return rows
+
+
+def _names(cell: str) -> set[str]:
+    return set(re.findall(r"`([a-z_.]+)`", cell))
+
+
+def test_the_readme_table_is_these_lists() -> None:
+    """Every field refused here is in its row's refused cell and no other; every field
+    ignored on purpose in its ignored cell; the tool fields read (issue 34, item 5)."""
+    rows = _readme_rows()
+    lists = {
+        "OpenAI chat": (OPENAI_CHAT, IGNORED["OpenAI"]),
+        "OpenAI completions": (OPENAI_COMPLETIONS, ("user",)),
+        "Anthropic": (ANTHROPIC_FIELDS, IGNORED["Anthropic"]),
+        "Ollama": ({**OLLAMA, **OLLAMA_OPTIONS}, IGNORED["Ollama"]),
+    }
+    for dialect, (refused, ignored) in lists.items():
+        read, quiet, said = (_names(cell) for cell in rows[dialect])
+        bare = {name.removeprefix("options.") for name in said}
+        for name in refused:
+            assert name in said or name in bare, (dialect, name)
+            assert name not in read, (dialect, name)
+        for name in ignored:
+            assert name in quiet, (dialect, name)
+    tools = {"OpenAI chat": ("tools", "tool_choice", "parallel_tool_calls"),
+             "Anthropic": ("tools", "tool_choice"), "Ollama": ("tools",)}
+    for dialect, names in tools.items():
+        read, _quiet, said = (_names(cell) for cell in rows[dialect])
+        assert set(names) <= read and not set(names) & said, dialect
