@@ -89,7 +89,12 @@ def anthropic_content(pieces: list[Piece]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text or not calls else []
     for call in calls:
         blocks.append(
-            {"type": "tool_use", "id": anthropic_id(call), "name": call.name, "input": call.arguments}
+            {
+                "type": "tool_use",
+                "id": anthropic_id(call),
+                "name": call.name,
+                "input": call.arguments,
+            }
         )
     return blocks
 

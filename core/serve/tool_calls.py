@@ -141,7 +141,7 @@ class CallReader:
             return [self.form.start + text + self.form.end]
         return self._keep(calls)
 
-    def _forced(self, text: str) -> list[Call]:
+    def _forced(self, text: str) -> list[Piece]:
         calls: list[Call] = []
         try:
             calls = _calls(json.loads(text))

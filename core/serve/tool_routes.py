@@ -119,9 +119,7 @@ class ToolAPI(API):
         if isinstance(read, Response):
             return read
         done, pieces = read
-        return JSONResponse(
-            t.openai_message(answer.id, self.s.model, answer.created, done, pieces)
-        )
+        return JSONResponse(t.openai_message(answer.id, self.s.model, answer.created, done, pieces))
 
     async def _openai_stream(self, answer: Answer, first: AnswerEvent) -> AsyncIterator[bytes]:
         ask, model, created = answer.ask, self.s.model, answer.created

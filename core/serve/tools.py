@@ -82,7 +82,7 @@ def anthropic_tools(body: dict[str, Any]) -> ToolSpec | None:
         if choice is not None and _choice_type(choice) not in ("auto", "none"):
             raise bad_request("'tool_choice' needs 'tools': give the tools to call.", "tool_choice")
         return None
-    checked = []
+    checked: list[dict[str, Any]] = []
     for n, tool in enumerate(_listed(tools, "tools")):
         where = f"tools[{n}]"
         if not isinstance(tool, dict):
@@ -117,9 +117,7 @@ def anthropic_tools(body: dict[str, Any]) -> ToolSpec | None:
     if kind == "tool":
         name = choice.get("name")
         if not isinstance(name, str) or name not in [t["function"]["name"] for t in spec]:
-            raise bad_request(
-                "'tool_choice.name' must name one of the tools.", "tool_choice.name"
-            )
+            raise bad_request("'tool_choice.name' must name one of the tools.", "tool_choice.name")
         return ToolSpec(spec, name, parallel)
     raise bad_request(
         "'tool_choice.type' must be one of auto, any, tool, none.", "tool_choice.type"
@@ -198,9 +196,7 @@ def _choice_type(choice: Any) -> Any:
 
 def _name(value: Any, param: str) -> str:
     if not isinstance(value, str) or not NAME.match(value):
-        raise bad_request(
-            f"'{param}' must be 1 to 64 letters, digits, '_' or '-'.", param
-        )
+        raise bad_request(f"'{param}' must be 1 to 64 letters, digits, '_' or '-'.", param)
     return value
 
 

@@ -52,7 +52,10 @@ NEEDS_GRAMMAR = (
 
 
 # The demo model's 9 attention heads and 3 KV heads split over 3 ranks, not 2.
-STRATEGIES = {"tensor": ("--strategy", "tensor", "--nodes", "3"), "pipeline": ("--strategy", "pipeline")}
+STRATEGIES = {
+    "tensor": ("--strategy", "tensor", "--nodes", "3"),
+    "pipeline": ("--strategy", "pipeline"),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(STRATEGIES))

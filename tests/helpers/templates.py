@@ -43,6 +43,7 @@ def templated(model: Path, to: Path, template: str) -> Path:
     config_path.write_text(json.dumps(config, indent=2) + "\n")
     return to
 
+
 # Qwen2.5's way with tools (its words and markers over the tiny tokenizer's ChatML):
 # the tools listed in the system turn, each call as <tool_call>JSON</tool_call>, each
 # result as a <tool_response> in a user turn. mlx-lm reads its calls with "json_tools".
@@ -61,7 +62,7 @@ TOOLS = (
     "{{ '<|im_start|>assistant\\n' + message['content'] }}"
     "{%- for tool_call in message.tool_calls %}"
     "{%- if tool_call.function is defined %}{% set tool_call = tool_call.function %}{% endif %}"
-    "{{ '<tool_call>\\n{\"name\": \"' + tool_call.name + '\", \"arguments\": ' }}"
+    '{{ \'<tool_call>\\n{"name": "\' + tool_call.name + \'", "arguments": \' }}'
     "{{ tool_call.arguments | tojson }}{{ '}\\n</tool_call>' }}"
     "{%- endfor %}{{ '<|im_end|>\\n' }}"
     "{%- elif message['role'] == 'tool' %}"

@@ -306,9 +306,12 @@ def test_a_template_without_tools_refuses_auto_and_serves_a_forced_choice(
     reply = httpx.post(
         f"{no_tools.url}/v1/messages",
         headers={"x-api-key": KEY},
-        json={"model": MODEL, "max_tokens": 8, "messages": ASK, "tools": [
-            {"name": "get_weather", "input_schema": {"type": "object"}}
-        ]},
+        json={
+            "model": MODEL,
+            "max_tokens": 8,
+            "messages": ASK,
+            "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+        },
     )
     assert reply.status_code == 400 and "no tool calling" in reply.json()["error"]["message"]
     # required: served (the tools said in a system turn), the schema sent for the grammar;
@@ -341,16 +344,24 @@ def test_a_template_without_tools_refuses_auto_and_serves_a_forced_choice(
                 "tools": [WEATHER],
                 "messages": [
                     *ASK,
-                    {"role": "assistant", "tool_calls": [
-                        {"id": "c", "type": "function",
-                         "function": {"name": "get_weather", "arguments": "{not json"}}
-                    ]},
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "c",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": "{not json"},
+                            }
+                        ],
+                    },
                 ],
             },
             "messages[1].tool_calls[0].function.arguments",
         ),
-        ({"tools": [WEATHER], "messages": [*ASK, {"role": "tool", "content": "x"}]},
-         "messages[1].tool_call_id"),
+        (
+            {"tools": [WEATHER], "messages": [*ASK, {"role": "tool", "content": "x"}]},
+            "messages[1].tool_call_id",
+        ),
     ],
 )
 def test_malformed_tools_are_a_400_naming_the_field(

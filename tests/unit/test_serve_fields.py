@@ -146,8 +146,11 @@ def test_the_readme_table_is_these_lists() -> None:
             assert name not in read, (dialect, name)
         for name in ignored:
             assert name in quiet, (dialect, name)
-    tools = {"OpenAI chat": ("tools", "tool_choice", "parallel_tool_calls"),
-             "Anthropic": ("tools", "tool_choice"), "Ollama": ("tools",)}
+    tools = {
+        "OpenAI chat": ("tools", "tool_choice", "parallel_tool_calls"),
+        "Anthropic": ("tools", "tool_choice"),
+        "Ollama": ("tools",),
+    }
     for dialect, names in tools.items():
         read, _quiet, said = (_names(cell) for cell in rows[dialect])
         assert set(names) <= read and not set(names) & said, dialect

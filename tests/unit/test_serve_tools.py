@@ -80,8 +80,14 @@ def test_each_dialects_choice_is_one_spec() -> None:
     anthropic = {"tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
     assert anthropic_tools({**anthropic, "tool_choice": {"type": "any"}}).choice == "required"  # type: ignore[union-attr]
     named = anthropic_tools(
-        {**anthropic, "tool_choice": {"type": "tool", "name": "get_weather",
-                                      "disable_parallel_tool_use": True}}
+        {
+            **anthropic,
+            "tool_choice": {
+                "type": "tool",
+                "name": "get_weather",
+                "disable_parallel_tool_use": True,
+            },
+        }
     )
     assert named is not None and named.choice == "get_weather" and not named.parallel
     assert ollama_tools({"tools": [WEATHER]}).choice == "auto"  # type: ignore[union-attr]
