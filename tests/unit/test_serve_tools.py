@@ -146,3 +146,106 @@ def test_a_forced_answer_is_its_json_call_or_not_a_call() -> None:
         forced = CallReader(ToolSpec((WEATHER, TIME), choice), _format("json_tools"))
         with pytest.raises(NotACall):
             _read(forced, [text])
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_TOOLISH = st.fixed_dictionaries(
+    {},
+    optional={
+        "tools": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "type": st.sampled_from(["function", "custom", "x"]) | _JSON,
+                    "function": st.fixed_dictionaries(
+                        {},
+                        optional={"name": st.sampled_from(["f", "g"]) | _JSON, "parameters": _JSON},
+                    )
+                    | _JSON,
+                    "name": st.sampled_from(["f", "g"]) | _JSON,
+                    "input_schema": _JSON,
+                },
+            )
+            | _JSON,
+            max_size=3,
+        )
+        | _JSON,
+        "tool_choice": st.sampled_from(["auto", "none", "required", "f"])
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "type": st.sampled_from(["function", "any", "tool", "auto"]) | _JSON,
+                "name": _JSON,
+                "function": _JSON,
+            },
+        )
+        | _JSON,
+        "parallel_tool_calls": _JSON,
+    },
+)
+_TURNS = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "tool"])},
+        optional={
+            "content": st.text(max_size=5)
+            | st.lists(
+                st.fixed_dictionaries(
+                    {"type": st.sampled_from(["text", "tool_use", "tool_result"])},
+                    optional={
+                        "text": _JSON,
+                        "id": _JSON,
+                        "name": _JSON,
+                        "input": _JSON,
+                        "tool_use_id": _JSON,
+                        "content": _JSON,
+                    },
+                ),
+                max_size=3,
+            ),
+            "tool_calls": _JSON
+            | st.lists(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "id": _JSON,
+                        "function": st.fixed_dictionaries(
+                            {}, optional={"name": _JSON, "arguments": _JSON | st.text(max_size=6)}
+                        ),
+                    },
+                ),
+                max_size=2,
+            ),
+            "tool_call_id": _JSON,
+        },
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TOOLISH, _TURNS)
+def test_hostile_tools_and_turns_are_a_400_or_read_in_every_dialect(
+    tools: dict, turns: list
+) -> None:
+    """Whatever a client sends as tools, choices, calls and results: an Ask, or a 400
+    naming a field, never another exception (issue 34; the brief's hostile input)."""
+    from core.serve.dialects import anthropic_request, ollama_request
+    from core.serve.tool_routes import openai_chat_request
+
+    body = {"model": "m", "max_tokens": 8, "messages": turns, **tools}
+    for parse in (openai_chat_request, anthropic_request, ollama_request):
+        try:
+            ask = parse(body, "m", 2048)
+        except APIError as error:
+            assert error.status == 400 and error.message
+            continue
+        if ask.tools is not None:
+            assert ask.tools.names and (not ask.tools.forced or ask.tools.schema())
+            json.dumps(ask.messages)  # what goes to the ranks is JSON
