@@ -13,6 +13,7 @@ tokenize them, refusing one whose template raises on its own.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from pathlib import Path
@@ -140,8 +141,14 @@ def _ids(tokenizer: Any, ask: Ask) -> list[int]:
 
 
 def _text_bytes(ask: Ask) -> int:
+    """The bytes the prompt is made of at least: its texts, and the tools and calls a
+    template renders (their JSON: 8 MB of tools is refused before any tokenizing too)."""
     if ask.messages is not None:
-        return sum(len(m.get("content", "").encode()) for m in ask.messages)
+        size = sum(len(m.get("content", "").encode()) for m in ask.messages)
+        if ask.tools is not None:
+            rendered = [ask.tools.listed, [m.get("tool_calls") or [] for m in ask.messages]]
+            size += len(json.dumps(rendered, ensure_ascii=False).encode())
+        return size
     return len((ask.prompt or "").encode())
 
 

@@ -249,3 +249,17 @@ def test_hostile_tools_and_turns_are_a_400_or_read_in_every_dialect(
         if ask.tools is not None:
             assert ask.tools.names and (not ask.tools.forced or ask.tools.schema())
             json.dumps(ask.messages)  # what goes to the ranks is JSON
+
+
+def test_tools_count_toward_the_size_checked_before_any_tokenizing() -> None:
+    from core.serve.prompts import PromptMaker
+    from core.serve.tool_routes import openai_chat_request
+
+    maker = PromptMaker(None, 100)
+    maker._bytes_per_token = 4  # as if loaded: 400 bytes fit at most
+    big = {"type": "function", "function": {"name": "f", "description": "x" * 1000}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    maker.check_size(openai_chat_request(body, "m", 100))
+    with pytest.raises(APIError) as refused:
+        maker.check_size(openai_chat_request({**body, "tools": [big]}, "m", 100))
+    assert refused.value.code == "context_length_exceeded"
