@@ -6,8 +6,9 @@ value would change what the answer means (``logprobs``, ``response_format``, ...
 ``core.serve.fields``; tools are read by ``core.serve.tools``); fields that change
 nothing an answer says (``user``, ``metadata``, ...) and fields no dialect defines are
 ignored. A known field of the wrong type or out of range is a 400 naming it.
-``max_tokens`` above the model's context is a 400 here; a prompt longer than the context is found once tokenized (``core.serve.prompts``,
-or the ranks when this Mac has no tokenizer) and is a 400 too.
+``max_tokens`` above the model's context is a 400 here; a prompt longer than the context
+is found once tokenized (``core.serve.prompts``, or the ranks when this Mac has no
+tokenizer) and is a 400 too.
 """
 
 from __future__ import annotations
