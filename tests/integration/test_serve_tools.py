@@ -264,6 +264,13 @@ def test_anthropic_any_is_a_forced_call(json_call: Serving) -> None:
     assert [b.type for b in message.content] == ["tool_use"]
     assert message.content[0].input == {"city": "Oslo"}
     assert CONSTRAINT_KEY in json_call.behaviour.sent[-1]["sampling"]
+    with client.messages.stream(
+        model=MODEL, max_tokens=64, messages=ASK, tools=tools, tool_choice={"type": "any"}
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use"
+    [use] = [b for b in final.content if b.type == "tool_use"]
+    assert use.input == {"city": "Oslo"} and use.name == "get_weather"
 
 
 def test_ollama_tool_calls_whole_and_streamed(calling: Serving) -> None:
