@@ -49,6 +49,8 @@ OPENAI_CHAT: Mapping[str, Check] = {
     "modalities": _not_text_modality,
     "reasoning_effort": _set,
     "web_search_options": _set,
+    "verbosity": lambda v: _set(v) and v != "medium",
+    "moderation": _set,
 }
 OPENAI_COMPLETIONS: Mapping[str, Check] = {
     "logprobs": _set,
@@ -62,8 +64,12 @@ OPENAI_COMPLETIONS: Mapping[str, Check] = {
 ANTHROPIC: Mapping[str, Check] = {
     "thinking": _set,
     "top_k": _set,
+    "output_config": _set,
+    "container": _set,
 }
 OLLAMA: Mapping[str, Check] = {
+    "logprobs": _set,
+    "top_logprobs": _set,
     "format": _set,
     "think": _set,
     "suffix": _set,
@@ -82,8 +88,26 @@ OLLAMA_OPTIONS: Mapping[str, Check] = {
 }
 # Ignored on purpose (documented): they change nothing an answer says.
 IGNORED = {
-    "OpenAI": ("user", "metadata", "store", "service_tier"),
-    "Anthropic": ("metadata", "service_tier"),
+    "OpenAI": (
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+    ),
+    "Anthropic": (
+        "metadata",
+        "service_tier",
+        "cache_control",
+        "inference_geo",
+        "speed",
+        "diagnostics",
+        "user_profile_id",
+        "workspace_id",
+    ),
     "Ollama": ("keep_alive", "options.num_ctx", "options.num_thread", "options.num_gpu"),
 }
 

@@ -45,6 +45,7 @@ WEATHER = {
     },
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+HOT = {"temperature": 1.0}  # Anthropic's API field; anthropic 2.x's create() has no argument
 NEEDS_GRAMMAR = (
     "the answer to tool_choice 'required' is no call: constrained decoding (issue 34, item 3) "
     "must keep the sampler to the call schema sent as sampling['json_schema']"
@@ -152,7 +153,7 @@ def test_the_anthropic_tool_loop_any_20_runs_at_temperature_1(served: Served) ->
                 messages=ASK,
                 tools=tools,
                 tool_choice={"type": "any"},
-                temperature=1.0,
+                extra_body=HOT,
             )
         except anthropic.InternalServerError as error:
             pytest.fail(f"run {run}: {NEEDS_GRAMMAR} ({error.message})")
@@ -166,7 +167,7 @@ def test_the_anthropic_tool_loop_any_20_runs_at_temperature_1(served: Served) ->
             messages=ASK,
             tools=tools,
             tool_choice={"type": "any"},
-            temperature=1.0,
+            extra_body=HOT,
         ) as stream:
             final = stream.get_final_message()
         [streamed] = [block for block in final.content if block.type == "tool_use"]

@@ -40,6 +40,7 @@ def _refused(parse: Any, body: dict[str, Any]) -> APIError:
         ("presence_penalty", 1),
         ("functions", [{"name": "f"}]),
         ("modalities", ["text", "audio"]),
+        ("verbosity", "low"),
     ],
 )
 def test_a_chat_field_that_changes_the_answer_is_refused_by_name(field: str, value: Any) -> None:
@@ -86,7 +87,7 @@ def test_a_chat_message_with_a_malformed_tool_call_is_refused_naming_it() -> Non
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("thinking", {"type": "enabled"}), ("top_k", 5)],
+    [("thinking", {"type": "enabled"}), ("top_k", 5), ("output_config", {"effort": "low"})],
 )
 def test_anthropic_fields_that_change_the_answer_are_refused_by_name(
     field: str, value: Any
@@ -104,6 +105,7 @@ def test_anthropic_server_tools_are_refused_naming_their_type() -> None:
 
 def test_ollama_fields_and_options_that_change_the_answer_are_refused_by_name() -> None:
     assert _refused(ollama_request, {**CHAT, "format": "json"}).param == "format"
+    assert _refused(ollama_request, {**CHAT, "logprobs": True}).param == "logprobs"
     assert _refused(ollama_request, {**CHAT, "options": {"top_k": 20}}).param == "options.top_k"
     images = {**CHAT, "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}
     assert _refused(ollama_request, images).param == "messages[0].images"
@@ -154,3 +156,28 @@ def test_the_readme_table_is_these_lists() -> None:
     for dialect, names in tools.items():
         read, _quiet, said = (_names(cell) for cell in rows[dialect])
         assert set(names) <= read and not set(names) & said, dialect
+
+
+def test_every_field_of_the_clients_calls_has_its_row() -> None:
+    """Each field the official ``openai``, ``anthropic`` and ``ollama`` packages can send
+    is read, ignored on purpose or refused in its dialect's row (issue 34, item 5): a
+    client's new field shows up here, not as silence."""
+    import inspect
+
+    import anthropic
+    import ollama
+    import openai
+
+    rows = _readme_rows()
+    calls = {
+        "OpenAI chat": openai.OpenAI(api_key="x").chat.completions.create,
+        "OpenAI completions": openai.OpenAI(api_key="x").completions.create,
+        "Anthropic": anthropic.Anthropic(api_key="x").messages.create,
+        "Ollama": ollama.Client().chat,
+    }
+    transport = {"extra_body", "extra_headers", "extra_query", "timeout", "options"}
+    for dialect, call in calls.items():
+        named = set().union(*(_names(cell) for cell in rows[dialect]))
+        named |= {name.split(".")[0] for name in named}
+        fields = set(inspect.signature(call).parameters) - transport
+        assert fields <= named, (dialect, sorted(fields - named))
