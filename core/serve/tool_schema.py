@@ -5,9 +5,14 @@ decoding) enforces this schema on it. The answer is then the JSON of the call it
 ``{"name": ..., "arguments": {...}}``, whatever the model's own call format, so even a
 model whose template has no tools can be made to call one.
 
-The interface with the sampling side: ``constraint(schema)`` is merged into the request's
-``sampling`` (the worker's generate command), under ``CONSTRAINT_KEY``; the ranks that
-sample apply it as they apply ``response_format: json_schema``.
+The interface with the sampling side is ``constraint(schema)``: the fields merged into the
+request's ``sampling`` (the worker's generate command) that make the ranks that sample keep
+to the schema, as they do for ``response_format: json_schema``. Until the grammar is in,
+it is the schema itself under ``CONSTRAINT_KEY`` (the ranks ignore it). With
+``core.serve.structured`` (issue 34, item 3) its body becomes
+``worker_fields(json_schema_constraint(schema, True, "tools"), None)`` (the grammar, and a
+400 naming ``tools`` for a schema the library refuses), and
+``core.serve.features.CONSTRAINED_DECODING`` true.
 """
 
 from __future__ import annotations

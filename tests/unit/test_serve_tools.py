@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from core.serve.errors import APIError
 from core.serve.tool_calls import Call, CallReader, NotACall, ToolFormat
-from core.serve.tool_schema import call_schema
+from core.serve.tool_schema import call_schema, constraint
 from core.serve.tools import ToolSpec, anthropic_tools, ollama_tools, openai_tools
 
 WEATHER = {
@@ -69,7 +69,7 @@ def test_the_call_schema_accepts_valid_calls_and_refuses_others() -> None:
     named = call_schema([WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}})
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "get_weather", "arguments": {"city": "Oslo"}}, named)
-    assert spec.sampling() == {"json_schema": schema}
+    assert spec.sampling() == constraint(schema)
     assert openai_tools({"tools": [WEATHER]}).sampling() == {}  # type: ignore[union-attr]
 
 
