@@ -96,6 +96,7 @@ def test_a_template_without_tools_refuses_auto_in_both_dialects(served: Served) 
     assert "no tool calling" in said.value.message
 
 
+@pytest.mark.timeout(1800)  # 60 answers; tensor's 3 ranks on 2 shared cores are slow
 def test_the_openai_tool_loop_required_20_runs_at_temperature_1(served: Served) -> None:
     client = _openai(served)
     schema = WEATHER["function"]["parameters"]
@@ -141,6 +142,7 @@ def test_the_openai_tool_loop_required_20_runs_at_temperature_1(served: Served) 
         assert back.choices[0].message.content and back.choices[0].message.tool_calls is None
 
 
+@pytest.mark.timeout(1800)  # 60 answers; tensor's 3 ranks on 2 shared cores are slow
 def test_the_anthropic_tool_loop_any_20_runs_at_temperature_1(served: Served) -> None:
     client = _anthropic(served)
     schema = WEATHER["function"]["parameters"]
