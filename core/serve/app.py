@@ -52,6 +52,8 @@ class Served:
     prompts: PromptMaker | None = None
     # One prompt cache for every key (--shared-prompt-cache), instead of one per key.
     shared_prompt_cache: bool = False
+    # The tool calls an answer made (its worker request id; each {name, arguments}).
+    on_calls: Callable[[str, list[dict[str, Any]]], None] | None = None
 
 
 class API:

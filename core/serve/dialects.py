@@ -17,8 +17,10 @@ from core.serve.fields import (
     refuse_message_extras,
     refuse_unsupported,
 )
-from core.serve.requests import Ask, messages, stops, text_content
+from core.serve.requests import Ask, stops, text_content
 from core.serve.structured import anthropic_output, ollama_format
+from core.serve.tool_messages import anthropic_messages, ollama_messages
+from core.serve.tools import anthropic_tools, ollama_tools
 from core.worker import protocol as p
 
 
@@ -54,7 +56,8 @@ def anthropic_request(body: dict[str, Any], model: str, context: int | None) -> 
     """``POST /v1/messages``: max_tokens is required there; system is its own field."""
     _check_model(body.get("model"), model)
     refuse_unsupported(body, ANTHROPIC)
-    chat = messages(body.get("messages"))
+    chat = anthropic_messages(body.get("messages"))
+    tools = anthropic_tools(body)
     system = body.get("system")
     if system is not None:
         chat.insert(0, {"role": "system", "content": text_content(system, "system")})
@@ -78,12 +81,14 @@ def anthropic_request(body: dict[str, Any], model: str, context: int | None) -> 
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be true or false.", "stream")
+    sampling.update(tools.sampling() if tools else {})
     return Ask(
         model=model,
         max_tokens=wanted,
         messages=chat,
         sampling=sampling,
         stream=stream,
+        tools=tools,
         constraint=anthropic_output(body.get("output_config"), body.get("output_format")),
     )
 
@@ -165,8 +170,9 @@ def ollama_request(body: dict[str, Any], model: str, context: int | None) -> Ask
     if not isinstance(name, str) or name not in ollama_names(model):
         _check_model(name, model)
     refuse_unsupported(body, OLLAMA)
-    refuse_message_extras(body.get("messages"), ("images", "tool_calls"))
-    chat = messages(body.get("messages"))
+    refuse_message_extras(body.get("messages"), ("images",))
+    chat = ollama_messages(body.get("messages"))
+    tools = ollama_tools(body)
     options = body.get("options") or {}
     if not isinstance(options, dict):
         raise bad_request("'options' must be an object.", "options")
@@ -204,6 +210,7 @@ def ollama_request(body: dict[str, Any], model: str, context: int | None) -> Ask
         messages=chat,
         sampling=sampling,
         stream=stream,
+        tools=tools,
         constraint=ollama_format(body.get("format")),
     )
 

@@ -32,8 +32,6 @@ Check = Callable[[Any], bool]
 
 # Field -> when a value is refused. Fields of each dialect that no list names are ignored.
 OPENAI_CHAT: Mapping[str, Check] = {
-    "tools": _set,
-    "tool_choice": _not_auto,
     "functions": _set,
     "function_call": _not_auto,
     "logit_bias": _set,
@@ -44,6 +42,8 @@ OPENAI_CHAT: Mapping[str, Check] = {
     "modalities": _not_text_modality,
     "reasoning_effort": _set,
     "web_search_options": _set,
+    "verbosity": lambda v: _set(v) and v != "medium",
+    "moderation": _set,
 }
 OPENAI_COMPLETIONS: Mapping[str, Check] = {
     "echo": _set,
@@ -54,13 +54,13 @@ OPENAI_COMPLETIONS: Mapping[str, Check] = {
     "presence_penalty": _set,
 }
 ANTHROPIC: Mapping[str, Check] = {
-    "tools": _set,
-    "tool_choice": _set,
     "thinking": _set,
     "top_k": _set,
+    "container": _set,
 }
 OLLAMA: Mapping[str, Check] = {
-    "tools": _set,
+    "logprobs": _set,
+    "top_logprobs": _set,
     "think": _set,
     "suffix": _set,
     "raw": _set,
@@ -78,8 +78,26 @@ OLLAMA_OPTIONS: Mapping[str, Check] = {
 }
 # Ignored on purpose (documented): they change nothing an answer says.
 IGNORED = {
-    "OpenAI": ("user", "metadata", "store", "service_tier", "parallel_tool_calls"),
-    "Anthropic": ("metadata", "service_tier"),
+    "OpenAI": (
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+    ),
+    "Anthropic": (
+        "metadata",
+        "service_tier",
+        "cache_control",
+        "inference_geo",
+        "speed",
+        "diagnostics",
+        "user_profile_id",
+        "workspace_id",
+    ),
     "Ollama": ("keep_alive", "options.num_ctx", "options.num_thread", "options.num_gpu"),
 }
 

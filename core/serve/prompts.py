@@ -13,6 +13,7 @@ tokenize them, refusing one whose template raises on its own.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Any
 
 from core.serve.errors import APIError, bad_request
 from core.serve.requests import Ask
+from core.serve.tool_calls import ToolFormat, tool_format
+from core.serve.tool_prompt import tool_prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,11 @@ class PromptMaker:
     @property
     def ready(self) -> bool:
         return self._tokenizer is not None
+
+    @property
+    def tool_format(self) -> ToolFormat | None:
+        """How the model writes tool calls (mlx-lm's parser for it); None: no tools."""
+        return tool_format(self._tokenizer)
 
     def start(self) -> None:
         """Load on a thread (the server accepts requests meanwhile: they go as text)."""
@@ -97,6 +105,8 @@ class PromptMaker:
         try:
             with self._using:
                 ids = _ids(tokenizer, ask)
+        except APIError:
+            raise
         except Exception as error:  # the template's own words (jinja2's TemplateError, ...)
             said = " ".join(str(error).split())[:300] or type(error).__name__
             kind = "chat template" if ask.chat else "tokenizer"
@@ -118,7 +128,10 @@ class PromptMaker:
 
 
 def _ids(tokenizer: Any, ask: Ask) -> list[int]:
-    """As the ranks make them (``core.worker.serve.prompt_tokens``)."""
+    """As the ranks make them (``core.worker.serve.prompt_tokens``); with tools, through
+    the template's ``tools=`` (``core.serve.tool_prompt``)."""
+    if ask.tools is not None:
+        return tool_prompt_ids(tokenizer, ask)
     if ask.messages is not None and getattr(tokenizer, "chat_template", None):
         return [
             int(t) for t in tokenizer.apply_chat_template(ask.messages, add_generation_prompt=True)
@@ -128,8 +141,14 @@ def _ids(tokenizer: Any, ask: Ask) -> list[int]:
 
 
 def _text_bytes(ask: Ask) -> int:
+    """The bytes the prompt is made of at least: its texts, and the tools and calls a
+    template renders (their JSON: 8 MB of tools is refused before any tokenizing too)."""
     if ask.messages is not None:
-        return sum(len(m.get("content", "").encode()) for m in ask.messages)
+        size = sum(len(m.get("content", "").encode()) for m in ask.messages)
+        if ask.tools is not None:
+            rendered = [ask.tools.listed, [m.get("tool_calls") or [] for m in ask.messages]]
+            size += len(json.dumps(rendered, ensure_ascii=False).encode())
+        return size
     return len((ask.prompt or "").encode())
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.serve.errors import bad_request, not_found
 from core.serve.fields import (
@@ -31,6 +31,9 @@ from core.serve.structured import (
     completion_logprobs,
     response_format,
 )
+
+if TYPE_CHECKING:
+    from core.serve.tools import ToolSpec
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 MAX_STOPS = 4  # as OpenAI
@@ -47,11 +50,12 @@ class Ask:
 
     model: str
     max_tokens: int
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, Any]] | None = None  # with tool calls and results (tools)
     prompt: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, seed, stop
     stream: bool = False
     include_usage: bool = False
+    tools: ToolSpec | None = None  # the tools offered (core.serve.tools)
     constraint: Constraint | None = None  # the answer's grammar (core.serve.structured)
     logprobs: int | None = None  # report each token's logprob and this many alternatives
 
@@ -65,7 +69,7 @@ class Ask:
         conversation so far, already shown), or its prompt."""
         for message in reversed(self.messages or []):
             if message.get("role") == "user":
-                return message.get("content", "")
+                return str(message.get("content", ""))
         return self.prompt or ""
 
 
@@ -104,7 +108,7 @@ def chat_request(body: dict[str, Any], model: str, context: int | None) -> Ask:
     """``POST /v1/chat/completions``."""
     check_model(body, model)
     refuse_unsupported(body, OPENAI_CHAT)
-    refuse_message_extras(body.get("messages"), ("tool_calls", "function_call", "audio"))
+    refuse_message_extras(body.get("messages"), ("function_call", "audio"))
     chat = messages(body.get("messages"))
     limit = context or FALLBACK_CONTEXT
     wanted = _optional_int(body, "max_completion_tokens", 1)
@@ -161,7 +165,7 @@ def check_model(body: dict[str, Any], model: str, param: str = "model") -> None:
         )
 
 
-def messages(value: Any, param: str = "messages") -> list[dict[str, str]]:
+def messages(value: Any, param: str = "messages") -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise bad_request(f"'{param}' must be a non-empty list of messages.", param)
     out = []

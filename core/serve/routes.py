@@ -19,7 +19,6 @@ from starlette.routing import Route
 from core.serve import dialects as d
 from core.serve.answers import Answer, AnswerEvent, failure
 from core.serve.app import (
-    API,
     EventStream,
     Logged,
     OneBodyLength,
@@ -33,16 +32,19 @@ from core.serve.app import (
 from core.serve.errors import APIError
 from core.serve.metrics import PATH as METRICS_PATH
 from core.serve.structured import parsed
+from core.serve.tool_routes import ToolAPI, reads_calls
 from core.worker import protocol as p
 
 
-class Routes(API):
-    """Every route the server has."""
+class Routes(ToolAPI):
+    """Every route the server has (with tools: ``core.serve.tool_routes``)."""
 
     async def messages(self, request: Request) -> Response:
         client = self.client(request)
         body = await read_json(request)
         ask = await parsed(d.anthropic_request, body, self.s.model, self.s.context)
+        if reads_calls(ask):
+            return await self.anthropic_tools(request, ask, client)
         got = await self.begin(request, ask, client)
         if isinstance(got, Response):
             return got
@@ -78,6 +80,8 @@ class Routes(API):
         client = self.client(request)
         body = await read_json(request)
         ask = await parsed(d.ollama_request, body, self.s.model, self.s.context)
+        if reads_calls(ask):
+            return await self.ollama_tools(request, ask, client)
         started = time.monotonic()
         got = await self.begin(request, ask, client)
         if isinstance(got, Response):

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -110,9 +111,11 @@ class APIServer:
         log: Callable[[str], None] = lambda line: None,
         on_sent: Callable[[str, float, str, str], None] | None = None,
         telemetry: Telemetry | None = None,
+        on_calls: Callable[[str, list[dict[str, Any]]], None] | None = None,
     ) -> None:
         """``telemetry``: the window's, already fed from ``session`` (one set of numbers
-        for its card, its chat and what the API keeps); headless, the server's own."""
+        for its card, its chat and what the API keeps); headless, the server's own.
+        ``on_calls``: an answer's tool calls (its request id), for the window's chat."""
         self.options = options or ServerOptions()
         self._telemetry = telemetry
         if gate.open and not is_loopback(self.options.host):
@@ -138,6 +141,7 @@ class APIServer:
             metrics_without_key=self.options.metrics_without_key,
             prompts=PromptMaker(_model_folder(session), context),
             shared_prompt_cache=self.options.shared_prompt_cache,
+            on_calls=on_calls,
         )
         self.guard = ConnectionGuard(self.options.limits.within_files())
         self._server: _Server | None = None

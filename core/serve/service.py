@@ -93,8 +93,10 @@ class ApiService:
         on_sent: Callable[[str, float, str, str], None] | None = None,
         announce: Callable[[int | None], None] | None = None,
         log_line: Callable[[str], None] | None = None,
+        on_calls: Callable[[str, list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.store = store or KeyStore()
+        self._on_calls = on_calls  # an API answer's tool calls (any thread)
         self.settings = settings or load_settings()
         self.error = ""  # why it is not serving although on
         self._on_sent = on_sent
@@ -148,6 +150,18 @@ class ApiService:
     @property
     def model(self) -> str | None:
         return self._job[1] if self._job else None
+
+    @property
+    def supports(self) -> str:
+        """The served model's tool call format and structured output, in one line ("" when
+        not serving)."""
+        server = self._server
+        prompts = server.served.prompts if server is not None else None
+        if prompts is None:
+            return ""
+        from core.serve.features import features_said
+
+        return features_said(not prompts.wait(0), prompts.ready, prompts.tool_format)
 
     def list_keys(self) -> list[KeyInfo]:
         try:
@@ -228,6 +242,7 @@ class ApiService:
                 log=self._log_line,
                 on_sent=self._on_sent,
                 telemetry=self._telemetry,
+                on_calls=self._on_calls,
             )
             server.start()
         except ServeError as error:

@@ -26,7 +26,8 @@ from core.serve.errors import bad_request
 MAX_TOP_LOGPROBS = 20  # as OpenAI
 # The body fields that carry a schema: compiling one may take a second or two (a hostile
 # schema near llguidance's limits), so such a body is parsed off the event loop.
-SCHEMA_FIELDS = ("response_format", "format", "output_config", "output_format")
+# the request fields that can bring a schema to compile (``tools``: a forced call's)
+SCHEMA_FIELDS = ("response_format", "format", "output_config", "output_format", "tools")
 T = TypeVar("T")
 # JSON as compact as OpenAI writes it: no run of whitespace for a small model to loop in.
 _JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}

@@ -1,6 +1,7 @@
 """The Run pane's API section: on/off, this Mac only or shared on the network, the
 address, keys (a new one shown once with Copy; revoke), copy-able curl and Python
-examples, the requests being served at once, waiting and served, whether
+examples, the requests being served at once, waiting and served, the served model's tool
+call format and structured output, whether
 ``/metrics`` needs the key, and whether the prompt cache is one per key or shared. A thin
 view over ``core.serve.service.ApiService``: its blocking calls go to the bridge's pool,
 its ``changed`` comes back through the bridge.
@@ -64,6 +65,9 @@ class ApiPanel(QFrame):
         self.port.setRange(1, 65535)
         self.port.setToolTip("The API's port")
         self.status = label("", "secondary", wrap=True, selectable=True)
+        # the served model's tool call format and structured output (issue 34)
+        self.supports = label("", "secondary", wrap=True, selectable=True)
+        self.supports.hide()
         # Two rows, so the panel fits the Run pane at a 1280-pixel-wide window.
         top = QHBoxLayout()
         top.setSpacing(10)
@@ -116,6 +120,7 @@ class ApiPanel(QFrame):
         layout.addLayout(top)
         layout.addLayout(access)
         layout.addWidget(self.status)
+        layout.addWidget(self.supports)
         layout.addLayout(keys)
         layout.addWidget(self.examples)
         self._show_settings(service.settings)
@@ -226,6 +231,10 @@ class ApiPanel(QFrame):
             text = "Off: turn it on to use the cluster from other apps."
         if self.status.text() != text:
             self.status.setText(text)
+        supports = service.supports if service.running else ""
+        if self.supports.text() != supports:
+            self.supports.setText(supports)
+            self.supports.setVisible(bool(supports))
         shown = [(f"{k.label or 'key'} · {k.start}…", k.id) for k in service.list_keys()]
         if [
             (self.keys.itemText(i), self.keys.itemData(i)) for i in range(self.keys.count())

@@ -12,6 +12,7 @@ token switch would shred eight streams into one word per heading.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ from gui.style import set_role
 from gui.widgets import OpaqueBackground
 
 FLUSH_MS = 120
+CALL_SHOWN = 200  # characters of a tool call's arguments shown in the chat
 
 
 @dataclass
@@ -43,6 +45,7 @@ class _Streaming:
     end: QTextCursor
     segment: list[str]
     pieces: list[str] = field(default_factory=list)
+    lines_after: int = 0  # lines written under it already (its tool calls), in the record
 
 
 class ChatView(QWidget):
@@ -172,7 +175,23 @@ class ChatView(QWidget):
             self._write(line, "meta", new_block=True)
         else:  # right under the answer, in the transcript and in its record
             at = next(i for i, seg in enumerate(self._segments) if seg is streaming.segment)
-            self._segments.insert(at + 1, ["meta", line])
+            self._segments.insert(at + 1 + streaming.lines_after, ["meta", line])
+            self._insert(streaming.end, line, "meta", new_block=True)
+
+    def add_calls(self, request: str, calls: list[dict[str, Any]]) -> None:
+        """The tool calls an API answer made (``request``), each on a line of its own
+        under the answer (at the transcript's end once the answer is done)."""
+        self.flush()
+        lines = [f"Tool call: {call_said(call)}" for call in calls]
+        streaming = self._streaming.get(request)
+        if streaming is None:
+            for line in lines:
+                self._write(line, "meta", new_block=True)
+            return
+        at = next(i for i, seg in enumerate(self._segments) if seg is streaming.segment)
+        for line in lines:
+            streaming.lines_after += 1
+            self._segments.insert(at + streaming.lines_after, ["meta", line])
             self._insert(streaming.end, line, "meta", new_block=True)
 
     def add_note(self, text: str) -> None:
@@ -242,3 +261,11 @@ class ChatView(QWidget):
             self._render(text, kind, new_block=True)
             if id(segment) in ends:  # an answer still streaming ends here now
                 ends[id(segment)].movePosition(QTextCursor.MoveOperation.End)
+
+
+def call_said(call: dict[str, Any]) -> str:
+    """A call as the chat shows it: its name and its arguments' JSON (shortened)."""
+    arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
+    if len(arguments) > CALL_SHOWN:
+        arguments = arguments[: CALL_SHOWN - 1] + "…"
+    return f"{call.get('name', '?')} {arguments}"

@@ -131,7 +131,7 @@ class RunPane(Card):
         box.addWidget(self.progress)
         self.progress_box.hide()
         self.panels.add(self.progress_box)
-        self.api = ApiService(on_sent=self._api_sent)
+        self.api = ApiService(on_sent=self._api_sent, on_calls=self._api_calls)
         self._api_queue = bridge.serial_queue()  # attach, detach, apply: in order
         self._api_session: Session | None = None  # the session the API serves
         self.api_panel = ApiPanel(self.api, bridge, self._api_queue)
@@ -499,6 +499,10 @@ class RunPane(Card):
         self._bridge.run_on_main(
             lambda: self.controller.api_request(request, started, client, question)
         )
+
+    def _api_calls(self, request: str, calls: list[dict[str, Any]]) -> None:
+        """Any thread: an API answer's tool calls, shown in the chat under it."""
+        self._bridge.run_on_main(lambda: self.chat.add_calls(request, calls))
 
     def _api_failed(self, error: BaseException) -> None:
         self.api_panel.status.setText(f"The API stopped with a problem: {error}")

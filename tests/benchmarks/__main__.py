@@ -3,7 +3,7 @@
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
 finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate,serve_memory,shared_serve,
-serve_many,kv_cache,structured picks some;
+serve_many,kv_cache,structured,tools picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -195,6 +195,12 @@ def _estimate(_model) -> dict:
     }
 
 
+def _tools(model) -> dict:
+    from tests.benchmarks.bench_tools import bench_tools
+
+    return bench_tools(model)
+
+
 def _shared_serve(model) -> dict:
     from tests.benchmarks.bench_shared_serve import bench_shared_serve
 
@@ -257,6 +263,7 @@ BENCHES = {
     "serve_many": _serve_many,
     "kv_cache": _kv_cache,
     "structured": _structured,
+    "tools": _tools,
 }
 
 

@@ -114,6 +114,7 @@ class FakeJob:
                     "max_tokens": max_tokens,
                     "tokens": tokens,
                     "tenant": tenant,
+                    "sampling": sampling,
                 }
             )
             self._set(JobState.GENERATING, "generating")
