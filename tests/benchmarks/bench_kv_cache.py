@@ -10,7 +10,10 @@ model:
   16, 8 and 4 bits, in alternating rounds; the cost of each against 16 bits;
 - perplexity of the demo model on a fixed text (``tests/fixtures/text/harbour.txt``,
   about 1,100 tokens) read in the worker's 512-token chunks with the cache at 16, 8 and 4
-  bits: every chunk's attention reads the cache as it is stored.
+  bits: every chunk's attention reads the cache as it is stored;
+- ``greedy_agreement``: the demo prompts' greedy tokens at 8 and 4 bits and with the cache
+  stored in float16 / bfloat16, against the cache as computed, teacher-forced and
+  free-running up to the first difference (``tests.benchmarks.kv_agreement``).
 
     .venv/bin/python -m tests.benchmarks.bench_kv_cache   (one JSON document)
 """
@@ -36,6 +39,7 @@ from core.worker import kvbits
 from core.worker.kvquant import QuantKV
 from core.worker.protocol import PREFILL_STEP
 from tests.benchmarks.bench_batching import _prompt, _Watch
+from tests.benchmarks.kv_agreement import measure as measure_agreement
 
 BITS = (16, 8, 4)
 GROUP = kvbits.DEFAULT_GROUP_SIZE
@@ -157,6 +161,7 @@ def bench_kv_cache(
 ) -> dict[str, Any]:
     load_before = os.getloadavg()
     figures = _quality(model)
+    figures["greedy_agreement"] = measure_agreement(model)
     runs: dict[int, list[float]] = {b: [] for b in BITS}
     texts: dict[int, list[str]] = {}
     for round_ in range(rounds):
