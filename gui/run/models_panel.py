@@ -3,7 +3,8 @@ Macs, memory, idle time and requests running; **Unload** is one click; a model f
 dropped on the panel is added to the running cluster when the plan shows it fits beside
 the loaded models (else the panel says why, and nothing loads).
 
-Thin: what it shows and does is ``core.serve.models_control.ServedModels``'s, called on
+Thin: what it shows and does is ``core.serve.models_control.ServedModels``'s (in the Run
+pane, the API's now: ``core.serve.window_models.ServiceModels``), called on
 the bridge's threads; the results come back on the GUI thread.
 """
 
@@ -23,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.serve.models_control import ServedModels
+from core.serve.window_models import ModelsControl
 from core.units import size
 from gui.bridge import Bridge
 from gui.drop_frame import DropFrame
@@ -31,6 +32,7 @@ from gui.model.drop_zone import folder_from_urls
 
 COLUMNS = ("Model", "State", "Macs", "Memory", "Idle", "Running", "")
 REFRESH_MS = 1000
+TABLE_MAX_PX = 120  # a header and about three models; more scroll
 
 
 class _ModelDrop(DropFrame):
@@ -54,12 +56,14 @@ class ModelsPanel(QWidget):
 
     changed = Signal()
 
-    def __init__(self, models: ServedModels, bridge: Bridge, parent: QWidget | None = None):
+    def __init__(self, models: ModelsControl, bridge: Bridge, parent: QWidget | None = None):
         super().__init__(parent)
         self.models, self.bridge = models, bridge
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setMaximumHeight(TABLE_MAX_PX)  # fits the Run pane at 1280x800
         self.drop = _ModelDrop(self.add_folder)
         self.status = QLabel("")
         self.status.setWordWrap(True)
@@ -106,7 +110,10 @@ class ModelsPanel(QWidget):
             )
             for column, text in enumerate(cells):
                 self.table.setItem(row, column, QTableWidgetItem(text))
-            if model["state"] == "loaded":
+            if model.get("pinned"):  # the Run pane's job: its Stop ends it
+                self.table.removeCellWidget(row, len(COLUMNS) - 1)
+                self.table.setItem(row, len(COLUMNS) - 1, QTableWidgetItem("Stop ends it"))
+            elif model["state"] == "loaded":
                 button = QPushButton("Unload")
                 button.setToolTip(f"Unload {model['name']}: its ranks end, the others serve on")
                 button.clicked.connect(lambda _=False, name=model["name"]: self.unload(name))
