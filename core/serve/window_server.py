@@ -47,7 +47,7 @@ class WindowServer:
         # metrics; it also refuses an open gate off loopback).
         self.job = APIServer(session, model, context, gate, options, log, on_sent, telemetry)
         self.session, self._telemetry = session, telemetry
-        self.answers = self.job.answers
+        self.answers, self.options = self.job.answers, self.job.options
         spec = ModelSpec(model, _not_reloadable(model), False, FOREVER, pinned=True)
         settings = ServeSettings(
             gate, log, options.max_waiting, options.shared_prompt_cache
