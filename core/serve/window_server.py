@@ -49,9 +49,7 @@ class WindowServer:
         self.session, self._telemetry = session, telemetry
         self.answers, self.options = self.job.answers, self.job.options
         spec = ModelSpec(model, _not_reloadable(model), False, FOREVER, pinned=True)
-        settings = ServeSettings(
-            gate, log, options.max_waiting, options.shared_prompt_cache
-        )
+        settings = ServeSettings(gate, log, options.max_waiting, options.shared_prompt_cache)
         self.registry = ModelRegistry([spec], settings)
         self.registry.adopt(model, session, self.job.served)
         self.many = ManyServer(

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QMimeData, QTimer, Signal
+from PySide6.QtCore import QMimeData, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
+    QHeaderView,
     QLabel,
     QPushButton,
     QTableWidget,
@@ -42,6 +43,7 @@ class _ModelDrop(DropFrame):
         super().__init__(parent)
         self._dropped = dropped
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
         layout.addWidget(QLabel("Drop a model folder here to serve it beside the others"))
 
     def drop_action(self, mime: QMimeData) -> Callable[[], None] | None:
@@ -62,12 +64,18 @@ class ModelsPanel(QWidget):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.setMaximumHeight(TABLE_MAX_PX)  # fits the Run pane at 1280x800
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        for column in (0, 2):  # a long name or many Macs: cut, whole in its tooltip
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._fit_height()
         self.drop = _ModelDrop(self.add_folder)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(6)
         layout.addWidget(self.table)
         layout.addWidget(self.drop)
         layout.addWidget(self.status)
@@ -109,7 +117,9 @@ class ModelsPanel(QWidget):
                 str(model["running"] + model["waiting"]),
             )
             for column, text in enumerate(cells):
-                self.table.setItem(row, column, QTableWidgetItem(text))
+                item = QTableWidgetItem(text)
+                item.setToolTip(text)
+                self.table.setItem(row, column, item)
             if model.get("pinned"):  # the Run pane's job: its Stop ends it
                 self.table.removeCellWidget(row, len(COLUMNS) - 1)
                 self.table.setItem(row, len(COLUMNS) - 1, QTableWidgetItem("Stop ends it"))
@@ -120,7 +130,17 @@ class ModelsPanel(QWidget):
                 self.table.setCellWidget(row, len(COLUMNS) - 1, button)
             else:
                 self.table.removeCellWidget(row, len(COLUMNS) - 1)
+        self._fit_height()
         self.changed.emit()
+
+    def _fit_height(self) -> None:
+        """As tall as its rows, up to ``TABLE_MAX_PX`` (more scroll): the Run pane's room
+        at 1280x800 is shared with the numbers, the chat and the plots."""
+        table = self.table
+        rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
+        rows = max(rows, table.verticalHeader().defaultSectionSize())
+        height = table.horizontalHeader().sizeHint().height() + rows + 2 * table.frameWidth()
+        table.setFixedHeight(min(height, TABLE_MAX_PX))
 
     # -- what a click or a drop does ---------------------------------------------------------
 

@@ -136,12 +136,13 @@ class RunPane(Card):
         self.api_panel = ApiPanel(self.api, bridge, self._api_queue)
         self.api_panel.setVisible(self.api.settings.enabled)
         self.api_button.setChecked(self.api.settings.enabled)
-        self.panels.add(self.api_panel)
-        # Every model the API serves: the job, and models dropped beside it (issue 37).
+        # Every model the API serves: the job, and models dropped beside it (issue 37);
+        # above the API's settings, in view while it serves.
         self.models_panel = ModelsPanel(ServiceModels(self.api), bridge)
         set_role(self.models_panel, "subcard")
         self.models_panel.hide()
         self.panels.add(self.models_panel)
+        self.panels.add(self.api_panel)
         self.api.changed.connect(lambda: bridge.run_on_main(self._show_models))
         self.comparison = CompareView(headline_px=20)  # its figures in view at 1280×800
         self.comparison.hide()

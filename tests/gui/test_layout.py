@@ -1,9 +1,10 @@
 """The window laid out on a 1280×800 and a 1440×900 screen (issue 35, item 1): the first
-window fits the screen's room, and with each panel open (none, the API, the served models, Compare's result)
-every visible widget lies inside the window (or the scroll area holding it), no laid-out
-siblings overlap, and no text is cut. ``MACMESH_LAYOUT_SHOTS=FOLDER`` also saves each
-layout as a PNG there (``python -m tests.gui.screenshots --layout`` takes them under Xvfb,
-with real fonts, into docs/screenshots)."""
+window fits the screen's room, and with each panel open (none, the API, the served
+models, Compare's result) every visible widget lies inside the window (or the scroll
+area holding it), no laid-out siblings overlap, and no text is cut.
+``MACMESH_LAYOUT_SHOTS=FOLDER`` also saves each layout as a PNG there (``python -m
+tests.gui.screenshots --layout`` takes them under Xvfb, with real fonts, into
+docs/screenshots)."""
 
 from __future__ import annotations
 
