@@ -7,6 +7,7 @@ which the Run pane's Stop ends."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -17,8 +18,10 @@ from core.run.demo import demo_facts
 from core.run.session import Session, simulated_hosts
 from core.run.states import RunState
 from core.serve.service import ApiService, ApiSettings
+from core.serve.window_models import ServiceModels
 from tests.gui.fakes import fake_factory
 from tests.helpers.serving import free_port
+from tests.helpers.tiny_models import make_tiny_model
 
 
 @pytest.fixture
@@ -73,3 +76,35 @@ def test_stopping_the_api_leaves_the_job_to_the_run_pane(serving) -> None:
     assert job.wait_answer(job.ask("Hi", max_tokens=3), 30)["event"] == "done"
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/models", timeout=5)
+
+
+def test_a_model_that_does_not_fit_beside_the_job_is_one_line_and_loads_nothing(
+    tmp_path: Path,
+) -> None:
+    """Simulated Macs with a 900 MB GPU limit hold one tiny model, not two: the job's
+    memory counts (it is never unloaded to make room), so a second is refused."""
+    small = [replace(f, wired_limit_mb=900) for f in demo_facts(2)]
+    first = make_tiny_model(tmp_path / "tiny-a", seed=0)
+    job = Session(
+        read_model_info(first),
+        simulated_hosts(small),
+        strategy="pipeline",
+        job_factory=fake_factory(),
+    )
+    job.make_plan()
+    job.launch()
+    job.wait_ready(30)
+    settings = ApiSettings(enabled=True, require_key=False, port=free_port())
+    service = ApiService(settings=settings)
+    try:
+        service.attach(job, "tiny-a", 2048)
+        models = ServiceModels(service)
+        why = models.fits(make_tiny_model(tmp_path / "tiny-b", seed=1))
+        assert why and "\n" not in why and "tiny-b" in why, why
+        assert [m["name"] for m in models.models()] == ["tiny-a"]
+    finally:
+        service.close()
+        job.stop()
+    assert ServiceModels(service).models() == []  # not serving: nothing listed
+    with pytest.raises(ValueError, match="not serving"):
+        ServiceModels(service).fits(first)
