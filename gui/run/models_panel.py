@@ -16,6 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QMimeData, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
+    QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
@@ -73,14 +74,17 @@ class ModelsPanel(QWidget):
         self.drop = _ModelDrop(self.add_folder)
         self.status = QLabel("")
         self.status.setWordWrap(True)
+        self.status.hide()  # until it has something to say
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.setSpacing(6)
-        layout.addWidget(self.table)
-        layout.addWidget(self.drop)
-        layout.addWidget(self.status)
+        layout.addWidget(self.table)  # the models first: in view at 1280x800
+        below = QHBoxLayout()
+        below.addWidget(self.drop, 1)
+        below.addWidget(self.status, 1)
+        layout.addLayout(below)
         self.shown: list[dict[str, Any]] = []
-        self._asking = False
+        self._asking = self._again = False
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.refresh)
         self.timer.start(REFRESH_MS)
@@ -93,14 +97,16 @@ class ModelsPanel(QWidget):
     # -- the list --------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        if self._asking:
+        if self._asking:  # asked again once this list is in: it may be from before a change
+            self._again = True
             return
+        self._again = False
         self._asking = True
         self.bridge.run_in_background(self.models.models, self._show, self._failed_list)
 
     def _failed_list(self, error: BaseException) -> None:
         self._asking = False
-        self.status.setText(f"The models cannot be listed: {error}")
+        self._say(f"The models cannot be listed: {error}")
 
     def _show(self, described: list[dict[str, Any]]) -> None:
         self._asking = False
@@ -132,6 +138,8 @@ class ModelsPanel(QWidget):
                 self.table.removeCellWidget(row, len(COLUMNS) - 1)
         self._fit_height()
         self.changed.emit()
+        if self._again:
+            self.refresh()
 
     def _fit_height(self) -> None:
         """As tall as its rows, up to ``TABLE_MAX_PX`` (more scroll): the Run pane's room
@@ -145,7 +153,7 @@ class ModelsPanel(QWidget):
     # -- what a click or a drop does ---------------------------------------------------------
 
     def unload(self, name: str) -> None:
-        self.status.setText(f"Unloading {name}…")
+        self._say(f"Unloading {name}…")
         self.bridge.run_in_background(
             lambda: self.models.unload(name),
             lambda _done: self._said(f"{name} unloaded."),
@@ -154,7 +162,7 @@ class ModelsPanel(QWidget):
 
     def add_folder(self, folder: Path) -> None:
         """Check the plan, then load the model when it fits beside the loaded ones."""
-        self.status.setText(f"Planning {folder.name} beside the loaded models…")
+        self._say(f"Planning {folder.name} beside the loaded models…")
 
         def work() -> str:
             why = self.models.fits(folder)
@@ -166,6 +174,10 @@ class ModelsPanel(QWidget):
             work, self._said, lambda error: self._said(f"{folder.name}: {error}")
         )
 
-    def _said(self, text: str) -> None:
+    def _say(self, text: str) -> None:
         self.status.setText(text)
+        self.status.setVisible(bool(text))
+
+    def _said(self, text: str) -> None:
+        self._say(text)
         self.refresh()

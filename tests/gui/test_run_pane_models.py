@@ -6,6 +6,7 @@ job has no Unload: its Stop ends it."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -96,14 +97,20 @@ def test_a_dropped_model_is_served_beside_the_job_and_unloads_in_one_click(
     tiny = make_tiny_model(tmp_path / "tiny-extra", seed=3)
     assert drop_paths(panel.drop, tiny)
     qtbot.waitUntil(lambda: "tiny-extra loaded" in panel.status.text(), timeout=LOAD_TIMEOUT_MS)
-    qtbot.waitUntil(lambda: len(panel.shown) == 2, timeout=30_000)
+    qtbot.waitUntil(  # the next list (each second) after it loaded
+        lambda: [m["state"] for m in panel.shown] == ["loaded", "loaded"], timeout=30_000
+    )
     row = _row(panel, "tiny-extra")
-    assert panel.shown[row]["state"] == "loaded"
     assert panel.table.item(row, 2).text() == "Studio A, Studio B"  # the same cluster's Macs
     assert panel.table.item(row, 3).text() != "—"
     extra = run.api.models.server.registry.entries["tiny-extra"]
     job = extra.session.job
     assert job is not None and job.wait(0) is False
+    shots = os.environ.get("MACMESH_LAYOUT_SHOTS")  # the screenshot of two models served
+    if shots:
+        window.resize(1264, 735)
+        qtbot.wait(1500)
+        window.grab().save(str(Path(shots) / "run-models-light.png"))
     answered = _ask(qtbot, url, "tiny-extra")
     assert answered.status_code == 200, answered.text
     assert answered.json()["model"] == "tiny-extra"
