@@ -62,6 +62,9 @@ class ModelSpec:
     make_session: Callable[[], Session]
     load_at_start: bool = True
     keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
+    # The window's Run-pane job (``adopt``): loaded by its owner, never unloaded here
+    # (nor to make room); its owner's Stop ends it.
+    pinned: bool = False
 
 
 @dataclass
@@ -141,10 +144,30 @@ class ModelRegistry:
     def loaded(self) -> list[ModelEntry]:
         return [e for e in self.entries.values() if e.state is ModelState.LOADED]
 
+    def adopt(self, name: str, session: Session, served: Served) -> ModelEntry:
+        """Before ``start``: the pinned model ``name`` served by a job its owner started
+        (the window's Run pane): loaded from the start, its answers started with the
+        registry, never unloaded here and its session never stopped here."""
+        entry = self.entries[name]
+        assert entry.spec.pinned, "adopt a pinned model only"
+        now = time.monotonic()
+        entry.state, entry.session, entry.served, entry.plan = (
+            ModelState.LOADED,
+            session,
+            served,
+            session.plan,
+        )
+        entry.loaded_at = entry.last_used = now
+        entry.keep_alive_s = FOREVER
+        return entry
+
     # -- the loop's side -------------------------------------------------------------------
 
     async def start(self) -> None:
         self._load_lock = asyncio.Lock()
+        for entry in self.entries.values():  # the adopted ones
+            if entry.served is not None:
+                await entry.served.answers.start()
         self._reaper = asyncio.create_task(self._reap(), name="macmesh-keep-alive")
 
     async def close(self) -> None:
@@ -203,6 +226,12 @@ class ModelRegistry:
         entry = self.find(name)
         if entry is None:
             raise APIError(404, f"No model '{name[:200]}' here.", code="model_not_found")
+        if entry.spec.pinned:
+            raise APIError(
+                409,
+                f"{entry.name} is the window's running job: Stop in the Run pane ends it.",
+                code="model_pinned",
+            )
         if entry.changing is not None:
             with contextlib.suppress(APIError):
                 await asyncio.shield(entry.changing)
@@ -244,11 +273,13 @@ class ModelRegistry:
         finally:
             entry.in_flight -= 1
             entry.last_used = time.monotonic()
-            if keep_alive_s is not None:
+            if keep_alive_s is not None and not entry.spec.pinned:
                 entry.keep_alive_s = keep_alive_s
 
     def keep_alive(self, entry: ModelEntry, seconds: float) -> None:
-        entry.keep_alive_s, entry.last_used = seconds, time.monotonic()
+        if not entry.spec.pinned:
+            entry.keep_alive_s = seconds
+        entry.last_used = time.monotonic()
 
     # -- loading and unloading -------------------------------------------------------------
 
@@ -320,7 +351,7 @@ class ModelRegistry:
         from; APIError (one line) when it cannot fit beside the busy ones."""
         assert session.plan is not None
         loaded = [
-            (e.name, e.plan, e.last_used, e.busy)
+            (e.name, e.plan, e.last_used, e.busy or e.spec.pinned)
             for e in self.entries.values()
             if e is not entry and e.plan is not None and e.state is not ModelState.UNLOADED
         ]
@@ -337,7 +368,7 @@ class ModelRegistry:
         entry.state = ModelState.UNLOADING
         self.settings.log(f"model {entry.name}: unloading ({why})")
         session, served = entry.session, entry.served
-        if session is not None:
+        if session is not None and not entry.spec.pinned:  # a pinned job's owner stops it
             if entry._failed_watch is not None:
                 session.state_changed.disconnect(entry._failed_watch)
             await asyncio.to_thread(session.stop)  # its answers end: "the cluster stopped"
@@ -415,6 +446,7 @@ class ModelRegistry:
                 else round(max(0.0, left), 1)
             ),
             "error": entry.error,
+            "pinned": entry.spec.pinned,
         }
 
 

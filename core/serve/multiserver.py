@@ -27,7 +27,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from core.serve.app import (
@@ -251,7 +251,7 @@ class Forwarded(Response):
             await self.front.app_of(entry)(
                 scope, _replay(self.raw, receive), _after(send, sent_start)
             )
-        if self.keep == 0:
+        if self.keep == 0 and not entry.spec.pinned:
             await registry.unload(entry.name, "keep_alive 0")
 
 
@@ -340,9 +340,11 @@ async def _http_error(request: Request, error: Exception) -> Response:
     return refusal(request.url.path, refused)
 
 
-def create_front(registry: ModelRegistry) -> ASGIApp:
+def create_front(registry: ModelRegistry, fallback: ASGIApp | None = None) -> ASGIApp:
+    """``fallback``: where every other path goes (the window's job's own routes:
+    ``/metrics``...)."""
     front = Front(registry)
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/v1/models", front.models, methods=["GET"]),
         Route("/models", front.models, methods=["GET"]),
         Route("/models/load", front.load, methods=["POST"]),
@@ -351,6 +353,8 @@ def create_front(registry: ModelRegistry) -> ASGIApp:
         Route("/api/ps", front.ps, methods=["GET"]),
         *(Route(path, front.forward, methods=["POST"]) for path in FORWARDED),
     ]
+    if fallback is not None:
+        routes.append(Mount("/", app=fallback))
     app = Starlette(
         routes=routes,
         exception_handlers={

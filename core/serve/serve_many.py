@@ -36,8 +36,16 @@ STOP_WITHIN_S = 30.0  # every model's ranks stopped, then the server
 class ManyServer:
     """The front and its registry at ``host:port`` (0: any free port)."""
 
-    def __init__(self, registry: ModelRegistry, host: str = "127.0.0.1", port: int = 8080):
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        fallback: Any = None,
+    ) -> None:
+        """``fallback``: an ASGI app for every path the front has not (the window's)."""
         self.registry, self.host, self.port = registry, host, port
+        self.fallback = fallback
         self.guard = ConnectionGuard(ConnectionLimits().within_files())
         self._server: _FrontServer | None = None
         self._thread: threading.Thread | None = None
@@ -58,7 +66,7 @@ class ManyServer:
         self._socket = bind(self.host, self.port)
         self.port = int(self._socket.getsockname()[1])
         config = uvicorn.Config(
-            create_front(self.registry),
+            create_front(self.registry, self.fallback),
             http=guarded_protocol(self.guard),
             ws="none",
             log_config=None,
@@ -105,7 +113,7 @@ class ManyServer:
                 self._socket.close()
         # Whatever the loop could not stop (it died early): stopped here.
         for entry in self.registry.entries.values():
-            if entry.session is not None:
+            if entry.session is not None and not entry.spec.pinned:
                 entry.session.stop()
         self._thread = self._server = self._socket = None
 

@@ -24,7 +24,8 @@ from core.serve.keys import Gate, KeyInfo, KeyStore
 if TYPE_CHECKING:  # the server (starlette, uvicorn, the session's numpy) loads when it starts
     from core.run.measure.telemetry import Telemetry
     from core.run.session import Session
-    from core.serve.server import APIServer
+    from core.serve.models_control import ServedModels
+    from core.serve.window_server import WindowServer
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class ApiService:
         self._on_sent = on_sent
         self._announce = announce
         self._log_line = log_line or (lambda line: log.info("api: %s", line))
-        self._server: APIServer | None = None
+        self._server: WindowServer | None = None
         self._job: tuple[Session, str, int | None] | None = None
         self._telemetry: Telemetry | None = None  # the window's, fed from the job's session
         self._lock = threading.RLock()
@@ -156,12 +157,18 @@ class ApiService:
         """The served model's tool call format and structured output, in one line ("" when
         not serving)."""
         server = self._server
-        prompts = server.served.prompts if server is not None else None
+        prompts = server.job.served.prompts if server is not None else None
         if prompts is None:
             return ""
         from core.serve.features import features_said
 
         return features_said(not prompts.wait(0), prompts.ready, prompts.tool_format)
+
+    @property
+    def models(self) -> ServedModels | None:
+        """The models served beside the job (issue 37), while serving; None otherwise."""
+        server = self._server
+        return server.models if server is not None and server.running else None
 
     def list_keys(self) -> list[KeyInfo]:
         try:
@@ -222,12 +229,13 @@ class ApiService:
         self.error = ""
         if not self.settings.enabled or self._job is None:
             return
-        from core.serve.server import APIServer, ServeError, ServerOptions
+        from core.serve.server import ServeError, ServerOptions
+        from core.serve.window_server import WindowServer
 
         session, model, context = self._job
         gate = Gate(store=self.store, open_=not self.settings.needs_key)
         try:
-            server = APIServer(
+            server = WindowServer(  # the job first; models dropped on the window beside it
                 session,
                 model,
                 context,

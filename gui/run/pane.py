@@ -29,6 +29,7 @@ from core.model.info import ModelInfo
 from core.plan.planner import Plan
 from core.run.states import RunState
 from core.serve.service import ApiService
+from core.serve.window_models import ServiceModels
 from core.settings import MAX_TOKENS_LIMIT
 from core.worker.vocab import Strategy
 from gui.bridge import Bridge
@@ -40,6 +41,7 @@ from gui.run.compare_view import CompareRunner, CompareView
 from gui.run.controller import RunController
 from gui.run.failure import FailureBanner
 from gui.run.launch_dialog import LaunchDialog, show_launch_dialog
+from gui.run.models_panel import ModelsPanel
 from gui.run.numbers import BigNumbers
 from gui.run.preflight_view import PreflightView, copy_line
 from gui.run.progress import RankProgress
@@ -137,7 +139,14 @@ class RunPane(Card):
         self.api_panel = ApiPanel(self.api, bridge, self._api_queue)
         self.api_panel.setVisible(self.api.settings.enabled)
         self.api_button.setChecked(self.api.settings.enabled)
+        # Every model the API serves: the job, and models dropped beside it (issue 37);
+        # above the API's settings, in view while it serves.
+        self.models_panel = ModelsPanel(ServiceModels(self.api), bridge)
+        set_role(self.models_panel, "subcard")
+        self.models_panel.hide()
+        self.panels.add(self.models_panel)
         self.panels.add(self.api_panel)
+        self.api.changed.connect(lambda: bridge.run_on_main(self._show_models))
         self.comparison = CompareView(headline_px=20)  # its figures in view at 1280×800
         self.comparison.hide()
         self.comparison.closed.connect(lambda: self._arrange(self.controller.state))
@@ -244,6 +253,7 @@ class RunPane(Card):
         self.api_button.setCheckable(True)
         self.api_button.setToolTip("Use the cluster from other apps: an OpenAI-compatible API")
         self.api_button.toggled.connect(lambda shown: self.api_panel.setVisible(shown))
+        self.api_button.toggled.connect(lambda _shown: self._show_models())
         row.addWidget(self.api_button)
         row.addWidget(label("Max tokens", "secondary"))
         row.addWidget(self.max_tokens)
@@ -504,6 +514,13 @@ class RunPane(Card):
         """Any thread: an API answer's tool calls, shown in the chat under it."""
         self._bridge.run_on_main(lambda: self.chat.add_calls(request, calls))
 
+    def _show_models(self) -> None:
+        """The models panel, with the API panel while the API serves."""
+        shown = self.api_button.isChecked() and self.api.running
+        if shown == self.models_panel.isHidden():
+            self.models_panel.setVisible(shown)
+            self.models_panel.refresh()
+
     def _api_failed(self, error: BaseException) -> None:
         self.api_panel.status.setText(f"The API stopped with a problem: {error}")
 
@@ -605,6 +622,7 @@ class RunPane(Card):
         self.chat.add_note("The cluster stopped: see the message above.")
 
     def shutdown(self) -> None:
+        self.models_panel.timer.stop()
         self.api.close()
         self.timer.stop()
         self.comparer.stop()

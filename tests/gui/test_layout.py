@@ -1,9 +1,10 @@
 """The window laid out on a 1280×800 and a 1440×900 screen (issue 35, item 1): the first
-window fits the screen's room, and with each panel open (none, the API, Compare's result)
-every visible widget lies inside the window (or the scroll area holding it), no laid-out
-siblings overlap, and no text is cut. ``MACMESH_LAYOUT_SHOTS=FOLDER`` also saves each
-layout as a PNG there (``python -m tests.gui.screenshots --layout`` takes them under Xvfb,
-with real fonts, into docs/screenshots)."""
+window fits the screen's room, and with each panel open (none, the API, the served
+models, Compare's result) every visible widget lies inside the window (or the scroll
+area holding it), no laid-out siblings overlap, and no text is cut.
+``MACMESH_LAYOUT_SHOTS=FOLDER`` also saves each layout as a PNG there (``python -m
+tests.gui.screenshots --layout`` takes them under Xvfb, with real fonts, into
+docs/screenshots)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ from gui.model.drop_zone import LOADED
 from gui.preferences import Preferences, save_window
 from tests.gui.fakes import FakeBehaviour, fake_factory
 from tests.gui.layout_check import problems
+from tests.helpers.serving import free_port
 
 SCREENS = {"1280x800": QSize(1280, 800), "1440x900": QSize(1440, 900)}
-PANELS = ("none", "api", "compare")
+PANELS = ("none", "api", "models", "compare")
 
 
 def _settle() -> None:
@@ -100,6 +102,15 @@ def test_every_widget_is_whole_with_each_panel_open(
     if panel == "api":
         run.api_button.setChecked(True)
         assert run.api_panel.isVisible()
+    elif panel == "models":  # the API serving the job: every served model listed
+        run.api_button.setChecked(True)
+        run.api_panel.port.setValue(free_port())
+        run.api_panel.port.editingFinished.emit()
+        run.api_panel.require_key.setChecked(False)
+        run.api_panel.enabled.setChecked(True)
+        run.start()
+        qtbot.waitUntil(lambda: run.models_panel.isVisible(), timeout=60_000)
+        qtbot.waitUntil(lambda: len(run.models_panel.shown) == 1, timeout=30_000)
     elif panel == "compare":
         with qtbot.waitSignal(run.comparer.finished, timeout=60_000):
             assert run.compare()
