@@ -27,7 +27,7 @@ from core.serve.connections import (
 )
 from core.serve.models import ModelRegistry
 from core.serve.multiserver import create_front
-from core.serve.server import FLUSH_WITHIN_S, LISTEN_QUEUE, START_WITHIN_S, ServeError, bind
+from core.serve.server import FLUSH_WITHIN_S, LISTEN_QUEUE, bind, serve_on_thread
 
 T = TypeVar("T")
 STOP_WITHIN_S = 30.0  # every model's ranks stopped, then the server
@@ -81,17 +81,7 @@ class ManyServer:
         quiet_client_warnings()
         server = _FrontServer(config, self.registry)
         self._server = server
-        sockets = [self._socket]
-        self._thread = threading.Thread(
-            target=lambda: server.run(sockets=sockets), name="macmesh-api", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + START_WITHIN_S
-        while not server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise ServeError("The API server did not start (see the log above).")
-            time.sleep(0.02)
+        self._thread = serve_on_thread(server, self._socket, self.stop)
         return self.call(self.registry.load_initial())
 
     def call(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:

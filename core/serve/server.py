@@ -189,17 +189,7 @@ class APIServer:
         quiet_client_warnings()
         server = _Server(config, self.served)
         self._server = server
-        sockets = [self._socket]
-        self._thread = threading.Thread(
-            target=lambda: server.run(sockets=sockets), name="macmesh-api", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + START_WITHIN_S
-        while not server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise ServeError("The API server did not start (see the log above).")
-            time.sleep(0.02)
+        self._thread = serve_on_thread(server, self._socket, self.stop)
 
     def stop(self) -> None:
         """Stop accepting, end every open answer with its final event, close, join."""
@@ -252,6 +242,25 @@ class _Server(uvicorn.Server):
             if transport is not None:
                 transport.abort()
         await super().shutdown(sockets)
+
+
+def serve_on_thread(
+    server: uvicorn.Server, sock: socket.socket, stop: Callable[[], None]
+) -> threading.Thread:
+    """``server`` on its own thread over ``sock``, once it has started; if it does not
+    within START_WITHIN_S, ``stop()`` and ServeError."""
+    sockets = [sock]
+    thread = threading.Thread(
+        target=lambda: server.run(sockets=sockets), name="macmesh-api", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + START_WITHIN_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            stop()
+            raise ServeError("The API server did not start (see the log above).")
+        time.sleep(0.02)
+    return thread
 
 
 def _model_folder(session: Session) -> Path | None:
