@@ -518,11 +518,23 @@ def test_an_answers_figures_are_the_telemetrys_not_the_workers_raw_fields() -> N
     telemetry.feed(done(1.35))
     (summary,) = telemetry.requests()
     figures = answer_figures(done(1.35), summary)
-    assert figures["generation_tps"] == pytest.approx(10.0) == summary.tokens_per_s
-    assert figures["generation_tokens"] == 4 == telemetry.current().total_tokens
-    assert figures["ttft_s"] == pytest.approx(0.4) == telemetry.current().ttft_s
-    assert telemetry.current().last_avg_tps == figures["generation_tps"]
-    assert "avg_tps" not in figures  # one tokens/s, not two
+    assert figures.generation_tps == pytest.approx(10.0) == summary.tokens_per_s
+    assert figures.generation_tokens == 4 == telemetry.current().total_tokens
+    assert figures.ttft_s == pytest.approx(0.4) == telemetry.current().ttft_s
+    assert telemetry.current().last_avg_tps == figures.generation_tps
+    assert "avg_tps" not in figures.as_dict()  # one tokens/s, not two
+
+
+def test_an_answers_figures_keep_their_keys_in_order_for_the_history_and_json() -> None:
+    """The history, the CLI's JSON and the metrics read the same keys as before the
+    dataclass: ``as_dict`` keeps them, in the order they were written."""
+    figures = answer_figures(done(1.0, generation_tokens=5, generation_tps=12.5), None)
+    assert list(figures.as_dict()) == [
+        "prompt_tokens", "prompt_tps", "cached_tokens", "generation_tokens",
+        "generation_tps", "ttft_s", "finish_reason", "text",
+    ]  # fmt: skip
+    assert figures.as_dict()["generation_tokens"] == 5 == figures.generation_tokens
+    assert figures.as_dict()["cached_tokens"] == 0
 
 
 def test_without_token_events_the_workers_rate_is_converted_to_the_same_definition() -> None:
@@ -530,7 +542,7 @@ def test_without_token_events_the_workers_rate_is_converted_to_the_same_definiti
     telemetry.feed(done(1.0, generation_tokens=5, generation_tps=12.5))
     (summary,) = telemetry.requests()
     assert summary.tokens_per_s == pytest.approx(10.0)  # 12.5 * 4 / 5
-    assert answer_figures(done(1.0), None)["generation_tps"] == pytest.approx(9.5 * 3 / 4)
+    assert answer_figures(done(1.0), None).generation_tps == pytest.approx(9.5 * 3 / 4)
     single = local_telemetry()
     single.feed(done(1.0, generation_tokens=1, generation_tps=4.0))
     assert single.requests()[0].tokens_per_s is None  # one token has no rate

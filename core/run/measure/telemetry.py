@@ -49,7 +49,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -672,10 +672,30 @@ class Telemetry:
         )
 
 
-def answer_figures(done: protocol.Done, summary: RequestSummary | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AnswerFigures:
     """An answer's figures as every surface shows them (the module docstring says what
-    each one means), from the telemetry's ``summary`` of the request; from the worker's
-    ``done`` event alone when the telemetry has none (its figures then converted alike)."""
+    each one means). ``as_dict`` is how the history, the CLI's JSON and the API keep them:
+    the same keys, in this order."""
+
+    prompt_tokens: int | None
+    prompt_tps: float | None
+    # the prompt's tokens the ranks' prompt cache held (0: none, or no prompt cache)
+    cached_tokens: int
+    generation_tokens: int
+    generation_tps: float | None
+    ttft_s: float | None
+    finish_reason: str | None
+    text: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def answer_figures(done: protocol.Done, summary: RequestSummary | None) -> AnswerFigures:
+    """An answer's figures from the telemetry's ``summary`` of the request; from the
+    worker's ``done`` event alone when the telemetry has none (its figures then converted
+    alike)."""
     if summary is None:
         summary = RequestSummary(
             id=str(done.get("request", "")),
@@ -689,17 +709,16 @@ def answer_figures(done: protocol.Done, summary: RequestSummary | None) -> dict[
             finish_reason=_optional_str(done.get("finish_reason")),
             finished=True,
         )
-    return {
-        "prompt_tokens": summary.prompt_tokens,
-        "prompt_tps": summary.prompt_tps,
-        # the prompt's tokens the ranks' prompt cache held (0: none, or no prompt cache)
-        "cached_tokens": _optional_count(done.get("cached_tokens")) or 0,
-        "generation_tokens": summary.generation_tokens,
-        "generation_tps": summary.tokens_per_s,
-        "ttft_s": summary.ttft_s,
-        "finish_reason": summary.finish_reason,
-        "text": str(done.get("text", summary.text)),
-    }
+    return AnswerFigures(
+        prompt_tokens=summary.prompt_tokens,
+        prompt_tps=summary.prompt_tps,
+        cached_tokens=_optional_count(done.get("cached_tokens")) or 0,
+        generation_tokens=summary.generation_tokens,
+        generation_tps=summary.tokens_per_s,
+        ttft_s=summary.ttft_s,
+        finish_reason=summary.finish_reason,
+        text=str(done.get("text", summary.text)),
+    )
 
 
 # -- helpers ----------------------------------------------------------------------
