@@ -10,7 +10,6 @@ import json
 import sys
 import threading
 import time
-import types
 from typing import (
     Any,
     Final,
@@ -19,12 +18,11 @@ from typing import (
     TextIO,
     TypeAlias,
     TypedDict,
-    Union,
     get_args,
-    get_origin,
     get_type_hints,
-    is_typeddict,
 )
+
+from core.worker.typedjson import matches
 
 # Event kinds (``Final``: a comparison with one narrows an ``Event`` to that kind).
 HELLO: Final = "hello"
@@ -534,7 +532,7 @@ def parse_event(line: str) -> Event | None:
     if not isinstance(record, dict) or not isinstance(record.get("event"), str):
         return None
     kind = _kinds().get(record["event"])
-    if kind is None or not _matches(record, kind):
+    if kind is None or not matches(record, kind):
         return None
     return record  # type: ignore[return-value]  # checked against its kind just above
 
@@ -548,54 +546,3 @@ def _kinds() -> dict[str, type]:
         kinds[kind] = each
     assert kinds.keys() == EVENTS, "an event kind without its TypedDict (or the reverse)"
     return kinds
-
-
-@functools.cache
-def _fields(typed: type) -> tuple[tuple[str, Any, bool], ...]:
-    """A TypedDict's (name, type, required) fields. ``NotRequired`` is read from the
-    annotations: ``__required_keys__`` is wrong on Python 3.11 under postponed
-    annotations."""
-    fields = []
-    for name, hint in get_type_hints(typed, include_extras=True).items():
-        optional = get_origin(hint) is NotRequired
-        fields.append((name, get_args(hint)[0] if optional else hint, not optional))
-    return tuple(fields)
-
-
-def _matches(record: dict[str, Any], typed: type) -> bool:
-    return all(
-        _is(record[name], hint) if name in record else not required
-        for name, hint, required in _fields(typed)
-    )
-
-
-def _is(value: object, hint: Any) -> bool:
-    """Whether a JSON value has the type ``hint`` (the types the events use)."""
-    if hint is Any:
-        return True
-    if hint is type(None):
-        return value is None
-    if hint is float:  # JSON writes 2.0 as 2.0, but a number is a number
-        return _number(value)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint in (str, bool):
-        return isinstance(value, hint)
-    origin, args = get_origin(hint), get_args(hint)
-    if origin is Literal:
-        return any(type(value) is type(a) and value == a for a in args)
-    if origin in (Union, types.UnionType):
-        return any(_is(value, a) for a in args)
-    if origin is list:
-        return isinstance(value, list) and all(_is(item, args[0]) for item in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(
-            _is(k, args[0]) and _is(v, args[1]) for k, v in value.items()
-        )
-    if is_typeddict(hint):
-        return isinstance(value, dict) and _matches(value, hint)
-    raise TypeError(f"parse_event cannot check {hint!r}")  # a new field type: teach _is
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

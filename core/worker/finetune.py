@@ -141,14 +141,14 @@ def lora_config(
 class StopFlag:
     """The ``stop`` commands the stdin reader queued: set once one arrives."""
 
-    def __init__(self, commands: queue.Queue[dict[str, Any]] | None) -> None:
+    def __init__(self, commands: queue.Queue[p.Command] | None) -> None:
         self.event = threading.Event()
         if commands is not None:
             threading.Thread(
                 target=self._watch, args=(commands,), name="macmesh-stop", daemon=True
             ).start()
 
-    def _watch(self, commands: queue.Queue[dict[str, Any]]) -> None:
+    def _watch(self, commands: queue.Queue[p.Command]) -> None:
         while True:
             if commands.get()["op"] == p.OP_STOP:
                 self.event.set()
@@ -219,7 +219,7 @@ def finetune(
     group: mx.distributed.Group,
     events: p.EventWriter,
     reporter: Reporter,
-    commands: queue.Queue[dict[str, Any]] | None,
+    commands: queue.Queue[p.Command] | None,
 ) -> None:
     """Load, apply LoRA, train until ``iters`` or an agreed stop; rank 0 saves and says
     ``trained``. TrainingError (one line) for what cannot run."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Container, Sequence
-from typing import Any
 
 import mlx.core as mx
 
@@ -163,7 +162,7 @@ def measure(
 
 def link_test(
     group: mx.distributed.Group,
-    command: dict[str, Any],
+    command: p.LinkTestCommand,
     events: p.EventWriter,
     cancels: Container[str] = (),
 ) -> None:
@@ -172,7 +171,7 @@ def link_test(
     sizes = command.get("sizes") or DEFAULT_SIZES
     raw_pairs = command.get("pairs")
     pairs = [(int(a), int(b)) for a, b in raw_pairs] if raw_pairs else None
-    request = command.get("id", "")
+    request = command["id"]
 
     def told(done: int, total: int, nbytes: int, pair: tuple[int, int] | None, s: float) -> None:
         events.link_progress(request, done, total, nbytes, pair, s)

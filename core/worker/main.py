@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
@@ -177,7 +177,7 @@ def _main(args: argparse.Namespace, rank: int, events: p.EventWriter, reporter: 
     return 0
 
 
-def wait_for_join(commands: queue.Queue[dict[str, Any]]) -> bool:
+def wait_for_join(commands: queue.Queue[p.Command]) -> bool:
     """Wait (heartbeating) for the controller's ``join``; False when told to stop first."""
     while True:
         op = commands.get()["op"]
@@ -248,13 +248,13 @@ def run(
     if group.rank() == 0:
         events.ready()
     if args.prompt:
-        command = {
-            "op": p.OP_GENERATE,
-            "id": "cli",
-            "prompt": args.prompt,
-            "max_tokens": args.max_tokens,
-            "chat": not args.no_chat,
-        }
+        command = p.GenerateCommand(
+            op=p.OP_GENERATE,
+            id="cli",
+            prompt=args.prompt,
+            max_tokens=args.max_tokens,
+            chat=not args.no_chat,
+        )
         generate(shard, command, events, group.rank(), telemetry)
         return
     assert commands is not None  # read_commands ran: there is no --prompt

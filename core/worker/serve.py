@@ -85,7 +85,7 @@ class _Agreement:
 
 def generate(
     shard: Shard,
-    command: dict[str, Any],
+    command: p.GenerateCommand,
     events: p.EventWriter,
     rank: int,
     stream_tokens: bool,
@@ -95,7 +95,7 @@ def generate(
     """Run one request on this rank; rank 0 reports tokens and the summary (``done``). A
     prompt that is empty or does not fit the context is refused (an error event) on every
     rank alike."""
-    request = command.get("id", "")
+    request = command["id"]
     started = time.monotonic()
     try:
         ids = request_tokens(shard, command)
@@ -277,12 +277,11 @@ def serve(
     rank = group.rank()
     while True:
         command = commands.get()
-        op = command["op"]
-        if op == p.OP_STOP:
+        if command["op"] == p.OP_STOP:
             return
-        if op == p.OP_GENERATE:
+        if command["op"] == p.OP_GENERATE:
             generate(shard, command, events, rank, stream_tokens, group, commands.cancels)
-        elif op == p.OP_LINK_TEST:
+        elif command["op"] == p.OP_LINK_TEST:
             link_test(group, command, events, commands.cancels)
 
 
