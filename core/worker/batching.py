@@ -366,8 +366,19 @@ class Batcher:
         )
 
     def _refuse(self, request: str, message: str, code: str | None = None) -> None:
-        if self.rank == 0:
-            self.events.error(message, fatal=False, request=request, code=code)
+        if self.rank != 0:
+            return
+        error = p.Error(
+            event=p.ERROR,
+            rank=self.events.rank,
+            t=time.monotonic(),
+            message=message,
+            fatal=False,
+            request=request,
+        )
+        if code is not None:
+            error["code"] = code
+        self.events.write(error)
 
     # -- tokens and ends -----------------------------------------------------------------
 
@@ -407,7 +418,7 @@ class Batcher:
             running.pieces.append(text)  # the token events count what ``done`` counts
             logprobs = self._logprobs(running, int(response.token), reason != "stop")
             if self.stream_tokens and running.refused is None:  # refused: only its error
-                self.events.token(running.request, index, int(response.token), text, logprobs)
+                self._token_event(running.request, index, int(response.token), text, logprobs)
         if running.stops.stopped:
             self._finish(running, "stop")
             return True
@@ -441,7 +452,10 @@ class Batcher:
         first = running.first_at
         prefill_s = (first - running.started) if first is not None else 0.0
         decode_s = now - first if first is not None else 0.0
-        self.events.done(
+        done = p.Done(
+            event=p.DONE,
+            rank=self.events.rank,
+            t=time.monotonic(),
             request=running.request,
             prompt_tokens=running.prompt_tokens,
             prompt_tps=round(running.prompt_tokens / prefill_s, 3) if prefill_s > 0 else 0.0,
@@ -451,10 +465,30 @@ class Batcher:
             finish_reason=reason,
             peak_memory_bytes=int(mx.get_peak_memory()),
             text="".join(running.pieces),
-            peak_generation_bytes=METER.peak(),  # the process's, since loaded (residency)
             cached_tokens=running.cached_tokens,
-            logprobs=running.logprobs if running.sampling and running.sampling.recorded else None,
         )
+        peak = METER.peak()  # the process's, since loaded (residency)
+        if peak is not None:
+            done["peak_generation_bytes"] = peak
+        if running.sampling and running.sampling.recorded:
+            done["logprobs"] = running.logprobs
+        self.events.write(done)
+
+    def _token_event(
+        self, request: str, index: int, token: int, text: str, logprobs: dict[str, Any] | None
+    ) -> None:
+        event = p.Token(
+            event=p.TOKEN,
+            rank=self.events.rank,
+            t=time.monotonic(),
+            request=request,
+            index=index,
+            token=token,
+            text=text,
+        )
+        if logprobs is not None:
+            event["logprobs"] = logprobs
+        self.events.write(event)
 
     def _remove(self, uids: list[int]) -> None:
         """Out of the generator (every rank alike) and out of ``running``."""

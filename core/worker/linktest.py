@@ -174,7 +174,19 @@ def link_test(
     request = command["id"]
 
     def told(done: int, total: int, nbytes: int, pair: tuple[int, int] | None, s: float) -> None:
-        events.link_progress(request, done, total, nbytes, pair, s)
+        events.write(
+            p.LinkProgress(
+                event=p.LINK_PROGRESS,
+                rank=events.rank,
+                t=time.monotonic(),
+                request=request,
+                done=done,
+                total=total,
+                bytes=nbytes,
+                pair=list(pair) if pair else None,
+                elapsed_s=round(s, 3),
+            )
+        )
 
     with ringwait.polling():
         links, reduced, cancelled = measure(
@@ -186,4 +198,15 @@ def link_test(
             stop=lambda: request in cancels,
         )
     if group.rank() == 0:
-        events.link_test(request, group.size(), links, reduced, cancelled)
+        table = p.LinkTest(
+            event=p.LINK_TEST,
+            rank=events.rank,
+            t=time.monotonic(),
+            request=request,
+            size=group.size(),
+            links=links,
+            all_sum=reduced,
+        )
+        if cancelled:
+            table["cancelled"] = True
+        events.write(table)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import pytest
 
@@ -13,8 +14,12 @@ from core.worker import protocol as p
 def test_events_are_one_json_object_per_line_with_rank_and_time() -> None:
     stream = io.StringIO()
     writer = p.EventWriter(rank=3, stream=stream)
-    writer.token(request="r1", index=0, token=42, text="Par")
-    writer.heartbeat()
+    writer.write(
+        p.Token(
+            event=p.TOKEN, rank=3, t=time.monotonic(), request="r1", index=0, token=42, text="Par"
+        )
+    )
+    writer.write(p.Heartbeat(event=p.HEARTBEAT, rank=3, t=time.monotonic()))
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2
     event = p.parse_event(lines[0])
