@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from core.run.measure.series import RateEstimator, RingBuffer, ema_rate_step
 from core.run.measure.telemetry import Headline, RankPeak, Telemetry, answer_figures, link_id
+from core.worker import protocol as p
 
 
 def event(kind: str, rank: int, t: float, **fields: Any) -> dict[str, Any]:
@@ -457,8 +459,12 @@ def test_unfinished_requests_are_bounded() -> None:
     ],
 )
 def test_malformed_or_unknown_events_are_ignored(bad: Any) -> None:
+    """Through the one door (``parse_event`` checks the types): what it lets through with
+    a bad value (NaN, a negative count, no such peer) the telemetry refuses itself."""
     telemetry = local_telemetry()
-    telemetry.feed(bad)
+    parsed = p.parse_event(json.dumps(bad))
+    if parsed is not None:
+        telemetry.feed(parsed)
     assert telemetry.link_series() == {} and telemetry.memory() == {}
     assert telemetry.requests() == []
     assert telemetry.current() == Headline(
@@ -473,17 +479,23 @@ def test_malformed_or_unknown_events_are_ignored(bad: Any) -> None:
 
 
 def test_a_bad_traffic_report_changes_nothing() -> None:
+    """Typed right (``parse_event`` lets it in), but one entry names no other rank: the
+    whole report is refused, counted as malformed."""
     telemetry = local_telemetry()
-    telemetry.feed(traffic(0, 1.0, {"1": 1000, "2": "lots"}))
+    telemetry.feed(traffic(0, 1.0, {"1": 1000, "0": 5}))
     assert telemetry.link_totals() == {} and telemetry.malformed_events == 1
 
 
-def test_done_with_odd_optional_fields_still_finishes_the_request() -> None:
+def test_a_done_whose_rates_are_not_finite_still_finishes_the_request() -> None:
+    """JSON may say NaN: a figure that is not finite is no figure (None), the answer ends."""
     telemetry = local_telemetry()
     telemetry.feed(token(0.0, 0))
-    telemetry.feed(event("done", 0, 1.0, request="r1", prompt_tps="fast", text=None))
+    line = json.dumps(done(1.0, prompt_tps=float("nan"), generation_tps=float("inf")))
+    parsed = p.parse_event(line)
+    assert parsed is not None
+    telemetry.feed(parsed)
     (summary,) = telemetry.requests()
-    assert summary.finished and summary.prompt_tps is None and summary.text == "x"
+    assert summary.finished and summary.prompt_tps is None and summary.text == "xxxx"
 
 
 def test_rank_facts_say_what_each_rank_runs_on() -> None:
