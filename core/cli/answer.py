@@ -85,7 +85,7 @@ def launch_and_ask(
         session.stop()
     summary = {
         **about,
-        **answer.figures,
+        **answer.figures.as_dict(),
         "link_bytes_per_s": answer.link_bytes_per_s,
         "ranks": answer.ranks,
     }

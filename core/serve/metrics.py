@@ -18,15 +18,14 @@ comes from where the window and the run history read it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from core.run.measure.telemetry import Telemetry
+from core.run.measure.telemetry import AnswerFigures, Telemetry
 from core.serve.answers import Answerer
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -83,17 +82,15 @@ class ServeMetrics:
         if path != PATH:
             self.requests.labels(status=str(status)).inc()
 
-    def answered(self, figures: Mapping[str, Any]) -> None:
+    def answered(self, figures: AnswerFigures) -> None:
         """One answer's figures (``answer_figures``): its tokens, TTFT and speed."""
-        self.prompt_tokens.inc(_count(figures.get("prompt_tokens")))
-        self.generation_tokens.inc(_count(figures.get("generation_tokens")))
-        self.cached_tokens.inc(_count(figures.get("cached_tokens")))
-        ttft = _number(figures.get("ttft_s"))
-        if ttft is not None:
-            self.ttft.observe(ttft)
-        rate = _number(figures.get("generation_tps"))
-        if rate is not None and _count(figures.get("generation_tokens")):
-            self.tokens_per_s.observe(rate)
+        self.prompt_tokens.inc(figures.prompt_tokens or 0)
+        self.generation_tokens.inc(figures.generation_tokens)
+        self.cached_tokens.inc(figures.cached_tokens)
+        if figures.ttft_s is not None:
+            self.ttft.observe(figures.ttft_s)
+        if figures.generation_tps is not None and figures.generation_tokens:
+            self.tokens_per_s.observe(figures.generation_tps)
 
     def exposition(self) -> bytes:
         """The text format every Prometheus scraper reads."""
@@ -140,13 +137,3 @@ class _Live(Collector):
                 memory.add_metric([str(rank)], used)
         yield links
         yield memory
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        return None
-    return float(value)

@@ -16,12 +16,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from core.run.measure.history import FILE_NAME, RunKind, RunRecord, journal_instead, keep
-from core.run.measure.telemetry import Telemetry, answer_figures
+from core.run.measure.telemetry import AnswerFigures, Telemetry, answer_figures
 from core.run.session import Session
 from core.run.tasks.chat import SETTLE_S, answer_record
 from core.worker import protocol as p
@@ -42,7 +41,7 @@ class ApiRecords:
     def __init__(
         self,
         session: Session,
-        on_answered: Callable[[Mapping[str, Any]], None] | None = None,
+        on_answered: Callable[[AnswerFigures], None] | None = None,
         telemetry: Telemetry | None = None,
         store: Path | None = None,
     ) -> None:
@@ -157,7 +156,7 @@ class ApiRecords:
         if made is not None:
             return made
         summary = next((r for r in self.telemetry.requests() if r.id == request), None)
-        figures = {**answer_figures(done, summary), "client": client}
+        figures = {**answer_figures(done, summary).as_dict(), "client": client}
         answer = (summary, done_at) if summary is not None else None  # its own span, series
         record = answer_record(
             self.session, figures, self.telemetry, self.began, RunKind.API, started, answer

@@ -207,12 +207,11 @@ class Batcher:
             if not self.running:
                 mx.synchronize(generation_stream)  # nothing of a batch left on the wire
                 command = self.commands.get()
-                op = command["op"]
-                if op == p.OP_STOP:
+                if command["op"] == p.OP_STOP:
                     return
-                if op == p.OP_LINK_TEST:
+                if command["op"] == p.OP_LINK_TEST:
                     link_test(self.group, command, self.events, self.commands.cancels)
-                elif op == p.OP_GENERATE:
+                elif command["op"] == p.OP_GENERATE:
                     self._join(command)
                 if not self.running:
                     continue
@@ -239,7 +238,11 @@ class Batcher:
         self._remove(ended)
         self._drop_failed([uid for uid in self.control.failed if uid in self.running])
         for _ in range(joining):
-            self._join(chosen.pop(0) if self.rank == 0 else self.commands.get())
+            command = chosen.pop(0) if self.rank == 0 else self.commands.get()
+            # Every rank's queue holds the same lines: rank 0 chose from its head, the
+            # others' heads are the same generate commands.
+            assert command["op"] == p.OP_GENERATE, command["op"]
+            self._join(command)
         if not self.running:
             return
         # While others stream, a newcomer's prompt is read in smaller chunks (rank 0's
@@ -252,12 +255,12 @@ class Batcher:
 
     # -- joining -------------------------------------------------------------------------
 
-    def _decide(self) -> tuple[list[dict[str, Any]], list[int]]:
+    def _decide(self) -> tuple[list[p.GenerateCommand], list[int]]:
         """Rank 0: the generate commands at the head of its queue that fit, and the running
         requests cancelled. Other ranks decide nothing (they add zeros)."""
         if self.rank != 0:
             return [], []
-        chosen: list[dict[str, Any]] = []
+        chosen: list[p.GenerateCommand] = []
         free = self.limit - len(self.running)
         queue = self.commands
         while len(chosen) < free:
@@ -265,7 +268,8 @@ class Batcher:
                 head = queue.queue[0] if queue.queue else None
             if head is None or head["op"] != p.OP_GENERATE:
                 break
-            chosen.append(queue.get_nowait())
+            queue.get_nowait()  # the head, taken
+            chosen.append(head)
         cancels = self.commands.cancels
         cancelled = [uid for uid, r in self.running.items() if r.request in cancels]
         return chosen, [uid for uid in cancelled if uid not in self._failed()]
@@ -288,13 +292,13 @@ class Batcher:
             self._refuse(request, message)
         self.generator.remove(uids)
 
-    def _join(self, command: dict[str, Any]) -> None:
+    def _join(self, command: p.GenerateCommand) -> None:
         """Insert one request into the generator (every rank alike), or refuse it: one
         whose prompt cannot be made (the chat template raised, a token outside the
         vocabulary) ends alone, with an error event; the batch goes on. Every rank runs the
         same code on the same command, so every rank refuses it alike."""
 
-        request = str(command.get("id", ""))
+        request = command["id"]
         started = time.monotonic()
         try:
             ids = request_tokens(self.shard, command)
@@ -362,8 +366,19 @@ class Batcher:
         )
 
     def _refuse(self, request: str, message: str, code: str | None = None) -> None:
-        if self.rank == 0:
-            self.events.error(message, fatal=False, request=request, code=code)
+        if self.rank != 0:
+            return
+        error = p.Error(
+            event=p.ERROR,
+            rank=self.events.rank,
+            t=time.monotonic(),
+            message=message,
+            fatal=False,
+            request=request,
+        )
+        if code is not None:
+            error["code"] = code
+        self.events.write(error)
 
     # -- tokens and ends -----------------------------------------------------------------
 
@@ -403,7 +418,7 @@ class Batcher:
             running.pieces.append(text)  # the token events count what ``done`` counts
             logprobs = self._logprobs(running, int(response.token), reason != "stop")
             if self.stream_tokens and running.refused is None:  # refused: only its error
-                self.events.token(running.request, index, int(response.token), text, logprobs)
+                self._token_event(running.request, index, int(response.token), text, logprobs)
         if running.stops.stopped:
             self._finish(running, "stop")
             return True
@@ -437,7 +452,10 @@ class Batcher:
         first = running.first_at
         prefill_s = (first - running.started) if first is not None else 0.0
         decode_s = now - first if first is not None else 0.0
-        self.events.done(
+        done = p.Done(
+            event=p.DONE,
+            rank=self.events.rank,
+            t=time.monotonic(),
             request=running.request,
             prompt_tokens=running.prompt_tokens,
             prompt_tps=round(running.prompt_tokens / prefill_s, 3) if prefill_s > 0 else 0.0,
@@ -447,10 +465,30 @@ class Batcher:
             finish_reason=reason,
             peak_memory_bytes=int(mx.get_peak_memory()),
             text="".join(running.pieces),
-            peak_generation_bytes=METER.peak(),  # the process's, since loaded (residency)
             cached_tokens=running.cached_tokens,
-            logprobs=running.logprobs if running.sampling and running.sampling.recorded else None,
         )
+        peak = METER.peak()  # the process's, since loaded (residency)
+        if peak is not None:
+            done["peak_generation_bytes"] = peak
+        if running.sampling and running.sampling.recorded:
+            done["logprobs"] = running.logprobs
+        self.events.write(done)
+
+    def _token_event(
+        self, request: str, index: int, token: int, text: str, logprobs: dict[str, Any] | None
+    ) -> None:
+        event = p.Token(
+            event=p.TOKEN,
+            rank=self.events.rank,
+            t=time.monotonic(),
+            request=request,
+            index=index,
+            token=token,
+            text=text,
+        )
+        if logprobs is not None:
+            event["logprobs"] = logprobs
+        self.events.write(event)
 
     def _remove(self, uids: list[int]) -> None:
         """Out of the generator (every rank alike) and out of ``running``."""

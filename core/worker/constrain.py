@@ -30,7 +30,7 @@ from typing import Any, cast
 import mlx.core as mx
 import numpy as np
 
-from core.worker.protocol import MAX_TOP_LOGPROBS
+from core.worker.protocol import MAX_TOP_LOGPROBS, GenerateCommand
 
 
 class GrammarRefused(Exception):
@@ -201,7 +201,7 @@ class Prepared:
 
 
 def prepare(
-    command: dict[str, Any],
+    command: GenerateCommand,
     sampler: Callable[[mx.array], mx.array],
     grammars: Grammars,
     rank: int,

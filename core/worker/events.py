@@ -9,8 +9,6 @@ import functools
 import json
 import sys
 import threading
-import time
-import types
 from typing import (
     Any,
     Final,
@@ -19,12 +17,11 @@ from typing import (
     TextIO,
     TypeAlias,
     TypedDict,
-    Union,
     get_args,
-    get_origin,
     get_type_hints,
-    is_typeddict,
 )
+
+from core.worker.typedjson import matches
 
 # Event kinds (``Final``: a comparison with one narrows an ``Event`` to that kind).
 HELLO: Final = "hello"
@@ -241,8 +238,9 @@ Event: TypeAlias = (
 
 
 class EventWriter:
-    """Writes events as JSON lines, one method per kind (so mypy checks what a rank
-    sends); safe to call from several threads."""
+    """Writes typed events as JSON lines: ``write(Token(...))``, mypy checking each kind's
+    fields where the event is made (``stamp`` gives its rank and time); safe to call from
+    several threads."""
 
     def __init__(self, rank: int, stream: TextIO | None = None) -> None:
         self.rank = rank
@@ -254,265 +252,6 @@ class EventWriter:
         with self._lock:
             self._stream.write(line + "\n")
             self._stream.flush()
-
-    def hello(self, size: int, backend: str, strategy: str, pid: int, host: str) -> None:
-        self.write(
-            Hello(
-                event=HELLO,
-                rank=self.rank,
-                t=time.monotonic(),
-                size=size,
-                backend=backend,
-                strategy=strategy,
-                pid=pid,
-                host=host,
-            )
-        )
-
-    def loading(self, stage: str) -> None:
-        self.write(Loading(event=LOADING, rank=self.rank, t=time.monotonic(), stage=stage))
-
-    def loaded(
-        self,
-        load_s: float,
-        memory_bytes: int,
-        layers: list[int] | None,
-        strategy: str,
-        device: str,
-        blas: dict[str, Any] | None,
-        weights: dict[str, Any],
-        ring_wait: bool | None = None,
-        adapter: dict[str, Any] | None = None,
-        *,
-        with_ring_wait: bool = True,
-        memory: tuple[str | None, int | None, int | None] | None = None,
-    ) -> None:
-        """``with_ring_wait=False``: no ``ring_wait`` field (a fine-tune sends none).
-        ``memory``: (memory_measure, base_bytes, peak_load_bytes), where measured."""
-        event = Loaded(
-            event=LOADED,
-            rank=self.rank,
-            t=time.monotonic(),
-            load_s=load_s,
-            memory_bytes=memory_bytes,
-            layers=layers,
-            strategy=strategy,
-            device=device,
-            blas=blas,
-            weights=weights,
-        )
-        if with_ring_wait:
-            event["ring_wait"] = ring_wait
-        if adapter:
-            event["adapter"] = adapter
-        if memory is not None:
-            event["memory_measure"], event["base_bytes"], event["peak_load_bytes"] = memory
-        self.write(event)
-
-    def ready(self) -> None:
-        self.write(Ready(event=READY, rank=self.rank, t=time.monotonic()))
-
-    def token(
-        self,
-        request: str,
-        index: int,
-        token: int,
-        text: str,
-        logprobs: dict[str, Any] | None = None,
-    ) -> None:
-        event = Token(
-            event=TOKEN,
-            rank=self.rank,
-            t=time.monotonic(),
-            request=request,
-            index=index,
-            token=token,
-            text=text,
-        )
-        if logprobs is not None:
-            event["logprobs"] = logprobs
-        self.write(event)
-
-    def done(
-        self,
-        request: str,
-        prompt_tokens: int,
-        prompt_tps: float,
-        generation_tokens: int,
-        generation_tps: float,
-        ttft_s: float | None,
-        finish_reason: str | None,
-        peak_memory_bytes: int,
-        text: str,
-        peak_generation_bytes: int | None = None,
-        cached_tokens: int | None = None,
-        logprobs: list[dict[str, Any]] | None = None,
-    ) -> None:
-        event = Done(
-            event=DONE,
-            rank=self.rank,
-            t=time.monotonic(),
-            request=request,
-            prompt_tokens=prompt_tokens,
-            prompt_tps=prompt_tps,
-            generation_tokens=generation_tokens,
-            generation_tps=generation_tps,
-            ttft_s=ttft_s,
-            finish_reason=finish_reason,
-            peak_memory_bytes=peak_memory_bytes,
-            text=text,
-        )
-        if peak_generation_bytes is not None:
-            event["peak_generation_bytes"] = peak_generation_bytes
-        if cached_tokens is not None:
-            event["cached_tokens"] = cached_tokens
-        if logprobs is not None:
-            event["logprobs"] = logprobs
-        self.write(event)
-
-    def traffic(self, interval_s: float, sent: dict[str, int], received: dict[str, int]) -> None:
-        self.write(
-            Traffic(
-                event=TRAFFIC,
-                rank=self.rank,
-                t=time.monotonic(),
-                interval_s=interval_s,
-                sent=sent,
-                received=received,
-            )
-        )
-
-    def heartbeat(self, stage: str | None = None, peak_bytes: int | None = None) -> None:
-        event = Heartbeat(event=HEARTBEAT, rank=self.rank, t=time.monotonic())
-        if stage is not None:
-            event["stage"] = stage
-        if peak_bytes is not None:
-            event["peak_bytes"] = peak_bytes
-        self.write(event)
-
-    def link_test(
-        self,
-        request: str,
-        size: int,
-        links: list[LinkResult],
-        all_sum: list[LinkPoint],
-        cancelled: bool = False,
-    ) -> None:
-        event = LinkTest(
-            event=LINK_TEST,
-            rank=self.rank,
-            t=time.monotonic(),
-            request=request,
-            size=size,
-            links=links,
-            all_sum=all_sum,
-        )
-        if cancelled:
-            event["cancelled"] = True
-        self.write(event)
-
-    def link_progress(
-        self,
-        request: str,
-        done: int,
-        total: int,
-        nbytes: int,
-        pair: tuple[int, int] | None,
-        elapsed_s: float,
-    ) -> None:
-        self.write(
-            LinkProgress(
-                event=LINK_PROGRESS,
-                rank=self.rank,
-                t=time.monotonic(),
-                request=request,
-                done=done,
-                total=total,
-                bytes=nbytes,
-                pair=list(pair) if pair else None,
-                elapsed_s=round(elapsed_s, 3),
-            )
-        )
-
-    def error(
-        self, message: str, fatal: bool, request: str | None = None, code: str | None = None
-    ) -> None:
-        event = Error(event=ERROR, rank=self.rank, t=time.monotonic(), message=message, fatal=fatal)
-        if request is not None:
-            event["request"] = request
-        if code is not None:
-            event["code"] = code
-        self.write(event)
-
-    def stopped(self, peak_generation_bytes: int | None = None) -> None:
-        event = Stopped(event=STOPPED, rank=self.rank, t=time.monotonic())
-        if peak_generation_bytes is not None:
-            event["peak_generation_bytes"] = peak_generation_bytes
-        self.write(event)
-
-    def train(
-        self,
-        iteration: int,
-        iters: int,
-        train_loss: float,
-        learning_rate: float,
-        tokens_per_s: float,
-        trained_tokens: int,
-        peak_memory_bytes: int,
-    ) -> None:
-        self.write(
-            Train(
-                event=TRAIN,
-                rank=self.rank,
-                t=time.monotonic(),
-                iteration=iteration,
-                iters=iters,
-                train_loss=train_loss,
-                learning_rate=learning_rate,
-                tokens_per_s=tokens_per_s,
-                trained_tokens=trained_tokens,
-                peak_memory_bytes=peak_memory_bytes,
-            )
-        )
-
-    def validation(self, iteration: int, val_loss: float) -> None:
-        self.write(
-            Validation(
-                event=VALIDATION,
-                rank=self.rank,
-                t=time.monotonic(),
-                iteration=iteration,
-                val_loss=val_loss,
-            )
-        )
-
-    def checkpoint(self, iteration: int, path: str) -> None:
-        self.write(
-            Checkpoint(
-                event=CHECKPOINT, rank=self.rank, t=time.monotonic(), iteration=iteration, path=path
-            )
-        )
-
-    def trained(
-        self,
-        adapter: str,
-        iterations: int,
-        train_loss: float | None,
-        val_loss: float | None,
-        stopped: bool,
-    ) -> None:
-        self.write(
-            Trained(
-                event=TRAINED,
-                rank=self.rank,
-                t=time.monotonic(),
-                adapter=adapter,
-                iterations=iterations,
-                train_loss=train_loss,
-                val_loss=val_loss,
-                stopped=stopped,
-            )
-        )
 
 
 def parse_event(line: str) -> Event | None:
@@ -534,7 +273,7 @@ def parse_event(line: str) -> Event | None:
     if not isinstance(record, dict) or not isinstance(record.get("event"), str):
         return None
     kind = _kinds().get(record["event"])
-    if kind is None or not _matches(record, kind):
+    if kind is None or not matches(record, kind):
         return None
     return record  # type: ignore[return-value]  # checked against its kind just above
 
@@ -548,54 +287,3 @@ def _kinds() -> dict[str, type]:
         kinds[kind] = each
     assert kinds.keys() == EVENTS, "an event kind without its TypedDict (or the reverse)"
     return kinds
-
-
-@functools.cache
-def _fields(typed: type) -> tuple[tuple[str, Any, bool], ...]:
-    """A TypedDict's (name, type, required) fields. ``NotRequired`` is read from the
-    annotations: ``__required_keys__`` is wrong on Python 3.11 under postponed
-    annotations."""
-    fields = []
-    for name, hint in get_type_hints(typed, include_extras=True).items():
-        optional = get_origin(hint) is NotRequired
-        fields.append((name, get_args(hint)[0] if optional else hint, not optional))
-    return tuple(fields)
-
-
-def _matches(record: dict[str, Any], typed: type) -> bool:
-    return all(
-        _is(record[name], hint) if name in record else not required
-        for name, hint, required in _fields(typed)
-    )
-
-
-def _is(value: object, hint: Any) -> bool:
-    """Whether a JSON value has the type ``hint`` (the types the events use)."""
-    if hint is Any:
-        return True
-    if hint is type(None):
-        return value is None
-    if hint is float:  # JSON writes 2.0 as 2.0, but a number is a number
-        return _number(value)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint in (str, bool):
-        return isinstance(value, hint)
-    origin, args = get_origin(hint), get_args(hint)
-    if origin is Literal:
-        return any(type(value) is type(a) and value == a for a in args)
-    if origin in (Union, types.UnionType):
-        return any(_is(value, a) for a in args)
-    if origin is list:
-        return isinstance(value, list) and all(_is(item, args[0]) for item in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(
-            _is(k, args[0]) and _is(v, args[1]) for k, v in value.items()
-        )
-    if is_typeddict(hint):
-        return isinstance(value, dict) and _matches(value, hint)
-    raise TypeError(f"parse_event cannot check {hint!r}")  # a new field type: teach _is
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -23,6 +23,8 @@ from typing import Any
 
 import mlx.core as mx
 
+from core.worker.protocol import GenerateCommand
+
 TEST_HOOK = "MACMESH_TEST_SAMPLER_FAILS"
 FAIL_AT_CALL = 3  # the hook's sampler raises at this call (its request has streamed by then)
 
@@ -88,7 +90,7 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
-def hooked(command: dict[str, Any], sampler: Any) -> Any:
+def hooked(command: GenerateCommand, sampler: Any) -> Any:
     """``sampler``, raising at its third call when the tests' hook names this seed."""
     wanted = os.environ.get(TEST_HOOK, "")
     if not wanted.isdigit() or command.get("seed") != int(wanted):

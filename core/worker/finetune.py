@@ -25,6 +25,7 @@ import argparse
 import json
 import queue
 import threading
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -141,14 +142,14 @@ def lora_config(
 class StopFlag:
     """The ``stop`` commands the stdin reader queued: set once one arrives."""
 
-    def __init__(self, commands: queue.Queue[dict[str, Any]] | None) -> None:
+    def __init__(self, commands: queue.Queue[p.Command] | None) -> None:
         self.event = threading.Event()
         if commands is not None:
             threading.Thread(
                 target=self._watch, args=(commands,), name="macmesh-stop", daemon=True
             ).start()
 
-    def _watch(self, commands: queue.Queue[dict[str, Any]]) -> None:
+    def _watch(self, commands: queue.Queue[p.Command]) -> None:
         while True:
             if commands.get()["op"] == p.OP_STOP:
                 self.event.set()
@@ -176,14 +177,19 @@ class Reports(TrainingCallback):
     def on_train_loss_report(self, info: dict[str, Any]) -> None:
         self.iteration = int(info["iteration"])
         self.train_loss = float(info["train_loss"])
-        self.events.train(
-            iteration=self.iteration,
-            iters=self.iters,
-            train_loss=self.train_loss,
-            learning_rate=float(info["learning_rate"]),
-            tokens_per_s=float(info["tokens_per_second"]),
-            trained_tokens=int(info["trained_tokens"]),
-            peak_memory_bytes=int(mx.get_peak_memory()),
+        self.events.write(
+            p.Train(
+                event=p.TRAIN,
+                rank=self.events.rank,
+                t=time.monotonic(),
+                iteration=self.iteration,
+                iters=self.iters,
+                train_loss=self.train_loss,
+                learning_rate=float(info["learning_rate"]),
+                tokens_per_s=float(info["tokens_per_second"]),
+                trained_tokens=int(info["trained_tokens"]),
+                peak_memory_bytes=int(mx.get_peak_memory()),
+            )
         )
         self.checkpoints()
         if self.agreed_to_stop() and self.iteration < self.iters:
@@ -192,7 +198,15 @@ class Reports(TrainingCallback):
     def on_val_loss_report(self, info: dict[str, Any]) -> None:
         self.val_loss = float(info["val_loss"])
         if self.rank == 0:
-            self.events.validation(iteration=int(info["iteration"]), val_loss=self.val_loss)
+            self.events.write(
+                p.Validation(
+                    event=p.VALIDATION,
+                    rank=self.events.rank,
+                    t=time.monotonic(),
+                    iteration=int(info["iteration"]),
+                    val_loss=self.val_loss,
+                )
+            )
 
     def agreed_to_stop(self) -> bool:
         """Whether any rank was told to stop (every rank asks at the same iteration)."""
@@ -211,7 +225,15 @@ class Reports(TrainingCallback):
             if path.name not in self._seen:
                 self._seen.add(path.name)
                 iteration = int(path.name.split("_", 1)[0])
-                self.events.checkpoint(iteration=iteration, path=str(path))
+                self.events.write(
+                    p.Checkpoint(
+                        event=p.CHECKPOINT,
+                        rank=self.events.rank,
+                        t=time.monotonic(),
+                        iteration=iteration,
+                        path=str(path),
+                    )
+                )
 
 
 def finetune(
@@ -219,7 +241,7 @@ def finetune(
     group: mx.distributed.Group,
     events: p.EventWriter,
     reporter: Reporter,
-    commands: queue.Queue[dict[str, Any]] | None,
+    commands: queue.Queue[p.Command] | None,
 ) -> None:
     """Load, apply LoRA, train until ``iters`` or an agreed stop; rank 0 saves and says
     ``trained``. TrainingError (one line) for what cannot run."""
@@ -250,19 +272,23 @@ def finetune(
         out.mkdir(parents=True, exist_ok=True)
         save_config(config, out / ADAPTER_CONFIG)
     reporter.stage = None  # loaded: heartbeats carry no stage from here on
-    events.loaded(
-        load_s=0.0,
-        memory_bytes=int(mx.get_active_memory()),
-        layers=None,
-        strategy=Strategy.SINGLE,
-        device="cpu" if mx.default_device() == mx.cpu else "gpu",
-        blas=None,
-        weights=shard.weights,
-        with_ring_wait=False,  # sleeping ring waits are the serving path's
+    events.write(  # no ring_wait: sleeping ring waits are the serving path's
+        p.Loaded(
+            event=p.LOADED,
+            rank=events.rank,
+            t=time.monotonic(),
+            load_s=0.0,
+            memory_bytes=int(mx.get_active_memory()),
+            layers=None,
+            strategy=Strategy.SINGLE,
+            device="cpu" if mx.default_device() == mx.cpu else "gpu",
+            blas=None,
+            weights=shard.weights,
+        )
     )
     mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group, stream=mx.cpu))
     if rank == 0:
-        events.ready()
+        events.write(p.Ready(event=p.READY, rank=events.rank, t=time.monotonic()))
     iters = int(settings["iters"])
     reports = Reports(group, events, iters, out, stop.event)
     stopped = False
@@ -291,12 +317,17 @@ def finetune(
             weights = dict(tree_flatten(model.trainable_parameters()))
             mx.save_safetensors(str(out / ADAPTER_FILE), weights)
         reports.checkpoints()
-        events.trained(
-            adapter=str(out),
-            iterations=reports.iteration,
-            train_loss=reports.train_loss,
-            val_loss=reports.val_loss,
-            stopped=stopped,
+        events.write(
+            p.Trained(
+                event=p.TRAINED,
+                rank=events.rank,
+                t=time.monotonic(),
+                adapter=str(out),
+                iterations=reports.iteration,
+                train_loss=reports.train_loss,
+                val_loss=reports.val_loss,
+                stopped=stopped,
+            )
         )
     # Every rank leaves together: rank 0 has written the adapter before any rank exits.
     mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group, stream=mx.cpu))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Container, Sequence
-from typing import Any
 
 import mlx.core as mx
 
@@ -163,7 +162,7 @@ def measure(
 
 def link_test(
     group: mx.distributed.Group,
-    command: dict[str, Any],
+    command: p.LinkTestCommand,
     events: p.EventWriter,
     cancels: Container[str] = (),
 ) -> None:
@@ -172,10 +171,22 @@ def link_test(
     sizes = command.get("sizes") or DEFAULT_SIZES
     raw_pairs = command.get("pairs")
     pairs = [(int(a), int(b)) for a, b in raw_pairs] if raw_pairs else None
-    request = command.get("id", "")
+    request = command["id"]
 
     def told(done: int, total: int, nbytes: int, pair: tuple[int, int] | None, s: float) -> None:
-        events.link_progress(request, done, total, nbytes, pair, s)
+        events.write(
+            p.LinkProgress(
+                event=p.LINK_PROGRESS,
+                rank=events.rank,
+                t=time.monotonic(),
+                request=request,
+                done=done,
+                total=total,
+                bytes=nbytes,
+                pair=list(pair) if pair else None,
+                elapsed_s=round(s, 3),
+            )
+        )
 
     with ringwait.polling():
         links, reduced, cancelled = measure(
@@ -187,4 +198,15 @@ def link_test(
             stop=lambda: request in cancels,
         )
     if group.rank() == 0:
-        events.link_test(request, group.size(), links, reduced, cancelled)
+        table = p.LinkTest(
+            event=p.LINK_TEST,
+            rank=events.rank,
+            t=time.monotonic(),
+            request=request,
+            size=group.size(),
+            links=links,
+            all_sum=reduced,
+        )
+        if cancelled:
+            table["cancelled"] = True
+        events.write(table)

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
@@ -144,40 +144,58 @@ def _main(args: argparse.Namespace, rank: int, events: p.EventWriter, reporter: 
     commands = None if args.prompt else read_commands(events, rank)
     reporter.enter(LoadingStage.JOINING)
     if commands is not None and os.environ.get(p.ENV_JOIN) == "1" and not wait_for_join(commands):
-        events.stopped()
+        events.write(p.Stopped(event=p.STOPPED, rank=rank, t=time.monotonic()))
         return 0
     reporter.beat()  # told to join: this rank was alive then (MLX's init is silent)
     try:
         group = init_group(args.backend)
     except Exception as exc:
-        events.error(f"Rank {rank} could not join the cluster: {exc}", fatal=True)
+        said = f"Rank {rank} could not join the cluster: {exc}"
+        events.write(
+            p.Error(event=p.ERROR, rank=rank, t=time.monotonic(), message=said, fatal=True)
+        )
         return 1
     counter = TrafficCounter(group.rank(), group.size(), args.backend) if telemetry else None
     if counter is not None:
         counter.install()
     reporter.counter = counter
-    events.hello(
-        size=group.size(),
-        backend=args.backend,
-        strategy=args.strategy,
-        pid=os.getpid(),
-        host=socket.gethostname(),
+    events.write(
+        p.Hello(
+            event=p.HELLO,
+            rank=rank,
+            t=time.monotonic(),
+            size=group.size(),
+            backend=args.backend,
+            strategy=args.strategy,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+        )
     )
     try:
         run(args, group, events, reporter, commands, telemetry)
     except ShardError as exc:
-        events.error(f"Rank {rank}: {exc}", fatal=True)
+        said = f"Rank {rank}: {exc}"
+        events.write(
+            p.Error(event=p.ERROR, rank=rank, t=time.monotonic(), message=said, fatal=True)
+        )
         return 1
     except Exception as exc:
         traceback.print_exc()
-        events.error(f"Rank {rank} failed: {type(exc).__name__}: {exc}", fatal=True)
+        said = f"Rank {rank} failed: {type(exc).__name__}: {exc}"
+        events.write(
+            p.Error(event=p.ERROR, rank=rank, t=time.monotonic(), message=said, fatal=True)
+        )
         return 1
     # Every rank's last word on its generation's peak (rank 0's done says it per answer).
-    events.stopped(METER.peak() if METER.loaded else None)
+    stopped = p.Stopped(event=p.STOPPED, rank=rank, t=time.monotonic())
+    peak = METER.peak() if METER.loaded else None
+    if peak is not None:
+        stopped["peak_generation_bytes"] = peak
+    events.write(stopped)
     return 0
 
 
-def wait_for_join(commands: queue.Queue[dict[str, Any]]) -> bool:
+def wait_for_join(commands: queue.Queue[p.Command]) -> bool:
     """Wait (heartbeating) for the controller's ``join``; False when told to stop first."""
     while True:
         op = commands.get()["op"]
@@ -229,32 +247,38 @@ def run(
     on_cpu = mx.default_device() == mx.cpu
     reporter.stage = None  # loaded: heartbeats carry no stage from here on
     peak_load = METER.next_phase()  # heartbeats say the generation's peak from here on
-    events.loaded(
+    loaded = p.Loaded(
+        event=p.LOADED,
+        rank=events.rank,
+        t=time.monotonic(),
         load_s=round(time.monotonic() - started, 3),
         memory_bytes=int(mx.get_active_memory()),
-        # This rank's peak while loading and what it held before the weights (residency).
-        memory=(measure_name(), METER.base, peak_load),
         layers=list(shard.layers) if shard.layers else None,
         strategy=args.strategy,
         device="cpu" if on_cpu else "gpu",
         # A rank on the reference BLAS is ~30x slower: say what this one runs on.
         blas=blas_report() if on_cpu else None,
-        # Whether its ring waits sleep (core.worker.ringwait) or spin, holding a core.
-        ring_wait=ringwait.active() if on_cpu else None,
         weights=shard.weights,
-        adapter=shard.adapter,
     )
+    # Whether its ring waits sleep (core.worker.ringwait) or spin, holding a core.
+    loaded["ring_wait"] = ringwait.active() if on_cpu else None
+    if shard.adapter:
+        loaded["adapter"] = shard.adapter
+    # This rank's peak while loading and what it held before the weights (residency).
+    loaded["memory_measure"], loaded["base_bytes"] = measure_name(), METER.base
+    loaded["peak_load_bytes"] = peak_load
+    events.write(loaded)
     synchronise(group)
     if group.rank() == 0:
-        events.ready()
+        events.write(p.Ready(event=p.READY, rank=events.rank, t=time.monotonic()))
     if args.prompt:
-        command = {
-            "op": p.OP_GENERATE,
-            "id": "cli",
-            "prompt": args.prompt,
-            "max_tokens": args.max_tokens,
-            "chat": not args.no_chat,
-        }
+        command = p.GenerateCommand(
+            op=p.OP_GENERATE,
+            id="cli",
+            prompt=args.prompt,
+            max_tokens=args.max_tokens,
+            chat=not args.no_chat,
+        )
         generate(shard, command, events, group.rank(), telemetry)
         return
     assert commands is not None  # read_commands ran: there is no --prompt

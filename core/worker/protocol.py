@@ -73,10 +73,12 @@ error       message (for a person: what happened and what to do), fatal,
 stopped     (the rank is exiting cleanly) peak_generation_bytes (once loaded: its most since)
 ==========  =====================================================================
 
-In code each kind is a ``TypedDict`` below (``Event`` is their union). The worker writes
-events through ``EventWriter``'s methods, one per kind, so mypy checks what a rank
-sends; ``parse_event`` is the one place a line becomes an ``Event``, and a reader that
-narrows on the kind (``if event["event"] == TOKEN:``) reads typed fields.
+In code each kind is a ``TypedDict`` (``Event`` is their union) and so is each command
+(``Command``). The worker makes each event typed and writes it (``EventWriter.write(
+Token(...))``), so mypy checks what a rank sends; ``parse_event`` is the one place a line
+becomes an ``Event`` and ``parse_command`` a ``Command``, both through one machinery
+(``core.worker.typedjson``); a reader that narrows on the kind (``if event["event"] ==
+TOKEN:``) reads typed fields.
 """
 
 from __future__ import annotations

@@ -40,13 +40,21 @@ class Reporter(threading.Thread):
     def beat(self) -> None:
         """One heartbeat now (with the stage while loading, and the peak memory of the
         load or of the generation so far where this platform measures it)."""
-        self._events.heartbeat(self.stage, METER.peak())
+        events = self._events
+        beat = p.Heartbeat(event=p.HEARTBEAT, rank=events.rank, t=time.monotonic())
+        if self.stage is not None:
+            beat["stage"] = self.stage
+        peak = METER.peak()
+        if peak is not None:
+            beat["peak_bytes"] = peak
+        events.write(beat)
 
     def enter(self, stage: LoadingStage) -> None:
         """The rank moved on to ``stage``: say so now, and in every heartbeat after."""
         METER.sample()  # a milestone of the load
         self.stage = stage
-        self._events.loading(stage)
+        events = self._events
+        events.write(p.Loading(event=p.LOADING, rank=events.rank, t=time.monotonic(), stage=stage))
 
     def run(self) -> None:
         self.beat()
@@ -60,10 +68,15 @@ class Reporter(threading.Thread):
                 sent, received = counter.take()
                 # Report while bytes move, and once more at zero so plots drop to 0.
                 if sent or received or was_moving:
-                    self._events.traffic(
-                        interval_s=round(now - last_traffic, 6),
-                        sent={str(k): v for k, v in sent.items()},
-                        received={str(k): v for k, v in received.items()},
+                    self._events.write(
+                        p.Traffic(
+                            event=p.TRAFFIC,
+                            rank=self._events.rank,
+                            t=time.monotonic(),
+                            interval_s=round(now - last_traffic, 6),
+                            sent={str(k): v for k, v in sent.items()},
+                            received={str(k): v for k, v in received.items()},
+                        )
                     )
                 was_moving = bool(sent or received)
                 last_traffic = now

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
+from core.worker import protocol as p
+
 if TYPE_CHECKING:
     from core.worker.sharding import Shard
 
@@ -41,7 +43,7 @@ class Cancels:
                 self._ids.remove(request)
 
 
-class Commands(queue.Queue[dict[str, Any]]):
+class Commands(queue.Queue[p.Command]):
     """The commands read from stdin, in order, and the cancels (which skip the queue)."""
 
     def __init__(self) -> None:
@@ -68,7 +70,7 @@ class RequestRefused(Exception):
     the vocabulary): that request alone is refused, the rank serves on."""
 
 
-def request_tokens(shard: Shard, command: dict[str, Any]) -> list[int]:
+def request_tokens(shard: Shard, command: p.GenerateCommand) -> list[int]:
     """The request's token ids: the controller's (``tokens``: it rendered the template and
     tokenized, off the ranks' steps), or made here from its text. RequestRefused, saying
     why, for anything that request alone makes fail."""
@@ -91,7 +93,7 @@ def request_tokens(shard: Shard, command: dict[str, Any]) -> list[int]:
         raise RequestRefused(f"The model's {kind} refused the request: {said}") from None
 
 
-def prompt_tokens(tokenizer: Any, command: dict[str, Any]) -> list[int]:
+def prompt_tokens(tokenizer: Any, command: p.GenerateCommand) -> list[int]:
     """Token ids for a command: chat messages, a chat prompt, or raw text."""
     messages = command.get("messages")
     if messages is None and command.get("chat", True):

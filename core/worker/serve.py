@@ -85,7 +85,7 @@ class _Agreement:
 
 def generate(
     shard: Shard,
-    command: dict[str, Any],
+    command: p.GenerateCommand,
     events: p.EventWriter,
     rank: int,
     stream_tokens: bool,
@@ -95,31 +95,50 @@ def generate(
     """Run one request on this rank; rank 0 reports tokens and the summary (``done``). A
     prompt that is empty or does not fit the context is refused (an error event) on every
     rank alike."""
-    request = command.get("id", "")
+    request = command["id"]
     started = time.monotonic()
     try:
         ids = request_tokens(shard, command)
     except RequestRefused as refused:  # refused on every rank alike; the rank lives on
         if rank == 0:
-            events.error(message=str(refused), fatal=False, request=request)
+            events.write(
+                p.Error(
+                    event=p.ERROR,
+                    rank=events.rank,
+                    t=time.monotonic(),
+                    message=str(refused),
+                    fatal=False,
+                    request=request,
+                )
+            )
         return
     max_tokens = int(command.get("max_tokens", DEFAULT_MAX_TOKENS))
     context = context_length(shard)
     if not ids:  # mlx-lm cannot start from nothing: refused, the rank lives on
         if rank == 0:
-            events.error(
-                message="The prompt is empty: give the model some text to answer.",
-                fatal=False,
-                request=request,
+            events.write(
+                p.Error(
+                    event=p.ERROR,
+                    rank=events.rank,
+                    t=time.monotonic(),
+                    message="The prompt is empty: give the model some text to answer.",
+                    fatal=False,
+                    request=request,
+                )
             )
         return
     if context is not None and len(ids) >= context:
         if rank == 0:
-            events.error(
-                message=f"The prompt is {len(ids)} tokens; this model's context is {context}.",
-                fatal=False,
-                request=request,
-                code=p.CONTEXT_LENGTH_EXCEEDED,
+            events.write(
+                p.Error(
+                    event=p.ERROR,
+                    rank=events.rank,
+                    t=time.monotonic(),
+                    message=f"The prompt is {len(ids)} tokens; this model's context is {context}.",
+                    fatal=False,
+                    request=request,
+                    code=p.CONTEXT_LENGTH_EXCEEDED,
+                )
             )
         return
     if context is not None:
@@ -145,7 +164,16 @@ def generate(
             lambda own: from_rank0(own, group) if group is not None else own,
         )
     except GrammarRefused as why:  # one rank alone: refused before it starts
-        events.error(message=str(why), fatal=False, request=request)
+        events.write(
+            p.Error(
+                event=p.ERROR,
+                rank=events.rank,
+                t=time.monotonic(),
+                message=str(why),
+                fatal=False,
+                request=request,
+            )
+        )
         return
     if unmet is not None and cancels is not None:  # rank 0 of several: ended by all
         cancels.add(request)
@@ -200,7 +228,18 @@ def generate(
             if entry is not None:
                 logprobs.append(entry)
             if stream_tokens and unmet is None:  # refused: only its error
-                events.token(request, index, int(response.token), text, entry)
+                token = p.Token(
+                    event=p.TOKEN,
+                    rank=events.rank,
+                    t=time.monotonic(),
+                    request=request,
+                    index=index,
+                    token=int(response.token),
+                    text=text,
+                )
+                if entry is not None:
+                    token["logprobs"] = entry
+                events.write(token)
         if stops.stopped:
             break
     # stream_generate evaluates the next step ahead, asynchronously, and may leave it in
@@ -215,11 +254,33 @@ def generate(
     elif stops.stopped:
         finish_reason = "stop"
     if rank == 0 and cancelled and faults.failed(request):  # ended for its own fault
-        events.error(message=faults.message(request), fatal=False, request=request)
+        message = faults.message(request)
+        events.write(
+            p.Error(
+                event=p.ERROR,
+                rank=events.rank,
+                t=time.monotonic(),
+                message=message,
+                fatal=False,
+                request=request,
+            )
+        )
     elif rank == 0 and unmet is not None:
-        events.error(message=unmet, fatal=False, request=request)
+        events.write(
+            p.Error(
+                event=p.ERROR,
+                rank=events.rank,
+                t=time.monotonic(),
+                message=unmet,
+                fatal=False,
+                request=request,
+            )
+        )
     elif rank == 0:
-        events.done(
+        done = p.Done(
+            event=p.DONE,
+            rank=events.rank,
+            t=time.monotonic(),
             request=request,
             prompt_tokens=last.prompt_tokens if last else len(ids),
             prompt_tps=round(last.prompt_tps, 3) if last else 0.0,
@@ -229,9 +290,13 @@ def generate(
             finish_reason=finish_reason,
             peak_memory_bytes=int(mx.get_peak_memory()),
             text="".join(pieces),
-            peak_generation_bytes=METER.peak(),  # the process's, since loaded (residency)
-            logprobs=logprobs if sampling.recorded is not None else None,
         )
+        peak = METER.peak()  # the process's, since loaded (residency)
+        if peak is not None:
+            done["peak_generation_bytes"] = peak
+        if sampling.recorded is not None:
+            done["logprobs"] = logprobs
+        events.write(done)
 
 
 _GRAMMARS: dict[int, Grammars] = {}
@@ -277,12 +342,11 @@ def serve(
     rank = group.rank()
     while True:
         command = commands.get()
-        op = command["op"]
-        if op == p.OP_STOP:
+        if command["op"] == p.OP_STOP:
             return
-        if op == p.OP_GENERATE:
+        if command["op"] == p.OP_GENERATE:
             generate(shard, command, events, rank, stream_tokens, group, commands.cancels)
-        elif op == p.OP_LINK_TEST:
+        elif command["op"] == p.OP_LINK_TEST:
             link_test(group, command, events, commands.cancels)
 
 
@@ -307,10 +371,15 @@ def read_commands(events: p.EventWriter, rank: int) -> Commands:
             except ValueError as exc:
                 # Every rank refuses the same line; rank 0 says so, once.
                 if rank == 0:
-                    events.error(
-                        message=f"Rank 0 refused a request: {exc}",
-                        fatal=False,
-                        request=_request_id(line),
+                    events.write(
+                        p.Error(
+                            event=p.ERROR,
+                            rank=events.rank,
+                            t=time.monotonic(),
+                            message=f"Rank 0 refused a request: {exc}",
+                            fatal=False,
+                            request=_request_id(line),
+                        )
                     )
         _controller_gone()
 

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import units
+from core.run.measure.telemetry import AnswerFigures
 from core.worker import protocol as p
 from gui import style
 from gui.style import set_role
@@ -152,23 +153,23 @@ class ChatView(QWidget):
         streaming = self._streaming[request] = _Streaming(end, self._segments[-1])
         return streaming
 
-    def finish_answer(self, request: str, done: dict[str, Any]) -> None:
+    def finish_answer(self, request: str, done: AnswerFigures) -> None:
         """The answer's line: ``done`` is its figures as every surface shows them
         (``core.run.measure.telemetry.answer_figures``), never the worker's raw event."""
         self.flush()
         streaming = self._streaming.pop(request, None)
         if streaming is None:  # no token events (telemetry off): show the whole text
             self._heading("MacMesh cluster")
-            self._write(done["text"], "text", new_block=False)
-        elif not streaming.segment[1] and done["text"]:  # its place, kept for no token
-            streaming.segment[1] = done["text"]
-            self._insert(streaming.end, done["text"], "text", new_block=False)
-        tps, ttft = done["generation_tps"], done["ttft_s"]
+            self._write(done.text, "text", new_block=False)
+        elif not streaming.segment[1] and done.text:  # its place, kept for no token
+            streaming.segment[1] = done.text
+            self._insert(streaming.end, done.text, "text", new_block=False)
+        tps, ttft = done.generation_tps, done.ttft_s
         parts = [
-            f"{done['generation_tokens']} tokens",
+            f"{done.generation_tokens} tokens",
             f"{units.rate(tps)} tokens/s" if tps else None,
             f"first token after {units.seconds(ttft)}" if ttft is not None else None,
-            "stopped" if done["finish_reason"] == p.CANCELLED else None,
+            "stopped" if done.finish_reason == p.CANCELLED else None,
         ]
         line = " · ".join(p for p in parts if p)
         if streaming is None:

@@ -60,7 +60,7 @@ class RunController(QObject):
     rank_progress = Signal(int, str, int)  # rank, what it is doing, step of STEPS
     question = Signal(str)  # a prompt was sent (or queued until the model is loaded)
     token = Signal(str, str)  # request id, text piece
-    answer_done = Signal(str, object)  # request id, its figures (telemetry.answer_figures)
+    answer_done = Signal(str, object)  # request id, its AnswerFigures (telemetry)
     failed = Signal(str, list)  # the launcher's message, [(rank, log path)]
     preflight_done = Signal(object)  # core.run.checks.report.PreflightReport
     copy_progress = Signal(object)  # core.remote.modelcopy.CopyProgress
@@ -485,7 +485,7 @@ class RunController(QObject):
         )
         figures = answer_figures(event, summary)  # the numbers every surface shows
         start = self._first_token.pop(request, None)
-        tps = figures["generation_tps"]
+        tps = figures.generation_tps
         if tps and start is not None:
             self.averages.append((start - self.t0, time.monotonic() - self.t0, tps))
             del self.averages[:-MAX_AVERAGES]

@@ -4,6 +4,7 @@ examples, requests served, and API answers in the chat with who asked."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -16,6 +17,7 @@ from core.model.info import ModelInfo, read_model_info
 from core.plan.planner import Plan
 from core.run.demo import demo_facts
 from core.run.measure.history import History
+from core.run.measure.telemetry import AnswerFigures
 from core.run.states import RunState
 from core.serve.service import ApiSettings, load_settings
 from gui.bridge import Bridge
@@ -192,8 +194,7 @@ def test_the_chat_shows_what_an_api_client_asked_under_who_asked_and_scrolls_to_
     for n in range(40):  # a conversation longer than the view
         chat.add_question(f"question {n}")
         chat.add_token(f"r{n}", f"answer {n}")
-        figures = {"generation_tokens": 2, "generation_tps": 5.0, "ttft_s": 0.2}
-        chat.finish_answer(f"r{n}", {**figures, "finish_reason": "stop", "text": ""})
+        chat.finish_answer(f"r{n}", AnswerFigures(None, None, 0, 2, 5.0, 0.2, "stop", ""))
     bar = chat.answer.verticalScrollBar()
     bar.setValue(0)  # the person scrolled up to read
     assert bar.maximum() > 0
@@ -227,8 +228,8 @@ def test_answers_streaming_at_once_each_grow_under_their_own_question(qtbot: QtB
         for n in range(3):
             chat.add_token(f"api-{n}", f"{word}{n}" if word == "three" else word)
         chat.add_token("mine", f" {word.strip()}")
-    figures = {"generation_tokens": 3, "generation_tps": 5.0, "ttft_s": 0.2, "text": ""}
-    chat.finish_answer("api-1", {**figures, "finish_reason": "stop"})
+    figures = AnswerFigures(None, None, 0, 3, 5.0, 0.2, "stop", "")
+    chat.finish_answer("api-1", figures)
     expected = [
         "You", "Hello from the window",
         "MacMesh cluster", "Hi one two three",
@@ -255,7 +256,7 @@ def test_answers_streaming_at_once_each_grow_under_their_own_question(qtbot: QtB
         style.apply(app, style.LIGHT)
     chat.add_asked("app3", "question 3", "api-3")  # no token event: the text at its end
     chat.add_asked("app4", "question 4", "api-4")
-    chat.finish_answer("api-3", {**figures, "text": "whole", "finish_reason": "stop"})
+    chat.finish_answer("api-3", replace(figures, text="whole"))
     lines = chat.text().splitlines()
     assert lines[lines.index("question 3") + 1 :][:3] == ["MacMesh cluster", "whole", lines[-4]]
     assert lines[-4].startswith("3 tokens") and lines[-3:] == [

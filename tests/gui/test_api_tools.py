@@ -15,6 +15,7 @@ from pytestqt.qtbot import QtBot
 
 from core.model.info import read_model_info
 from core.run.demo import demo_facts
+from core.run.measure.telemetry import AnswerFigures
 from gui.bridge import Bridge
 from gui.model.planning import plan_all
 from gui.run.chat import ChatView
@@ -111,8 +112,7 @@ def test_calls_go_under_their_answer_and_before_its_figures(qtbot: QtBot) -> Non
     chat.add_asked("key_1", "Weather?", "r1")
     chat.add_token("r1", "Checking.")
     chat.add_calls("r1", [{"name": "get_weather", "arguments": {"city": "x" * 400}}])
-    figures = {"generation_tokens": 2, "generation_tps": 5.0, "ttft_s": 0.2}
-    chat.finish_answer("r1", {**figures, "finish_reason": "stop", "text": "Checking."})
+    chat.finish_answer("r1", AnswerFigures(None, None, 0, 2, 5.0, 0.2, "stop", "Checking."))
     lines = chat.text().splitlines()
     at = lines.index("Checking.")
     assert lines[at + 1].startswith('Tool call: get_weather {"city": "xxx')

@@ -315,7 +315,13 @@ def _fed_telemetry() -> Telemetry:
                 "rank": 0,
                 "t": start + 0.07 * n,
                 "request": request,
+                "prompt_tokens": 3,
+                "prompt_tps": 30.0,
                 "generation_tokens": n,
+                "generation_tps": 14.0,
+                "ttft_s": None,
+                "finish_reason": "length",
+                "peak_memory_bytes": 1,
                 "text": "x" * n,
             }
         )

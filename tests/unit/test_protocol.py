@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import pytest
 
@@ -13,8 +14,12 @@ from core.worker import protocol as p
 def test_events_are_one_json_object_per_line_with_rank_and_time() -> None:
     stream = io.StringIO()
     writer = p.EventWriter(rank=3, stream=stream)
-    writer.token(request="r1", index=0, token=42, text="Par")
-    writer.heartbeat()
+    writer.write(
+        p.Token(
+            event=p.TOKEN, rank=3, t=time.monotonic(), request="r1", index=0, token=42, text="Par"
+        )
+    )
+    writer.write(p.Heartbeat(event=p.HEARTBEAT, rank=3, t=time.monotonic()))
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2
     event = p.parse_event(lines[0])
@@ -88,3 +93,33 @@ def test_sampling_fields_of_the_wrong_type_are_refused(fields: dict, reason: str
         p.parse_command(json.dumps({"op": "generate", "id": "r1", **fields}))
     ok = {"temperature": 0.7, "top_p": 0.9, "seed": 3, "stop": ["\n"]}
     assert p.parse_command(json.dumps({"op": "generate", "id": "r1", **ok}))["seed"] == 3
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        ({"op": "generate"}, "'id' is missing"),
+        ({"op": "generate", "id": 7}, "'id' must be text"),
+        ({"op": "generate", "id": "r1", "chat": "yes"}, "'chat' must be true or false"),
+        ({"op": "generate", "id": "r1", "tokens": [1, -2]}, "'tokens'"),
+        ({"op": "generate", "id": "r1", "tokens": [1, "2"]}, "'tokens' must be a list of"),
+        ({"op": "generate", "id": "r1", "logprobs": 99}, "'logprobs'"),
+        ({"op": "link_test", "sizes": [4096]}, "'id' is missing"),
+        ({"op": "link_test", "id": "t1", "pairs": [[0, "1"]]}, "'pairs' must be a list of"),
+    ],
+)
+def test_commands_are_checked_by_their_declared_types_then_their_bounds(
+    command: dict, reason: str
+) -> None:
+    """One machinery for both directions: a command's fields are checked against its
+    TypedDict as an event's are (``core.worker.typedjson``), the bounds a type cannot say
+    after; each refusal names the field."""
+    with pytest.raises(ValueError, match=reason):
+        p.parse_command(json.dumps(command))
+
+
+def test_the_commands_without_fields_parse_to_their_op() -> None:
+    for op in (p.OP_STOP, p.OP_JOIN):
+        assert p.parse_command(p.encode_command(op)) == {"op": op}
+    extra = p.parse_command('{"op": "generate", "id": "r1", "newer": 1}')
+    assert extra == {"op": "generate", "id": "r1", "newer": 1}  # a newer controller's, kept

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,68 +23,123 @@ LINKS = [
 ]
 ALL_SUM = [{"bytes": 4096, "seconds": 3e-5, "bytes_per_s": 1.4e8}]
 
-# What each writer method sends, as the worker calls it.
-WRITES: dict[str, Callable[[p.EventWriter], None]] = {
-    p.HELLO: lambda w: w.hello(size=2, backend="ring", strategy="pipeline", pid=7, host="a"),
-    p.LOADING: lambda w: w.loading("weights"),
-    p.LOADED: lambda w: w.loaded(
-        load_s=1.5,
-        memory_bytes=1 << 20,
-        layers=[0, 12],
-        strategy="pipeline",
-        device="cpu",
-        blas={"name": "OpenBLAS", "path": "/x.so", "threads": 2, "gflops": 80.0, "fast": True},
-        weights={"precision": "float32", "dequantized": True, "from": "4-bit"},
-        ring_wait=True,
-        adapter={"name": "a", "type": "lora", "fused": True, "precision": "float32"},
-    ),
-    p.READY: lambda w: w.ready(),
-    p.TOKEN: lambda w: w.token(request="r1", index=0, token=42, text="Par"),
-    p.DONE: lambda w: w.done(
-        request="r1",
-        prompt_tokens=12,
-        prompt_tps=120.5,
-        generation_tokens=4,
-        generation_tps=9.5,
-        ttft_s=0.25,
-        finish_reason="length",
-        peak_memory_bytes=2000,
-        text="Paris",
-    ),
-    p.TRAFFIC: lambda w: w.traffic(interval_s=0.5, sent={"1": 4096}, received={"1": 2048}),
-    p.HEARTBEAT: lambda w: w.heartbeat("reading"),
-    p.LINK_TEST: lambda w: w.link_test(request="t1", size=2, links=LINKS, all_sum=ALL_SUM),  # type: ignore[arg-type]
-    p.LINK_PROGRESS: lambda w: w.link_progress(
-        request="t1", done=3, total=10, nbytes=65536, pair=(0, 1), elapsed_s=1.25
-    ),
-    p.ERROR: lambda w: w.error("Rank 0 refused a request: 'id'", fatal=False, request="r2"),
-    p.STOPPED: lambda w: w.stopped(),
-    p.TRAIN: lambda w: w.train(
-        iteration=10,
-        iters=100,
-        train_loss=2.5,
-        learning_rate=1e-5,
-        tokens_per_s=300.0,
-        trained_tokens=4096,
-        peak_memory_bytes=1 << 30,
-    ),
-    p.VALIDATION: lambda w: w.validation(iteration=10, val_loss=2.75),
-    p.CHECKPOINT: lambda w: w.checkpoint(iteration=10, path="/tmp/a/0000010_adapters.safetensors"),
-    p.TRAINED: lambda w: w.trained(
-        adapter="/tmp/a", iterations=100, train_loss=2.0, val_loss=None, stopped=False
-    ),
-}
+
+# Each kind as the worker makes it (``rank`` and ``t`` stamped by ``written``).
+def _kinds(rank: int) -> dict[str, p.Event]:
+    t = time.monotonic()
+    return {
+        p.HELLO: p.Hello(
+            event=p.HELLO,
+            rank=rank,
+            t=t,
+            size=2,
+            backend="ring",
+            strategy="pipeline",
+            pid=7,
+            host="a",
+        ),
+        p.LOADING: p.Loading(event=p.LOADING, rank=rank, t=t, stage="weights"),
+        p.LOADED: p.Loaded(
+            event=p.LOADED,
+            rank=rank,
+            t=t,
+            load_s=1.5,
+            memory_bytes=1 << 20,
+            layers=[0, 12],
+            strategy="pipeline",
+            device="cpu",
+            blas={"name": "OpenBLAS", "path": "/x.so", "threads": 2, "gflops": 80.0, "fast": True},
+            weights={"precision": "float32", "dequantized": True, "from": "4-bit"},
+            ring_wait=True,
+            adapter={"name": "a", "type": "lora", "fused": True, "precision": "float32"},
+        ),
+        p.READY: p.Ready(event=p.READY, rank=rank, t=t),
+        p.TOKEN: p.Token(
+            event=p.TOKEN, rank=rank, t=t, request="r1", index=0, token=42, text="Par"
+        ),
+        p.DONE: p.Done(
+            event=p.DONE,
+            rank=rank,
+            t=t,
+            request="r1",
+            prompt_tokens=12,
+            prompt_tps=120.5,
+            generation_tokens=4,
+            generation_tps=9.5,
+            ttft_s=0.25,
+            finish_reason="length",
+            peak_memory_bytes=2000,
+            text="Paris",
+        ),
+        p.TRAFFIC: p.Traffic(
+            event=p.TRAFFIC, rank=rank, t=t, interval_s=0.5, sent={"1": 4096}, received={"1": 2048}
+        ),
+        p.HEARTBEAT: p.Heartbeat(event=p.HEARTBEAT, rank=rank, t=t, stage="reading"),
+        p.LINK_TEST: p.LinkTest(
+            event=p.LINK_TEST, rank=rank, t=t, request="t1", size=2, links=LINKS, all_sum=ALL_SUM
+        ),
+        p.LINK_PROGRESS: p.LinkProgress(
+            event=p.LINK_PROGRESS,
+            rank=rank,
+            t=t,
+            request="t1",
+            done=3,
+            total=10,
+            bytes=65536,
+            pair=[0, 1],
+            elapsed_s=1.25,
+        ),
+        p.ERROR: p.Error(
+            event=p.ERROR,
+            rank=rank,
+            t=t,
+            message="Rank 0 refused a request: 'id'",
+            fatal=False,
+            request="r2",
+        ),
+        p.STOPPED: p.Stopped(event=p.STOPPED, rank=rank, t=t),
+        p.TRAIN: p.Train(
+            event=p.TRAIN,
+            rank=rank,
+            t=t,
+            iteration=10,
+            iters=100,
+            train_loss=2.5,
+            learning_rate=1e-5,
+            tokens_per_s=300.0,
+            trained_tokens=4096,
+            peak_memory_bytes=1 << 30,
+        ),
+        p.VALIDATION: p.Validation(event=p.VALIDATION, rank=rank, t=t, iteration=10, val_loss=2.75),
+        p.CHECKPOINT: p.Checkpoint(
+            event=p.CHECKPOINT,
+            rank=rank,
+            t=t,
+            iteration=10,
+            path="/tmp/a/0000010_adapters.safetensors",
+        ),
+        p.TRAINED: p.Trained(
+            event=p.TRAINED,
+            rank=rank,
+            t=t,
+            adapter="/tmp/a",
+            iterations=100,
+            train_loss=2.0,
+            val_loss=None,
+            stopped=False,
+        ),
+    }
 
 
 def written(kind: str, rank: int = 1) -> str:
     stream = io.StringIO()
-    WRITES[kind](p.EventWriter(rank=rank, stream=stream))
+    p.EventWriter(rank=rank, stream=stream).write(_kinds(rank)[kind])
     (line,) = stream.getvalue().splitlines()
     return line
 
 
 def test_every_kind_of_the_protocol_has_a_writer_here() -> None:
-    assert WRITES.keys() == p.EVENTS
+    assert _kinds(0).keys() == p.EVENTS
 
 
 @pytest.mark.parametrize("kind", sorted(p.EVENTS))

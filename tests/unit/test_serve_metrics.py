@@ -8,6 +8,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.run.measure.telemetry import AnswerFigures
 from core.serve.answers import Answerer
 from core.serve.metrics import ServeMetrics
 
@@ -32,16 +33,11 @@ def _samples(metrics: ServeMetrics) -> dict[str, float]:
 
 def test_answers_add_up_and_missing_figures_stay_out_of_the_histograms() -> None:
     metrics = _metrics()
-    metrics.answered(
-        {"prompt_tokens": 30, "cached_tokens": 20, "generation_tokens": 8, "ttft_s": 0.3,
-         "generation_tps": 12.0}
-    )  # fmt: skip
+    metrics.answered(AnswerFigures(30, 100.0, 20, 8, 12.0, 0.3, "stop", "Paris"))
     # Cancelled before its first token: no TTFT, no speed, nothing generated.
-    metrics.answered(
-        {"prompt_tokens": 5, "cached_tokens": 0, "generation_tokens": 0, "ttft_s": None,
-         "generation_tps": 0.0}
-    )  # fmt: skip
-    metrics.answered({"prompt_tokens": None, "generation_tokens": True})  # nonsense: nothing
+    metrics.answered(AnswerFigures(5, 50.0, 0, 0, 0.0, None, "cancelled", ""))
+    # No prompt count (the worker gave none) and no rate: nothing of either counted.
+    metrics.answered(AnswerFigures(None, None, 0, 0, None, None, None, ""))
     m = _samples(metrics)
     assert m["macmesh_api_prompt_tokens_total[]"] == 35
     assert m["macmesh_api_cached_tokens_total[]"] == 20

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from core.run.measure.series import RateEstimator, RingBuffer, ema_rate_step
 from core.run.measure.telemetry import Headline, RankPeak, Telemetry, answer_figures, link_id
+from core.worker import protocol as p
 
 
 def event(kind: str, rank: int, t: float, **fields: Any) -> dict[str, Any]:
@@ -457,8 +459,12 @@ def test_unfinished_requests_are_bounded() -> None:
     ],
 )
 def test_malformed_or_unknown_events_are_ignored(bad: Any) -> None:
+    """Through the one door (``parse_event`` checks the types): what it lets through with
+    a bad value (NaN, a negative count, no such peer) the telemetry refuses itself."""
     telemetry = local_telemetry()
-    telemetry.feed(bad)
+    parsed = p.parse_event(json.dumps(bad))
+    if parsed is not None:
+        telemetry.feed(parsed)
     assert telemetry.link_series() == {} and telemetry.memory() == {}
     assert telemetry.requests() == []
     assert telemetry.current() == Headline(
@@ -473,17 +479,23 @@ def test_malformed_or_unknown_events_are_ignored(bad: Any) -> None:
 
 
 def test_a_bad_traffic_report_changes_nothing() -> None:
+    """Typed right (``parse_event`` lets it in), but one entry names no other rank: the
+    whole report is refused, counted as malformed."""
     telemetry = local_telemetry()
-    telemetry.feed(traffic(0, 1.0, {"1": 1000, "2": "lots"}))
+    telemetry.feed(traffic(0, 1.0, {"1": 1000, "0": 5}))
     assert telemetry.link_totals() == {} and telemetry.malformed_events == 1
 
 
-def test_done_with_odd_optional_fields_still_finishes_the_request() -> None:
+def test_a_done_whose_rates_are_not_finite_still_finishes_the_request() -> None:
+    """JSON may say NaN: a figure that is not finite is no figure (None), the answer ends."""
     telemetry = local_telemetry()
     telemetry.feed(token(0.0, 0))
-    telemetry.feed(event("done", 0, 1.0, request="r1", prompt_tps="fast", text=None))
+    line = json.dumps(done(1.0, prompt_tps=float("nan"), generation_tps=float("inf")))
+    parsed = p.parse_event(line)
+    assert parsed is not None
+    telemetry.feed(parsed)
     (summary,) = telemetry.requests()
-    assert summary.finished and summary.prompt_tps is None and summary.text == "x"
+    assert summary.finished and summary.prompt_tps is None and summary.text == "xxxx"
 
 
 def test_rank_facts_say_what_each_rank_runs_on() -> None:
@@ -518,11 +530,23 @@ def test_an_answers_figures_are_the_telemetrys_not_the_workers_raw_fields() -> N
     telemetry.feed(done(1.35))
     (summary,) = telemetry.requests()
     figures = answer_figures(done(1.35), summary)
-    assert figures["generation_tps"] == pytest.approx(10.0) == summary.tokens_per_s
-    assert figures["generation_tokens"] == 4 == telemetry.current().total_tokens
-    assert figures["ttft_s"] == pytest.approx(0.4) == telemetry.current().ttft_s
-    assert telemetry.current().last_avg_tps == figures["generation_tps"]
-    assert "avg_tps" not in figures  # one tokens/s, not two
+    assert figures.generation_tps == pytest.approx(10.0) == summary.tokens_per_s
+    assert figures.generation_tokens == 4 == telemetry.current().total_tokens
+    assert figures.ttft_s == pytest.approx(0.4) == telemetry.current().ttft_s
+    assert telemetry.current().last_avg_tps == figures.generation_tps
+    assert "avg_tps" not in figures.as_dict()  # one tokens/s, not two
+
+
+def test_an_answers_figures_keep_their_keys_in_order_for_the_history_and_json() -> None:
+    """The history, the CLI's JSON and the metrics read the same keys as before the
+    dataclass: ``as_dict`` keeps them, in the order they were written."""
+    figures = answer_figures(done(1.0, generation_tokens=5, generation_tps=12.5), None)
+    assert list(figures.as_dict()) == [
+        "prompt_tokens", "prompt_tps", "cached_tokens", "generation_tokens",
+        "generation_tps", "ttft_s", "finish_reason", "text",
+    ]  # fmt: skip
+    assert figures.as_dict()["generation_tokens"] == 5 == figures.generation_tokens
+    assert figures.as_dict()["cached_tokens"] == 0
 
 
 def test_without_token_events_the_workers_rate_is_converted_to_the_same_definition() -> None:
@@ -530,7 +554,7 @@ def test_without_token_events_the_workers_rate_is_converted_to_the_same_definiti
     telemetry.feed(done(1.0, generation_tokens=5, generation_tps=12.5))
     (summary,) = telemetry.requests()
     assert summary.tokens_per_s == pytest.approx(10.0)  # 12.5 * 4 / 5
-    assert answer_figures(done(1.0), None)["generation_tps"] == pytest.approx(9.5 * 3 / 4)
+    assert answer_figures(done(1.0), None).generation_tps == pytest.approx(9.5 * 3 / 4)
     single = local_telemetry()
     single.feed(done(1.0, generation_tokens=1, generation_tps=4.0))
     assert single.requests()[0].tokens_per_s is None  # one token has no rate

@@ -49,7 +49,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -293,7 +293,6 @@ class Telemetry:
         Its id is known only once it is sent, so its first token may be in already (a
         fast answer, a busy thread): the TTFT is then taken from that token's arrival. A
         request already finished keeps its figures (and is not tracked anew)."""
-        request_id = _request_id(request_id)
         with self._lock:
             request = self._active.get(request_id)
             if request is None and any(done.id == request_id for done in self._finished):
@@ -428,7 +427,7 @@ class Telemetry:
     # -- event handling (under the lock) ----------------------------------------
 
     def _feed(self, event: protocol.Event, received_at: float | None) -> None:
-        rank = _rank(event["rank"])
+        rank = _count(event["rank"], "rank")
         t = _finite(event["t"], "t")
         at = self._to_local(rank, t, received_at)
         if event["event"] != protocol.TOKEN:  # tokens are frequent; the rest often enough
@@ -459,8 +458,8 @@ class Telemetry:
     def _on_loaded(self, event: protocol.Loaded, rank: int) -> None:
         self._loaded_memory[rank] = _count(event["memory_bytes"], "memory_bytes")
         self._rank_facts[rank] = rank_facts(event)
-        base = _optional_count(event.get("base_bytes"))
-        if base is not None:
+        base = event.get("base_bytes")
+        if base is not None and base >= 0:
             self._base[rank] = base
         self._raise(self._load_peak, rank, event.get("peak_load_bytes"))
 
@@ -473,16 +472,14 @@ class Telemetry:
         )
 
     @staticmethod
-    def _raise(peaks: dict[int, int], rank: int, value: object) -> None:
-        peak = _optional_count(value)
-        if peak is not None:
+    def _raise(peaks: dict[int, int], rank: int, peak: int | None) -> None:
+        if peak is not None and peak >= 0:
             peaks[rank] = max(peak, peaks.get(rank, 0))
 
     def _on_token(self, event: protocol.Token, rank: int, t: float, at: float) -> None:
         if rank != self._token_rank:
             return
-        request_id = _request_id(event["request"])
-        piece = _text(event["text"])
+        request_id, piece = event["request"], event["text"]
         request = self._request(request_id)
         if request.rates.count == 0:
             request.first_at = at
@@ -514,27 +511,25 @@ class Telemetry:
             self._batch[3] = max(int(self._batch[3]), generating)
 
     def _on_done(self, event: protocol.Done, rank: int, at: float) -> None:
-        peak = _optional_count(event.get("peak_memory_bytes"))
-        if peak is not None:
+        peak = event["peak_memory_bytes"]
+        if peak >= 0:
             self._peak_memory[rank] = max(peak, self._peak_memory.get(rank, 0))
         self._raise(self._generation_peak, rank, event.get("peak_generation_bytes"))
         if rank != self._token_rank:
             return
-        request_id = _request_id(event["request"])
+        request_id = event["request"]
         request = self._active.pop(request_id, None) or self._new_request(request_id)
         if self._current == request_id:
             self._current = None
-        reported = _optional_count(event.get("generation_tokens"))
-        if reported is not None and reported > request.rates.count:
+        reported = event["generation_tokens"]
+        if reported > request.rates.count:
             # Token events were off (MACMESH_TELEMETRY=0), or some went unsent (a worker
             # before one event per token): the worker's count is the answer's.
             self._total_tokens += reported - request.rates.count
         if request.ttft_s is None:
-            request.ttft_s = _optional_float(event.get("ttft_s"))
-        text: object = event.get("text")
-        if isinstance(text, str):
-            request.text = _TextTail(self._text_limit)
-            request.text.add(text)
+            request.ttft_s = _finite_or_none(event["ttft_s"])
+        request.text = _TextTail(self._text_limit)
+        request.text.add(event["text"])
         if request.rates.smoothed is not None:
             _append_in_order(self._smoothed, at, 0.0)
         self._finished.append(self._summary(request, done=event, reported_tokens=reported))
@@ -656,14 +651,14 @@ class Telemetry:
         tokens = request.rates.count if reported_tokens is None else reported_tokens
         return RequestSummary(
             id=request.id,
-            prompt_tokens=_optional_count(done.get("prompt_tokens")) if done else None,
-            prompt_tps=_optional_float(done.get("prompt_tps")) if done else None,
+            prompt_tokens=done["prompt_tokens"] if done else None,
+            prompt_tps=_finite_or_none(done["prompt_tps"]) if done else None,
             generation_tokens=tokens,
-            generation_tps=_optional_float(done.get("generation_tps")) if done else None,
+            generation_tps=_finite_or_none(done["generation_tps"]) if done else None,
             avg_tps=request.rates.average(),
             ttft_s=request.ttft_s,
             text=request.text.value(),
-            finish_reason=_optional_str(done.get("finish_reason")) if done else None,
+            finish_reason=done["finish_reason"] if done else None,
             finished=done is not None,
             started_at=request.started_at,
             first_at=request.first_at,
@@ -672,34 +667,53 @@ class Telemetry:
         )
 
 
-def answer_figures(done: protocol.Done, summary: RequestSummary | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AnswerFigures:
     """An answer's figures as every surface shows them (the module docstring says what
-    each one means), from the telemetry's ``summary`` of the request; from the worker's
-    ``done`` event alone when the telemetry has none (its figures then converted alike)."""
+    each one means). ``as_dict`` is how the history, the CLI's JSON and the API keep them:
+    the same keys, in this order."""
+
+    prompt_tokens: int | None
+    prompt_tps: float | None
+    # the prompt's tokens the ranks' prompt cache held (0: none, or no prompt cache)
+    cached_tokens: int
+    generation_tokens: int
+    generation_tps: float | None
+    ttft_s: float | None
+    finish_reason: str | None
+    text: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def answer_figures(done: protocol.Done, summary: RequestSummary | None) -> AnswerFigures:
+    """An answer's figures from the telemetry's ``summary`` of the request; from the
+    worker's ``done`` event alone when the telemetry has none (its figures then converted
+    alike)."""
     if summary is None:
         summary = RequestSummary(
-            id=str(done.get("request", "")),
-            prompt_tokens=_optional_count(done.get("prompt_tokens")),
-            prompt_tps=_optional_float(done.get("prompt_tps")),
-            generation_tokens=_optional_count(done.get("generation_tokens")) or 0,
-            generation_tps=_optional_float(done.get("generation_tps")),
+            id=done["request"],
+            prompt_tokens=done["prompt_tokens"],
+            prompt_tps=_finite_or_none(done["prompt_tps"]),
+            generation_tokens=done["generation_tokens"],
+            generation_tps=_finite_or_none(done["generation_tps"]),
             avg_tps=None,
-            ttft_s=_optional_float(done.get("ttft_s")),
-            text=str(done.get("text", "")),
-            finish_reason=_optional_str(done.get("finish_reason")),
+            ttft_s=_finite_or_none(done["ttft_s"]),
+            text=done["text"],
+            finish_reason=done["finish_reason"],
             finished=True,
         )
-    return {
-        "prompt_tokens": summary.prompt_tokens,
-        "prompt_tps": summary.prompt_tps,
-        # the prompt's tokens the ranks' prompt cache held (0: none, or no prompt cache)
-        "cached_tokens": _optional_count(done.get("cached_tokens")) or 0,
-        "generation_tokens": summary.generation_tokens,
-        "generation_tps": summary.tokens_per_s,
-        "ttft_s": summary.ttft_s,
-        "finish_reason": summary.finish_reason,
-        "text": str(done.get("text", summary.text)),
-    }
+    return AnswerFigures(
+        prompt_tokens=summary.prompt_tokens,
+        prompt_tps=summary.prompt_tps,
+        cached_tokens=done.get("cached_tokens", 0),
+        generation_tokens=summary.generation_tokens,
+        generation_tps=summary.tokens_per_s,
+        ttft_s=summary.ttft_s,
+        finish_reason=summary.finish_reason,
+        text=done["text"],
+    )
 
 
 # -- helpers ----------------------------------------------------------------------
@@ -711,7 +725,7 @@ def rank_facts(loaded: protocol.Loaded) -> dict[str, Any]:
     and the weights' precision (whether they were dequantized at load, and the weight
     shapes stored in another layout for one-row products: ``core.worker.layout``)."""
     blas, weights = loaded["blas"] or {}, loaded["weights"]
-    facts: dict[str, Any] = {"rank": _rank(loaded["rank"]), "device": loaded["device"]}
+    facts: dict[str, Any] = {"rank": loaded["rank"], "device": loaded["device"]}
     facts.update(
         blas=blas.get("name"),
         blas_path=blas.get("path"),
@@ -743,62 +757,26 @@ def _append_in_order(buffer: RingBuffer, t: float, value: float) -> None:
     buffer.append(max(t, last[0]) if last else t, value)
 
 
-def _finite(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} is not a number: {value!r}")
+def _finite(value: float, name: str) -> float:
+    """A number ``parse_event`` typed, if finite (JSON may say NaN or Infinity)."""
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"{name} is not finite: {value!r}")
     return number
 
 
-def _count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+def _finite_or_none(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _count(value: int, name: str) -> int:
+    if value < 0:
         raise ValueError(f"{name} is not a count: {value!r}")
     return value
 
 
-def _rank(value: object) -> int:
-    return _count(value, "rank")
-
-
-def _request_id(value: object) -> str:
-    """Request ids are strings; an integer id is taken as its decimal string."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"request is not an id: {value!r}")
-    return value
-
-
-def _optional_float(value: object) -> float | None:
-    try:
-        return _finite(value, "value")
-    except (TypeError, ValueError):
-        return None
-
-
-def _optional_count(value: object) -> int | None:
-    try:
-        return _count(value, "value")
-    except ValueError:
-        return None
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"text is not a string: {value!r}")
-    return value
-
-
-def _optional_str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _peer_bytes(value: object, rank: int) -> dict[int, int]:
+def _peer_bytes(value: dict[str, int], rank: int) -> dict[int, int]:
     """``{"1": 4096}`` -> ``{1: 4096}``; the whole report is refused if any entry is bad."""
-    if not isinstance(value, Mapping):
-        raise TypeError(f"sent is not a mapping: {value!r}")
     peers: dict[int, int] = {}
     for peer, n in value.items():
         peer_rank = int(peer)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.run.errors import ClusterError
 from core.run.measure.history import RunKind, RunRecord, keep, series_points, telemetry_series
-from core.run.measure.telemetry import RequestSummary, Telemetry, answer_figures
+from core.run.measure.telemetry import AnswerFigures, RequestSummary, Telemetry, answer_figures
 from core.run.tasks.records import job_record
 from core.worker import protocol as p
 
@@ -33,7 +33,7 @@ class Answer:
     link moved per second while it was asked, what each rank ran on, and the run as kept
     (``not_kept``: why it could not be; the record holds the figures, as the window's)."""
 
-    figures: dict[str, Any]
+    figures: AnswerFigures
     link_bytes_per_s: dict[str, float]
     ranks: list[dict[str, Any]]
     record: RunRecord
@@ -49,11 +49,10 @@ def chat(
     session was cancelled before the answer."""
     telemetry = telemetry or Telemetry()
     began = time.monotonic()
-    figures = answer_once(session, prompt, max_tokens, telemetry)
-    links = figures.pop("link_bytes_per_s")
+    figures, links = answer_once(session, prompt, max_tokens, telemetry)
     finished = [r for r in telemetry.requests() if r.finished]
     answer = (finished[-1], finished[-1].last_at or time.monotonic()) if finished else None
-    record = answer_record(session, figures, telemetry, began, answer=answer)
+    record = answer_record(session, figures.as_dict(), telemetry, began, answer=answer)
     return Answer(figures, links, ranks_with_memory(telemetry, session.plan), record, keep(record))
 
 
@@ -86,8 +85,9 @@ def ranks_with_memory(telemetry: Telemetry, plan: Plan | None) -> list[dict[str,
 
 def answer_once(
     session: Session, prompt: str, max_tokens: int, telemetry: Telemetry
-) -> dict[str, Any]:
-    """The session launched, one answer measured (``ask_once``), every rank stopped."""
+) -> tuple[AnswerFigures, dict[str, float]]:
+    """The session launched, one answer measured (``ask_once``: its figures and bytes per
+    second per link), every rank stopped."""
     session.event.connect(telemetry.feed)
     try:
         if not session.start():
@@ -101,7 +101,7 @@ def answer_once(
 
 def ask_once(
     session: Session, telemetry: Telemetry, prompt: str, max_tokens: int
-) -> dict[str, Any]:
+) -> tuple[AnswerFigures, dict[str, float]]:
     """One request on a running session and its figures (``answer_figures``: tokens/s,
     time to first token, token counts, as every surface shows them), and bytes per link."""
     before = telemetry.link_totals()
@@ -113,11 +113,8 @@ def ask_once(
     settle(time.monotonic())
     after = telemetry.link_totals()
     summary = next((r for r in telemetry.requests() if r.id == request), None)
-    figures = answer_figures(done, summary)
-    figures["link_bytes_per_s"] = {
-        link: round((after.get(link, 0) - before.get(link, 0)) / elapsed, 1) for link in after
-    }
-    return figures
+    links = {link: round((after.get(link, 0) - before.get(link, 0)) / elapsed, 1) for link in after}
+    return answer_figures(done, summary), links
 
 
 def settle(done_at: float) -> None:
@@ -198,7 +195,7 @@ def keep_answer(
     settle(done_at)
     request = done["request"]
     summary = next((r for r in telemetry.requests() if r.id == request), None)
-    figures = {**answer_figures(done, summary), **(about or {})}
+    figures = {**answer_figures(done, summary).as_dict(), **(about or {})}
     answer = (summary, done_at) if summary is not None else None
     record = answer_record(session, figures, telemetry, began, kind, since, answer)
     return record, keep(record)

@@ -210,7 +210,7 @@ def measured_run(
     """The session launched, one answer, every rank stopped: the run's figures."""
     telemetry = Telemetry()
     began = time.monotonic()
-    figures = answer_once(session, prompt, max_tokens, telemetry)
+    figures, _links = answer_once(session, prompt, max_tokens, telemetry)
     run_s = time.monotonic() - began
     nodes = [rank.node for rank in plan.ranks]
     memory = telemetry.memory()
@@ -219,13 +219,13 @@ def measured_run(
         nodes=nodes,
         strategy=str(plan.strategy),
         ranks=len(telemetry.rank_facts()),
-        generation_tps=float(figures["generation_tps"] or 0.0),
-        prompt_tps=float(figures["prompt_tps"] or 0.0),
-        ttft_s=figures["ttft_s"],
-        generation_tokens=int(figures["generation_tokens"]),
-        prompt_tokens=int(figures["prompt_tokens"]),
+        generation_tps=figures.generation_tps or 0.0,
+        prompt_tps=figures.prompt_tps or 0.0,
+        ttft_s=figures.ttft_s,
+        generation_tokens=figures.generation_tokens,
+        prompt_tokens=figures.prompt_tokens or 0,
         memory_bytes={nodes[r]: b for r, b in memory.items() if r < len(nodes)},
-        text=str(figures["text"]),
+        text=figures.text,
         run_s=round(run_s, 3),
     )
 
