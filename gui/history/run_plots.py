@@ -40,7 +40,9 @@ from gui.style import Theme
 from gui.widgets import label
 
 
-def _plot(y_label: str, units: str | None, x_label: str = "", x_units: str | None = "s") -> Any:
+def _plot(
+    y_label: str, units: str | None, x_label: str = "", x_units: str | None = "s"
+) -> pg.PlotWidget:
     widget = pg.PlotWidget()
     item = widget.getPlotItem()
     item.showGrid(x=True, y=True, alpha=GRID_ALPHA)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
@@ -36,7 +36,8 @@ from gui.run.progress import STAGE_WORDS, STEPS
 if TYPE_CHECKING:
     from core.remote.modelcopy import CopyProgress
     from core.run.checks.report import PreflightReport
-    from core.run.job.launcher import JobSpec
+    from core.run.job.launcher import Job, JobSpec
+    from core.run.measure.history import RunRecord
     from core.run.measure.telemetry import Telemetry
     from core.run.session import Host, Session
 
@@ -74,7 +75,7 @@ class RunController(QObject):
     def __init__(
         self,
         bridge: Bridge,
-        job_factory: Callable[[JobSpec], Any] | None = None,
+        job_factory: Callable[[JobSpec], Job] | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -102,11 +103,11 @@ class RunController(QObject):
         self._api: dict[str, str] = {}  # requests asked through the API → who asked
 
     @property
-    def job(self) -> Any:
+    def job(self) -> Job | None:
         """The session's job once launched (``core.run.job.launcher.Job``), else None."""
         return self.session.job if self.session is not None else None
 
-    def launch_session(self, info: ModelInfo, plan: Plan, hosts: Sequence[Host] | None) -> Any:
+    def launch_session(self, info: ModelInfo, plan: Plan, hosts: Sequence[Host] | None) -> Session:
         """The session whose equivalent mlx.launch the window shows for ``plan``: the one
         that ran it, whose checks know each node's copy, else one made for it and not
         started (a ``core.run.session.Session``). ClusterError when a Mac of the plan is not
@@ -503,7 +504,7 @@ class RunController(QObject):
             return
         done_at = time.monotonic()
 
-        def kept(outcome: tuple[Any, str | None]) -> None:
+        def kept(outcome: tuple[RunRecord, str | None]) -> None:
             record, problem = outcome
             if problem:
                 self._bridge.failed.emit(problem)
