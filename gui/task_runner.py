@@ -12,7 +12,8 @@ fixes, as Start does. A stale guard drops the news and the end of a task the run
 no longer runs (Stop, then a new task).
 
 Compare (``gui.run.compare_view``), the adapter actions (``gui.tune.actions``), the
-fine-tune's start (``gui.tune.controller``) sit on it.
+fine-tune's start (``gui.tune.controller``) and Start in the Run pane
+(``gui.run.controller``) sit on it.
 """
 
 from __future__ import annotations
@@ -138,6 +139,15 @@ class TaskRunner(QObject, Generic[T]):
             return
         self.progress.emit(words)
         self._stopper.stop()
+
+    def forget(self) -> None:
+        """No longer wait for the running task (its session was stopped another way):
+        its news and its end are dropped by the stale guard and the runner is free; work
+        run next still queues behind it."""
+        if not self.busy:
+            return
+        self._run, self._session = None, None
+        self._set_busy(False)
 
     def wait(self, timeout_s: float = 30.0) -> None:
         """Block until the queued work has ended (closing the window)."""
