@@ -140,6 +140,14 @@ class TaskRunner(QObject, Generic[T]):
         self.progress.emit(words)
         self._stopper.stop()
 
+    def stop_behind(self, stop: Callable[[], object], failed: Callable[[str], None]) -> None:
+        """Stop what a finished task left running (a job's ranks): ``stop`` runs on the
+        serial queue, behind a task still ending, off the GUI thread; ``failed(line)`` on
+        the GUI thread when it raises."""
+        self._bridge.run_in_background(
+            stop, None, lambda error: failed(one_line(error)), queue=self._queue
+        )
+
     def forget(self) -> None:
         """No longer wait for the running task (its session was stopped another way):
         its news and its end are dropped by the stale guard and the runner is free; work

@@ -209,9 +209,7 @@ class RunController(QObject):
         }.get(self.state, "Stopping every rank…")
         session.cancel()
         self._set_state(RunState.STOPPING, words)
-        self._bridge.run_in_background(
-            session.stop, None, lambda error: self._stop_failed(session, error), queue=self._queue
-        )
+        self._starter.stop_behind(session.stop, lambda line: self._stop_failed(session, line))
 
     def ask(self, prompt: str, max_tokens: int) -> bool:
         """Send ``prompt`` with the conversation so far; queued while the model loads."""
@@ -405,9 +403,9 @@ class RunController(QObject):
         what = FAILED_STEP.get(session.step) if session.step else None
         self._not_ready(f"{what}: {detail}" if what else detail)
 
-    def _stop_failed(self, session: Session, error: BaseException) -> None:
+    def _stop_failed(self, session: Session, line: str) -> None:
         if session is self.session and self.state != RunState.FAILED:
-            self._set_state(RunState.STOPPED, f"Stopped, with a problem: {error}")
+            self._set_state(RunState.STOPPED, f"Stopped, with a problem: {line}")
 
     def _not_ready(self, message: str) -> None:
         self._set_state(RunState.NOT_READY, message.splitlines()[0])

@@ -69,7 +69,7 @@ class LiveSource(Protocol):
     def rank_names(self) -> dict[int, str]: ...
 
 
-class TimeAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped: Any
+class TimeAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
     """Seconds since Start as m:ss."""
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
