@@ -79,6 +79,7 @@ class TaskRunner(QObject, Generic[T]):
         self._stopper = SessionStopper(bridge, TaskStopped)
         self._run: object | None = None  # the task running now (the stale guard)
         self._session: Session | None = None  # the last session watched
+        self._unfollow: list[Callable[[], None]] = []  # the connections to its sessions
         self.busy = False
 
     @property
@@ -154,7 +155,8 @@ class TaskRunner(QObject, Generic[T]):
         run next still queues behind it."""
         if not self.busy:
             return
-        self._run, self._session = None, None
+        self._let_go()
+        self._session = None
         self._set_busy(False)
 
     def wait(self, timeout_s: float = 30.0) -> None:
@@ -168,13 +170,33 @@ class TaskRunner(QObject, Generic[T]):
         if session is self._session:
             return
         self._session = session
-        session.state_changed.connect(
-            lambda state, detail: self._cross(run, lambda: self.session_state.emit(state, detail))
-        )
-        session.checked.connect(lambda report: self._cross(run, lambda: self._checked(report)))
-        session.copy_progress.connect(
-            lambda progress: self._cross(run, lambda: self._copied(progress))
-        )
+
+        def state(value: str, detail: str) -> None:
+            self._cross(run, lambda: self.session_state.emit(value, detail))
+
+        def checked(report: PreflightReport) -> None:
+            self._cross(run, lambda: self._checked(report))
+
+        def copied(progress: CopyProgress) -> None:
+            self._cross(run, lambda: self._copied(progress))
+
+        session.state_changed.connect(state)
+        session.checked.connect(checked)
+        session.copy_progress.connect(copied)
+        self._unfollow += [
+            lambda: session.state_changed.disconnect(state),
+            lambda: session.checked.disconnect(checked),
+            lambda: session.copy_progress.disconnect(copied),
+        ]
+
+    def _let_go(self) -> None:
+        """The task ended (or was forgotten): its sessions, which may live on (a job
+        Start left running), no longer reach this runner, and what they said before
+        and has not arrived yet is dropped by the stale guard."""
+        self._run = None
+        unfollow, self._unfollow = self._unfollow, []
+        for disconnect in unfollow:
+            disconnect()
 
     def _checked(self, report: PreflightReport) -> None:
         self.checked.emit(report)
@@ -188,12 +210,14 @@ class TaskRunner(QObject, Generic[T]):
     def _done(self, run: object, result: T) -> None:
         if run is not self._run:
             return
+        self._let_go()
         self._set_busy(False)
         self.finished.emit(result)
 
     def _failed(self, run: object, error: BaseException) -> None:
         if run is not self._run:
             return
+        self._let_go()
         self._set_busy(False)
         if isinstance(error, TaskStopped) or self._stopper.stopped:
             self.failed.emit(self._stopped_words)

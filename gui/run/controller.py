@@ -188,6 +188,10 @@ class RunController(QObject):
         else:
             count = len(plan.nodes_used)
             self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
+        # The session holds this controller while it lives: its job's reader threads may
+        # outlive the caller's last reference, and a QObject collected while they still
+        # deliver to it (the relay is its child) crashes Qt. psygnal holds a lambda strongly.
+        session.checked.connect(lambda _report: self.state)
         self._starter.forget()  # a Start still ending after a Stop: this one queues behind
 
         def work(watch: Watch) -> bool:
