@@ -9,7 +9,8 @@ its state (``session_state``), its checks with their fixes (``checked``) and eac
 progress (``copy_progress``). When the task fails because a check failed,
 ``checks_failed(report)`` comes first, so every view shows the checks view with the
 fixes, as Start does. A stale guard drops the news and the end of a task the runner
-no longer runs (Stop, then a new task).
+no longer runs (Stop, then a new task); once a task has ended, its sessions (a job Start
+left running) are let go. ``stop_behind`` queues the stop of what a task left running.
 
 Compare (``gui.run.compare_view``), the adapter actions (``gui.tune.actions``), the
 fine-tune's start (``gui.tune.controller``) and Start in the Run pane
