@@ -21,15 +21,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal
+from psygnal import SignalInstance as PsygnalSignal
+from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, SignalInstance
 
 from core.worker import protocol as p
 
 log = logging.getLogger(__name__)
 
 Closure = Callable[[], None]
+R = TypeVar("R")
 # The events a window shows; the rest (heartbeats, traffic) only feed Telemetry.
 GUI_EVENTS = frozenset(
     {p.HELLO, p.LOADING, p.LOADED, p.READY, p.TOKEN, p.DONE, p.ERROR, p.LINK_PROGRESS}
@@ -77,8 +79,8 @@ class Bridge(QObject):
 
     def run_in_background(
         self,
-        task: Callable[[], Any],
-        on_done: Callable[[Any], None] | None = None,
+        task: Callable[[], R],
+        on_done: Callable[[R], None] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
         *,
         queue: QThreadPool | None = None,
@@ -148,8 +150,8 @@ class _Runnable(QRunnable):
 class JobLike(Protocol):
     """What ``JobRelay`` needs of a job: ``core.run.job.launcher.Job`` and test doubles."""
 
-    event: Any  # psygnal SignalInstance(dict): a protocol.Event
-    state_changed: Any  # psygnal SignalInstance(str, str)
+    event: PsygnalSignal  # (dict): a protocol.Event
+    state_changed: PsygnalSignal  # (str, str)
 
 
 class TelemetryLike(Protocol):
@@ -195,7 +197,7 @@ class JobRelay(QObject):
         if self._attached.is_set():
             self._emit(self.state_changed, state, message)
 
-    def _emit(self, signal: Any, *args: Any) -> None:
+    def _emit(self, signal: SignalInstance, *args: object) -> None:
         try:
             signal.emit(*args)
         except RuntimeError:  # the relay was deleted while a reader thread was emitting

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QRect, QSize, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
@@ -33,7 +33,7 @@ from gui.run.pane import RunPane
 
 if TYPE_CHECKING:
     from core.cluster.registry import Node
-    from core.run.job.launcher import JobSpec
+    from core.run.job.launcher import Job, JobSpec
     from gui.history.view import HistoryWindow
     from gui.run.presentation import PresentationView
     from gui.tune.view import FineTuneWindow
@@ -65,7 +65,7 @@ class MainWindow(QMainWindow):
         preferences: Preferences | None = None,
         *,
         demo: bool = False,
-        job_factory: Callable[[JobSpec], Any] | None = None,
+        job_factory: Callable[[JobSpec], Job] | None = None,
         replay: list[Node] | None = None,
     ) -> None:
         super().__init__()

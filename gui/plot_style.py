@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QSize, Qt
@@ -46,7 +45,7 @@ def live_plot(y_label: str, axis_items: dict[str, pg.AxisItem] | None = None) ->
     return widget
 
 
-def bare_curve(plot: pg.PlotItem, pen: Any = None) -> pg.PlotCurveItem:
+def bare_curve(plot: pg.PlotItem, pen: object = None) -> pg.PlotCurveItem:
     """A curve for data that arrives windowed and downsampled already: PlotDataItem's own
     clipping and downsampling layers would only add work. NaNs break the line."""
     curve = pg.PlotCurveItem(pen=pen, connect="finite")

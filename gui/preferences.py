@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
 from PySide6.QtWidgets import QMainWindow, QSplitter
@@ -24,7 +23,7 @@ class Preferences:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings if settings is not None else load_settings()
 
-    def update(self, **changes: Any) -> None:
+    def update(self, **changes: object) -> None:
         try:
             updated = self.settings.updated(**changes)
         except ValueError as error:

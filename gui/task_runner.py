@@ -9,10 +9,12 @@ its state (``session_state``), its checks with their fixes (``checked``) and eac
 progress (``copy_progress``). When the task fails because a check failed,
 ``checks_failed(report)`` comes first, so every view shows the checks view with the
 fixes, as Start does. A stale guard drops the news and the end of a task the runner
-no longer runs (Stop, then a new task).
+no longer runs (Stop, then a new task); once a task has ended, its sessions (a job Start
+left running) are let go. ``stop_behind`` queues the stop of what a task left running.
 
 Compare (``gui.run.compare_view``), the adapter actions (``gui.tune.actions``), the
-fine-tune's start (``gui.tune.controller``) sit on it.
+fine-tune's start (``gui.tune.controller``) and Start in the Run pane
+(``gui.run.controller``) sit on it.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class TaskRunner(QObject, Generic[T]):
         self._stopper = SessionStopper(bridge, TaskStopped)
         self._run: object | None = None  # the task running now (the stale guard)
         self._session: Session | None = None  # the last session watched
+        self._unfollow: list[Callable[[], None]] = []  # the connections to its sessions
         self.busy = False
 
     @property
@@ -139,6 +142,24 @@ class TaskRunner(QObject, Generic[T]):
         self.progress.emit(words)
         self._stopper.stop()
 
+    def stop_behind(self, stop: Callable[[], object], failed: Callable[[str], None]) -> None:
+        """Stop what a finished task left running (a job's ranks): ``stop`` runs on the
+        serial queue, behind a task still ending, off the GUI thread; ``failed(line)`` on
+        the GUI thread when it raises."""
+        self._bridge.run_in_background(
+            stop, None, lambda error: failed(one_line(error)), queue=self._queue
+        )
+
+    def forget(self) -> None:
+        """No longer wait for the running task (its session was stopped another way):
+        its news and its end are dropped by the stale guard and the runner is free; work
+        run next still queues behind it."""
+        if not self.busy:
+            return
+        self._let_go()
+        self._session = None
+        self._set_busy(False)
+
     def wait(self, timeout_s: float = 30.0) -> None:
         """Block until the queued work has ended (closing the window)."""
         self._queue.waitForDone(int(timeout_s * 1000))
@@ -150,13 +171,33 @@ class TaskRunner(QObject, Generic[T]):
         if session is self._session:
             return
         self._session = session
-        session.state_changed.connect(
-            lambda state, detail: self._cross(run, lambda: self.session_state.emit(state, detail))
-        )
-        session.checked.connect(lambda report: self._cross(run, lambda: self._checked(report)))
-        session.copy_progress.connect(
-            lambda progress: self._cross(run, lambda: self._copied(progress))
-        )
+
+        def state(value: str, detail: str) -> None:
+            self._cross(run, lambda: self.session_state.emit(value, detail))
+
+        def checked(report: PreflightReport) -> None:
+            self._cross(run, lambda: self._checked(report))
+
+        def copied(progress: CopyProgress) -> None:
+            self._cross(run, lambda: self._copied(progress))
+
+        session.state_changed.connect(state)
+        session.checked.connect(checked)
+        session.copy_progress.connect(copied)
+        self._unfollow += [
+            lambda: session.state_changed.disconnect(state),
+            lambda: session.checked.disconnect(checked),
+            lambda: session.copy_progress.disconnect(copied),
+        ]
+
+    def _let_go(self) -> None:
+        """The task ended (or was forgotten): its sessions, which may live on (a job
+        Start left running), no longer reach this runner, and what they said before
+        and has not arrived yet is dropped by the stale guard."""
+        self._run = None
+        unfollow, self._unfollow = self._unfollow, []
+        for disconnect in unfollow:
+            disconnect()
 
     def _checked(self, report: PreflightReport) -> None:
         self.checked.emit(report)
@@ -170,12 +211,14 @@ class TaskRunner(QObject, Generic[T]):
     def _done(self, run: object, result: T) -> None:
         if run is not self._run:
             return
+        self._let_go()
         self._set_busy(False)
         self.finished.emit(result)
 
     def _failed(self, run: object, error: BaseException) -> None:
         if run is not self._run:
             return
+        self._let_go()
         self._set_busy(False)
         if isinstance(error, TaskStopped) or self._stopper.stopped:
             self.failed.emit(self._stopped_words)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import getpass
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import shiboken6
 from PySide6.QtCore import QUrl
@@ -33,13 +33,16 @@ from gui.cluster.table_model import (
 
 if TYPE_CHECKING:
     from core.cluster.registry import Node
+    from core.cluster.scanner import Scanner
+    from core.remote.ssh import UnknownHostKey
+    from gui.bridge import Bridge
 
 
 class Pane(Protocol):
     """What the actions need of the Cluster pane."""
 
-    scanner: Any  # core.cluster.scanner.Scanner or None
-    bridge: Any  # gui.bridge.Bridge or None
+    scanner: Scanner | None
+    bridge: Bridge | None
     model: NodeTableModel
 
     def window(self) -> QWidget: ...
@@ -62,17 +65,17 @@ class NodeActions:
     def __init__(
         self,
         pane: Pane,
-        open_url: Callable[[str], Any] | None = None,
+        open_url: Callable[[str], object] | None = None,
         host_is_mac: bool | None = None,
     ) -> None:
         self._pane = pane
         self._open_url = open_url or (lambda url: QDesktopServices.openUrl(QUrl(url)))
         self._host_is_mac = sys.platform == "darwin" if host_is_mac is None else host_is_mac
-        self.pending_keys: dict[str, Any] = {}  # node name → core.remote.ssh.UnknownHostKey
+        self.pending_keys: dict[str, UnknownHostKey] = {}  # by node name
         self.dialog: QDialog | None = None  # the dialog open now
 
     @property
-    def scanner(self) -> Any:
+    def scanner(self) -> Scanner | None:
         return self._pane.scanner
 
     def run_action(self, name: str, action: str) -> None:
@@ -197,19 +200,19 @@ class NodeActions:
     def forget_host(self, name: str) -> bool:
         return bool(self.scanner is not None and self.scanner.remove_host(name))
 
-    def _try(self, action: Callable[[], Any], what: str) -> None:
+    def _try(self, action: Callable[[], object], what: str) -> None:
         try:
             action()
         except Exception as error:  # a file or network problem: say it, keep the window
             self._pane.notify(f"{what}: {error}")
 
-    def context_actions(self, name: str) -> list[tuple[str, Callable[[], Any]]]:
+    def context_actions(self, name: str) -> list[tuple[str, Callable[[], object]]]:
         """What a row's context menu offers (the words and what each does)."""
         node = self._node(name)
         if node is None or self.scanner is None or is_demo(node):
             return []
         scanner = self.scanner
-        actions: list[tuple[str, Callable[[], Any]]] = [
+        actions: list[tuple[str, Callable[[], object]]] = [
             ("Check again", lambda: scanner.reprobe(name))
         ]
         if status(node) is None and rdma_badge(node).guide:
@@ -219,7 +222,7 @@ class NodeActions:
         return actions
 
 
-def _host_text(node: Any, user: str) -> str:
+def _host_text(node: Node, user: str) -> str:
     """``user@host:port`` for ``core.cluster.hosts.parse_host``."""
     host = node.ssh_host
     if ":" in host:

@@ -13,7 +13,6 @@ import getpass
 import re
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from PySide6.QtGui import QGuiApplication, QTextCursor, QTextFormat
 from PySide6.QtWidgets import (
@@ -65,8 +64,8 @@ class GuideDialog(Dialog):
         guide: str,
         reason: str,
         *,
-        open_settings: Callable[[str], Any] | None = None,
-        check_again: Callable[[], Any] | None = None,
+        open_settings: Callable[[str], object] | None = None,
+        check_again: Callable[[], object] | None = None,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(f"{GUIDES[guide]} — {node}", GUIDES[guide], parent)
@@ -139,8 +138,8 @@ class HostKeyDialog(Dialog):
         fingerprint: str,
         key_name: str,
         *,
-        trust: Callable[[], Any],
-        distrust: Callable[[], Any],
+        trust: Callable[[], object],
+        distrust: Callable[[], object],
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(f"Trust {node}?", f"Is this really {node}?", parent)
@@ -201,7 +200,7 @@ class HostKeyChangedDialog(Dialog):
         node: str,
         message: str,
         *,
-        check_again: Callable[[], Any] | None = None,
+        check_again: Callable[[], object] | None = None,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(f"{node}: connection refused", f"{node}'s identity has changed", parent)
@@ -252,7 +251,7 @@ class AccessDialog(PasswordDialog):
         node: str,
         user: str | None,
         *,
-        set_up: Callable[[str, str], Any],
+        set_up: Callable[[str, str], object],
         run_in_background: Callable[..., None],
         parent: QWidget | None = None,
     ) -> None:
@@ -304,7 +303,7 @@ class AccessDialog(PasswordDialog):
 class AddHostDialog(Dialog):
     """Add a Mac by name or address; ``add`` raises ValueError with a message to show."""
 
-    def __init__(self, add: Callable[[str], Any], parent: QWidget | None = None) -> None:
+    def __init__(self, add: Callable[[str], object], parent: QWidget | None = None) -> None:
         super().__init__("Add a Mac", "Add a Mac by name or address", parent)
         self._add = add
         self.column.addWidget(

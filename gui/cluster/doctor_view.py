@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import shiboken6
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
@@ -36,12 +36,15 @@ if TYPE_CHECKING:
     from core.cluster.registry import Node
     from core.run.checks.doctor import DoctorReport
     from core.run.checks.report import Check
+    from gui.cluster.pane import ClusterPane
 
 BADGES = {"ok": ("OK", "success"), "warn": ("Warning", "warning"), "fail": ("Fails", "danger")}
 CHECKING = "Checking every Mac… (a few seconds: each is probed again)"
 
 
-def report_task(pane: Any, try_links: bool = True) -> tuple[list[Node], Callable[[], Any]]:
+def report_task(
+    pane: ClusterPane, try_links: bool = True
+) -> tuple[list[Node], Callable[[], DoctorReport]]:
     """The nodes ``pane`` (a ``ClusterPane``) shows, and the blocking work that makes the
     doctor's report over them: the demo's simulated Macs, else the scanner's nodes (none
     without a scanner). ``try_links``: the ring's paths tried with TCP connects (not for
@@ -234,7 +237,7 @@ def _reason(error: BaseException) -> str:
 
 
 def check_macs(
-    pane: Any, bridge: Bridge, parent: QWidget, *, try_links: bool = True
+    pane: ClusterPane, bridge: Bridge, parent: QWidget, *, try_links: bool = True
 ) -> DoctorDialog:
     """Open the dialog over ``pane``'s nodes and make the report in the background."""
     nodes, work = report_task(pane, try_links)

@@ -16,7 +16,7 @@ Macs (``topology_view``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import shiboken6
 from PySide6.QtCore import QPoint, Qt, QThread, QTimer, Signal
@@ -42,6 +42,8 @@ from gui.widgets import Badge, Card, ElidedButton, Segmented, label
 
 if TYPE_CHECKING:
     from core.cluster.registry import Node, Registry
+    from core.cluster.scanner import Scanner
+    from core.remote.ssh import UnknownHostKey
     from gui.cluster.doctor_view import DoctorDialog
 
 DEFAULT_DEMO_NODES = 2
@@ -68,13 +70,13 @@ class ClusterPane(Card):
         bridge: Bridge | None = None,
         parent: QWidget | None = None,
         *,
-        scanner: Any = None,
-        open_url: Callable[[str], Any] | None = None,
+        scanner: Scanner | None = None,
+        open_url: Callable[[str], object] | None = None,
         host_is_mac: bool | None = None,
     ) -> None:
         super().__init__("Cluster", parent)
         self.bridge = bridge
-        self.scanner: Any = None
+        self.scanner: Scanner | None = None
         self._registry: Registry | None = None
         self._demo = False
         self._replay = False  # the demo's place holds a capture's Macs
@@ -117,7 +119,7 @@ class ClusterPane(Card):
         if scanner is not None:
             self.set_scanner(scanner)
 
-    def set_scanner(self, scanner: Any) -> None:
+    def set_scanner(self, scanner: Scanner) -> None:
         """Real mode: show the scanner's nodes (the app attaches it after the first paint;
         a registry the pane already made, for the demo, must be the scanner's)."""
         if self._registry is None:
@@ -286,7 +288,7 @@ class ClusterPane(Card):
         else:
             QTimer.singleShot(0, self, guarded)
 
-    def _host_key_needed(self, name: str, key: Any) -> None:
+    def _host_key_needed(self, name: str, key: UnknownHostKey) -> None:
         """On a probe's thread: remember the key until the person clicks Trust…."""
         self._on_gui_thread(lambda: self.actions.pending_keys.__setitem__(name, key))
 

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
 
 from core import units
 from core.cluster.rdma import RdmaVerdict, enable_guide, node_verdict
 from core.cluster.states import ProbeState
 
 if TYPE_CHECKING:
+    from psygnal import SignalInstance
+
     from core.cluster.registry import Node
 
 Index = QModelIndex | QPersistentModelIndex
@@ -153,7 +155,7 @@ def _badge_of(verdict: RdmaVerdict, enable: str | None) -> RdmaBadge:
 
 
 class NodeTableModel(QAbstractTableModel):
-    def __init__(self, nodes: Sequence[Node] = (), parent: Any = None) -> None:
+    def __init__(self, nodes: Sequence[Node] = (), parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._nodes: list[Node] = list(nodes)
 
@@ -192,9 +194,9 @@ class NodeTableModel(QAbstractTableModel):
 
     def connect_registry(
         self,
-        added: Any,
-        updated: Any,
-        removed: Any,
+        added: SignalInstance,
+        updated: SignalInstance,
+        removed: SignalInstance,
         run_on_main: Callable[[Callable[[], None]], None],
     ) -> None:
         """Follow a registry's psygnal signals (any thread) through ``run_on_main``."""
@@ -223,7 +225,7 @@ class NodeTableModel(QAbstractTableModel):
 
     def headerData(
         self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
+    ) -> object:
         if orientation == Qt.Orientation.Horizontal and 0 <= section < len(COLUMNS):
             if role == Qt.ItemDataRole.DisplayRole:
                 return COLUMNS[section]
@@ -236,7 +238,7 @@ class NodeTableModel(QAbstractTableModel):
             return Qt.ItemFlag.NoItemFlags
         return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if not index.isValid() or not 0 <= index.row() < len(self._nodes):
             return None
         node, column = self._nodes[index.row()], index.column()

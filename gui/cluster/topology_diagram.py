@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core import units
-from core.cluster.probe.facts import NodeFacts
+from core.cluster.probe.facts import NodeFacts, ThunderboltPort
 from core.cluster.rdma import cable_verdict, node_verdict
 from core.cluster.ringpath import ring_links
 from core.cluster.ringpath import summary as ring_summary
@@ -78,7 +78,7 @@ class Diagram:
     ring_paths: tuple[str, ...] = ()
 
 
-def _port(port: Any) -> str:
+def _port(port: ThunderboltPort) -> str:
     return str(port.receptacle) if port.receptacle is not None else port.bus
 
 

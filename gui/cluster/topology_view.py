@@ -6,10 +6,18 @@ dashed, the verdict above and what to connect below) and answers tooltips from i
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QHelpEvent, QPainter, QPaintEvent, QPen
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetrics,
+    QHelpEvent,
+    QPainter,
+    QPaintEvent,
+    QPen,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from gui import style
@@ -60,7 +68,7 @@ class TopologyView(QWidget):
         self.setFixedHeight(math.ceil(self.scene.height) if self.scene else 0)
         self.update()
 
-    def resizeEvent(self, event: Any) -> None:
+    def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         if self.scene is None or abs(self.scene.width - self.width()) > 0.5:
             self._relayout()

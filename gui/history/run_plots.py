@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, cast
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QBuffer, QIODevice, Qt
-from PySide6.QtGui import QImage
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt
+from PySide6.QtGui import QImage, QImageWriter
 from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
 
 from core import units
@@ -40,7 +39,9 @@ from gui.style import Theme
 from gui.widgets import label
 
 
-def _plot(y_label: str, units: str | None, x_label: str = "", x_units: str | None = "s") -> Any:
+def _plot(
+    y_label: str, units: str | None, x_label: str = "", x_units: str | None = "s"
+) -> pg.PlotWidget:
     widget = pg.PlotWidget()
     item = widget.getPlotItem()
     item.showGrid(x=True, y=True, alpha=GRID_ALPHA)
@@ -279,8 +280,9 @@ class RunPlots(QWidget):
             card.deleteLater()
         buffer = QBuffer()
         buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-        # PySide6 takes the format as str at run time, though its stubs say bytes.
-        if not cast(Any, image).save(buffer, "PNG"):
+        # QImageWriter with a QByteArray format: QImage.save's stubs and its run time
+        # disagree on the format's type (bytes vs str).
+        if not QImageWriter(buffer, QByteArray(b"PNG")).write(image):
             raise OSError("could not draw the record as PNG")
         return {self.png_names(stem)[0]: bytes(buffer.data().data())}
 

@@ -208,7 +208,7 @@ class ApiPanel(QFrame):
         self.port.setValue(settings.port)
 
     def _changed_elsewhere(self) -> None:
-        """Any thread: the service changed; show it on the GUI thread."""
+        """From any thread: the service changed; show it on the GUI thread."""
         self._bridge.run_on_main(self.refresh)
 
     def refresh(self) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
@@ -179,7 +178,7 @@ class ChatView(QWidget):
             self._segments.insert(at + 1 + streaming.lines_after, ["meta", line])
             self._insert(streaming.end, line, "meta", new_block=True)
 
-    def add_calls(self, request: str, calls: list[dict[str, Any]]) -> None:
+    def add_calls(self, request: str, calls: list[dict[str, object]]) -> None:
         """The tool calls an API answer made (``request``), each on a line of its own
         under the answer (at the transcript's end once the answer is done)."""
         self.flush()
@@ -264,7 +263,7 @@ class ChatView(QWidget):
                 ends[id(segment)].movePosition(QTextCursor.MoveOperation.End)
 
 
-def call_said(call: dict[str, Any]) -> str:
+def call_said(call: dict[str, object]) -> str:
     """A call as the chat shows it: its name and its arguments' JSON (shortened)."""
     arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
     if len(arguments) > CALL_SHOWN:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from core.envvars import ENV_REMOTE_CACHE
 
 if TYPE_CHECKING:
     from core.run.session import Host
+    from gui.cluster.pane import ClusterPane
 
 
 class ClusterSource(Protocol):
@@ -33,7 +34,7 @@ class PaneSource:
     """The Cluster pane's nodes (``gui.cluster.pane.ClusterPane``: ``is_demo``, ``scanner``,
     ``registry``)."""
 
-    def __init__(self, pane: Any) -> None:
+    def __init__(self, pane: ClusterPane) -> None:
         self.pane = pane
 
     def hosts(self, names: Sequence[str]) -> list[Host]:

@@ -2,15 +2,15 @@
 
 The work is a ``core.run.session.Session``, the same object ``macmesh run`` and ``macmesh
 demo --headless`` drive: its steps (on real Macs: probe what the scanner has not probed
-lately, plan, the checks, the copy of what is missing; then the job) run in order on one
-serial queue of the bridge, so a Stop pressed during loading runs right after the Start
-that spawned the ranks and no rank escapes. The session's signals reach this object only
-through the bridge (``gui.bridge.JobRelay`` for its states and events, ``run_on_main``
-for the checks' report and the copy's progress); this object turns its states into
-words. A failed check ends in NOT_READY with the report shown and Start available; Stop
-during the copy keeps what arrived and the next Start resumes it. The chat history is
-kept here so every prompt is sent with the prior turns (a conversation, not isolated
-questions).
+lately, plan, the checks, the copy of what is missing; then the job) run as one task of a
+``gui.task_runner.TaskRunner`` (busy, the stale guard, a failure in one line, the checks'
+report and the copy's progress on the GUI thread), on its serial queue, so a Stop pressed
+during loading runs right after the Start that spawned the ranks and no rank escapes. The
+session's states and events reach this object through ``gui.bridge.JobRelay`` (in the
+order they happened); this object turns its states into words. A failed check ends in
+NOT_READY with the report shown and Start available; Stop during the copy keeps what
+arrived and the next Start resumes it. The chat history is kept here so every prompt is
+sent with the prior turns (a conversation, not isolated questions).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
@@ -32,13 +31,15 @@ from core.worker import protocol as p
 from core.worker.vocab import Backend, LoadingStage
 from gui.bridge import Bridge, JobRelay
 from gui.run.progress import STAGE_WORDS, STEPS
+from gui.task_runner import TaskRunner
 
 if TYPE_CHECKING:
-    from core.remote.modelcopy import CopyProgress
     from core.run.checks.report import PreflightReport
-    from core.run.job.launcher import JobSpec
+    from core.run.job.launcher import Job, JobSpec
+    from core.run.measure.history import RunRecord
     from core.run.measure.telemetry import Telemetry
     from core.run.session import Host, Session
+    from core.run.tasks.watch import Watch
 
 __all__ = ["STEPS", "RunController", "RunState"]
 
@@ -74,12 +75,18 @@ class RunController(QObject):
     def __init__(
         self,
         bridge: Bridge,
-        job_factory: Callable[[JobSpec], Any] | None = None,
+        job_factory: Callable[[JobSpec], Job] | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self._bridge = bridge
-        self._queue = bridge.serial_queue()
+        # Start's task: session.start (True once the ranks are starting; False when a check
+        # failed or Stop came first). The job's own states come through the relay.
+        self._starter: TaskRunner[bool] = TaskRunner(bridge, parent=self)
+        self._starter.checked.connect(self._checked)
+        self._starter.copy_progress.connect(self.copy_progress.emit)
+        self._starter.failed.connect(self._start_error)
+        self._queue = self._starter.queue  # asks, link tests and Stop queue behind Start
         self._job_factory = job_factory
         self.state = RunState.IDLE
         self.session: Session | None = None
@@ -102,11 +109,11 @@ class RunController(QObject):
         self._api: dict[str, str] = {}  # requests asked through the API → who asked
 
     @property
-    def job(self) -> Any:
+    def job(self) -> Job | None:
         """The session's job once launched (``core.run.job.launcher.Job``), else None."""
         return self.session.job if self.session is not None else None
 
-    def launch_session(self, info: ModelInfo, plan: Plan, hosts: Sequence[Host] | None) -> Any:
+    def launch_session(self, info: ModelInfo, plan: Plan, hosts: Sequence[Host] | None) -> Session:
         """The session whose equivalent mlx.launch the window shows for ``plan``: the one
         that ran it, whose checks know each node's copy, else one made for it and not
         started (a ``core.run.session.Session``). ClusterError when a Mac of the plan is not
@@ -138,6 +145,7 @@ class RunController(QObject):
         from core.run.errors import ClusterError
         from core.run.measure.telemetry import Telemetry
         from core.run.session import Host, Session  # numpy...: at the first Start
+        from core.run.tasks.watch import Phase
         from core.settings import load_settings
 
         chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
@@ -170,10 +178,6 @@ class RunController(QObject):
         self.relay.state_changed.connect(
             lambda state, detail: self._on_session_state(session, state, detail)
         )
-        session.checked.connect(
-            lambda report: self._bridge.run_on_main(lambda: self._checked(session, report))
-        )
-        session.copy_progress.connect(lambda progress: self._cross(session, progress))
         self.t0 = time.monotonic()
         self.averages = []
         self._history = []
@@ -184,12 +188,17 @@ class RunController(QObject):
         else:
             count = len(plan.nodes_used)
             self._set_state(RunState.CHECKING, f"Checking {count} Mac{'s' * (count != 1)}…")
-        self._bridge.run_in_background(
-            partial(session.start, reprobe=reprobe),
-            None,
-            lambda error: self._start_error(session, error),
-            queue=self._queue,
-        )
+        # The session holds this controller while it lives: its job's reader threads may
+        # outlive the caller's last reference, and a QObject collected while they still
+        # deliver to it (the relay is its child) crashes Qt. psygnal holds a lambda strongly.
+        session.checked.connect(lambda _report: self.state)
+        self._starter.forget()  # a Start still ending after a Stop: this one queues behind
+
+        def work(watch: Watch) -> bool:
+            watch(session, Phase.RUN)
+            return session.start(reprobe=reprobe)
+
+        self._starter.run(work, "")
 
     def stop(self) -> None:
         """Stop at any moment: a step in progress ends at its next boundary (a copy keeps
@@ -204,9 +213,7 @@ class RunController(QObject):
         }.get(self.state, "Stopping every rank…")
         session.cancel()
         self._set_state(RunState.STOPPING, words)
-        self._bridge.run_in_background(
-            session.stop, None, lambda error: self._stop_failed(session, error), queue=self._queue
-        )
+        self._starter.stop_behind(session.stop, lambda line: self._stop_failed(session, line))
 
     def ask(self, prompt: str, max_tokens: int) -> bool:
         """Send ``prompt`` with the conversation so far; queued while the model loads."""
@@ -355,16 +362,9 @@ class RunController(QObject):
         elif state == RunState.FAILED:
             self._fail(detail)
 
-    def _cross(self, session: Session, progress: CopyProgress) -> None:
-        """On a copying thread: hand the progress to the GUI thread."""
-        self._bridge.run_on_main(
-            lambda: self.copy_progress.emit(progress) if session is self.session else None
-        )
-
-    def _checked(self, session: Session, report: PreflightReport) -> None:
-        if session is self.session:
-            self.report = report
-            self.preflight_done.emit(report)
+    def _checked(self, report: PreflightReport) -> None:
+        self.report = report  # the runner's stale guard: the session of this Start
+        self.preflight_done.emit(report)
 
     def _checks_failed(self) -> None:
         failed = len(self.report.failures) if self.report else 0  # shown with their fixes
@@ -394,22 +394,22 @@ class RunController(QObject):
             return "Copy stopped. What arrived is kept: the next Start continues from there."
         return "Stopped before anything was started."
 
-    def _start_error(self, session: Session, error: BaseException) -> None:
-        """``session.start`` raised: the session said why (NOT_READY or FAILED) unless the
-        error is not one it knows; say it then, never crash."""
-        if session is not self.session or not self.state.active:
+    def _start_error(self, detail: str) -> None:
+        """``session.start`` raised (``detail``: why, in one line): the session said why
+        (NOT_READY or FAILED) unless the error is not one it knows; say it then, never
+        crash."""
+        session = self.session
+        if session is None or not self.state.active:
             return
         if self.state == RunState.STOPPING:
             self._set_state(RunState.STOPPED, self._stopped_words(session))
             return
         what = FAILED_STEP.get(session.step) if session.step else None
-        detail = f"{type(error).__name__}: {error}"
-        log.warning("the Start failed: %s", detail)
         self._not_ready(f"{what}: {detail}" if what else detail)
 
-    def _stop_failed(self, session: Session, error: BaseException) -> None:
+    def _stop_failed(self, session: Session, line: str) -> None:
         if session is self.session and self.state != RunState.FAILED:
-            self._set_state(RunState.STOPPED, f"Stopped, with a problem: {error}")
+            self._set_state(RunState.STOPPED, f"Stopped, with a problem: {line}")
 
     def _not_ready(self, message: str) -> None:
         self._set_state(RunState.NOT_READY, message.splitlines()[0])
@@ -503,7 +503,7 @@ class RunController(QObject):
             return
         done_at = time.monotonic()
 
-        def kept(outcome: tuple[Any, str | None]) -> None:
+        def kept(outcome: tuple[RunRecord, str | None]) -> None:
             record, problem = outcome
             if problem:
                 self._bridge.failed.emit(problem)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from collections.abc import Mapping
+from typing import cast
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
@@ -28,12 +29,14 @@ from gui.style import set_role
 from gui.widgets import label, section
 
 COPIED_MS = 1500
+# ``Session.launch_command``'s JSON: command (list[str]), hostfile, local, worker_hash, reason
+Launch = Mapping[str, object]
 
 
-def command_text(launch: dict[str, Any]) -> str:
+def command_text(launch: Launch) -> str:
     """The command as one shell command, an option (with its value) per line."""
     lines: list[list[str]] = []
-    for word in launch["command"]:
+    for word in cast("list[str]", launch["command"]):
         starts = word.startswith("-") and not (lines and lines[-1] == ["--"])
         if not lines or starts:
             lines.append([])
@@ -41,7 +44,7 @@ def command_text(launch: dict[str, Any]) -> str:
     return " \\\n  ".join(" ".join(line) for line in lines)
 
 
-def hostfile_text(launch: dict[str, Any]) -> str:
+def hostfile_text(launch: Launch) -> str:
     hostfile = launch.get("hostfile")
     return json.dumps(hostfile, indent=2) if hostfile else ""
 
@@ -49,7 +52,7 @@ def hostfile_text(launch: dict[str, Any]) -> str:
 class LaunchDialog(QDialog):
     """The equivalent ``mlx.launch`` for the current plan."""
 
-    def __init__(self, launch: dict[str, Any], parent: QWidget | None = None) -> None:
+    def __init__(self, launch: Launch, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.setWindowTitle("Equivalent mlx.launch command")
@@ -105,14 +108,14 @@ class LaunchDialog(QDialog):
         return button
 
 
-def _intro(launch: dict[str, Any]) -> str:
+def _intro(launch: Launch) -> str:
     if launch.get("local"):
         return (
             "The demo's ranks run on this Mac, so mlx.launch needs no hostfile: -n starts "
             "that many ranks on loopback. Run it from MacMesh's folder (core/worker must be "
             "importable)."
         )
-    worker = launch.get("worker_hash", "")
+    worker = str(launch.get("worker_hash", ""))
     reason = launch.get("reason", "")
     return (
         f"{reason} Save the hostfile as hostfile.json next to where you run the command. "
@@ -121,7 +124,7 @@ def _intro(launch: dict[str, Any]) -> str:
     ).strip()
 
 
-def show_launch_dialog(launch: dict[str, Any], parent: QWidget | None = None) -> LaunchDialog:
+def show_launch_dialog(launch: Launch, parent: QWidget | None = None) -> LaunchDialog:
     dialog = LaunchDialog(launch, parent)
     dialog.show()
     return dialog

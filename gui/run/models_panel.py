@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QMimeData, Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
@@ -90,7 +91,7 @@ class ModelsPanel(QWidget):
         self.timer.start(REFRESH_MS)
         self.refresh()
 
-    def closeEvent(self, event: Any) -> None:
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.timer.stop()
         super().closeEvent(event)
 

@@ -9,7 +9,6 @@ the Cluster pane's "set up access" follows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from PySide6.QtWidgets import QFormLayout, QWidget
 
@@ -28,7 +27,7 @@ class NetworkChangeDialog(PasswordDialog):
         node: str,
         changes: Sequence[NetworkChange],
         *,
-        apply: Callable[[str], Any],
+        apply: Callable[[str], object],
         run_in_background: Callable[..., None],
         parent: QWidget | None = None,
     ) -> None:

@@ -10,7 +10,7 @@ telemetry received something since the last tick; arriving data never redraws di
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import shiboken6
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -40,7 +40,7 @@ from gui.run.cluster_source import ClusterSource
 from gui.run.compare_view import CompareRunner, CompareView
 from gui.run.controller import RunController
 from gui.run.failure import FailureBanner
-from gui.run.launch_dialog import LaunchDialog, show_launch_dialog
+from gui.run.launch_dialog import Launch, LaunchDialog, show_launch_dialog
 from gui.run.models_panel import ModelsPanel
 from gui.run.numbers import BigNumbers
 from gui.run.preflight_view import PreflightView, copy_line
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from core.remote.modelcopy import CopyProgress
     from core.run.checks.report import PreflightReport
-    from core.run.job.launcher import JobSpec
+    from core.run.job.launcher import Job, JobSpec
     from core.run.session import Host, Session
     from core.run.tasks.compare import Comparison
     from gui.run.network_dialog import NetworkChangeDialog
@@ -98,8 +98,8 @@ class RunPane(Card):
     def __init__(
         self,
         bridge: Bridge,
-        job_factory: Callable[[JobSpec], Any] | None = None,
-        parent: Any = None,
+        job_factory: Callable[[JobSpec], Job] | None = None,
+        parent: QWidget | None = None,
     ) -> None:
         super().__init__("Run", parent)
         self.controller = RunController(bridge, job_factory, self)
@@ -331,7 +331,7 @@ class RunPane(Card):
         self.progress.reset({r.rank: r.node for r in self._plan.ranks})
         self.controller.start(self._info, self._plan, hosts, verify=verify, reprobe=reprobe)
 
-    def launch_job(self) -> Callable[[], dict[str, Any]] | None:
+    def launch_job(self) -> Callable[[], Launch] | None:
         """What works out the equivalent mlx.launch for the current plan, as the session
         that runs it does (it may ask a node over SSH where its cache is: run it off the GUI
         thread). None: no plan. ValueError or ClusterError when a Mac of the plan is not
@@ -340,7 +340,7 @@ class RunPane(Card):
         if info is None or plan is None or not plan.fits:
             return None
         session = self.controller.launch_session(info, plan, self._hosts())
-        work: Callable[[], dict[str, Any]] = session.launch_command
+        work: Callable[[], Launch] = session.launch_command
         return work
 
     def show_launch(self) -> None:
@@ -356,7 +356,7 @@ class RunPane(Card):
             return
         self.launch_button.setEnabled(False)
 
-        def shown(launch: dict[str, Any]) -> None:
+        def shown(launch: Launch) -> None:
             self.launch_button.setEnabled(True)
             if self.launch_dialog is not None and shiboken6.isValid(self.launch_dialog):
                 self.launch_dialog.close()  # one at a time: the newest plan's
@@ -510,8 +510,8 @@ class RunPane(Card):
             lambda: self.controller.api_request(request, started, client, question)
         )
 
-    def _api_calls(self, request: str, calls: list[dict[str, Any]]) -> None:
-        """Any thread: an API answer's tool calls, shown in the chat under it."""
+    def _api_calls(self, request: str, calls: list[dict[str, object]]) -> None:
+        """From any thread: an API answer's tool calls, shown in the chat under it."""
         self._bridge.run_on_main(lambda: self.chat.add_calls(request, calls))
 
     def _show_models(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import pyqtgraph as pg
@@ -69,7 +69,7 @@ class LiveSource(Protocol):
     def rank_names(self) -> dict[int, str]: ...
 
 
-class TimeAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped: Any
+class TimeAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
     """Seconds since Start as m:ss."""
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
@@ -118,7 +118,7 @@ class LivePlots(QWidget):
         mem_item = self.memory.getPlotItem()
         mem_item.addItem(self.planned_bars)
         mem_item.addItem(self.used_bars)
-        self._memory_key: Any = None
+        self._memory_key: tuple[tuple[tuple[int, int], ...], ...] | None = None
         mem_item.getAxis("bottom").setTicks([[], []])
         for plot, least in (
             (self.tokens, TIME_PLOT_MIN_H),

@@ -10,7 +10,7 @@ pane starts again with the session's ``verify``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QResizeEvent
@@ -32,6 +32,10 @@ from core import units
 from gui.style import set_role
 from gui.widgets import Badge, clear_layout, label, layout_widgets, section
 
+if TYPE_CHECKING:
+    from core.remote.modelcopy import CopyProgress
+    from core.run.checks.report import Check, PreflightReport
+
 CLUSTER = "cluster"  # core.run.checks.report.CLUSTER: checks about all the Macs together
 ICONS = {"ok": "✓", "warn": "!", "fail": "✕"}
 NAMES = {
@@ -50,12 +54,10 @@ BAR_STEPS = 1000
 MIN_HEIGHT = 120  # below this the rows scroll
 
 
-def copy_line(progress: Any) -> str:
+def copy_line(progress: CopyProgress) -> str:
     """ "12.3 MB of 45.6 MB · 80.1 MB/s · about 3 s left" (nothing said before it is known)."""
     if progress.phase == "verified":
         return f"{units.size(progress.bytes_total)} · verified"
-    if progress.phase == "checking":
-        return "checking what is there…"
     parts = [f"{units.size(progress.bytes_done)} of {units.size(progress.bytes_total)}"]
     if progress.phase == "verifying":
         parts.append("verifying")
@@ -134,8 +136,8 @@ class PreflightView(QFrame):
         self.copy_box.hide()
         outer.addWidget(self.copy_box)
         outer.addStretch(1)
-        self.copy_rows: dict[str, tuple[QProgressBar, Any]] = {}
-        self.checks: list[Any] = []
+        self.copy_rows: dict[str, tuple[QProgressBar, QLabel]] = {}
+        self.checks: list[Check] = []
         self.change_buttons: dict[str, QPushButton] = {}  # node → its Change… button
 
     # -- what the controller hands over ------------------------------------------------
@@ -154,7 +156,7 @@ class PreflightView(QFrame):
         self.intro.show()
         self.show()
 
-    def show_report(self, report: Any) -> None:
+    def show_report(self, report: PreflightReport) -> None:
         self._clear_rows()
         self.checks = list(report.checks)
         self.verify_button.setEnabled(True)
@@ -221,7 +223,7 @@ class PreflightView(QFrame):
                 _flag(bar, "failed")
         self.show()
 
-    def show_copy(self, progress: Any) -> None:
+    def show_copy(self, progress: CopyProgress) -> None:
         row = self.copy_rows.get(progress.node)
         if row is None:
             bar = QProgressBar()
@@ -303,9 +305,9 @@ class _Rows(QWidget):
         return QSize(super().minimumSizeHint().width(), 0)
 
 
-def _grouped(checks: list[Any]) -> list[tuple[str, list[Any]]]:
+def _grouped(checks: list[Check]) -> list[tuple[str, list[Check]]]:
     """Checks per Mac in the order the Macs first appear; the all-Macs checks last."""
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[Check]] = {}
     for check in checks:
         groups.setdefault(check.node, []).append(check)
     ordered = [(node, items) for node, items in groups.items() if node != CLUSTER]

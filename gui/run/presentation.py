@@ -9,11 +9,11 @@ the Cluster pane's map) on a timer while it is shown; Esc leaves it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QKeyEvent, QKeySequence, QShortcut
-from PySide6.QtWidgets import QHBoxLayout, QVBoxLayout, QWidget
+from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from core import units
 from core.run.states import RunState
@@ -31,7 +31,7 @@ REDRAW_HZ = 5
 NUMBER_PX, TICK_PX, TITLE_PX = 120, 18, 22
 
 
-def _sized(widget: Any, px: int, weight: int = 400) -> Any:
+def _sized(widget: QLabel, px: int, weight: int = 400) -> QLabel:
     """A label in ``px`` type (its own style sheet wins over the theme's label rules)."""
     widget.setStyleSheet(f"font-size: {px}px; font-weight: {weight};")
     return widget
@@ -105,7 +105,7 @@ class PresentationView(QWidget):
             for each in widgets:
                 each.hide()
 
-    def _restyle(self, theme: Any) -> None:
+    def _restyle(self, theme: style.Theme) -> None:
         self.setStyleSheet(f"#presentation {{ background: {theme.window}; }}")
         tick = style.ui_font(TICK_PX)
         for widget in (self.plots.tokens, self.plots.links):
@@ -128,7 +128,7 @@ class PresentationView(QWidget):
         self.showFullScreen()
         self.timer.start()
 
-    def closeEvent(self, event: Any) -> None:
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.timer.stop()
         super().closeEvent(event)
 

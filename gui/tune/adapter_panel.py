@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
     QGridLayout,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPushButton,
     QVBoxLayout,
@@ -28,7 +28,7 @@ from core.tune.adapters import Adapter
 from gui.style import set_role
 from gui.widgets import label, section
 
-AdapterAction = Callable[[Path], Any]
+AdapterAction = Callable[[Path], object]
 
 
 def loss_text(value: float | None) -> str:
@@ -51,7 +51,7 @@ class AdapterPanel(QFrame):
         self.earlier.activated.connect(self._chosen)
         self.name = label("", "model-name", wrap=True, selectable=True)
         self.stopped = label("", "hint", wrap=True)
-        self.facts: dict[str, Any] = {}
+        self.facts: dict[str, QLabel] = {}
         grid = QGridLayout()
         grid.setHorizontalSpacing(14)
         grid.setVerticalSpacing(2)

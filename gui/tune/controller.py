@@ -106,9 +106,7 @@ class TuneController(QObject):
         self._set_state(
             RunState.STOPPING, "Stopping at the next step: the last checkpoint is kept…"
         )
-        self._bridge.run_in_background(
-            tune.stop, None, lambda error: self._stop_failed(tune, error), queue=self._queue
-        )
+        self._starter.stop_behind(tune.stop, lambda line: self._stop_failed(tune, line))
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Synchronous stop, for closing the window: every rank ends now (the last
@@ -175,9 +173,9 @@ class TuneController(QObject):
         self._set_state(RunState.NOT_READY, line)
         self.start_failed.emit(line)
 
-    def _stop_failed(self, tune: FineTune, error: BaseException) -> None:
+    def _stop_failed(self, tune: FineTune, line: str) -> None:
         if tune is self.tune and self.state != RunState.FAILED:
-            self._set_state(RunState.STOPPED, f"Stopped, with a problem: {one_line(error)}")
+            self._set_state(RunState.STOPPED, f"Stopped, with a problem: {line}")
 
     def _set_state(self, state: RunState, detail: str) -> None:
         self.state = state

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QLineEdit, QScrollArea, QSpinBox, QVBoxLayout, QWidget
@@ -25,7 +25,9 @@ from gui.widgets import label, section
 
 if TYPE_CHECKING:
     from core.cluster.probe.facts import NodeFacts
+    from core.cluster.registry import Node
     from core.model.info import ModelInfo
+    from core.tune.data import TrainingData
 
 LEFT_WIDTH = 440
 VALID_SHARE = 0.1  # FineTune's split when the data has no validation file
@@ -48,7 +50,7 @@ class TuneInputs(QScrollArea):
         super().__init__(parent)
         self._bridge = bridge
         self.info: ModelInfo | None = None
-        self.data: Any = None  # core.tune.data.TrainingData once read
+        self.data: TrainingData | None = None  # once read
         self.data_path: Path | None = None
         self.facts: dict[str, NodeFacts] = {}
         self.usable: dict[str, int] = {}  # each Mac's usable memory, for the bars
@@ -105,16 +107,13 @@ class TuneInputs(QScrollArea):
             )
         self.changed.emit()
 
-    def set_nodes(self, nodes: Sequence[Any]) -> None:
+    def set_nodes(self, nodes: Sequence[Node]) -> None:
         """The cluster's nodes (``core.cluster.registry.Node``): those whose memory is
         known train together."""
         if self.locked:
             return
-        self.facts = {
-            n.facts.name: n.facts
-            for n in nodes
-            if getattr(n, "facts", None) is not None and n.facts.memory_bytes
-        }
+        known = [n.facts for n in nodes if n.facts is not None]
+        self.facts = {facts.name: facts for facts in known if facts.memory_bytes}
         self.usable = {name: usable_bytes(f) for name, f in self.facts.items()}
         self.changed.emit()
 
@@ -129,7 +128,7 @@ class TuneInputs(QScrollArea):
         self.data_box.show_busy(path)
         self.changed.emit()
 
-        def read() -> Any:
+        def read() -> TrainingData:
             from core.tune.data import read_data
 
             return read_data(path)
@@ -160,7 +159,7 @@ class TuneInputs(QScrollArea):
         same = self.data_path is not None and Path(self.data_path) == Path(DEMO_DATA)
         return str(DEMO_FACT) if same else None
 
-    def _data_read(self, generation: int, path: Path, data: Any) -> None:
+    def _data_read(self, generation: int, path: Path, data: TrainingData) -> None:
         if generation != self._generation:
             return
         self.data, self.data_path = data, path

@@ -6,7 +6,7 @@ peak memory so far (from the reports). Both against what the Mac can give the GP
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
@@ -14,6 +14,9 @@ from core import units
 from gui.model.memory_bars import Bar, MemoryBars
 from gui.style import set_role
 from gui.widgets import label, section
+
+if TYPE_CHECKING:
+    from core.tune.fit import TrainingFit
 
 PLANNED_TITLE = "Memory per Mac · planned for these settings, of usable memory"
 PEAK_TITLE = "Memory per Mac · peak while training, of usable memory"
@@ -35,7 +38,7 @@ class TuneMemory(QWidget):
         layout.addWidget(self.bars)
         layout.addWidget(self.fit_line)
 
-    def show_fit(self, fit: Any) -> None:
+    def show_fit(self, fit: TrainingFit) -> None:
         """A ``core.tune.fit.TrainingFit``: each Mac's need, and the verdict."""
         self.title.setText(PLANNED_TITLE.upper())
         self.bars.show_bars(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -43,8 +43,15 @@ from gui.tune.memory_view import TuneMemory
 from gui.widgets import Badge, Card, label
 
 if TYPE_CHECKING:
+    from core.cluster.registry import Node
     from core.model.info import ModelInfo
     from core.run.checks.report import PreflightReport
+    from core.run.session import Host
+    from core.run.tasks.compare import AdapterComparison
+    from core.run.tasks.finetune import TrainReport
+    from core.tune.adapters import Adapter
+    from core.tune.data import TrainingData
+    from core.tune.fuse import Fused
     from gui.run.cluster_source import ClusterSource
 
 REDRAW_HZ = 10
@@ -82,7 +89,7 @@ class FineTuneView(Card):
         self.controller = TuneController(bridge, factory, self)
         self._source: ClusterSource | None = None
         self._running = False
-        self.adapter: Any = None
+        self.adapter: Adapter | None = None
         self._done_words = ""
         self._failure = ""  # why the last fine-tune failed, in one line
         self._kept: tuple[str, bool] = ("", False)  # the adapter's name, and if stopped
@@ -183,7 +190,7 @@ class FineTuneView(Card):
     def set_model(self, info: ModelInfo | None) -> None:
         self.inputs.set_model(info)
 
-    def set_nodes(self, nodes: Sequence[Any]) -> None:
+    def set_nodes(self, nodes: Sequence[Node]) -> None:
         self.inputs.set_nodes(nodes)
 
     def load_data(self, path: Path) -> None:
@@ -197,7 +204,7 @@ class FineTuneView(Card):
         return self.inputs.info
 
     @property
-    def data(self) -> Any:
+    def data(self) -> TrainingData | None:
         return self.inputs.data
 
     @property
@@ -279,13 +286,13 @@ class FineTuneView(Card):
             return False
         return self.actions.fuse(self.info.path, adapter)
 
-    def _compared(self, result: Any) -> None:
+    def _compared(self, result: AdapterComparison) -> None:
         self.show_comparison(
             self._question, result.base.text, result.adapted.text, fact=self.inputs.fact()
         )
         self.status.setText(result.headline())
 
-    def _fused(self, fused: Any) -> None:
+    def _fused(self, fused: Fused) -> None:
         words = f"Fused into {fused.path}: the model library lists it."
         self.adapter_panel.show_note(words)
         self.status.setText(words)
@@ -297,7 +304,7 @@ class FineTuneView(Card):
     def _missing(self) -> str | None:
         return self.inputs.missing() or self.blocked_by()
 
-    def _hosts(self) -> list[Any]:
+    def _hosts(self) -> list[Host]:
         names = self.node_names
         if self._source is not None:
             return self._source.hosts(names)
@@ -312,7 +319,7 @@ class FineTuneView(Card):
 
     # -- the fine-tune's news -------------------------------------------------------------
 
-    def show_report(self, report: Any) -> None:
+    def show_report(self, report: TrainReport) -> None:
         """A ``TrainReport``."""
         self.add_progress(
             report.iteration,
@@ -359,7 +366,7 @@ class FineTuneView(Card):
         if adapters and panel.path is None and not self._running:
             panel.show_listed(0)
 
-    def show_finished(self, adapter: Any) -> None:
+    def show_finished(self, adapter: Adapter | None) -> None:
         """The adapter (``core.tune.adapters.Adapter``), or None: nothing was trained."""
         self.adapter = adapter
         self.plot.refresh()
@@ -370,7 +377,7 @@ class FineTuneView(Card):
         self.adapter_panel.set_adapters(list_adapters(), shown=adapter.path)
         self.show_adapter(
             adapter.name,
-            adapter.base_model,
+            adapter.base_model or "unknown",
             adapter.train_loss,
             adapter.val_loss,
             adapter.path,

@@ -112,3 +112,37 @@ def test_a_fine_tune_stops_at_a_failed_check_and_shows_it_with_its_fix(
     assert tune is not None and tune.session.job is None  # nothing was started
     assert "cannot be reached" in tune.session.error  # the session's NOT_READY detail
     assert view.start_button.isEnabled()
+
+
+def test_start_stops_at_a_failed_check_through_its_task_runner_and_starts_again(
+    qtbot: QtBot, demo_info: ModelInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start (``RunController`` on ``TaskRunner``): the checks' report crosses to the
+    checks view with each fix, the runner is free again, and a second Start runs its own
+    checks (nothing is started either time)."""
+    monkeypatch.setenv("MACMESH_CACHE_DIR", str(tmp_path / "cache"))
+    bridge = Bridge()
+    pane = RunPane(bridge)
+
+    def before_close(_widget: RunPane) -> None:
+        pane.shutdown()
+        bridge.close()
+
+    qtbot.addWidget(pane, before_close_func=before_close)
+    pane.resize(1000, 820)
+    pane.show()
+    pane.set_plan(demo_info, plan_all(demo_info, demo_facts(2))["pipeline"])
+    pane.set_cluster(Unreachable(tmp_path))
+    controller = pane.controller
+    reports: list[object] = []
+    controller.preflight_done.connect(reports.append)
+    for attempt in (1, 2):
+        pane.start()
+        assert controller.state == RunState.CHECKING
+        qtbot.waitUntil(lambda: controller.state == RunState.NOT_READY, timeout=WAIT_MS)
+        qtbot.waitUntil(lambda: not controller._starter.busy, timeout=WAIT_MS)
+        assert len(reports) == attempt  # each Start's own report, once
+        assert pane.checks.isVisible()
+        _shows_the_failed_checks(pane.checks.text(), 2)
+        assert "check" in pane.status.text() and "failed" in pane.status.text()
+        assert controller.job is None and pane.start_button.isEnabled()
