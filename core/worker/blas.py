@@ -111,6 +111,7 @@ def _openblas_says(path: str) -> tuple[str | None, int | None]:
 
 def measure_gflops(n: int = 256, repeats: int = 5) -> float:
     """float32 matmul speed, best of ``repeats`` (the machine may be shared)."""
+    # lazy: the controller and the probe import this module to find a BLAS without MLX
     import mlx.core as mx
 
     a = mx.random.normal((n, n))

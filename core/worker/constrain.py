@@ -29,6 +29,7 @@ from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.sample_utils import apply_top_p
 
 from core.worker.protocol import MAX_TOP_LOGPROBS, GenerateCommand
 
@@ -49,6 +50,7 @@ class Grammars:
     @property
     def ll(self) -> Any:
         if self._ll is None:
+            # lazy: llguidance is needed (on rank 0 alone) only once a request has a grammar
             import llguidance.hf
 
             hf = getattr(self._tokenizer, "_tokenizer", self._tokenizer)
@@ -58,7 +60,7 @@ class Grammars:
 
     def processor(self, grammar: str) -> GrammarMask:
         """A request's mask, or GrammarRefused saying why."""
-        try:
+        try:  # lazy: a node without llguidance refuses the request, not the job
             from llguidance import LLMatcher
         except ImportError:
             raise GrammarRefused(
@@ -130,8 +132,6 @@ def recording(
     """``sampler`` (a request's own) and, per call, what it sampled from, in order: the
     log-softmax of the logprobs as the sampler transforms them (``top_p``, then
     1/``temperature``), at the token it drew."""
-    from mlx_lm.sample_utils import apply_top_p
-
     queue: deque[Recorded] = deque()
 
     def sample(logprobs: mx.array) -> mx.array:

@@ -34,6 +34,8 @@ huggingface_hub (and its HTTP client) imported where used, and nothing else of M
 from __future__ import annotations
 
 import contextlib
+import inspect
+import logging
 import math
 import os
 import re
@@ -43,6 +45,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 # Files above this are fetched resumably; smaller ones are not worth a second request.
 RESUMABLE_BYTES = 1 << 20
@@ -224,8 +227,6 @@ def install_client() -> bool:
 
     set_client_factory(factory)
     set_client_factory._macmesh = True  # type: ignore[attr-defined]  # once per process
-    import logging
-
     for name in ("huggingface_hub", "huggingface_hub.utils._http", "huggingface_hub.file_download"):
         logging.getLogger(name).addFilter(_Redacting())  # where the record is made
     for handler in logging.getLogger("huggingface_hub").handlers:
@@ -477,6 +478,8 @@ def checked_metadata(
     repo_id: str, filename: str, revision: str, *, endpoint: str | None = None
 ) -> Any:
     """``get_hf_file_metadata`` of the file, its commit, etag and size checked."""
+    # lazy (here and below): huggingface_hub only where a download happens; this module's
+    # checks and names are imported by the controller's start-up and by nodes without it
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     meta = get_hf_file_metadata(hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint))
@@ -562,8 +565,6 @@ def fetch_blob(
     ``limit`` or its headers' size is refused and its ``.incomplete`` file removed.
     huggingface_hub's other exceptions pass through; what arrived stays in the
     ``.incomplete`` file."""
-    import inspect
-    from urllib.parse import urlparse
 
     try:
         from huggingface_hub import hf_hub_url
