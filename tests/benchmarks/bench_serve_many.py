@@ -37,6 +37,7 @@ from core.serve.keys import Gate
 from core.serve.models import FOREVER, ModelRegistry, ModelSpec, ServeSettings
 from core.serve.serve_many import ManyServer
 from tests.helpers.serving import free_port
+from tests.helpers.wait import wait_until
 
 CLIENTS = 4
 TOKENS = 64
@@ -164,7 +165,8 @@ def bench_unload_stall(model: Path) -> dict[str, Any]:
             ]
             for thread in threads:
                 thread.start()
-            time.sleep(2.0)
+            # every stream is streaming (a gap seen) before the unload starts
+            wait_until(lambda: all(gaps), 120, "the three streams' first tokens")
             if during is not None:
                 during()
             for thread in threads:
