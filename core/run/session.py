@@ -581,7 +581,7 @@ class Session:
         """The JobSpec's fields beyond the plan's placement: the task, the batch and prompt
         cache, and each payload's own (for the plan's targets in rank order)."""
         fields: dict[str, Any] = {"task": self.task, **self.serving.spec_fields()}
-        used = [] if self.demo else in_rank_order(plan, self.targets)
+        used = [] if self.demo or not self.payloads else in_rank_order(plan, self.targets)
         for payload in self.payloads:
             fields.update(payload.spec_fields(used))
         return fields
