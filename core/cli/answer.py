@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from core.cli.interrupt import Stage, interrupted
 from core.run.errors import ClusterError
 from core.run.job.launcher import JobError
+from core.run.tasks.adapter_payload import AdapterPayload
 from core.run.tasks.chat import chat
 from core.units import bytes_per_s, rate, seconds
 from core.worker import protocol as p
@@ -26,13 +27,13 @@ MAX_TOKENS = 1_000_000
 
 def with_adapter(session: Session) -> str:
     """A line saying which adapter the Start applies ("" without one)."""
-    use = session.adapter
+    use = session.payload_of(AdapterPayload)
     return f"With the adapter {use.name} ({use.path}).\n" if use is not None else ""
 
 
 def adapter_about(session: Session) -> dict[str, Any]:
     """The summary's adapter fields (none without one)."""
-    use = session.adapter
+    use = session.payload_of(AdapterPayload)
     return {} if use is None else {"adapter": use.name, "adapter_path": str(use.path)}
 
 

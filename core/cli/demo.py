@@ -26,6 +26,7 @@ from core.run import demo
 from core.run.errors import ClusterError
 from core.run.session import Session, simulated_hosts
 from core.run.states import Step
+from core.run.tasks.adapter_payload import adapter_payloads
 from core.run.tasks.watch import Phase
 from core.worker.vocab import Strategy
 
@@ -79,7 +80,7 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
             simulated_hosts(demo.demo_facts(args.nodes)),
             strategy=args.strategy,
             split=split_of(args),
-            adapter=args.adapter,
+            payloads=adapter_payloads(info, args.adapter),
         )
         follow(stage, err)(session, Phase.RUN)
         session.start(Step.PLAN)

@@ -32,6 +32,7 @@ from core.run import demo
 from core.run.errors import ClusterError
 from core.run.session import Session, real_hosts, simulated_hosts
 from core.run.states import Step
+from core.run.tasks.adapter_payload import adapter_payloads
 from core.serve.keys import Gate, KeyStore
 from core.serve.models import (
     DEFAULT_KEEP_ALIVE_S,
@@ -138,7 +139,7 @@ def session_maker(args: argparse.Namespace, info: ModelInfo) -> Callable[[], Ses
             backend=args.backend,
             verify=args.verify,
             split=split_of(args),
-            adapter=args.adapter,
+            payloads=adapter_payloads(info, args.adapter),
             model_source=args.model_source or load_settings().model_source,
             serving=serving_of(args),
         )

@@ -21,6 +21,7 @@ from core.run.errors import ClusterError
 from core.run.planning import Serving
 from core.run.session import Session, real_hosts
 from core.run.states import Step
+from core.run.tasks.adapter_payload import adapter_payloads
 from core.run.tasks.watch import Phase, Watch
 from core.settings import MODEL_SOURCES, load_settings
 from core.worker import kvbits
@@ -148,7 +149,7 @@ def open_session(
         verify=args.verify,
         split=split_of(args),
         check_paths=not show_launch,  # runs nothing: the paths as probed
-        adapter=args.adapter,
+        payloads=adapter_payloads(info, args.adapter),
         model_source=args.model_source or load_settings().model_source,
         serving=serving_of(args),
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from core.run.checks.report import format_report
 from core.run.states import Step
+from core.run.tasks.adapter_payload import AdapterPayload
 from core.run.tasks.watch import Phase, Watch
 from core.units import bytes_per_s, duration, size
 
@@ -83,10 +84,15 @@ def _run_words(session: Session, phase: Phase) -> tuple[str, str]:
     """A comparison's run as it begins: what the stage says, and its line."""
     names = ", ".join(h.name for h in session.hosts)
     if phase in (Phase.BASE, Phase.ADAPTER):
-        which = "the base model" if phase is Phase.BASE else f"base + {session.adapter_name}"
+        which = "the base model" if phase is Phase.BASE else f"base + {_adapter_name(session)}"
         return f"running {which}", f"{which[0].upper()}{which[1:]} on {names}…\n"
     where = "one Mac" if phase is Phase.ONE_MAC else "the cluster"
     return f"running on {where}", f"On {where} ({names})…\n"
+
+
+def _adapter_name(session: Session) -> str:
+    use = session.payload_of(AdapterPayload)
+    return use.name if use is not None else ""
 
 
 def starting(nodes: Sequence[str]) -> str:

@@ -1,10 +1,11 @@
 """What a task ships with its job, as the session sees it: a typed ``Payload``. The
-session (``core.run.session``) knows no task's files: it asks the payload how the plan
-runs (a fine-tune: every rank the whole model), sends what it ships to every node the
-plan uses during the copy step (each node at once, progress and cancel as a model
-copy's), and adds the payload's fields to the job's spec. A fine-tune's payload (its
-training data and the adapter's output folder) is ``core.run.tasks.finetune``'s
-``TrainingPayload``.
+session (``core.run.session``) takes a task's payloads and knows none of their files: it
+asks each how the plan runs (a fine-tune: every rank the whole model), sends what it
+ships to every node the plan uses during the copy step (each node at once, progress and
+cancel as a model copy's), and adds its fields to the job's spec. The payloads of one
+job agree on its task. A fine-tune's (its training data and the adapter's output folder)
+is ``core.run.tasks.training_payload.TrainingPayload``; an adapter fused into the model
+is ``core.run.tasks.adapter_payload.AdapterPayload``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class Payload(Protocol):
 
     @property
     def task(self) -> Task:
-        """What the ranks run."""
+        """What the ranks run (every payload of a job says the same)."""
         ...
 
     #: A node whose copy failed, as one line: ``{node}`` and ``{error}``.

@@ -15,8 +15,8 @@ main thread) with ``start(until=...)``, which runs them in order, each once:
   the probed facts for ``strategy``.
 - ``preflight()``: every check with its fix, and the backend (reusing the probed facts;
   ``verify``: every model file on the nodes hashed there, not only sized).
-- ``copy()``: each node's missing part of the model (and files found damaged), the
-  adapter and what a task ships (``core.run.payload``: a fine-tune's data), every node at once.
+- ``copy()``: each node's missing part of the model (and files found damaged) and what
+  the task ships (its ``core.run.payload.Payload``s), every node at once.
 - ``launch()``: the job's ranks start (it returns once they are starting).
 
 A task stops at a step (``start(Step.PLAN)``), does its own part (a fine-tune checks its
@@ -53,18 +53,15 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from psygnal import Signal
 
 from core.bundle import worker_python
 from core.cluster.probe.facts import NodeFacts
-from core.model.adapter import AdapterUse, check_adapter
 from core.model.info import ModelInfo
 from core.model.manifest import ManifestError
 from core.plan.planner import Plan
-from core.remote.adaptercopy import adapter_folder, put_adapter
 from core.remote.hubfetch import fetch_or_copy
 from core.remote.modelcopy import CopyResult, copy_model
 from core.remote.ssh import SSHError
@@ -89,6 +86,8 @@ from core.worker import protocol as p
 from core.worker.vocab import Backend, JobState, ModelSource, Strategy, Task
 
 __all__ = ["FRESH_S", "ClusterError", "CopyCancelled", "Host", "Session"]
+
+P = TypeVar("P", bound=Payload)
 
 FRESH_S = 60.0  # facts probed this recently are not asked for again
 
@@ -150,9 +149,8 @@ class Session:
         verify: bool = False,
         split: Sequence[int] | None = None,
         task: Task | str = Task.CHAT,
-        payload: Payload | None = None,
+        payloads: Sequence[Payload] = (),
         check_paths: bool = True,
-        adapter: Path | str | None = None,
         model_source: ModelSource | str = ModelSource.AUTO,
         serving: Serving | None = None,
     ) -> None:
@@ -175,10 +173,15 @@ class Session:
         self.verify = verify  # preflight hashes every model file on the nodes
         self.split = None if split is None else tuple(split)  # a pipeline split by hand
         self.check_paths = check_paths  # preflight tries each ring link's path (issue 18)
-        # What the ranks do, and what a task ships with its job (``core.run.payload``: a
-        # fine-tune's data and output folder), which the session sends and never reads.
-        self.payload = payload
-        self.task = payload.task if payload is not None else Task(task)
+        # What a task ships with its job (``core.run.payload``), which the session sends
+        # and never reads, and what the ranks do: the payloads' one task, else ``task``.
+        self.payloads = tuple(payloads)
+        tasks = list(dict.fromkeys(payload.task for payload in self.payloads))
+        if len(tasks) > 1:
+            raise ClusterError(
+                f"One job runs one task; what it was given needs {' and '.join(tasks)}."
+            )
+        self.task = tasks[0] if tasks else Task(task)
         self.model_source = model_source  # auto | hub | this-mac (core.run.checks.modelsource)
         # The batch and the prompt cache (None: the plan's, else the settings'): planned,
         # run by the ranks, and the API's requests at once (``JobSpec.batch``), one source.
@@ -202,9 +205,10 @@ class Session:
         self._job_factory = job_factory or Job
         self._lock = threading.RLock()
         self._cancel = threading.Event()
-        # base + adapter (``core.model.adapter``: AdapterError here when it does not fit)
-        self.adapter: AdapterUse | None = check_adapter(info, adapter) if adapter else None
-        self.adapter_folders: dict[str, str] = {}  # node → the adapter's folder there
+
+    def payload_of(self, kind: type[P]) -> P | None:
+        """The payload of type ``kind`` the session ships, if any (typed, for front ends)."""
+        return next((p for p in self.payloads if isinstance(p, kind)), None)
 
     # -- state -----------------------------------------------------------------------
 
@@ -228,7 +232,7 @@ class Session:
     def _step(self, step: Step, state: RunState | None, part: bool = False) -> Iterator[None]:
         """Run one step: its state first (none for the demo's skipped steps); a failure
         becomes NOT_READY with the reason, then propagates. ``part``: one part of the step
-        (the copy's adapter, its data): the step is said to begin, and done, only once."""
+        (a payload's copy): the step is said to begin, and done, only once."""
         if self.step is not step:
             self.step_started.emit(step.value)
         self.step = step
@@ -332,8 +336,8 @@ class Session:
                 plan = plan_on(self.info, facts, self.strategy, self.split, self.serving)
                 if not plan.fits:
                     raise ClusterError(plan.reason)
-                if self.payload is not None:  # as the task runs it
-                    plan = self.payload.planned(plan)
+                for payload in self.payloads:  # as the task runs it
+                    plan = payload.planned(plan)
                 self.plan = plan
             return self.plan
 
@@ -371,8 +375,8 @@ class Session:
             self.completed.add(Step.COPY)
             return []
         report = self._checked()
-        self._put_adapter()
-        self._put_payload()
+        for payload in self.payloads:
+            self._ship(payload)
         by_name = {t.name: t for t in self.targets}
         todo = [(by_name[name], report.manifests[name]) for name in report.copies_needed]
         if not todo:
@@ -562,7 +566,7 @@ class Session:
 
     def launch_command(self) -> dict[str, Any]:
         """The equivalent ``mlx.launch`` command and hostfile for this Start, with every
-        field the job runs with (the batch, the prompt cache, an adapter): the window's
+        field the job runs with (the batch, the prompt cache, the payloads'): the window's
         dialog and ``macmesh run --show-launch`` both. Before the checks, the backend
         chosen from the probed facts as the checks would, and this Mac's model folder;
         after them, theirs. May ask a node where its cache is: not on a GUI thread."""
@@ -575,39 +579,17 @@ class Session:
 
     def _spec_fields(self, plan: Plan) -> dict[str, Any]:
         """The JobSpec's fields beyond the plan's placement: the task, the batch and prompt
-        cache, the task's own (a fine-tune's), the adapter's and the data's."""
+        cache, and each payload's own (for the plan's targets in rank order)."""
         fields: dict[str, Any] = {"task": self.task, **self.serving.spec_fields()}
-        if self.payload is not None:
-            used = [] if self.demo else in_rank_order(plan, self.targets)
-            fields.update(self.payload.spec_fields(used))
-        fields.update(self._adapter_fields(plan))
+        used = [] if self.demo or not self.payloads else in_rank_order(plan, self.targets)
+        for payload in self.payloads:
+            fields.update(payload.spec_fields(used))
         return fields
 
-    # -- the adapter ---------------------------------------------------------------------
+    # -- what the task ships ----------------------------------------------------------------
 
-    @property
-    def adapter_name(self) -> str:
-        return self.adapter.name if self.adapter is not None else ""
-
-    def _put_adapter(self) -> None:
-        """The adapter on every node the plan uses (copied where missing)."""
-        use = self.adapter
-        if use is None:
-            return
-        with self._step(Step.COPY, RunState.COPYING, part=True):
-            self.adapter_folders = self._on_each_node(
-                in_rank_order(self._planned(), self.targets),
-                lambda t: put_adapter(
-                    t, use.path, use.files, self.copy_progress.emit, self._cancel
-                ),
-                "The adapter could not be copied to {node}: {error}",
-            )
-
-    def _put_payload(self) -> None:
+    def _ship(self, payload: Payload) -> None:
         """What the task ships (``payload``) on every node the plan uses."""
-        payload = self.payload
-        if payload is None:
-            return
         with self._step(Step.COPY, RunState.COPYING, part=True):
             payload.shipped(
                 self._on_each_node(
@@ -633,20 +615,6 @@ class Session:
         if problems:
             raise ClusterError("\n".join(problems))
         return done
-
-    def _adapter_fields(self, plan: Plan) -> dict[str, Any]:
-        """The JobSpec's adapter fields: each rank's folder on its node (where it was
-        copied, else where it would be)."""
-        use = self.adapter
-        if use is None:
-            return {}
-        if self.demo:
-            return {"adapter": use.path}
-        folders = [
-            self.adapter_folders.get(t.name) or adapter_folder(t, use.path, use.files)
-            for t in in_rank_order(plan, self.targets)
-        ]
-        return {"adapter": use.path, "rank_adapters": [Path(f) for f in folders]}
 
     # -- internals ------------------------------------------------------------------------
 

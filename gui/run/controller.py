@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from core.run.measure.history import RunRecord
     from core.run.measure.telemetry import Telemetry
     from core.run.session import Host, Session
+    from core.run.tasks.adapter_payload import AdapterPayload
     from core.run.tasks.watch import Watch
 
 __all__ = ["STEPS", "RunController", "RunState"]
@@ -119,12 +120,22 @@ class RunController(QObject):
         started (a ``core.run.session.Session``). ClusterError when a Mac of the plan is not
         ready; ValueError when the adapter does not fit the model."""
         from core.run.session import Host, Session
+        from core.run.tasks.adapter_payload import adapter_payloads
 
         session = self.session
         if session is not None and session.plan == plan and session.info.path == info.path:
             return session
         chosen = list(hosts) if hosts is not None else [Host(name) for name in plan.nodes_used]
-        return Session(info, chosen, plan=plan, backend=self.backend, adapter=self.adapter)
+        payloads = adapter_payloads(info, self.adapter)
+        return Session(info, chosen, plan=plan, backend=self.backend, payloads=payloads)
+
+    def adapter_applied(self) -> AdapterPayload | None:
+        """The adapter the session applies to the model (``AdapterPayload``), if any."""
+        if self.session is None:
+            return None
+        from core.run.tasks.adapter_payload import AdapterPayload  # paramiko: at a Start
+
+        return self.session.payload_of(AdapterPayload)
 
     # -- commands -------------------------------------------------------------------------
 
@@ -145,6 +156,7 @@ class RunController(QObject):
         from core.run.errors import ClusterError
         from core.run.measure.telemetry import Telemetry
         from core.run.session import Host, Session  # numpy...: at the first Start
+        from core.run.tasks.adapter_payload import adapter_payloads
         from core.run.tasks.watch import Phase
         from core.settings import load_settings
 
@@ -159,7 +171,7 @@ class RunController(QObject):
                 job_factory=self._job_factory,
                 verify=verify,
                 model_source=load_settings().model_source,  # Hub or this Mac (issue 13)
-                adapter=self.adapter,
+                payloads=adapter_payloads(info, self.adapter),
             )
         except ClusterError as error:
             self.session = None
@@ -378,8 +390,9 @@ class RunController(QObject):
         count = len(self.plan.ranks) if self.plan else 0
         macs = f"{count} Macs" if count > 1 else "1 Mac"
         model = self.info.name if self.info else "the model"
-        if self.adapter is not None:
-            model += f" with the adapter {self.adapter.name}"
+        adapter = self.adapter_applied()
+        if adapter is not None:
+            model += f" with the adapter {adapter.path.name}"
         self._set_state(RunState.LOADING, f"Loading {model} on {macs}…")
         for rank in range(count):
             self.rank_progress.emit(rank, "starting", 0)

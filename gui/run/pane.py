@@ -599,8 +599,7 @@ class RunPane(Card):
 
     def _status_text(self, state: RunState, message: str) -> str:
         if state == RunState.READY and self._plan is not None:
-            session = self.controller.session
-            adapter = session.adapter if session is not None else None
+            adapter = self.controller.adapter_applied()
             loaded = f" · with the adapter {adapter.path.name}" if adapter is not None else ""
             return f"Ready · {describe_plan(self._plan)}{loaded}"
         if state.active or state in (RunState.FAILED, RunState.NOT_READY):

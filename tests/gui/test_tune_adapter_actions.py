@@ -117,8 +117,8 @@ def test_chat_with_the_adapter_starts_the_run_pane_with_it(
     run = window.run
     assert run.controller.adapter == tiny_adapter
     qtbot.waitUntil(lambda: run.controller.state == RunState.READY, timeout=WAIT_MS)
-    assert run.controller.session.adapter is not None
-    assert run.controller.session.adapter.path == tiny_adapter
+    applied = run.controller.adapter_applied()  # the session's AdapterPayload
+    assert applied is not None and applied.path == tiny_adapter and applied.name == "Mochi"
     run.chat.prompt.setText(QUESTION)
     run.chat.prompt.returnPressed.emit()
     expected = mlx_lm_answer(tiny_models["llama"], tiny_adapter, QUESTION, max_tokens=8)[1]

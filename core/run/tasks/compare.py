@@ -26,6 +26,7 @@ from core.run.measure.telemetry import Telemetry
 from core.run.planning import EstimateBeside, estimates_beside, plan_on, sharing
 from core.run.session import Host, Session
 from core.run.states import Step
+from core.run.tasks.adapter_payload import AdapterPayload
 from core.run.tasks.chat import answer_once
 from core.run.tasks.records import job_record
 from core.run.tasks.watch import Phase, Watch, watched
@@ -346,17 +347,18 @@ def compare_adapter(
     ``watch(session, phase)`` hears ``Phase.BASE`` and ``ADAPTER`` as each begins; the rest as
     ``compare``. The adapter is checked against the model first (``AdapterError``, a
     ValueError, before anything runs)."""
+    payload = AdapterPayload(info, adapter)
     adapted_session = Session(
-        info, hosts, strategy=strategy, split=split, job_factory=job_factory, adapter=adapter
+        info, hosts, strategy=strategy, split=split, job_factory=job_factory, payloads=[payload]
     )
     base_session = Session(info, hosts, strategy=strategy, split=split, job_factory=job_factory)
     runs = []
     for session, phase in ((base_session, Phase.BASE), (adapted_session, Phase.ADAPTER)):
         plan = _begin(session, phase, watch)
-        label = "base" if phase is Phase.BASE else f"base + {adapted_session.adapter_name}"
+        label = "base" if phase is Phase.BASE else f"base + {payload.name}"
         runs.append(measured_run(session, label, prompt, max_tokens, plan))
         if phase is Phase.BASE:  # the adapter's run asks for no facts again
             adapted_session.facts.update(base_session.facts)
-    result = AdapterComparison(runs[0], runs[1], adapted_session.adapter_name, str(plan.strategy))
+    result = AdapterComparison(runs[0], runs[1], payload.name, str(plan.strategy))
     figures = result.to_dict()
     return replace(result, not_kept=keep(compare_record(adapted_session, figures)))

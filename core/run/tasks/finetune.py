@@ -109,7 +109,7 @@ class FineTune:
         self.error = ""
         self.payload = TrainingPayload()  # what the session ships: filled by start()
         self.session = Session(
-            info, hosts, strategy=tune_strategy(len(hosts)), payload=self.payload
+            info, hosts, strategy=tune_strategy(len(hosts)), payloads=[self.payload]
         )
         self._watch = watch  # hears of the session as it starts (its checks, its copies)
         self.session.state_changed.connect(self._on_state)
