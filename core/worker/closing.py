@@ -1,5 +1,5 @@
 """A ``json_object`` answer closed within its token budget (issue 34): the grammar's mask
-narrowed, near the end, so the object the model writes always closes before
+narrowed, near the end, so the object the model writes always closes within
 ``max_tokens`` and the answer parses.
 
 The request's ``Closing`` reads the tokens sampled (their bytes, into a
@@ -12,8 +12,10 @@ end-of-sequence token. How much a token can lengthen it is bounded ahead, per to
 token without a quote or a backslash lengthens it by the UTF-8 bytes it leaves open, at
 most). A token that is a prefix of the closing itself always keeps room, so when no room
 is left (``left == L + 1``) only those are allowed: the closing is written, then the
-end-of-sequence token. The grammar's own mask still applies; were the two to leave
-nothing, the grammar's alone does.
+end-of-sequence token. Waiting for ``left == L + 1`` alone would not do: one token
+taken the step before may lengthen the closing by several bytes (``{"a":0`` closes with
+``}``, ``{"a":0,"`` with ``":0}``), past the tokens left. The grammar's own mask still
+applies; were the two to leave nothing, the grammar's alone does.
 """
 
 from __future__ import annotations
