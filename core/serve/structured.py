@@ -161,10 +161,13 @@ def _top(value: Any, param: str) -> int | None:
 
 
 def worker_fields(constraint: Constraint | None, logprobs: int | None) -> dict[str, Any]:
-    """The ``generate`` command's ``grammar`` and ``logprobs``, when asked."""
+    """The ``generate`` command's ``grammar`` (and ``json_object``: the worker closes
+    such an object within ``max_tokens``) and ``logprobs``, when asked."""
     fields: dict[str, Any] = {}
     if constraint is not None:
         fields["grammar"] = constraint.grammar
+        if constraint.kind == "json_object":  # closed before max_tokens: it always parses
+            fields["json_object"] = True
     if logprobs is not None:
         fields["logprobs"] = logprobs
     return fields

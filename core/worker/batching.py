@@ -336,6 +336,7 @@ class Batcher:
                 self.group.size(),
                 self._shared,
                 lambda own: from_rank0(own, self.group),
+                budget=max_tokens,
             )
         except GrammarRefused as why:  # one rank alone: refused before it joins
             self._refuse(request, str(why))

@@ -50,6 +50,7 @@ class GenerateCommand(TypedDict):
     stop: NotRequired[list[str]]
     tenant: NotRequired[str | None]  # whose prompt cache entries it may use
     grammar: NotRequired[str]
+    json_object: NotRequired[bool]  # the grammar is any JSON object: closed by max_tokens
     logprobs: NotRequired[int]  # the top alternatives per token to report
 
 
@@ -124,6 +125,8 @@ def _generate_bounds(record: dict[str, Any]) -> str | None:
         return "'stop' must be a list of non-empty texts"
     if "grammar" in record and not 0 < len(record["grammar"]) <= MAX_GRAMMAR_CHARS:
         return f"'grammar' must be a text of 1 to {MAX_GRAMMAR_CHARS} characters"
+    if record.get("json_object") and "grammar" not in record:
+        return "'json_object' needs the 'grammar' it closes"
     if not 0 <= record.get("logprobs", 0) <= MAX_TOP_LOGPROBS:
         return f"'logprobs' must be a whole number from 0 to {MAX_TOP_LOGPROBS}"
     return None

@@ -15,6 +15,10 @@ token. Only rank 0 runs a matcher; a pipeline's other ranks take rank 0's
 token (``batching.from_rank0``) and need none; so do a tensor group's, for a request with
 a grammar: rank 0 alone masks and samples it (``prepare``).
 
+A command's ``json_object`` (its grammar is any JSON object) has the mask close the
+object within the request's budget (``core.worker.closing``): such an answer always ends
+with the end-of-sequence token within ``max_tokens``, and parses.
+
 A command's ``logprobs`` (0 to ``MAX_TOP_LOGPROBS``) asks rank 0 for the sampled token's
 log-probability and the most likely alternatives, from the distribution sampled: after
 the grammar's mask, ``top_p`` and the temperature (at temperature 0, the model's
@@ -31,6 +35,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.sample_utils import apply_top_p
 
+from core.worker.closing import Closing, VocabIndex
 from core.worker.protocol import MAX_TOP_LOGPROBS, GenerateCommand
 
 
@@ -46,6 +51,7 @@ class Grammars:
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
         self._ll: Any = None
+        self._index: VocabIndex | None = None
 
     @property
     def ll(self) -> Any:
@@ -58,8 +64,16 @@ class Grammars:
             self._ll = llguidance.hf.from_tokenizer(hf, n_vocab=self._vocab_size, eos_token=eos)
         return self._ll
 
-    def processor(self, grammar: str) -> GrammarMask:
-        """A request's mask, or GrammarRefused saying why."""
+    @property
+    def index(self) -> VocabIndex:
+        """The tokens as ``json_object``'s closing reads them, made on first use."""
+        if self._index is None:
+            self._index = VocabIndex(self.ll.vocab_size, self.token_bytes)
+        return self._index
+
+    def processor(self, grammar: str, close_within: int | None = None) -> GrammarMask:
+        """A request's mask, or GrammarRefused saying why. ``close_within``: the grammar
+        is any JSON object, closed within that many tokens (``core.worker.closing``)."""
         try:  # lazy: a node without llguidance refuses the request, not the job
             from llguidance import LLMatcher
         except ImportError:
@@ -73,7 +87,8 @@ class Grammars:
             said = matcher.get_error().strip().splitlines()
             raise GrammarRefused(f"The grammar does not compile: {said[0][:300] if said else ''}")
         eos = sorted(getattr(self._tokenizer, "eos_token_ids", None) or [])
-        return GrammarMask(matcher, self.ll.vocab_size, eos)
+        closing = None if close_within is None else Closing(self.index, close_within, eos)
+        return GrammarMask(matcher, self.ll.vocab_size, eos, closing)
 
     def token_bytes(self, token: int) -> bytes:
         return bytes(self.ll.decode_bytes([token]))
@@ -81,10 +96,13 @@ class Grammars:
 
 class GrammarMask:
     """One request's logits processor: the matcher advanced on the sampled tokens, its
-    mask applied to that request's row of logits."""
+    mask applied to that request's row of logits; with a ``closing``, narrowed near the
+    token budget so the JSON object closes within it."""
 
-    def __init__(self, matcher: Any, vocab_size: int, eos: list[int]) -> None:
-        self.matcher, self.eos = matcher, eos
+    def __init__(
+        self, matcher: Any, vocab_size: int, eos: list[int], closing: Closing | None = None
+    ) -> None:
+        self.matcher, self.eos, self.closing = matcher, eos, closing
         self.words = (vocab_size + 31) // 32
         self._bits = np.full((self.words,), -1, dtype=np.int32)
         self._started = False
@@ -94,7 +112,10 @@ class GrammarMask:
         # so waits for the step before) is computed while it runs, not after.
         mx.async_eval(logits)
         if self._started:
-            self.matcher.consume_token(_ints(tokens[-1:])[0])
+            token = _ints(tokens[-1:])[0]
+            self.matcher.consume_token(token)
+            if self.closing is not None:
+                self.closing.consumed(token)
         self._started = True
         width = logits.shape[-1]
         if self.matcher.is_error():  # cannot happen on a masked token: end the answer
@@ -105,6 +126,8 @@ class GrammarMask:
             allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:width]
             if allowed.shape[0] < width:
                 allowed = np.pad(allowed, (0, width - allowed.shape[0]))
+            if self.closing is not None:
+                allowed = self.closing.narrow(allowed)
         masked: mx.array = mx.where(mx.array(allowed.astype(np.bool_)), logits, -mx.inf)
         return masked
 
@@ -208,9 +231,12 @@ def prepare(
     size: int,
     shared: bool,
     to_rank0: Callable[[Callable[[mx.array], mx.array]], Callable[[mx.array], mx.array]],
+    budget: int | None = None,
 ) -> tuple[Prepared, str | None]:
     """The command's grammar and logprobs around its ``sampler``, on this rank of
     ``size``; ``shared``: the sampler takes rank 0's token already (a pipeline).
+    ``budget``: the tokens it may generate (``max_tokens`` within the context), which a
+    ``json_object`` grammar closes its object within.
 
     With a grammar on several ranks, rank 0 alone masks and samples and the others take
     its token (``to_rank0``): one matcher, on the rank that samples, so the ranks cannot
@@ -227,7 +253,8 @@ def prepare(
     refused = None
     if isinstance(grammar, str) and (rank == 0 or not takes_rank0):
         try:
-            processors.append(grammars.processor(grammar))
+            close_within = budget if command.get("json_object") else None
+            processors.append(grammars.processor(grammar, close_within))
         except GrammarRefused as why:
             if size == 1:
                 raise

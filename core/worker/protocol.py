@@ -13,7 +13,8 @@ stdin closing tells a rank its controller is gone)::
     (optional: "tokens": [1, 2, ...], the prompt's ids as the controller rendered and
      tokenized it, used instead of prompt/messages; "tenant": "key_ab12cd34", whose prompt
      cache entries the request may reuse and keep, none: the common ones; "grammar": an
-     llguidance grammar the answer must follow; "logprobs": 0-20, report each token's
+     llguidance grammar the answer must follow; "json_object": true, that grammar is any
+     JSON object, closed within max_tokens; "logprobs": 0-20, report each token's
      log-probability and that many alternatives: ``core.worker.constrain``)
     {"op": "cancel", "id": "r1"}   (end that answer at its next token: done, "cancelled")
     {"op": "link_test", "id": "t1", "sizes": [4096, 67108864], "pairs": [[0, 1]], "scale": 1}

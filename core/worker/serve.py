@@ -162,6 +162,7 @@ def generate(
             size,
             shared,
             lambda own: from_rank0(own, group) if group is not None else own,
+            budget=max_tokens,
         )
     except GrammarRefused as why:  # one rank alone: refused before it starts
         events.write(

@@ -3,7 +3,9 @@
 - compile: a 50-property JSON schema compiled by llguidance, as the controller checks it
   (``core.serve.structured``) and as a rank compiles it against the demo model's
   tokenizer (``core.worker.constrain``, the tokenizer converted once first), and the
-  per-token mask computed along a valid answer (median and p90, µs);
+  per-token mask computed along a valid answer (median and p90, µs); and a
+  ``json_object`` request's whole logits processor per token along it, without and with
+  the closing that ends it within ``max_tokens`` (the token index it needs made once);
 - throughput: the aggregate completion tokens/s of 8 concurrent clients, half of them
   with a JSON schema, against 8 without, on one ``serve --demo`` (alternating rounds,
   so a change of the machine's load falls on both).
@@ -99,6 +101,9 @@ def bench_compile(model: Path) -> dict[str, Any]:
         masks.append(time.perf_counter() - started)
         assert matcher.consume_token(token), matcher.get_error()
     masks.sort()
+    processor = _processor_us(
+        grammars, tokenizer.encode(_instance(schema), add_special_tokens=False)
+    )
     return {
         "schema_properties": 50,
         "controller_compile_ms_median": round(statistics.median(controller) * 1e3, 2),
@@ -107,7 +112,36 @@ def bench_compile(model: Path) -> dict[str, Any]:
         "mask_us_median": round(statistics.median(masks) * 1e6, 1),
         "mask_us_p90": round(masks[int(len(masks) * 0.9)] * 1e6, 1),
         "tokens_masked": len(masks),
+        **processor,
     }
+
+
+def _processor_us(grammars: Any, tokens: list[int]) -> dict[str, Any]:
+    """A ``json_object`` request's whole logits processor per token (the grammar's mask
+    as mlx-lm applies it, evaluated), along a valid answer: without the closing, and
+    with it, the budget so tight (the answer's tokens and one) that it narrows every
+    step (``core.worker.closing``)."""
+    import mlx.core as mx
+
+    from core.serve.structured import json_object_constraint
+
+    grammar = json_object_constraint().grammar
+    started = time.perf_counter()
+    _ = grammars.index  # made once per tokenizer, like the tokenizer's conversion
+    out: dict[str, Any] = {"closing_index_once_s": round(time.perf_counter() - started, 3)}
+    for name, budget in (("plain", None), ("closing", len(tokens) + 1)):
+        processor = grammars.processor(grammar, budget)
+        logits = mx.zeros((1, grammars.ll.vocab_size))
+        mx.eval(logits)
+        times = []
+        for previous in [0, *tokens]:
+            started = time.perf_counter()
+            mx.eval(processor(mx.array([previous]), logits))
+            times.append(time.perf_counter() - started)
+        times.sort()
+        out[f"json_object_{name}_us_median"] = round(statistics.median(times) * 1e6, 1)
+        out[f"json_object_{name}_us_p90"] = round(times[int(len(times) * 0.9)] * 1e6, 1)
+    return out
 
 
 def bench_throughput(model: Path) -> dict[str, Any]:

@@ -40,6 +40,7 @@ def test_a_json_schema_becomes_the_grammar_sent_to_the_ranks() -> None:
     assert ask.constraint.schema == SCHEMA and ask.constraint.strict
     grammar = json.loads(worker_fields(ask.constraint, None)["grammar"])
     assert grammar["grammars"][0]["json_schema"]["properties"] == SCHEMA["properties"]
+    assert "json_object" not in worker_fields(ask.constraint, None)  # its fields: not closed
 
 
 def test_json_object_text_and_absent_response_formats() -> None:
@@ -48,6 +49,7 @@ def test_json_object_text_and_absent_response_formats() -> None:
     assert chat_request({**CHAT, "response_format": {"type": "text"}}, M, 2048).constraint is None
     assert chat_request(CHAT, M, 2048).constraint is None
     assert worker_fields(None, None) == {}
+    assert worker_fields(ask.constraint, None)["json_object"] is True  # closed by max_tokens
 
 
 @pytest.mark.parametrize(
@@ -113,6 +115,7 @@ def test_completion_logprobs_is_the_count_of_alternatives() -> None:
 def test_ollama_format_json_or_a_schema() -> None:
     ask = ollama_request({**CHAT, "format": "json"}, M, 2048)
     assert ask.constraint is not None and ask.constraint.kind == "json_object"
+    assert worker_fields(ask.constraint, None)["json_object"] is True
     ask = ollama_request({**CHAT, "format": SCHEMA}, M, 2048)
     assert ask.constraint is not None and ask.constraint.schema == SCHEMA
     with pytest.raises(APIError) as refused:

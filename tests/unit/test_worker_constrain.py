@@ -15,9 +15,10 @@ import mlx.core as mx
 import pytest
 from mlx_lm.utils import load_tokenizer
 
-from core.serve.structured import json_schema_constraint
+from core.serve.structured import json_object_constraint, json_schema_constraint
 from core.worker import protocol as p
 from core.worker.constrain import GrammarRefused, Grammars, prepare
+from core.worker.jsonclose import MAX_GROWTH, JsonCloser
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -42,17 +43,29 @@ def tokenizer(tiny_models: dict[str, Path]) -> Any:
     return load_tokenizer(tiny_models["llama"])
 
 
-def _decode(tokenizer: Any, grammar: str, seed: int, limit: int = 400) -> tuple[str, bool]:
+def _decode(
+    tokenizer: Any,
+    grammar: str,
+    seed: int,
+    limit: int = 400,
+    json_object: bool = False,
+    grammars: Grammars | None = None,
+) -> tuple[str, bool]:
     """Drive one request's processor and sampler as mlx-lm's batch does (the processor
-    sees the last token fed, then masks): its text and whether it ended with EOS."""
-    grammars = Grammars(tokenizer, None)
+    sees the last token fed, then masks): its text and whether it ended with EOS (the
+    end-of-sequence token among the ``limit`` tokens)."""
+    grammars = grammars or Grammars(tokenizer, None)
     command = {"grammar": grammar, "temperature": 1.0, "seed": seed, "logprobs": 3}
+    if json_object:
+        command["json_object"] = True
 
     def sampler(logprobs: mx.array) -> mx.array:
         return mx.random.categorical(logprobs, key=mx.random.key(rng.randrange(1 << 30)))[None]
 
     rng = random.Random(seed)
-    prepared, unmet = prepare(command, sampler, grammars, 0, 1, False, lambda own: own)
+    prepared, unmet = prepare(
+        command, sampler, grammars, 0, 1, False, lambda own: own, budget=limit
+    )
     assert unmet is None
     vocab = grammars.ll.vocab_size
     fed = mx.array([1])
@@ -81,6 +94,46 @@ def test_the_mask_makes_random_logits_write_valid_json(tokenizer: Any) -> None:
         text, ended = _decode(tokenizer, grammar, seed)
         assert ended, f"no end within the limit: {text!r}"
         jsonschema.validate(json.loads(text), SCHEMA)
+
+
+@pytest.mark.parametrize("budget", [3, 4, 5, 8, 13, 21, 34])
+def test_a_json_object_closes_within_its_budget(tokenizer: Any, budget: int) -> None:
+    """Random logits (which nest and leave strings open at will) under ``json_object``:
+    every answer ends with the end-of-sequence token within ``budget`` tokens and parses
+    as an object; without the closing, the same logits run out of tokens."""
+    grammar = json_object_constraint().grammar
+    grammars = Grammars(tokenizer, None)
+    unclosed = 0
+    for seed in range(12):
+        text, ended = _decode(tokenizer, grammar, seed, budget, True, grammars)
+        assert ended, f"no end within {budget} tokens: {text!r}"
+        assert isinstance(json.loads(text), dict), text
+        unclosed += not _decode(tokenizer, grammar, seed, budget, False, grammars)[1]
+    assert unclosed >= 6  # the closing did it, not the logits
+
+
+def test_the_vocabulary_index_bounds_each_token_as_its_bytes_say(tokenizer: Any) -> None:
+    index = Grammars(tokenizer, None).index
+    for token, data in enumerate(index.tokens):
+        most = sum(MAX_GROWTH[b] for b in data)
+        assert index.anywhere[token] == most, data
+        closer = JsonCloser()
+        closer.feed(b'{"a":"')  # inside a string, between whole characters
+        if closer.feed(data) and b'"' not in data and b"\\" not in data:
+            assert index.in_string[token] == len(closer.suffix()) - 2, data
+        else:
+            assert index.in_string[token] in (most, 0), data
+    found = {index.tokens[t] for t in index.prefixes(b'":0}')}
+    assert b'"' in found and all(b'":0}'.startswith(data) for data in found)
+
+
+def test_a_json_schema_is_not_closed_early(tokenizer: Any) -> None:
+    """Only ``json_object`` is closed (a schema's required fields are the schema's): a
+    schema request with ``json_object`` unset runs as before."""
+    grammar = json_schema_constraint(SCHEMA, True, "schema").grammar
+    command = {"grammar": grammar}
+    prepared, _ = prepare(command, lambda x: x, Grammars(tokenizer, None), 0, 1, False, id, 9)
+    assert prepared.processors[0].closing is None  # type: ignore[attr-defined]
 
 
 def test_a_grammar_the_rank_cannot_compile_is_refused(tokenizer: Any) -> None:
@@ -116,7 +169,13 @@ def test_on_several_ranks_rank_0_alone_masks_and_the_others_take_its_token(
 
 @pytest.mark.parametrize(
     ("fields", "said"),
-    [({"grammar": ""}, "grammar"), ({"grammar": 3}, "grammar"), ({"logprobs": 21}, "logprobs")],
+    [
+        ({"grammar": ""}, "grammar"),
+        ({"grammar": 3}, "grammar"),
+        ({"logprobs": 21}, "logprobs"),
+        ({"json_object": True}, "json_object"),
+        ({"grammar": "g", "json_object": 1}, "json_object"),
+    ],
 )
 def test_the_generate_command_checks_grammar_and_logprobs(
     fields: dict[str, Any], said: str
