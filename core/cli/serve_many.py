@@ -161,7 +161,12 @@ def specs_of(args: argparse.Namespace, err: TextIO, stage: Stage) -> list[ModelS
         specs.append(ModelSpec(info.name, make, at_start, keep))
         if at_start and args.demo:
             session = make()
-            session.start(Step.PLAN)
+            try:
+                session.start(Step.PLAN)
+            except ClusterError as error:  # as place_together says it of a set
+                raise ClusterError(
+                    f"Leave out {info.name}: it does not fit alone ({error})"
+                ) from None
             if session.plan is not None:
                 plans.append((info.name, session.plan))
     placement = place_together(plans)
