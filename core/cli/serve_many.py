@@ -194,7 +194,9 @@ def serve_many(
             out.write(line + "\n")
             out.flush()
 
-    settings = ServeSettings(gate, say, args.max_waiting, args.shared_prompt_cache)
+    settings = ServeSettings(
+        gate, say, args.max_waiting, args.shared_prompt_cache, args.metrics_without_key
+    )
     registry = ModelRegistry(specs, settings)
     server = ManyServer(registry, args.host, args.port)
     stage.session = None

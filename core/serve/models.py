@@ -37,6 +37,7 @@ from core.serve.answers import Answerer
 from core.serve.app import Served
 from core.serve.errors import APIError
 from core.serve.keys import Gate
+from core.serve.model_metrics import ModelFigures
 from core.serve.prompts import PromptMaker
 from core.worker import protocol as p
 
@@ -80,6 +81,7 @@ class ModelEntry:
     in_flight: int = 0  # requests through the front now (before and while answered)
     error: str = ""  # why its last load failed
     changing: asyncio.Future[None] | None = None  # a load or unload under way
+    figures: ModelFigures | None = None  # its metrics and records while loaded
     _failed_watch: Callable[[str, str], None] | None = field(default=None, repr=False)
 
     @property
@@ -110,6 +112,7 @@ class ServeSettings:
     log: Callable[[str], None]
     max_waiting: int
     shared_prompt_cache: bool = False
+    metrics_without_key: bool = False  # GET /metrics open to anyone who reaches the port
 
 
 class ModelRegistry:
@@ -374,7 +377,9 @@ class ModelRegistry:
             await asyncio.to_thread(session.stop)  # its answers end: "the cluster stopped"
         if served is not None:
             await served.answers.close()
-        entry.session = entry.served = entry.plan = None
+        if entry.figures is not None:  # its last answers kept: off the loop
+            await asyncio.to_thread(entry.figures.close)
+        entry.session = entry.served = entry.plan = entry.figures = None
         entry.in_flight, entry.keep_alive_s = 0, entry.spec.keep_alive_s
         entry.state = ModelState.UNLOADED
         self.settings.log(f"model {entry.name}: unloaded, its ranks ended")
@@ -415,12 +420,15 @@ class ModelRegistry:
         settings, info = self.settings, session.info
         spec = session.spec or session.job_spec()
         name = entry.name
+        entry.figures = figures = ModelFigures(session)
+        answers = Answerer(session, settings.max_waiting, figures.sent, spec.batch)
         return Served(
             name,
             info.context_length,
             settings.gate,
-            Answerer(session, settings.max_waiting, None, spec.batch),
+            answers,
             lambda line: settings.log(f"{line} [{name}]"),
+            figures.follow(answers),
             prompts=PromptMaker(_folder(session), info.context_length),
             shared_prompt_cache=settings.shared_prompt_cache,
         )

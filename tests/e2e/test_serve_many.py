@@ -20,6 +20,7 @@ import httpx
 import openai
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.ctrlc import gone
 from tests.helpers.header_models import llama_config, llama_tensors, write_sparse_model
@@ -139,6 +140,46 @@ def test_two_models_answer_openai_clients_at_once_and_the_list_says_what_is_load
     ).json()
     running = {m["name"]: m["macmesh"]["nodes"] for m in ps["models"]}
     assert set(running) == {MODEL, TINY_A} and all(running.values())
+
+
+def _metrics(served: Served, key: str | None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.get(f"http://127.0.0.1:{served.port}/metrics", headers=headers)
+
+
+def _series(text: str) -> dict[tuple[str, str, str], float]:
+    """(sample, model, status) → value of a Prometheus text."""
+    return {
+        (s.name, s.labels.get("model", ""), s.labels.get("status", "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_give_every_loaded_models_series_labelled_by_model(served: Served) -> None:
+    """GET /metrics with several models: each loaded model's requests and tokens under
+    its own ``model`` label (a model not loaded has none); a key is needed, as for one."""
+    assert _metrics(served, None).status_code == 401
+    for model in (MODEL, TINY_A):
+        _client(served).completions.create(model=model, prompt="Once", max_tokens=4)
+
+    def counted() -> dict[tuple[str, str, str], float]:
+        got = _metrics(served, served.key)
+        assert got.status_code == 200 and got.headers["content-type"].startswith("text/plain")
+        return _series(got.text)
+
+    wait_until(
+        lambda: all(
+            counted().get(("macmesh_api_generation_tokens_total", m, "")) for m in (MODEL, TINY_A)
+        ),
+        30,
+        "both models' tokens counted",
+    )
+    series = counted()
+    for model in (MODEL, TINY_A):
+        assert series[("macmesh_api_requests_total", model, "200")] >= 1
+        assert series[("macmesh_api_running_limit", model, "")] >= 1
+    assert {model for _name, model, _status in series} == {MODEL, TINY_A}
 
 
 def test_a_loadable_model_loads_on_its_first_request_then_unloads_after_its_keep_alive(
