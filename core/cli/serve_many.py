@@ -32,14 +32,10 @@ from core.run import demo
 from core.run.errors import ClusterError
 from core.run.session import Session, real_hosts, simulated_hosts
 from core.run.states import Step
+from core.serve.keep_alive import DEFAULT_KEEP_ALIVE_S, parse_keep_alive
 from core.serve.keys import Gate, KeyStore
-from core.serve.models import (
-    DEFAULT_KEEP_ALIVE_S,
-    ModelRegistry,
-    ModelSpec,
-    ServeSettings,
-    parse_keep_alive,
-)
+from core.serve.model_list import describe
+from core.serve.models import ModelRegistry, ModelSpec, ServeSettings
 from core.serve.serve_many import ManyServer
 from core.settings import load_settings
 from core.worker.vocab import Strategy
@@ -224,4 +220,4 @@ def serve_many(
 
 
 def describe_all(registry: ModelRegistry) -> list[dict[str, Any]]:
-    return [registry.describe(e) for e in registry.entries.values()]
+    return [describe(e) for e in registry.entries.values()]

@@ -44,10 +44,12 @@ from core.serve.app import (
     until_disconnect,
 )
 from core.serve.errors import APIError, bad_request, unauthorized
+from core.serve.keep_alive import FOREVER, parse_keep_alive
 from core.serve.metrics import CONTENT_TYPE
 from core.serve.metrics import PATH as METRICS_PATH
+from core.serve.model_list import describe
 from core.serve.model_metrics import exposition
-from core.serve.models import FOREVER, ModelEntry, ModelRegistry, ModelState, parse_keep_alive
+from core.serve.models import ModelEntry, ModelRegistry, ModelState
 from core.serve.requests import parse_json
 from core.serve.routes import create_app
 
@@ -72,7 +74,7 @@ class Front:
         created = int(time.time())
         data = []
         for entry in self.registry.entries.values():
-            described = self.registry.describe(entry)
+            described = describe(entry)
             data.append(
                 {
                     "id": entry.name,
@@ -322,7 +324,7 @@ def _keep_alive(body: dict[str, Any]) -> float | None:
 
 
 def _ollama_model(entry: ModelEntry, registry: ModelRegistry) -> dict[str, Any]:
-    described = registry.describe(entry)
+    described = describe(entry)
     left = described["unloads_in_s"]
     expires = (
         _iso(time.time() + left) if left is not None and entry.keep_alive_s != FOREVER else None
