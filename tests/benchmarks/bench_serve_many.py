@@ -4,13 +4,18 @@
   answer) against the same request once it is loaded (the median of 3).
 - ``interference``: two models (the demo model twice, under two names: the same work
   each) each streaming to 4 clients at once, against each alone: each model's aggregate
-  tokens/s and the interference (1 - together / alone). ``separate_macs``: the two on
+  tokens/s and the interference (1 - together / alone), the medians of ROUNDS rounds
+  taken in turn (alone A, alone B, together). ``separate_macs``: the two on
   separate simulated Macs (Studio A+B and C+D) with every thread of each model's rank
   processes pinned to its own core (``os.sched_setaffinity``; one model per core: one
   per "Mac"), alone and together alike: the issue's "separate Macs", whose bound is
   15 %. ``shared_macs``: both on Studio A+B, unpinned, sharing every core. The API
   server and the clients run in this process on any core in both (a real cluster's
-  server shares one machine too).
+  server shares one machine too). ``other_processes_cores``: the cores the machine's
+  other processes kept busy meanwhile (the medians, alone and together): on a machine
+  shared with other work, a model alone on its core has the other core's spare time
+  for that work, two models together have none, so this share is what the "together"
+  figures lost to others, not to each other.
 - ``unload_stall``: the longest gap between text pieces of one model's 3 streams while
   the other model is unloaded through the API (``tests/helpers/stalls.py``: the gaps
   that overlap the unload's window against those wholly outside it), and the longest
@@ -49,6 +54,7 @@ from tests.helpers.wait import wait_until
 
 CLIENTS = 4
 TOKENS = 64
+ROUNDS = 3  # alone, alone, together: in turn, the medians
 A, B = "model-a", "model-b"
 
 
@@ -150,11 +156,10 @@ def _rank_processes(server: ManyServer, model: str) -> list[psutil.Process]:
             if "core.worker" in " ".join(child.cmdline()) and child.environ().get(
                 "MLX_HOSTFILE", ""
             ).startswith(run_dir):
-                found.append(child)
-                found.extend(child.children(recursive=True))
+                found += [child, *child.children(recursive=True)]
         except psutil.Error:
             continue
-    return found
+    return list({proc.pid: proc for proc in found}.values())
 
 
 def _pin(server: ManyServer, cores: dict[str, int]) -> dict[str, list[int]]:
@@ -174,6 +179,55 @@ def _pin(server: ManyServer, cores: dict[str, int]) -> dict[str, list[int]]:
     return pinned
 
 
+def _cpu_s() -> tuple[float, float]:
+    """(the machine's busy CPU seconds, this process's and its children's) so far."""
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+    ours = 0.0
+    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            ours += sum(proc.cpu_times()[:2])
+        except psutil.Error:
+            continue
+    return busy, ours
+
+
+def _measured(server: ManyServer, models: Sequence[str], others: list[float]) -> dict[str, float]:
+    """``_rate``, noting in ``others`` the cores the machine's other processes (other
+    sessions' work) kept busy meanwhile: what this shared machine took from the models."""
+    busy, ours, began = *_cpu_s(), time.monotonic()
+    rates = _rate(server, models)
+    busy_after, ours_after = _cpu_s()
+    others.append(((busy_after - busy) - (ours_after - ours)) / (time.monotonic() - began))
+    return rates
+
+
+def _rounds(server: ManyServer, cores: dict[str, int]) -> dict[str, Any]:
+    """Each model alone, then both together, ROUNDS times in turn (a load that comes
+    and goes on this shared machine falls on both sides alike); the medians. Pinned
+    again before each measure: threads made since."""
+    alone: dict[str, list[float]] = {A: [], B: []}
+    together: dict[str, list[float]] = {A: [], B: []}
+    others_alone: list[float] = []
+    others_together: list[float] = []
+    for _ in range(ROUNDS):
+        for one in (A, B):
+            _pin(server, cores)
+            alone[one].append(_measured(server, (one,), others_alone)[one])
+        _pin(server, cores)
+        for one, rate in _measured(server, (A, B), others_together).items():
+            together[one].append(rate)
+    median = statistics.median
+    return {
+        "alone_tokens_per_s": {m: round(median(alone[m]), 1) for m in (A, B)},
+        "together_tokens_per_s": {m: round(median(together[m]), 1) for m in (A, B)},
+        "other_processes_cores": {
+            "alone": round(median(others_alone), 2),
+            "together": round(median(others_together), 2),
+        },
+    }
+
+
 def bench_interference(model: Path) -> dict[str, Any]:
     four = demo_facts(4)
     cpus = sorted(os.sched_getaffinity(0))
@@ -189,16 +243,12 @@ def bench_interference(model: Path) -> dict[str, Any]:
             _rate(server, (A,))  # warm up both (the first answer's graph)
             _rate(server, (B,))
             cores = {A: cpus[0], B: cpus[1]} if pinned else {}
-            _pin(server, cores)  # again before each measure: threads made since
-            alone = {**_rate(server, (A,))}
-            _pin(server, cores)
-            alone.update(_rate(server, (B,)))
-            _pin(server, cores)
-            together = _rate(server, (A, B))
+            measured = _rounds(server, cores)
+        alone, together = measured["alone_tokens_per_s"], measured["together_tokens_per_s"]
         out[label] = {
             "pinned_cores": cores or None,
-            "alone_tokens_per_s": alone,
-            "together_tokens_per_s": together,
+            "rounds": ROUNDS,
+            **measured,
             "interference": {m: round(1 - together[m] / alone[m], 3) for m in (A, B)},
         }
         _say(label, out[label])
