@@ -1,6 +1,8 @@
 """``macmesh demo --headless``: the demo cluster from the terminal. Plan on the simulated
 Macs, start their ranks on this machine, ask once, print the answer as it streams,
-summarise, stop; the same ``core.run.session.Session`` as the window's Start."""
+summarise, stop; the same ``core.run.session.Session`` as the window's Start.
+``--kv-bits 8|4`` and ``--kv-group-size`` store the KV cache quantized, as ``run`` and
+``serve`` do (planned and run; the summary says them)."""
 
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ from core.cli.answer import (
 )
 from core.cli.interrupt import Stage, first_interrupt_only, interrupted
 from core.cli.options import add_adapter_argument, add_split_argument, split_of
+from core.cli.session import add_kv_arguments
 from core.cli.steps import follow, starting
 from core.library.resolve import resolve_model
 from core.model.info import ModelError, read_model_info
 from core.run import demo
 from core.run.errors import ClusterError
+from core.run.planning import Serving
 from core.run.session import Session, simulated_hosts
 from core.run.states import Step
 from core.run.tasks.adapter_payload import adapter_payloads
@@ -46,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     add_split_argument(parser)
     add_adapter_argument(parser)
+    add_kv_arguments(parser)
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
 
 
@@ -81,6 +86,7 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
             strategy=args.strategy,
             split=split_of(args),
             payloads=adapter_payloads(info, args.adapter),
+            serving=Serving.chosen(kv_bits=args.kv_bits, kv_group_size=args.kv_group_size),
         )
         follow(stage, err)(session, Phase.RUN)
         session.start(Step.PLAN)
@@ -98,6 +104,8 @@ def _headless(args: argparse.Namespace, out: TextIO, err: TextIO, stage: Stage) 
         "nodes": spec.nodes,
         "split": spec.split,
         "model": info.name,
+        "kv_bits": spec.kv_bits,
+        "kv_group_size": spec.kv_group_size,
         **adapter_about(session),
     }
     return launch_and_ask(

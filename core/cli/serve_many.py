@@ -33,14 +33,10 @@ from core.run.errors import ClusterError
 from core.run.session import Session, real_hosts, simulated_hosts
 from core.run.states import Step
 from core.run.tasks.adapter_payload import adapter_payloads
+from core.serve.keep_alive import DEFAULT_KEEP_ALIVE_S, parse_keep_alive
 from core.serve.keys import Gate, KeyStore
-from core.serve.models import (
-    DEFAULT_KEEP_ALIVE_S,
-    ModelRegistry,
-    ModelSpec,
-    ServeSettings,
-    parse_keep_alive,
-)
+from core.serve.model_list import describe
+from core.serve.models import ModelRegistry, ModelSpec, ServeSettings
 from core.serve.serve_many import ManyServer
 from core.settings import load_settings
 from core.worker.vocab import Strategy
@@ -162,7 +158,12 @@ def specs_of(args: argparse.Namespace, err: TextIO, stage: Stage) -> list[ModelS
         specs.append(ModelSpec(info.name, make, at_start, keep))
         if at_start and args.demo:
             session = make()
-            session.start(Step.PLAN)
+            try:
+                session.start(Step.PLAN)
+            except ClusterError as error:  # as place_together says it of a set
+                raise ClusterError(
+                    f"Leave out {info.name}: it does not fit alone ({error})"
+                ) from None
             if session.plan is not None:
                 plans.append((info.name, session.plan))
     placement = place_together(plans)
@@ -190,7 +191,9 @@ def serve_many(
             out.write(line + "\n")
             out.flush()
 
-    settings = ServeSettings(gate, say, args.max_waiting, args.shared_prompt_cache)
+    settings = ServeSettings(
+        gate, say, args.max_waiting, args.shared_prompt_cache, args.metrics_without_key
+    )
     registry = ModelRegistry(specs, settings)
     server = ManyServer(registry, args.host, args.port)
     stage.session = None
@@ -218,4 +221,4 @@ def serve_many(
 
 
 def describe_all(registry: ModelRegistry) -> list[dict[str, Any]]:
-    return [registry.describe(e) for e in registry.entries.values()]
+    return [describe(e) for e in registry.entries.values()]

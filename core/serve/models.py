@@ -36,12 +36,13 @@ from core.run.states import RunState, Step
 from core.serve.answers import Answerer
 from core.serve.app import Served
 from core.serve.errors import APIError
+from core.serve.keep_alive import DEFAULT_KEEP_ALIVE_S as DEFAULT_KEEP_ALIVE_S
+from core.serve.keep_alive import FOREVER as FOREVER
 from core.serve.keys import Gate
+from core.serve.model_metrics import ModelFigures
 from core.serve.prompts import PromptMaker
 from core.worker import protocol as p
 
-DEFAULT_KEEP_ALIVE_S = 30 * 60.0
-FOREVER = float("inf")
 REAP_EVERY_S = 1.0
 LOAD_WITHIN_S = 600.0  # a model's ranks not ready by then: the load failed
 
@@ -80,6 +81,7 @@ class ModelEntry:
     in_flight: int = 0  # requests through the front now (before and while answered)
     error: str = ""  # why its last load failed
     changing: asyncio.Future[None] | None = None  # a load or unload under way
+    figures: ModelFigures | None = None  # its metrics and records while loaded
     _failed_watch: Callable[[str, str], None] | None = field(default=None, repr=False)
 
     @property
@@ -110,6 +112,7 @@ class ServeSettings:
     log: Callable[[str], None]
     max_waiting: int
     shared_prompt_cache: bool = False
+    metrics_without_key: bool = False  # GET /metrics open to anyone who reaches the port
 
 
 class ModelRegistry:
@@ -374,7 +377,9 @@ class ModelRegistry:
             await asyncio.to_thread(session.stop)  # its answers end: "the cluster stopped"
         if served is not None:
             await served.answers.close()
-        entry.session = entry.served = entry.plan = None
+        if entry.figures is not None:  # its last answers kept: off the loop
+            await asyncio.to_thread(entry.figures.close)
+        entry.session = entry.served = entry.plan = entry.figures = None
         entry.in_flight, entry.keep_alive_s = 0, entry.spec.keep_alive_s
         entry.state = ModelState.UNLOADED
         self.settings.log(f"model {entry.name}: unloaded, its ranks ended")
@@ -409,45 +414,22 @@ class ModelRegistry:
                 if now - entry.last_used >= entry.keep_alive_s:
                     await self._unload(entry, f"idle for {now - entry.last_used:.0f} s")
 
-    # -- what it says of each model ----------------------------------------------------------
-
     def _served(self, entry: ModelEntry, session: Session) -> Served:
         settings, info = self.settings, session.info
         spec = session.spec or session.job_spec()
         name = entry.name
+        entry.figures = figures = ModelFigures(session)
+        answers = Answerer(session, settings.max_waiting, figures.sent, spec.batch)
         return Served(
             name,
             info.context_length,
             settings.gate,
-            Answerer(session, settings.max_waiting, None, spec.batch),
+            answers,
             lambda line: settings.log(f"{line} [{name}]"),
+            figures.follow(answers),
             prompts=PromptMaker(_folder(session), info.context_length),
             shared_prompt_cache=settings.shared_prompt_cache,
         )
-
-    def describe(self, entry: ModelEntry) -> dict[str, Any]:
-        """One model as the API and the window list it."""
-        now = time.monotonic()
-        answers = entry.served.answers if entry.served is not None else None
-        left = entry.keep_alive_s - (now - entry.last_used) if entry.last_used else None
-        return {
-            "name": entry.name,
-            "state": entry.state.value,
-            "nodes": entry.nodes(),
-            "memory_bytes": entry.memory_bytes(),
-            "strategy": entry.plan.strategy.value if entry.plan is not None else None,
-            "idle_s": round(entry.idle_s(now), 1) if entry.state is ModelState.LOADED else None,
-            "running": answers.serving if answers is not None else 0,
-            "waiting": answers.depth if answers is not None else 0,
-            "keep_alive_s": None if entry.keep_alive_s == FOREVER else entry.keep_alive_s,
-            "unloads_in_s": (
-                None
-                if entry.state is not ModelState.LOADED or left is None or left == FOREVER
-                else round(max(0.0, left), 1)
-            ),
-            "error": entry.error,
-            "pinned": entry.spec.pinned,
-        }
 
 
 def _folder(session: Session) -> Path | None:
@@ -457,30 +439,3 @@ def _folder(session: Session) -> Path | None:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:400]
-
-
-def parse_keep_alive(value: Any) -> float | None:
-    """Ollama's ``keep_alive``: seconds (a number), a duration ("30s", "5m", "1h"), a
-    negative number (forever) or 0 (unload now); None when absent. ValueError otherwise."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError("'keep_alive' must be seconds or a duration such as \"5m\".")
-    if isinstance(value, (int, float)):
-        return FOREVER if value < 0 else float(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-        for unit in ("ms", "h", "m", "s"):
-            if text.endswith(unit):
-                number = text[: -len(unit)]
-                try:
-                    seconds = float(number) * units[unit]
-                except ValueError:
-                    break
-                return FOREVER if seconds < 0 else seconds
-        else:
-            with contextlib.suppress(ValueError):
-                seconds = float(text)
-                return FOREVER if seconds < 0 else seconds
-    raise ValueError("'keep_alive' must be seconds or a duration such as \"5m\".")

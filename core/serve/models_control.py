@@ -11,7 +11,9 @@ from typing import Any
 
 from core.model.info import read_model_info
 from core.run.session import Session
-from core.serve.models import DEFAULT_KEEP_ALIVE_S, ModelSpec
+from core.serve.keep_alive import DEFAULT_KEEP_ALIVE_S
+from core.serve.model_list import describe
+from core.serve.models import ModelSpec
 from core.serve.serve_many import ManyServer
 
 LOAD_WITHIN_S = 900.0
@@ -26,11 +28,11 @@ class ServedModels:
         self.server, self._session_for = server, session_for
 
     def models(self) -> list[dict[str, Any]]:
-        """Every model as ``ModelRegistry.describe`` says it."""
+        """Every model as ``model_list.describe`` says it."""
 
         async def listed() -> list[dict[str, Any]]:
             registry = self.server.registry
-            return [registry.describe(e) for e in registry.entries.values()]
+            return [describe(e) for e in registry.entries.values()]
 
         return self.server.call(listed(), 30)
 

@@ -8,6 +8,9 @@ loaded, loading, unloaded, and where it runs), ``POST /models/load`` and
 ``GET /api/tags`` (every model) and ``GET /api/ps`` (the loaded ones), and Ollama's
 load/unload: ``POST /api/chat`` with no messages loads the model, with
 ``"keep_alive": 0`` too unloads it; a request's ``keep_alive`` sets its model's.
+``GET /metrics``: every loaded model's series, labelled by model
+(``core.serve.model_metrics``; with a key unless ``--metrics-without-key``); behind the
+window's server (a ``fallback``), its job's own.
 
 A streamed request for a model still loading gets its response started at once, with
 an SSE comment (``: loading NAME``) at once and every ``KEEP_ALIVE_S`` until the model is ready, so
@@ -41,7 +44,12 @@ from core.serve.app import (
     until_disconnect,
 )
 from core.serve.errors import APIError, bad_request, unauthorized
-from core.serve.models import FOREVER, ModelEntry, ModelRegistry, ModelState, parse_keep_alive
+from core.serve.keep_alive import FOREVER, parse_keep_alive
+from core.serve.metrics import CONTENT_TYPE
+from core.serve.metrics import PATH as METRICS_PATH
+from core.serve.model_list import describe
+from core.serve.model_metrics import exposition
+from core.serve.models import ModelEntry, ModelRegistry, ModelState
 from core.serve.requests import parse_json
 from core.serve.routes import create_app
 
@@ -66,7 +74,7 @@ class Front:
         created = int(time.time())
         data = []
         for entry in self.registry.entries.values():
-            described = self.registry.describe(entry)
+            described = describe(entry)
             data.append(
                 {
                     "id": entry.name,
@@ -102,6 +110,16 @@ class Front:
         if keep is not None:
             self.registry.keep_alive(entry, keep)
         return JSONResponse({"success": True, "model": entry.name, "state": entry.state.value})
+
+    async def metrics(self, request: Request) -> Response:
+        if not self.registry.settings.metrics_without_key:
+            self.client(request)
+        loaded = [
+            (e.name, e.served.metrics)
+            for e in self.registry.loaded()
+            if e.served is not None and e.served.metrics is not None
+        ]
+        return Response(exposition(loaded), media_type=CONTENT_TYPE)
 
     async def unload(self, request: Request) -> Response:
         self.client(request)
@@ -306,7 +324,7 @@ def _keep_alive(body: dict[str, Any]) -> float | None:
 
 
 def _ollama_model(entry: ModelEntry, registry: ModelRegistry) -> dict[str, Any]:
-    described = registry.describe(entry)
+    described = describe(entry)
     left = described["unloads_in_s"]
     expires = (
         _iso(time.time() + left) if left is not None and entry.keep_alive_s != FOREVER else None
@@ -355,6 +373,8 @@ def create_front(registry: ModelRegistry, fallback: ASGIApp | None = None) -> AS
     ]
     if fallback is not None:
         routes.append(Mount("/", app=fallback))
+    else:
+        routes.append(Route(METRICS_PATH, front.metrics, methods=["GET"]))
     app = Starlette(
         routes=routes,
         exception_handlers={

@@ -15,9 +15,11 @@ from tests.helpers.wait import wait_until
 
 
 def _macmesh(
-    args: list[str], demo_model: Path, timeout: float = 300
+    args: list[str], demo_model: Path, timeout: float = 300, logs: Path | None = None
 ) -> subprocess.CompletedProcess:
     env = dict(os.environ, MACMESH_CACHE_DIR=str(demo_model.parents[1]), HF_HUB_OFFLINE="1")
+    if logs is not None:
+        env["MACMESH_LOG_DIR"] = str(logs)
     return subprocess.run(
         [sys.executable, "-m", "gui.cli", *args],
         capture_output=True,
@@ -40,6 +42,36 @@ def test_headless_demo_streams_real_english_and_ends_with_a_json_summary(demo_mo
     for key in ("prompt_tps", "generation_tps", "ttft_s"):
         assert summary[key] > 0
     assert summary["link_bytes_per_s"]["0↔1"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("bits", "group"), [("8", None), ("4", "32")])
+def test_headless_demo_stores_the_kv_cache_quantized_at_the_bits_asked(
+    demo_model: Path, tmp_path: Path, bits: str, group: str | None
+) -> None:
+    """``--kv-bits`` (and ``--kv-group-size``, default 64) as ``run`` and ``serve`` take
+    them: the summary says them and every rank's log says its caches were quantized so."""
+    args = ["demo", "--headless", "--json", "--max-tokens", "16", "--kv-bits", bits]
+    args += ["--kv-group-size", group] if group else []
+    run = _macmesh(args, demo_model, logs=tmp_path)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (summary["kv_bits"], summary["kv_group_size"]) == (int(bits), int(group or 64))
+    assert summary["text"].strip() and ("Paris" in summary["text"] or bits == "4")
+    logs = sorted((tmp_path / "runs").glob("*/rank*.log"))
+    assert len(logs) == 2, logs
+    said = f"quantized at {bits} bits, groups of {group or 64}"
+    assert all(said in log.read_text() for log in logs)
+
+
+def test_headless_demo_refuses_kv_bits_it_cannot_run_in_one_line(demo_model: Path) -> None:
+    run = _macmesh(["demo", "--headless", "--kv-bits", "6"], demo_model)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == (
+        "macmesh: the KV cache bits (--kv-bits) must be 16 (not quantized), 8 or 4, not 6"
+    )
+    run = _macmesh(["demo", "--headless", "--kv-bits", "8", "--kv-group-size", "48"], demo_model)
+    assert run.returncode == 2 and "--kv-group-size" in run.stderr and "Starting" not in run.stderr
 
 
 def test_tensor_on_two_nodes_is_refused_with_the_reason_before_anything_starts(

@@ -7,7 +7,10 @@ unloads; a load that fails is one line and the others serve on."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,20 +20,23 @@ import httpx
 import openai
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.ctrlc import gone
+from tests.helpers.header_models import llama_config, llama_tensors, write_sparse_model
 from tests.helpers.serving import MODEL, QUESTION, Served, start_serving
+from tests.helpers.stalls import stall_in_window
 from tests.helpers.tiny_models import make_tiny_model
 from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
 TINY_A, TINY_B, BROKEN = "tiny-a", "tiny-b", "broken"
-# A stall of the other model's stream while one model unloads: the issue's bound is 1 s.
-# On this 2-core machine shared by other test runs a token can wait over a second for a
-# core with nothing unloading at all, so the test holds the streams to a wide bound (they
-# go on, none ends early) and the benchmark (bench_serve_many) reports the real gap.
-STALL_BOUND_S = 8.0
+# The issue's bound on a stall of the other model's streams while one model unloads.
+STALL_BOUND_S = 1.0
+# Pieces each stream shows before the unload and after it: the noise is measured on
+# both sides, and the window is one the streams ran through.
+AROUND_PIECES = 30
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +142,46 @@ def test_two_models_answer_openai_clients_at_once_and_the_list_says_what_is_load
     assert set(running) == {MODEL, TINY_A} and all(running.values())
 
 
+def _metrics(served: Served, key: str | None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.get(f"http://127.0.0.1:{served.port}/metrics", headers=headers)
+
+
+def _series(text: str) -> dict[tuple[str, str, str], float]:
+    """(sample, model, status) → value of a Prometheus text."""
+    return {
+        (s.name, s.labels.get("model", ""), s.labels.get("status", "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_give_every_loaded_models_series_labelled_by_model(served: Served) -> None:
+    """GET /metrics with several models: each loaded model's requests and tokens under
+    its own ``model`` label (a model not loaded has none); a key is needed, as for one."""
+    assert _metrics(served, None).status_code == 401
+    for model in (MODEL, TINY_A):
+        _client(served).completions.create(model=model, prompt="Once", max_tokens=4)
+
+    def counted() -> dict[tuple[str, str, str], float]:
+        got = _metrics(served, served.key)
+        assert got.status_code == 200 and got.headers["content-type"].startswith("text/plain")
+        return _series(got.text)
+
+    wait_until(
+        lambda: all(
+            counted().get(("macmesh_api_generation_tokens_total", m, "")) for m in (MODEL, TINY_A)
+        ),
+        30,
+        "both models' tokens counted",
+    )
+    series = counted()
+    for model in (MODEL, TINY_A):
+        assert series[("macmesh_api_requests_total", model, "200")] >= 1
+        assert series[("macmesh_api_running_limit", model, "")] >= 1
+    assert {model for _name, model, _status in series} == {MODEL, TINY_A}
+
+
 def test_a_loadable_model_loads_on_its_first_request_then_unloads_after_its_keep_alive(
     served: Served, models: dict[str, Path]
 ) -> None:
@@ -156,41 +202,46 @@ def test_an_unload_through_the_api_ends_its_ranks_while_the_other_models_streams
     served: Served, demo_model: Path
 ) -> None:
     """Three streams of tiny-a (a tiny model always runs to max_tokens) while the demo
-    model is unloaded through the API, then loaded again."""
+    model is unloaded through the API, then loaded again. None ends early, and none
+    stalls more than 1 s because of the unload: on this shared 2-core machine a token can
+    wait for a core with nothing unloading, so the bound is on the stall the unload adds.
+    The longest gap between text pieces of the three streams that overlaps the unload's
+    window (from just before the POST to just after its answer) must be at most 1 s more
+    than the longest gap the same streams showed wholly outside that window (the
+    machine's own noise, measured on at least AROUND_PIECES pieces each side)."""
     assert _ranks_of(served, str(demo_model))
-    gaps: list[list[float]] = [[] for _ in range(3)]
+    times: list[list[float]] = [[] for _ in range(3)]
     ends: list[str | None] = [None] * 3
-    started = threading.Barrier(4)
 
     def stream(i: int) -> None:
         chunks = _client(served).completions.create(
-            model=TINY_A, prompt=f"Count from {i}", max_tokens=150, stream=True
+            model=TINY_A, prompt=f"Count from {i}", max_tokens=800, stream=True
         )
-        last, first = time.monotonic(), True
         for chunk in chunks:
-            now = time.monotonic()
             if chunk.choices and chunk.choices[0].text:
-                if first:
-                    started.wait(120)
-                    first = False
-                else:
-                    gaps[i].append(now - last)
-                last = now
+                times[i].append(time.monotonic())
             if chunk.choices and chunk.choices[0].finish_reason:
                 ends[i] = chunk.choices[0].finish_reason
 
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(3)]
     for thread in threads:
         thread.start()
-    started.wait(120)
+    wait_until(
+        lambda: all(len(t) > AROUND_PIECES for t in times), 120, "the three streams to stream"
+    )
+    began = time.monotonic()
     unloaded = _post(served, "/models/unload", {"model": MODEL})
+    ended = time.monotonic()
     assert unloaded.status_code == 200 and unloaded.json()["unloaded"] is True
     assert not _ranks_of(served, str(demo_model))  # ended before the unload answered
     for thread in threads:
         thread.join(300)
     assert ends == ["length"] * 3, ends  # every stream of the other model ran to its end
-    assert all(len(g) >= 50 for g in gaps), [len(g) for g in gaps]
-    assert max(max(g) for g in gaps) < STALL_BOUND_S
+    stall = stall_in_window(times, began, ended)
+    print(f"the unload took {ended - began:.2f} s; {stall.to_dict()}")
+    assert stall.fewest_before >= AROUND_PIECES
+    assert stall.fewest_after >= AROUND_PIECES, "the streams ended before the unload did"
+    assert stall.during_s <= STALL_BOUND_S + stall.outside_s, stall.to_dict()
     assert _states(served)[MODEL] == "unloaded"
     loaded = _post(served, "/models/load", {"model": MODEL})
     assert loaded.status_code == 200 and _states(served)[MODEL] == "loaded"
@@ -260,3 +311,54 @@ def test_an_unknown_model_is_a_404_naming_the_models_served(served: Served) -> N
             model="nope", messages=[{"role": "user", "content": QUESTION}]
         )
     assert MODEL in str(refused.value) and TINY_B in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "refusal"),
+    [
+        ("2", "These models do not fit together: Studio A would need "),
+        ("1", "Leave out big-a: it does not fit alone (Needs "),
+    ],
+)
+def test_serve_refuses_a_set_that_does_not_fit_naming_the_model_to_leave_out(
+    tmp_path: Path, nodes: str, refusal: str
+) -> None:
+    """Two 55 GB models (4-bit, their weights zeros in sparse files) on the demo's Macs:
+    on Studio A + B each fits alone but not both (the later named is left out); on
+    Studio A alone not even one (the first is named). One line, exit 2, no rank started."""
+    config = llama_config(
+        layers=120, hidden=8192, heads=64, kv_heads=8, intermediate=28672, vocab=128256, bits=4
+    )
+    big = [
+        write_sparse_model(tmp_path / n, config, llama_tensors(config)) for n in ("big-a", "big-b")
+    ]
+    home = tmp_path / "home"
+    env = dict(
+        os.environ,
+        MACMESH_DATA_DIR=str(home / "data"),
+        MACMESH_LOG_DIR=str(home / "logs"),
+        MACMESH_CONFIG_DIR=str(home / "config"),
+        HF_HUB_OFFLINE="1",
+    )
+    argv = ["serve", "--demo", "--nodes", nodes, "--model", str(big[0]), "--model", str(big[1])]
+    argv += ["--port", "0", "--api-key-file", str(home / "key")]
+    done = subprocess.run(
+        [sys.executable, "-m", "gui.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"macmesh: {refusal}"), done.stderr
+    left_out = "big-b" if nodes == "2" else "big-a"
+    assert f"Leave out {left_out}" in lines[0] and "Traceback" not in done.stderr
+    assert "Serving" not in done.stdout
+    assert not (home / "logs" / "runs").exists()  # no job was ever started
+    workers = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if "core.worker" in line and str(tmp_path) in line:
+            workers.append(line)
+    assert not workers

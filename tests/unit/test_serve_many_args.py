@@ -12,7 +12,7 @@ import pytest
 from core.cli.serve import add_arguments
 from core.cli.serve_many import model_list, wants_many
 from core.run.errors import ClusterError
-from core.serve.models import DEFAULT_KEEP_ALIVE_S, FOREVER, parse_keep_alive
+from core.serve.keep_alive import DEFAULT_KEEP_ALIVE_S, FOREVER, parse_keep_alive
 
 
 def _args(*argv: str) -> argparse.Namespace:
