@@ -247,3 +247,17 @@ def test_serve_says_a_bad_models_file_in_one_line_and_exits_2(tmp_path: Path, ki
     lines = err.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"macmesh: --models-file {path}: "), lines
     assert "Traceback" not in err.getvalue() and out.getvalue() == ""
+
+
+def test_on_real_macs_each_models_session_has_its_hosts_out_of_hosts() -> None:
+    """No probe: the session is only made, on the hosts the model chose."""
+    info = _big("coder")
+    args = _args("--hosts", "me@studio-a,studio-b:2222,studio-c", "--model", "x", "--model", "y")
+    tensor = serve_many.session_maker(
+        args, info, OwnPlan(Strategy.TENSOR, ("studio-c", "studio-a"))
+    )()
+    assert [h.name for h in tensor.hosts] == ["me@studio-a", "studio-c"]
+    assert tensor.strategy is Strategy.TENSOR
+    every = serve_many.session_maker(args, info)()
+    assert [h.name for h in every.hosts] == ["me@studio-a", "studio-b:2222", "studio-c"]
+    assert every.strategy is Strategy.AUTO  # --strategy's
