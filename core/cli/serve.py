@@ -66,11 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         dest="demo_model",
-        metavar="PATH",
+        metavar="PATH[@STRATEGY][:MACS]",
         action="append",
         help="--demo: a model folder, a name `macmesh models` lists, or hf:ORG/NAME once "
         "downloaded (default: the demo model; MODEL says the same); repeated, several "
-        "models at once (`demo` names the demo model)",
+        "models at once (`demo` names the demo model), each with its own plan if given: "
+        "PATH@STRATEGY (auto, single, pipeline, tensor), PATH@STRATEGY:MACS or PATH@:MACS, "
+        "MACS the demo's Mac numbers (1,2) or hosts out of --hosts (studio-a,studio-b)",
     )
     parser.add_argument("--nodes", type=int, default=2, help="--demo: simulated Macs, 1-4")
     serve_many.add_arguments(parser)

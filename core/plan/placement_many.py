@@ -1,6 +1,8 @@
-"""Several models on the same Macs (issue 37): each model has its own plan (a strategy and
-a set of Macs, ``core.plan.planner``); together they fit when, on every Mac, the sum of
-what each model's ranks there need at their peak (weights, the batch's KV cache, the
+"""Several models on one cluster (issue 37): each model has its own plan (a strategy and
+its own set of Macs, ``core.plan.planner`` run on the Macs that model was given: the
+command line's ``MODEL@STRATEGY:MACS`` or a models file's, ``core.cli.model_plans``);
+together they fit when, on every Mac, the sum of what the ranks there of the models that
+use it need at their peak (weights, the batch's KV cache, the
 prompt cache's share, activations, what loading holds) is within that Mac's usable
 memory (its GPU limit less the margin, counted once per Mac).
 
@@ -54,7 +56,7 @@ class Placement:
 
     @property
     def fits(self) -> bool:
-        return all(node.fits for node in self.nodes)
+        return not self.leave_out and all(node.fits for node in self.nodes)
 
 
 def node_use(plans: Sequence[tuple[str, Plan]]) -> tuple[NodeUse, ...]:

@@ -57,6 +57,7 @@ def test_a_set_that_does_not_fit_names_the_model_to_leave_out() -> None:
 def test_a_model_that_does_not_fit_alone_is_left_out_with_the_planners_reason() -> None:
     placement = place_together([("A", _plan(2)), ("huge", _plan(200))])
     assert placement.leave_out == ("huge",) and "does not fit alone" in placement.reason
+    assert not placement.fits  # even though the rest (A) fits
 
 
 def test_a_model_listed_twice_is_refused() -> None:
@@ -74,3 +75,35 @@ def test_room_for_unloads_idle_models_least_recently_used_first_never_a_busy_one
     assert unload == [] and "answering now" in why and "old" in why
     unload, why = room_for(("huge", _plan(200)), loaded)
     assert unload == [] and "does not fit" in why
+
+
+FOUR = [Node("a", 32 * GIB), Node("b", 32 * GIB), Node("c", 32 * GIB), Node("d", 32 * GIB)]
+
+
+def test_two_models_fit_on_separate_macs_where_they_do_not_on_the_same_ones() -> None:
+    """Each model planned on its own Macs: the sum is per Mac, over the models there."""
+    ab, cd = [n for n in FOUR if n.name in "ab"], [n for n in FOUR if n.name in "cd"]
+    apart = place_together([("coder", _plan(24, nodes=ab)), ("writer", _plan(24, nodes=cd))])
+    assert apart.fits, apart.reason
+    assert {use.node: [m for m, _need in use.by_model] for use in apart.nodes} == {
+        "a": ["coder"],
+        "b": ["coder"],
+        "c": ["writer"],
+        "d": ["writer"],
+    }
+    shared = place_together([("coder", _plan(24, nodes=ab)), ("writer", _plan(24, nodes=ab))])
+    assert not shared.fits and shared.leave_out == ("writer",)
+    assert shared.reason.startswith("These models do not fit together")
+    assert "Leave out writer" in shared.reason
+
+
+def test_models_overlapping_on_one_mac_are_summed_there_only() -> None:
+    ab, bc = [n for n in FOUR if n.name in "ab"], [n for n in FOUR if n.name in "bc"]
+    first, second = _plan(20, nodes=ab), _plan(20, nodes=bc)
+    placement = place_together([("first", first), ("second", second)])
+    used = {use.node: use for use in placement.nodes}
+    assert set(used) == {"a", "b", "c"}
+    assert [m for m, _need in used["b"].by_model] == ["first", "second"]
+    assert [m for m, _need in used["a"].by_model] == ["first"]
+    wanted_b = sum(r.need_bytes for p in (first, second) for r in p.ranks if r.node == "b")
+    assert used["b"].used_bytes == wanted_b

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.cli.serve import add_arguments
-from core.cli.serve_many import model_list, wants_many
+from core.cli.serve_many import NamedModel, model_list, wants_many
 from core.run.errors import ClusterError
 from core.serve.keep_alive import DEFAULT_KEEP_ALIVE_S, FOREVER, parse_keep_alive
 
@@ -19,6 +19,10 @@ def _args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     return parser.parse_args(list(argv))
+
+
+def _plain(named: list[NamedModel]) -> list[tuple[str, bool, float]]:
+    return [(n.model, n.at_start, n.keep_alive_s) for n in named]
 
 
 @pytest.mark.parametrize(
@@ -55,8 +59,9 @@ def test_one_model_is_the_single_model_server_and_two_are_several() -> None:
 
 def test_the_models_with_their_load_and_keep_alive() -> None:
     args = _args("--demo", "--model", "a", "--model", "b", "--loadable", "c", "--keep-alive", "10m")
-    assert model_list(args) == [("a", True, 600.0), ("b", True, 600.0), ("c", False, 600.0)]
-    assert model_list(_args("--demo", "--model", "a", "--model", "b"))[0][2] == DEFAULT_KEEP_ALIVE_S
+    assert _plain(model_list(args)) == [("a", True, 600.0), ("b", True, 600.0), ("c", False, 600.0)]
+    first = model_list(_args("--demo", "--model", "a", "--model", "b"))[0]
+    assert first.keep_alive_s == DEFAULT_KEEP_ALIVE_S
 
 
 def test_a_models_file(tmp_path: Path) -> None:
@@ -66,7 +71,7 @@ def test_a_models_file(tmp_path: Path) -> None:
             {"models": [{"model": "a"}, {"model": "b", "load": "on-demand", "keep_alive": 0}]}
         )
     )
-    assert model_list(_args("--demo", "--models-file", str(path))) == [
+    assert _plain(model_list(_args("--demo", "--models-file", str(path)))) == [
         ("a", True, DEFAULT_KEEP_ALIVE_S),
         ("b", False, 0.0),
     ]
