@@ -1,11 +1,12 @@
 """Every command watches its sessions one way (``core.cli.steps.follow``): run, demo,
 serve, linktest, compare and finetune each hand their task's session to ``follow``, so a
 failed check is printed with its fix and a copy with its progress, whichever command it
-is. The session is a fake at the task/session boundary: ``Session.start`` emits what a
-real session emits on its signals (its steps beginning, ``checked`` with a report whose
-check on one Mac failed, ``copy_progress`` for the other Mac's copy) and ends NOT_READY
-with the failed check as its detail, as a real failed check does. Only ``follow`` turns
-those signals into lines: a command that stopped passing it prints none of them."""
+is. The session is a fake at the task/session boundary (``tests.helpers.watched``):
+``Session.start`` emits what a real session emits on its signals (its steps beginning,
+``checked`` with a report whose check on one Mac failed, ``copy_progress`` for the other
+Mac's copy) and ends NOT_READY with the failed check as its detail, as a real failed
+check does. Only ``follow`` turns those signals into lines: a command that stopped
+passing it prints none of them."""
 
 from __future__ import annotations
 
@@ -24,66 +25,20 @@ from core.cli import linktest as cli_linktest
 from core.cli import run as cli_run
 from core.cli import serve as cli_serve
 from core.cli.interrupt import Stage
-from core.remote.modelcopy import CopyProgress
-from core.run.checks.backend_choice import BackendChoice
-from core.run.checks.report import Check, PreflightReport
 from core.run.session import Session
-from core.run.states import RunState, Step
-from core.worker.vocab import Backend
+from tests.helpers import watched
 from tests.helpers.tune_data import write_chat_data
 
 HOSTS = ("127.0.0.2:2222", "127.0.0.3:2222")  # never reached: the session is a fake
-FIX = "On {node} run `mm-py -m pip install mlx mlx-lm`"
-MB = 1024 * 1024  # as core.units says it
-
-
-class Started:
-    """What the fake start was asked for, per session (a command must start once)."""
-
-    def __init__(self) -> None:
-        self.sessions: list[Session] = []
 
 
 @pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Started:
-    """``Session.start`` replaced by a fake that emits a failed check with its fix and a
-    copy's progress, then stops NOT_READY; MacMesh's folders in ``tmp_path``."""
+def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Session]:
+    """``Session.start`` a fake (``tests.helpers.watched``); MacMesh's folders in tmp."""
     monkeypatch.setenv("MACMESH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("MACMESH_DATA_DIR", str(tmp_path / "home"))
     monkeypatch.setenv("MACMESH_LOG_DIR", str(tmp_path / "logs"))
-    seen = Started()
-
-    def start(self: Session, until: Step = Step.LAUNCH, *, reprobe: bool = False) -> bool:
-        seen.sessions.append(self)
-        failing, copying = self.hosts[-1].name, self.hosts[0].name
-        self.step_started.emit(Step.PROBE.value)
-        self._set(RunState.CHECKING)
-        self.step_started.emit(Step.PREFLIGHT.value)
-        report = PreflightReport(
-            checks=(
-                Check.ok(copying, "python", f"{copying}'s Python has mlx and mlx-lm"),
-                Check.fail(
-                    failing,
-                    "python",
-                    f"{failing}'s Python (mm-py) has no mlx or mlx-lm",
-                    FIX.format(node=failing),
-                ),
-            ),
-            backend=BackendChoice(Backend.RING, "ring over TCP"),
-            copies_needed=(copying,),
-        )
-        self.report = report
-        self.checked.emit(report)
-        for done in (0, 40 * MB, 100 * MB):
-            self.copy_progress.emit(
-                CopyProgress(copying, "copying", done, 100 * MB, rate=20.0 * MB, eta_s=3.0)
-            )
-        self.error = report.failed_detail()
-        self._set(RunState.NOT_READY, self.error)
-        return False
-
-    monkeypatch.setattr(Session, "start", start)
-    return seen
+    return watched.failing_start(monkeypatch)
 
 
 def _args(module: ModuleType, argv: list[str]) -> argparse.Namespace:
@@ -141,19 +96,19 @@ COMMANDS: dict[str, tuple[Command, int]] = {  # each command, and its exit on a 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_every_command_prints_a_failed_check_with_its_fix_and_a_copys_progress(
-    name: str, started: Started, demo_model: Path, tmp_path: Path
+    name: str, started: list[Session], demo_model: Path, tmp_path: Path
 ) -> None:
     command, code = COMMANDS[name]
     out, err = io.StringIO(), io.StringIO()
     assert command(demo_model, tmp_path, out, err) == code, err.getvalue()
     said = err.getvalue()
-    assert len(started.sessions) == 1, said  # the command stopped at its first start
-    [session] = started.sessions
-    failing, copying = session.hosts[-1].name, session.hosts[0].name
+    assert len(started) == 1, said  # the command stopped at its first start
+    [session] = started
+    copying = watched.copying(session)
     assert "Traceback" not in said
     # The failed check, its fix under it, and the verdict: format_report's lines.
-    assert f"[FAIL] {failing}'s Python (mm-py) has no mlx or mlx-lm\n" in said, said
-    assert f"       → {FIX.format(node=failing)}\n" in said, said
+    assert f"[FAIL] {watched.problem(session)}\n" in said, said
+    assert f"       → {watched.fix(session)}\n" in said, said
     assert f"[ok  ] {copying}'s Python has mlx and mlx-lm\n" in said
     assert "Not ready: 1 check failed." in said
     # The copy's progress: a line at each tenth (0 %, 40 %, done), with rate and time left.
@@ -170,7 +125,7 @@ def test_every_command_prints_a_failed_check_with_its_fix_and_a_copys_progress(
 
 @pytest.mark.parametrize("name", ["run", "serve", "linktest", "compare", "finetune"])
 def test_every_command_on_real_macs_ends_with_the_failed_check_in_one_line(
-    name: str, started: Started, demo_model: Path, tmp_path: Path
+    name: str, started: list[Session], demo_model: Path, tmp_path: Path
 ) -> None:
     """After the report, one line says why nothing was started (run and serve: the checks
     above; the others: the session's detail, naming the Mac and its check)."""
@@ -178,9 +133,9 @@ def test_every_command_on_real_macs_ends_with_the_failed_check_in_one_line(
     err = io.StringIO()
     command(demo_model, tmp_path, io.StringIO(), err)
     last = err.getvalue().splitlines()[-1]
-    failing = started.sessions[0].hosts[-1].name
+    session = started[0]
     if name in ("run", "serve"):
         assert last == "macmesh: the checks above failed; nothing was started", last
     else:
-        detail = f"A check failed ({failing}: {failing}'s Python (mm-py) has no mlx or mlx-lm)"
+        detail = f"A check failed ({watched.failing(session)}: {watched.problem(session)})"
         assert last.startswith(f"macmesh: {detail}"), last
