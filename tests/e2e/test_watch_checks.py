@@ -45,8 +45,20 @@ def _says_the_failed_check(run: subprocess.CompletedProcess, macs: NoMlxMacs) ->
     assert f"[FAIL] {node}'s Python" in err and macs.problem in err, err
     assert f"→ {macs.fix}" in err, err  # its fix
     assert "Not ready: 1 check failed." in err
-    assert f"macmesh: A check failed ({node}: {node}'s Python" in err  # the session's detail
     assert "Copying the model to" not in err and "Starting" not in err
+
+
+@pytest.mark.timeout(600)
+def test_run_prints_the_failed_check_and_its_fix(
+    sshd: SSHServer, tmp_path: Path, tiny_models
+) -> None:
+    """What compare and finetune are held to: ``macmesh run`` on the same Macs."""
+    run = _macmesh(["run", str(tiny_models["llama"]), "--max-tokens", "4"], sshd, tmp_path)
+    assert run.returncode == 2, run.stderr
+    _says_the_failed_check(run, no_mlx_macs(sshd, tmp_path))
+    assert run.stderr.endswith("macmesh: the checks above failed; nothing was started\n")
+    assert run.stdout == ""
+    assert wait_nothing_left(sshd) == []
 
 
 @pytest.mark.timeout(600)
@@ -58,6 +70,7 @@ def test_compare_prints_the_failed_check_and_its_fix(
     macs = no_mlx_macs(sshd, tmp_path)
     _says_the_failed_check(run, macs)
     assert f"On one Mac ({macs.node})…" in run.stderr  # the run named as it began
+    assert f"macmesh: A check failed ({macs.node}: {macs.node}'s Python" in run.stderr
     assert run.stdout == ""
     assert wait_nothing_left(sshd) == []
 
@@ -70,7 +83,9 @@ def test_finetune_prints_the_failed_check_and_its_fix(
     command = ["finetune", str(tiny_models["llama"]), "--data", str(data), "--iters", "2"]
     run = _macmesh(command, sshd, tmp_path)
     assert run.returncode == 1, run.stderr
-    _says_the_failed_check(run, no_mlx_macs(sshd, tmp_path))
+    macs = no_mlx_macs(sshd, tmp_path)
+    _says_the_failed_check(run, macs)
+    assert f"macmesh: A check failed ({macs.node}: {macs.node}'s Python" in run.stderr
     assert "Training on" not in run.stderr
     assert not list((tmp_path / "home").rglob("*.safetensors"))  # no adapter left behind
     assert wait_nothing_left(sshd) == []
