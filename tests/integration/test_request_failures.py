@@ -72,9 +72,11 @@ def test_a_refused_template_ends_its_request_alone_and_the_job_serves_on(
     assert error["request"] == refused and error["rank"] == 0  # said once, by rank 0
 
 
-@pytest.mark.parametrize("batch", [8, 1])
-def test_gemmas_system_rule_refuses_one_request_alone(models: dict, batch: int) -> None:
-    job = Job(JobSpec(model=models["gemma"], strategy="pipeline", nodes=2, batch=batch))
+@pytest.mark.parametrize(("strategy", "nodes", "batch"), [*CASES, ("single", 1, 8)])
+def test_gemmas_system_rule_refuses_one_request_alone(
+    models: dict, strategy: str, nodes: int, batch: int
+) -> None:
+    job = Job(JobSpec(model=models["gemma"], strategy=strategy, nodes=nodes, batch=batch))
     job.start()
     try:
         job.wait_ready(timeout=180)
