@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, TextIO
 
 from core.run.checks.report import format_report
+from core.run.job.rank_status import starting_ranks
 from core.run.states import Step
 from core.run.tasks.adapter_payload import AdapterPayload
 from core.run.tasks.watch import Phase, Watch
@@ -97,7 +98,7 @@ def _adapter_name(session: Session) -> str:
 
 def starting(nodes: Sequence[str]) -> str:
     """The one line every command says as its ranks start: how many, on which Macs."""
-    return f"Starting {len(nodes)} rank(s) on {', '.join(nodes)}…\n"
+    return starting_ranks(len(nodes), nodes) + "\n"
 
 
 def progress_printer(write: Callable[[str], None]) -> Callable[[CopyProgress], None]:

@@ -135,6 +135,8 @@ class Manifest:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise ManifestError(f"not a MacMesh manifest: {error}") from error
+        except RecursionError:
+            raise ManifestError("not a MacMesh manifest: nested too deeply") from None
         if not isinstance(data, dict):
             raise ManifestError("not a MacMesh manifest: not a JSON object")
         return cls.from_dict(data)

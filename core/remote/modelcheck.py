@@ -227,7 +227,7 @@ def marker_stats(text: str, marker: Manifest) -> dict[str, tuple[int, str]]:
     written (COMMIT_SCRIPT); {} for a marker without them or with malformed ones."""
     try:
         stats = json.loads(text).get("stat")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return {}
     found: dict[str, tuple[int, str]] = {}
     if not isinstance(stats, list) or len(stats) != len(marker.files):

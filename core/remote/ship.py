@@ -160,6 +160,6 @@ def _parse(stdout: str) -> tuple[str | None, dict[str, Any] | None]:
         elif line.startswith("{"):
             try:
                 versions = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
     return root, versions if isinstance(versions, dict) else None

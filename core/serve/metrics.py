@@ -10,8 +10,8 @@ comes from where the window and the run history read it.
 - the queue and the running batch: the ``Answerer``'s own ``depth`` and ``serving``, read at
   each scrape (the Run pane's "serving N at once · M waiting");
 - tokens in, out and from the prompt cache, time to first token and tokens/s: each answer's
-  figures as the history keeps them (``core.run.tasks.chat.answer_figures``, handed over by
-  ``core.serve.records.ApiRecords`` when its ``done`` arrives);
+  figures as the history keeps them (``core.run.measure.telemetry.AnswerFigures``, handed
+  over by ``core.serve.records.ApiRecords`` when its ``done`` arrives);
 - each link's bytes and each rank's memory: the ``Telemetry`` the records keep (the same
   class, fed the same events, as the window's plots), read at each scrape.
 """
@@ -83,7 +83,7 @@ class ServeMetrics:
             self.requests.labels(status=str(status)).inc()
 
     def answered(self, figures: AnswerFigures) -> None:
-        """One answer's figures (``answer_figures``): its tokens, TTFT and speed."""
+        """One answer's figures (``AnswerFigures``): its tokens, TTFT and speed."""
         self.prompt_tokens.inc(figures.prompt_tokens or 0)
         self.generation_tokens.inc(figures.generation_tokens)
         self.cached_tokens.inc(figures.cached_tokens)

@@ -145,7 +145,7 @@ class CallReader:
         calls: list[Call] = []
         try:
             calls = _calls(json.loads(text))
-        except ValueError:
+        except (ValueError, RecursionError):
             if self.form is not None and self.form.start in text:
                 inner = text.split(self.form.start, 1)[1]
                 inner = inner.split(self.form.end, 1)[0] if self.form.end else inner

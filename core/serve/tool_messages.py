@@ -137,7 +137,7 @@ def _given_call(call: Any, where: str, arguments_as_text: bool, index: int) -> M
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             raise bad_request(
                 f"'{where}.function.arguments' must be a JSON object's text.",
                 f"{where}.function.arguments",

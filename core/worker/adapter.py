@@ -45,6 +45,8 @@ def read_config(folder: Path) -> dict[str, Any]:
         config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise AdapterError(f"{folder / CONFIG} cannot be read: {exc}") from None
+    except RecursionError:
+        raise AdapterError(f"{folder / CONFIG} is nested too deeply") from None
     if not isinstance(config, dict):
         raise AdapterError(f"{folder / CONFIG} is not a JSON object")
     kind = config.get("fine_tune_type", "lora")
@@ -119,6 +121,6 @@ def _name(folder: Path) -> str:
         meta = json.loads((folder / "macmesh.json").read_text(encoding="utf-8"))
         if isinstance(meta, dict) and isinstance(meta.get("name"), str):
             return str(meta["name"])
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         pass
     return folder.name

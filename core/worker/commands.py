@@ -98,6 +98,8 @@ def parse_command(line: str) -> Command:
         record = json.loads(line)
     except ValueError as exc:
         raise ValueError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("not JSON: nested too deeply") from None
     if not isinstance(record, dict) or record.get("op") not in OPS:
         raise ValueError(f"not a command (expected 'op' in {sorted(OPS)})")
     reason = mismatch(record, _KINDS[record["op"]])

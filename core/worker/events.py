@@ -268,7 +268,7 @@ def parse_event(line: str) -> Event | None:
         return None
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json goes
         return None
     if not isinstance(record, dict) or not isinstance(record.get("event"), str):
         return None

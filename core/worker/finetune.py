@@ -87,6 +87,8 @@ def read_settings(value: str) -> dict[str, Any]:
         raw = json.loads(text)
     except ValueError as exc:
         raise TrainingError(f"the settings are not JSON: {exc}") from exc
+    except RecursionError:
+        raise TrainingError("the settings are nested too deeply") from None
     if not isinstance(raw, dict):
         raise TrainingError("the settings must be a JSON object")
     unknown = sorted(set(raw) - set(DEFAULTS))

@@ -392,7 +392,7 @@ def _request_id(line: str) -> str:
     """The id of a refused command, when it has one, so its caller is answered."""
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     return str(record.get("id", "")) if isinstance(record, dict) else ""
 

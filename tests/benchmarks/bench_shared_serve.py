@@ -37,6 +37,7 @@ from core.run.session import Session, simulated_hosts
 from core.serve.keys import Gate, KeyStore
 from core.serve.server import APIServer, ServerOptions
 from tests.helpers.serving import free_port
+from tests.helpers.wait import wait_until
 
 HUGE = 7_900_000  # bytes: the 7.9 MB prompt
 
@@ -144,10 +145,9 @@ def _context_prompt(server: APIServer) -> str:
 def bench_stall(model: Path) -> dict[str, Any]:
     with _served(model) as (server, name, (key_a, key_b)):
         stream = Stream(server, name, key_a, 2400)
-        while len(stream.arrivals) < 5:
-            time.sleep(0.1)
+        wait_until(lambda: len(stream.arrivals) >= 5, 120, "the stream's first 5 tokens")
         start = time.monotonic()
-        time.sleep(8)
+        time.sleep(8)  # the window measured: the stream alone (not a wait for anything)
         alone = _said("longest_gap_alone_s", stream.longest_gap(start, time.monotonic()))
 
         huge = {"model": name, "prompt": "x" * HUGE, "max_tokens": 4}
@@ -164,7 +164,7 @@ def bench_stall(model: Path) -> dict[str, Any]:
             thread.start()
         for thread in threads:
             thread.join()
-        time.sleep(2)
+        time.sleep(2)  # the window measured goes on past the refusals
         during_huge = _said("during huge", stream.longest_gap(t0, time.monotonic()))
 
         text = _context_prompt(server)

@@ -3,6 +3,8 @@ on the demo cluster with a tiny model whose chat template is Mistral's:
 
 - ``[user, user]`` answers 400 quoting the template, while a stream running at the same
   time finishes, and the next request is answered: pipeline, tensor and ``--batch 1``.
+- With ``--batch 1`` an ordinary ``[system, user]`` request on the demo model is a 200,
+  the ranks live on and the next request is answered.
 - Two keys made with ``macmesh keys new``: a request of one reuses nothing the other sent
   (``cached_tokens`` exactly 0 over a 1,000-token shared prefix), its own next turn does.
 - A 7.9 MB prompt to ``/v1/completions`` is refused (400 naming ``prompt``) while another
@@ -23,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.serving import Served, serve_command
+from tests.helpers.serving import MODEL, Served, serve_command
 from tests.helpers.templates import MISTRAL, MISTRAL_RULE, templated
 from tests.helpers.wait import wait_until
 
@@ -77,8 +79,11 @@ def _chat(served: Served, messages: list, key: str | None = None, **extra) -> ht
     )
 
 
-def _stream(served: Served, key: str, max_tokens: int, into: list[str]) -> threading.Thread:
-    """A streamed chat in a thread: its finish reason goes to ``into`` at the end."""
+def _stream(
+    served: Served, key: str, max_tokens: int, into: list[str], pieces: list[str] | None = None
+) -> threading.Thread:
+    """A streamed chat in a thread: its finish reason goes to ``into`` at the end, each
+    token's text to ``pieces`` as it comes."""
 
     def run() -> None:
         body = {"model": NAME, "stream": True, "max_tokens": max_tokens}
@@ -92,6 +97,9 @@ def _stream(served: Served, key: str, max_tokens: int, into: list[str]) -> threa
             for line in response.iter_lines():
                 if line.startswith("data: {"):
                     chunk = json.loads(line[6:])
+                    for choice in chunk["choices"]:
+                        if pieces is not None and choice["delta"].get("content"):
+                            pieces.append(choice["delta"]["content"])
                     reason = chunk["choices"][0]["finish_reason"] if chunk["choices"] else None
                     if reason:
                         into.append(reason)
@@ -127,17 +135,52 @@ def test_a_refused_template_is_a_400_quoting_it_and_nothing_else_ends(
 ) -> None:
     with _serving(model, tmp_path, *args) as served:
         ends: list[str] = []
-        running = _stream(served, served.key, 60, ends)
+        pieces: list[str] = []
+        running = _stream(served, served.key, 60, ends, pieces)
+        # Refused while the other answer streams (not before it began), so "streams
+        # running at the same time finish" is what is tested.
+        wait_until(lambda: pieces, 120, "the running stream's first token")
         refused = _chat(
             served, [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
         )
         assert refused.status_code == 400
         error = refused.json()["error"]
         assert MISTRAL_RULE in error["message"] and error["param"] == "messages"
+        assert not ends, "the stream beside it ended before the refusal: nothing ran beside it"
         running.join(120)
         assert ends == ["length"]  # the stream beside it finished its answer
         after = _chat(served, [{"role": "user", "content": "next"}], max_tokens=4)
         assert after.status_code == 200 and after.json()["usage"]["completion_tokens"] == 4
+        assert served.ranks_alive()
+
+
+def test_batch_1_answers_an_ordinary_system_and_user_request_and_serves_on(
+    demo_model: Path, tmp_path: Path
+) -> None:
+    """Issue 33, "Why" 1: with ``--batch 1`` an ordinary ``[system, user]`` request ended
+    the job. On the demo model (whose template takes a system turn): a 200, the ranks
+    alive, and the next request answered."""
+    with _serving(demo_model, tmp_path, "--strategy", "pipeline", "--batch", "1") as served:
+        asked = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+        body = {"model": MODEL, "messages": asked, "max_tokens": 6, "temperature": 0}
+        answer = httpx.post(
+            f"{served.base_url}/chat/completions",
+            headers={"Authorization": f"Bearer {served.key}"},
+            json=body,
+            timeout=180,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["usage"]["completion_tokens"] >= 1
+        assert served.ranks_alive() and served.proc.poll() is None
+        body["messages"] = [{"role": "user", "content": "And again?"}]
+        body["max_tokens"] = 4
+        after = httpx.post(
+            f"{served.base_url}/chat/completions",
+            headers={"Authorization": f"Bearer {served.key}"},
+            json=body,
+            timeout=180,
+        )
+        assert after.status_code == 200 and after.json()["usage"]["completion_tokens"] >= 1
         assert served.ranks_alive()
 
 

@@ -8,9 +8,11 @@
   (``jsonschema``), a streamed call with the same seed assembles to the same call, and
   the tool's result goes back for the model's answer.
 
-The loop needs constrained decoding (issue 34, item 3: the ranks' sampler keeping the
-answer to the call schema the server sends, ``core.serve.tool_schema``); until it is in,
-the 135M model's free text is no call and these runs fail, saying so."""
+The loop stands on constrained decoding (issue 34, item 3): the server sends the call
+schema (``core.serve.tool_schema``) and the ranks' sampler keeps the answer to it, so even
+the 135M model's answer is a valid call. A run whose answer is no call means that
+constraint did not hold, and it fails saying so. At temperature 0 the streamed Anthropic
+call is the whole call, field for field."""
 
 from __future__ import annotations
 
@@ -47,8 +49,8 @@ WEATHER = {
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 HOT = {"temperature": 1.0}  # Anthropic's API field; anthropic 2.x's create() has no argument
 NEEDS_GRAMMAR = (
-    "the answer to tool_choice 'required' is no call: constrained decoding (issue 34, item 3) "
-    "must keep the sampler to the call schema sent as sampling['json_schema']"
+    "the answer to tool_choice 'required' is no call: the constrained decoding that keeps the "
+    "sampler to the call schema (sampling['json_schema'], issue 34, item 3) did not hold"
 )
 
 
@@ -189,3 +191,25 @@ def test_the_anthropic_tool_loop_any_20_runs_at_temperature_1(served: Served) ->
             ],
         )
         assert back.stop_reason in ("end_turn", "max_tokens") and back.content[0].type == "text"
+
+
+def test_the_anthropic_streamed_call_is_the_whole_call_at_temperature_0(served: Served) -> None:
+    client = _anthropic(served)
+    schema = WEATHER["function"]["parameters"]
+    asked: dict = dict(
+        model=MODEL,
+        max_tokens=96,
+        messages=ASK,
+        tools=[{"name": "get_weather", "description": "The weather", "input_schema": schema}],
+        tool_choice={"type": "any"},
+        extra_body={"temperature": 0.0},
+    )
+    message = client.messages.create(**asked)
+    [whole] = [block for block in message.content if block.type == "tool_use"]
+    with client.messages.stream(**asked) as stream:
+        final = stream.get_final_message()
+    [streamed] = [block for block in final.content if block.type == "tool_use"]
+    jsonschema.validate(whole.input, schema)
+    assert whole.name == "get_weather"
+    assert (streamed.name, streamed.input) == (whole.name, whole.input)
+    assert final.stop_reason == message.stop_reason == "tool_use"

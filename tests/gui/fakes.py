@@ -18,6 +18,7 @@ from psygnal import Signal
 
 from core import paths
 from core.run.job.launcher import JobError, JobSpec, JobState
+from core.run.job.rank_status import starting_ranks
 from core.worker import protocol as p
 from core.worker.vocab import LoadingStage, Strategy
 
@@ -75,7 +76,7 @@ class FakeJob:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for rank in range(self.spec.nodes):
             self.rank_log(rank).write_text(f"rank {rank} log\nloading…\n")
-        self._set(JobState.LOADING, f"starting {self.spec.nodes} rank(s)")
+        self._set(JobState.LOADING, starting_ranks(self.spec.nodes))
         self._thread = threading.Thread(target=self._load, name="fake-job", daemon=True)
         self._thread.start()
         return self

@@ -1,8 +1,8 @@
 """The served models in the window (issue 37), offscreen over a real server with two tiny
 models on the demo: every model listed with its Macs, memory, idle time and requests;
 Unload is one click and ends that model's ranks only; a model folder dropped on the panel
-loads beside the others when the plan shows it fits; a folder that is no model is one
-line and loads nothing."""
+loads beside the others when the plan shows it fits; a model that does not fit, and a
+folder that is no model, are one line each and load nothing."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ from core.serve.models_control import ServedModels
 from core.serve.serve_many import ManyServer
 from gui.bridge import Bridge
 from gui.run.models_panel import ModelsPanel
+from tests.helpers.header_models import (
+    as_sparse_weights,
+    llama_config,
+    llama_tensors,
+    write_header_only_model,
+)
 from tests.helpers.serving import free_port
 from tests.helpers.tiny_models import make_tiny_model
 
@@ -118,3 +124,26 @@ def test_a_dropped_model_folder_loads_beside_the_others_where_the_plan_shows_it_
     _drop(panel, tmp_path / "not-a-model")
     qtbot.waitUntil(lambda: panel.status.text().startswith("not-a-model:"), timeout=30_000)
     assert "\n" not in panel.status.text() and len(models.server.registry.entries) == 3
+
+
+def test_a_dropped_model_that_does_not_fit_is_one_line_and_loads_nothing(
+    qtbot: QtBot, served, tmp_path: Path
+) -> None:
+    """A Llama of 405B parameters in bfloat16 (810 GB, as sparse files): the demo's two
+    Macs cannot hold it beside the loaded models, nor alone."""
+    models, _folders = served
+    panel = _panel(qtbot, models)
+    qtbot.waitUntil(lambda: len(panel.shown) == 2, timeout=30_000)
+    config = llama_config(
+        layers=126, hidden=16384, heads=128, kv_heads=8, intermediate=53248, vocab=128256
+    )
+    big = as_sparse_weights(
+        write_header_only_model(tmp_path / "too-big", config, llama_tensors(config))
+    )
+    _drop(panel, big)
+    qtbot.waitUntil(lambda: "does not fit" in panel.status.text(), timeout=60_000)
+    said = panel.status.text()
+    assert said.startswith("too-big does not fit beside the loaded models: ") and "GB" in said
+    assert "\n" not in said and "Traceback" not in said
+    assert sorted(models.server.registry.entries) == ["tiny-a", "tiny-b"]
+    qtbot.waitUntil(lambda: len(panel.shown) == 2, timeout=30_000)

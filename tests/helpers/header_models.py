@@ -84,6 +84,20 @@ def write_header_only_file(path: Path, tensors: dict[str, TensorSpec]) -> int:
     return offset
 
 
+def as_sparse_weights(folder: Path) -> Path:
+    """Extend each header-only file of ``folder`` to the size its header declares, as a
+    sparse file (holes, not bytes on the disk): a model that ``read_model_info`` takes
+    whole, for a plan that must see its full size without a download."""
+    for path in Path(folder).glob("*.safetensors"):
+        with path.open("rb") as file:
+            (length,) = struct.unpack("<Q", file.read(8))
+            header = json.loads(file.read(length))
+        end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+        with path.open("r+b") as file:
+            file.truncate(8 + length + end)
+    return Path(folder)
+
+
 def linear(out: int, inputs: int, bits: int | None, group: int, dtype: str) -> dict:
     """A Linear's tensors: one float weight, or MLX's packed weight + scales + biases."""
     if bits is None:

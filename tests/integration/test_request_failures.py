@@ -72,9 +72,11 @@ def test_a_refused_template_ends_its_request_alone_and_the_job_serves_on(
     assert error["request"] == refused and error["rank"] == 0  # said once, by rank 0
 
 
-@pytest.mark.parametrize("batch", [8, 1])
-def test_gemmas_system_rule_refuses_one_request_alone(models: dict, batch: int) -> None:
-    job = Job(JobSpec(model=models["gemma"], strategy="pipeline", nodes=2, batch=batch))
+@pytest.mark.parametrize(("strategy", "nodes", "batch"), [*CASES, ("single", 1, 8)])
+def test_gemmas_system_rule_refuses_one_request_alone(
+    models: dict, strategy: str, nodes: int, batch: int
+) -> None:
+    job = Job(JobSpec(model=models["gemma"], strategy=strategy, nodes=nodes, batch=batch))
     job.start()
     try:
         job.wait_ready(timeout=180)
@@ -86,6 +88,28 @@ def test_gemmas_system_rule_refuses_one_request_alone(models: dict, batch: int) 
         job.stop()
     assert_no_ranks_left(job)
     assert done["generation_tokens"] == 4
+
+
+def test_batch_1_renders_an_ordinary_system_and_user_request_on_the_rank(
+    demo_model: Path,
+) -> None:
+    """Issue 33, "Why" 1: with ``--batch 1`` an ordinary ``[system, user]`` request ended
+    the job. The window's path (the rank renders the template): answered, the job up."""
+    job = Job(JobSpec(model=demo_model, strategy="pipeline", nodes=2, batch=1))
+    seen: list[dict] = []
+    job.event.connect(seen.append)
+    job.start()
+    try:
+        job.wait_ready(timeout=180)
+        system = [{"role": "system", "content": "Be brief."}, *_user("Hi")]
+        done = job.wait_done(job.generate(messages=system, max_tokens=4), timeout=120)
+        after = job.wait_done(job.generate(messages=_user("Again?"), max_tokens=4), timeout=120)
+        assert job.state.value in ("ready", "generating")
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+    assert done["generation_tokens"] >= 1 and after["generation_tokens"] >= 1
+    assert not [e for e in seen if e["event"] == "error"]
 
 
 def test_a_tenant_reuses_none_of_anothers_prefix_and_all_of_its_own(

@@ -359,6 +359,22 @@ def test_deep_nesting_and_lone_surrogates_are_400_in_the_routes_dialect(
     _no_traceback(serving.stderr())
 
 
+def test_a_tool_calls_arguments_text_nested_deeper_than_json_goes_is_a_400(
+    serving: Serving,
+) -> None:
+    """OpenAI's call arguments are JSON text inside the body: 100,000 levels of it (json's
+    RecursionError, past the body's own parse) are a 400 naming the field, not a 500."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f"}}
+    call["function"]["arguments"] = "[" * 100_000 + "]" * 100_000
+    turns = [*HI, {"role": "assistant", "tool_calls": [call]}]
+    turns.append({"role": "tool", "tool_call_id": "c1", "content": "ok"})
+    answer = _ask(serving, messages=turns)
+    assert answer.status_code == 400, answer.text
+    _assert_shape(answer.json(), "openai", "function.arguments")
+    assert answer.json()["error"]["param"] == "messages[1].tool_calls[0].function.arguments"
+    _no_traceback(serving.stderr())
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status", "shape"),
     [

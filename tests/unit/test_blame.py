@@ -3,7 +3,7 @@ what its message says."""
 
 from __future__ import annotations
 
-from core.run.job.rank_status import RankStatus, blame_order, exit_message
+from core.run.job.rank_status import RankStatus, blame_order, exit_message, starting_ranks
 
 
 def _exited(rank: int, at: float, code: int, error: str | None = None) -> RankStatus:
@@ -46,3 +46,12 @@ def test_a_rank_killed_as_memory_runs_out_gets_a_hint_others_do_not() -> None:
     assert exit_message(unnamed) == "Rank 1 was killed while generating"
     terminated = RankStatus(1, exit_code=-15, loaded=True, activity="generating")
     assert exit_message(terminated) == "Rank 1 was killed (signal 15) while generating"
+
+
+def test_the_one_starting_line_says_how_many_ranks_and_where() -> None:
+    """Every front end and the job's state say it the one way (issue 36, item 6)."""
+    from core.cli.steps import starting
+
+    assert starting_ranks(1) == "Starting 1 rank…"
+    assert starting_ranks(2) == "Starting 2 ranks…"
+    assert starting(["mini-a", "mini-b"]) == "Starting 2 ranks on mini-a, mini-b…\n"

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -235,3 +236,18 @@ def test_a_damaged_history_in_a_read_only_folder_is_one_line(tmp_path: Path) -> 
     assert run.stderr.startswith("macmesh: ") and len(run.stderr.splitlines()) == 1
     assert f"The run history {History().path} could not be read" in run.stderr
     assert [p.name for p in folder.iterdir()] == ["history.sqlite3"]
+
+
+def test_a_run_nested_deeper_than_json_goes_is_one_run_read_around(tmp_path: Path) -> None:
+    """A planted row 100,000 levels deep makes json raise RecursionError: that run is
+    counted as not read, the others are listed, and the file stays where it is."""
+    history = History(tmp_path / "h.sqlite3")
+    kept = history.add(chat(1000.0))
+    planted = history.add(chat(2000.0))
+    with sqlite3.connect(history.path) as db:
+        db.execute(
+            "UPDATE runs SET figures = ? WHERE id = ?", ("[" * 100_000 + "]" * 100_000, planted)
+        )
+    assert [r.id for r in history.runs()] == [kept]
+    assert history.damage is not None and history.damage.missing == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["h.sqlite3"]

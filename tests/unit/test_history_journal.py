@@ -51,6 +51,7 @@ def test_a_merge_cut_short_after_its_commit_adds_nothing_twice(tmp_path: Path) -
     journal.append(store, _run(2).to_dict())
     with open(journal.journal_path(store), "ab") as cut:
         cut.write(b'{"kind": "api", "model"')  # a line a crash cut short
+        cut.write(b"\n" + b"[" * 100_000 + b"]" * 100_000 + b"\n")  # deeper than json goes
     assert sorted(r.started for r in History(store).runs()) == [1.0, 2.0]
 
 

@@ -123,6 +123,8 @@ def test_a_hand_edited_manifest_is_refused() -> None:
         Manifest.from_json("[1, 2]")
     with pytest.raises(ManifestError):
         Manifest.from_json("{")
+    with pytest.raises(ManifestError, match="nested too deeply"):  # json's RecursionError
+        Manifest.from_json('{"files": ' + "[" * 100_000 + "]" * 100_000 + "}")
 
 
 def test_a_subset_keeps_the_models_id() -> None:

@@ -118,6 +118,7 @@ def test_a_vouched_file_whose_mtime_changed_is_hashed_as_a_recheck() -> None:
     assert mck.evaluate(WHOLE, old).ok == ("config.json", "w.safetensors")
     assert mck.marker_stats(_stamped(WHOLE, [[10, "1"]]), WHOLE) == {}
     assert mck.marker_stats(_stamped(WHOLE, [["x", "1"], [100, ""]]), WHOLE) == {}
+    assert mck.marker_stats('{"stat": ' + "[" * 100_000 + "]" * 100_000 + "}", WHOLE) == {}
 
 
 def test_a_rechecked_file_that_no_longer_matches_is_damaged_and_copied_again() -> None:

@@ -224,6 +224,9 @@ def test_python_versions() -> None:
     assert versions == p.PythonVersions("3.9.6", "/usr/bin/python3", None, None)
     chatty = "sitecustomize says hi\n" + fixture("mesh4/studio-a/python.json")
     assert p.parse_python_versions(chatty).mlx == "0.32.4"
+    deep = '{"python": ' + "[" * 100_000 + "]" * 100_000 + "}\n"  # RecursionError in json
+    assert p.parse_python_versions(deep + chatty).mlx == "0.32.4"
+    assert isinstance(p.parse_app_version(deep), Unknown)
 
 
 # --- system_profiler ----------------------------------------------------------------------

@@ -40,6 +40,8 @@ def test_commands_round_trip_and_bad_ones_say_why() -> None:
     assert p.parse_command(line)["prompt"] == "hi"
     with pytest.raises(ValueError, match="not JSON"):
         p.parse_command("{")
+    with pytest.raises(ValueError, match="nested too deeply"):
+        p.parse_command('{"op": "generate", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(ValueError, match="not a command"):
         p.parse_command('{"op": "dance"}')
     with pytest.raises(ValueError):

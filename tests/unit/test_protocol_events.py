@@ -314,3 +314,10 @@ def test_the_launcher_passes_on_events_and_keeps_other_lines_in_the_ranks_log(
     assert seen[0] == json.loads(lines[0])
     assert list(status.log) == [chatter, malformed, unknown]
     assert status.loaded
+
+
+def test_a_line_nested_deeper_than_json_goes_is_not_an_event() -> None:
+    """A rank's stdout line 100,000 levels deep makes json raise RecursionError: it is a
+    bad line like any other, not an exception that would end the launcher's reader."""
+    assert p.parse_event('{"event": "ready", "x": ' + "[" * 100_000 + "]" * 100_000 + "}") is None
+    assert p.parse_event("{" + '"a":{' * 100_000 + "}" * 100_001) is None

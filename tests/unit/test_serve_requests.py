@@ -109,7 +109,9 @@ def test_max_tokens_past_the_context_says_the_context() -> None:
     assert caught.value.code == "context_length_exceeded"
 
 
-@pytest.mark.parametrize("raw", [b"{", b"[1]", b'"text"', b"\xff\xfe", b""])
+@pytest.mark.parametrize(
+    "raw", [b"{", b"[1]", b'"text"', b"\xff\xfe", b"", b"[" * 100_000 + b"]" * 100_000]
+)
 def test_a_body_that_is_not_a_json_object_is_a_400(raw: bytes) -> None:
     with pytest.raises(APIError) as caught:
         parse_json(raw)

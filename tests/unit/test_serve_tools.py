@@ -263,3 +263,31 @@ def test_tools_count_toward_the_size_checked_before_any_tokenizing() -> None:
     with pytest.raises(APIError) as refused:
         maker.check_size(openai_chat_request({**body, "tools": [big]}, "m", 100))
     assert refused.value.code == "context_length_exceeded"
+
+
+def test_a_call_whose_arguments_text_is_nested_too_deeply_is_a_400() -> None:
+    """OpenAI's arguments are a JSON text inside the body: 100,000 levels of it make json
+    raise RecursionError, which must be the same 400 as any bad arguments, not a 500."""
+    from core.serve.tool_routes import openai_chat_request
+
+    deep = "[" * 100_000 + "]" * 100_000
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}
+    body = {
+        "model": "m",
+        "max_tokens": 8,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
+    }
+    with pytest.raises(APIError) as caught:
+        openai_chat_request(body, "m", 2048)
+    assert caught.value.status == 400
+    assert caught.value.param == "messages[1].tool_calls[0].function.arguments"
+
+
+def test_a_forced_answer_nested_too_deeply_is_not_a_call() -> None:
+    forced = CallReader(ToolSpec((WEATHER, TIME), "required"), None)
+    with pytest.raises(NotACall):
+        _read(forced, ["[" * 100_000 + "]" * 100_000])

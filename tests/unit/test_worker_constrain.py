@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import mlx.core as mx
+import numpy as np
 import pytest
 from mlx_lm.utils import load_tokenizer
 
@@ -184,3 +185,55 @@ def test_the_generate_command_checks_grammar_and_logprobs(
         p.parse_command(p.encode_command(p.OP_GENERATE, id="r", prompt="x", **fields))
     ok = p.parse_command(p.encode_command(p.OP_GENERATE, id="r", grammar="g", logprobs=20))
     assert ok["logprobs"] == 20
+
+
+def test_logprobs_at_temperature_half_are_the_masked_distribution_sharpened(
+    tokenizer: Any,
+) -> None:
+    """The figures come from the distribution sampled (issue 34, item 4): after the
+    grammar's mask and the temperature. At 0.5 each entry is the top-k of
+    log_softmax(masked_logits / 0.5), and no token the mask ruled out is an alternative."""
+    grammars = Grammars(tokenizer, None)
+    grammar = json_schema_constraint(SCHEMA, True, "schema").grammar
+    command = {"grammar": grammar, "temperature": 0.5, "seed": 7, "logprobs": 5}
+    rng = random.Random(7)
+
+    def sampler(logprobs: mx.array) -> mx.array:
+        key = mx.random.key(rng.randrange(1 << 30))
+        return mx.random.categorical(logprobs * (1 / 0.5), key=key)[None]
+
+    prepared, unmet = prepare(command, sampler, grammars, 0, 1, False, lambda own: own)
+    assert unmet is None
+    vocab = grammars.ll.vocab_size
+    fed = mx.array([1])
+    widths, ruled_out = set(), 0
+    for _ in range(12):
+        logits = mx.random.normal((1, vocab), key=mx.random.key(rng.randrange(1 << 30))) * 4
+        raw = np.array(logits[0].astype(mx.float32))
+        for processor in prepared.processors:
+            logits = processor(fed, logits)
+        masked = np.array(logits[0].astype(mx.float32))
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        token = int(prepared.sampler(logprobs).item())
+        entry = prepared.logprobs(token, grammars)
+        assert entry is not None
+
+        allowed = np.isfinite(masked)
+        scaled = np.where(allowed, masked / 0.5, -np.inf)
+        dist = scaled - np.logaddexp.reduce(scaled[allowed])
+        assert allowed[token] and entry["logprob"] == pytest.approx(dist[token], abs=1e-3)
+        top = [i for i in np.argsort(-dist, kind="stable")[:5] if allowed[i]]
+        assert [t["logprob"] for t in entry["top_logprobs"]] == pytest.approx(
+            [dist[i] for i in top], abs=1e-3
+        )
+        assert [t["bytes"] for t in entry["top_logprobs"]] == [
+            list(grammars.token_bytes(int(i))) for i in top
+        ]
+        # The list is the allowed top ids exactly, so no masked id is in it, though the
+        # unmasked logits' own top 5 were (mostly) masked ids:
+        ruled_out += sum(not allowed[i] for i in np.argsort(-raw)[:5])
+        widths.add(int(allowed.sum()))
+        if token in tokenizer.eos_token_ids:
+            break
+        fed = mx.array([token])
+    assert max(widths) > 5 and ruled_out > 0, "the mask changed nothing: the test shows nothing"

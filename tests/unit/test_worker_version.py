@@ -54,6 +54,8 @@ def test_the_node_answer_is_read_past_other_output() -> None:
     out = 'hello from a profile\nMACMESH-CACHE-ROOT /Users/me/x\n{"mlx": "0.32.4"}\n'
     assert _parse(out) == ("/Users/me/x", {"mlx": "0.32.4"})
     assert _parse("nothing") == (None, None)
+    deep = "{" + '"a":{' * 100_000 + "}" * 100_001  # json's RecursionError: not an answer
+    assert _parse(f"{deep}\n{out}") == ("/Users/me/x", {"mlx": "0.32.4"})
 
 
 def test_version_skew_names_the_nodes_and_the_fix() -> None:

@@ -429,7 +429,7 @@ def _json_object(line: str) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # a line nested deeper than json goes
         return None
     return data if isinstance(data, dict) else None
 

@@ -146,7 +146,7 @@ class _LocalListener:
 def _json(line: str, what: str) -> dict[str, int | str]:
     try:
         data = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
         raise CheckFailed(f"{what} printed {line.strip()[:80]!r}")

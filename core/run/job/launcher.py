@@ -51,6 +51,7 @@ from core.run.job.rank_status import (
     exit_message,
     loading_stage,
     silence_message,
+    starting_ranks,
 )
 from core.run.job.ranklog import journal_line
 from core.run.job.ranks import LocalRank, RankProcess
@@ -296,8 +297,13 @@ class Job:
         self._procs = []
         if spec.targets:
             self._launch_targets()
-            self._set_state(JobState.LOADING, f"starting {spec.nodes} rank(s)")
-            return
+        else:
+            self._launch_local()
+        self._set_state(JobState.LOADING, starting_ranks(spec.nodes))
+
+    def _launch_local(self) -> None:
+        """One local rank process per rank, on this Mac."""
+        spec = self.spec
         hostfile = None
         if spec.rank_backend is Backend.RING:
             ports = mlxenv.free_ports(spec.nodes, spec.host)
@@ -313,7 +319,6 @@ class Job:
             log_path = self.run_dir / f"rank{status.rank}.log"
             proc = LocalRank(status.rank, spec.worker_argv(status.rank), env, log_path)
             self._follow(proc, status)
-        self._set_state(JobState.LOADING, f"starting {spec.nodes} rank(s)")
 
     def _launch_targets(self) -> None:
         """One rank per target: MLX's files in a folder of the rank's own on its node,

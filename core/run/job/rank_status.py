@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from core.worker import protocol as p
@@ -20,6 +21,13 @@ from core.worker.vocab import LoadingStage
 LOG_TAIL = 200
 # Where a failure message turns from what happened to the rank's own last log lines.
 LOG_LINES = "Last log lines:"
+
+
+def starting_ranks(count: int, nodes: Sequence[str] = ()) -> str:
+    """The one "Starting N ranks" line, whoever says it (the job's state, the command
+    line): how many ranks, and on which Macs when they are known."""
+    ranks = f"{count} rank" if count == 1 else f"{count} ranks"
+    return f"Starting {ranks} on {', '.join(nodes)}…" if nodes else f"Starting {ranks}…"
 
 
 @dataclass

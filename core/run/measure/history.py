@@ -453,13 +453,22 @@ def _record(row: sqlite3.Row) -> RunRecord:
         started=row["started"],
         kind=RunKind(row["kind"]),
         model=row["model"],
-        nodes=json.loads(row["nodes"]),
+        nodes=_json(row["nodes"]),
         strategy=row["strategy"],
-        split=None if row["split"] is None else json.loads(row["split"]),
+        split=None if row["split"] is None else _json(row["split"]),
         backend=row["backend"],
-        versions=json.loads(row["versions"]),
-        figures=json.loads(row["figures"]),
+        versions=_json(row["versions"]),
+        figures=_json(row["figures"]),
     )
+
+
+def _json(text: str) -> Any:
+    """A column's JSON; ValueError (a damaged run, read around) for text that is not JSON
+    or is nested deeper than json goes (its RecursionError)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("a column is nested too deeply") from None
 
 
 def _flat(figures: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
