@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.ctrlc import gone
 from tests.helpers.header_models import llama_config, llama_tensors, write_sparse_model
-from tests.helpers.serving import MODEL, QUESTION, Served, start_serving
+from tests.helpers.serving import MODEL, QUESTION, Served, ranks_of, start_serving
 from tests.helpers.stalls import stall_in_window
 from tests.helpers.tiny_models import make_tiny_model
 from tests.helpers.wait import wait_until
@@ -72,26 +72,13 @@ def served(
     try:
         yield server
     finally:
-        ranks = _ranks_of(server, "")
+        ranks = ranks_of(server, "")
         assert server.stop() == 0, "\n".join(server.err)
         wait_until(lambda: gone(ranks), 15, "every model's ranks to end")
 
 
 def _client(served: Served) -> openai.OpenAI:
     return openai.OpenAI(base_url=served.base_url, api_key=served.key, max_retries=0)
-
-
-def _ranks_of(served: Served, folder: str) -> list[psutil.Process]:
-    """The live worker processes under the server whose command line names ``folder``."""
-    found = []
-    for child in psutil.Process(served.proc.pid).children(recursive=True):
-        try:
-            line = " ".join(child.cmdline())
-            if "core.worker" in line and folder in line and child.status() != "zombie":
-                found.append(child)
-        except psutil.Error:
-            continue
-    return found
 
 
 def _states(served: Served) -> dict[str, str]:
@@ -185,16 +172,16 @@ def test_metrics_give_every_loaded_models_series_labelled_by_model(served: Serve
 def test_a_loadable_model_loads_on_its_first_request_then_unloads_after_its_keep_alive(
     served: Served, models: dict[str, Path]
 ) -> None:
-    assert not _ranks_of(served, str(models[TINY_B]))
+    assert not ranks_of(served, str(models[TINY_B]))
     stream = _client(served).chat.completions.create(
         model=TINY_B, messages=[{"role": "user", "content": QUESTION}], max_tokens=8, stream=True
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text
     assert any(f"model {TINY_B}: loaded in" in line for line in served.out)
-    assert _ranks_of(served, str(models[TINY_B]))
+    assert ranks_of(served, str(models[TINY_B]))
     wait_until(lambda: _states(served)[TINY_B] == "unloaded", 90, "its keep-alive to unload it")
-    wait_until(lambda: not _ranks_of(served, str(models[TINY_B])), 30, "its ranks to end")
+    wait_until(lambda: not ranks_of(served, str(models[TINY_B])), 30, "its ranks to end")
     assert _states(served)[MODEL] == "loaded"  # the others have no keep-alive (-1)
 
 
@@ -209,7 +196,7 @@ def test_an_unload_through_the_api_ends_its_ranks_while_the_other_models_streams
     window (from just before the POST to just after its answer) must be at most 1 s more
     than the longest gap the same streams showed wholly outside that window (the
     machine's own noise, measured on at least AROUND_PIECES pieces each side)."""
-    assert _ranks_of(served, str(demo_model))
+    assert ranks_of(served, str(demo_model))
     times: list[list[float]] = [[] for _ in range(3)]
     ends: list[str | None] = [None] * 3
 
@@ -233,7 +220,7 @@ def test_an_unload_through_the_api_ends_its_ranks_while_the_other_models_streams
     unloaded = _post(served, "/models/unload", {"model": MODEL})
     ended = time.monotonic()
     assert unloaded.status_code == 200 and unloaded.json()["unloaded"] is True
-    assert not _ranks_of(served, str(demo_model))  # ended before the unload answered
+    assert not ranks_of(served, str(demo_model))  # ended before the unload answered
     for thread in threads:
         thread.join(300)
     assert ends == ["length"] * 3, ends  # every stream of the other model ran to its end
@@ -255,7 +242,7 @@ def test_ollamas_keep_alive_0_unloads_and_an_empty_chat_loads(
         served, "/api/chat", {"model": f"{TINY_A}:latest", "messages": [], "keep_alive": 0}
     )
     assert gone.status_code == 200 and gone.json()["done_reason"] == "unload"
-    assert _states(served)[TINY_A] == "unloaded" and not _ranks_of(served, str(models[TINY_A]))
+    assert _states(served)[TINY_A] == "unloaded" and not ranks_of(served, str(models[TINY_A]))
     back = _post(served, "/api/chat", {"model": TINY_A, "messages": []})
     assert back.json()["done_reason"] == "load" and _states(served)[TINY_A] == "loaded"
     bad = _post(served, "/api/chat", {"model": TINY_A, "messages": [], "keep_alive": "soon"})

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import httpx
 import openai
-import psutil
 import pytest
 
 from tests.helpers.ctrlc import gone
-from tests.helpers.serving import QUESTION, Served, start_serving
+from tests.helpers.serving import QUESTION, Served, ranks_of, start_serving
 from tests.helpers.tiny_models import make_tiny_model
 from tests.helpers.wait import wait_until
 
@@ -59,22 +58,9 @@ def served(
         assert server.proc.poll() is None, "\n".join(server.err)
         yield server
     finally:
-        ranks = _ranks_of(server, "")
+        ranks = ranks_of(server, "")
         assert server.stop() == 0, "\n".join(server.err)
         wait_until(lambda: gone(ranks), 15, "every model's ranks to end")
-
-
-def _ranks_of(served: Served, folder: str) -> list[psutil.Process]:
-    """The live worker processes under the server whose command line names ``folder``."""
-    found = []
-    for child in psutil.Process(served.proc.pid).children(recursive=True):
-        try:
-            line = " ".join(child.cmdline())
-            if "core.worker" in line and folder in line and child.status() != "zombie":
-                found.append(child)
-        except psutil.Error:
-            continue
-    return found
 
 
 def test_each_model_answers_on_its_own_macs_with_its_own_strategy(
@@ -115,6 +101,6 @@ def test_each_model_answers_on_its_own_macs_with_its_own_strategy(
 def _rank_count(served: Served, folder: Path) -> int:
     """The ranks of the model in ``folder``: its workers but their own children (each
     rank's lifeline watchdog is a fork of it, with its command line)."""
-    workers = _ranks_of(served, str(folder))
+    workers = ranks_of(served, str(folder))
     pids = {w.pid for w in workers}
     return sum(1 for w in workers if w.ppid() not in pids)

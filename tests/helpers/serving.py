@@ -124,3 +124,16 @@ def serve_command(args: list[str], home: Path, env: dict[str, str], within: floa
         served.stop()
         raise
     return served
+
+
+def ranks_of(served: Served, folder: str) -> list[psutil.Process]:
+    """The live worker processes under the server whose command line names ``folder``."""
+    found = []
+    for child in psutil.Process(served.proc.pid).children(recursive=True):
+        try:
+            line = " ".join(child.cmdline())
+            if "core.worker" in line and folder in line and child.status() != "zombie":
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
