@@ -178,6 +178,7 @@ def test_a_loadable_model_loads_on_its_first_request_then_unloads_after_its_keep
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text
+    assert any(f"model {TINY_B}: loading (" in line for line in served.out)  # its progress
     assert any(f"model {TINY_B}: loaded in" in line for line in served.out)
     assert ranks_of(served, str(models[TINY_B]))
     wait_until(lambda: _states(served)[TINY_B] == "unloaded", 90, "its keep-alive to unload it")
@@ -286,6 +287,27 @@ def test_a_load_that_fails_is_one_line_and_the_others_serve_on(
     message = refused.value.body["message"]  # type: ignore[index]
     assert message.startswith(f"{BROKEN} could not be loaded") and "\n" not in message
     assert _states(served)[BROKEN] == "unloaded"
+    answer = _client(served).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": QUESTION}], max_tokens=12
+    )
+    assert "Paris" in (answer.choices[0].message.content or "")
+
+
+def test_a_loaded_model_whose_node_is_lost_unloads_in_one_line_and_the_others_serve_on(
+    served: Served, models: dict[str, Path]
+) -> None:
+    """A rank of a loaded model killed (its Mac lost): that model is unloaded, said in one
+    line, its other ranks end, and the other models answer."""
+    loaded = _post(served, "/models/load", {"model": TINY_B})
+    assert loaded.status_code == 200 and _states(served)[TINY_B] == "loaded"
+    ranks = ranks_of(served, str(models[TINY_B]))
+    assert ranks
+    said = len(served.out)
+    ranks[0].kill()
+    wait_until(lambda: _states(served)[TINY_B] == "unloaded", 60, "the lost model to unload")
+    wait_until(lambda: not ranks_of(served, str(models[TINY_B])), 30, "its other ranks to end")
+    failed = [line for line in served.out[said:] if f"model {TINY_B}: unloading (it failed" in line]
+    assert len(failed) == 1, served.out[said:]
     answer = _client(served).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": QUESTION}], max_tokens=12
     )
