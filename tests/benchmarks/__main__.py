@@ -3,7 +3,7 @@
 MACMESH_BENCH_ONLY=planner,demo_model,discovery,probe,gui,launcher,remote,remote_timeouts,
 copy,telemetry,memory,blas,history,linktest,compare,ring_path,library,serve,batching,adapter,
 finetune,tune_fit,tune_plot,peak_memory,slowloris,estimate,serve_memory,shared_serve,
-serve_many,kv_cache,structured,tools picks some;
+serve_many,kv_cache,structured,tools,join_cost picks some;
 MACMESH_BENCH_MEMORY_S shortens the controller-memory run (default 600 s).
 """
 
@@ -225,6 +225,12 @@ def _structured(model) -> dict:
     return bench_structured(model)
 
 
+def _join_cost(model) -> dict:
+    from tests.benchmarks.bench_join_cost import bench_join_cost
+
+    return bench_join_cost(model)
+
+
 def _tune_fit(_model) -> dict:
     from tests.benchmarks.bench_tune_fit import bench_tune_fit
 
@@ -263,6 +269,7 @@ BENCHES = {
     "serve_many": _serve_many,
     "kv_cache": _kv_cache,
     "structured": _structured,
+    "join_cost": _join_cost,
     "tools": _tools,
 }
 
