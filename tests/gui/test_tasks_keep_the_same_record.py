@@ -17,6 +17,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from core.cli.compare import run_compare
+from core.cli.demo import add_arguments as add_demo_arguments
 from core.cli.demo import run_headless
 from core.cli.finetune import run_finetune
 from core.cli.interrupt import Stage
@@ -114,17 +115,13 @@ def test_the_chat_keeps_the_same_record(
     qtbot: QtBot, bridge: Bridge, llama: ModelInfo, tmp_path: Path, monkeypatch
 ) -> None:
     fresh_history(tmp_path, monkeypatch, "cli")
+    parser = argparse.ArgumentParser()
+    add_demo_arguments(parser)  # the command's own options and defaults (KV bits, ...)
+    argv = ["--headless", "--model", str(llama.path), "--nodes", "2", "--strategy", "pipeline"]
+    argv += ["--prompt", QUESTION, "--max-tokens", "4", "--json"]
     cli(
         lambda args, out, err, _stage: run_headless(args, out, err),
-        headless=True,
-        model=str(llama.path),
-        nodes=2,
-        strategy="pipeline",
-        prompt=QUESTION,
-        max_tokens=4,
-        split=None,
-        adapter=None,
-        json=True,
+        **vars(parser.parse_args(argv)),
     )
     from_cli = only_run(RunKind.CHAT)
 
