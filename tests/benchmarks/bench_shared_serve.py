@@ -40,6 +40,8 @@ from tests.helpers.serving import free_port
 from tests.helpers.wait import wait_until
 
 HUGE = 7_900_000  # bytes: the issue's 7.9 MB prompt
+ALONE_TOKENS = 40  # the stream's tokens measured alone, before any other request
+AFTER_TOKENS = 10  # and after the huge prompts' refusals, still in their window
 
 
 @contextmanager
@@ -146,8 +148,9 @@ def bench_stall(model: Path) -> dict[str, Any]:
     with _served(model) as (server, name, (key_a, key_b)):
         stream = Stream(server, name, key_a, 2400)
         wait_until(lambda: len(stream.arrivals) >= 5, 120, "the stream's first 5 tokens")
-        start = time.monotonic()
-        time.sleep(8)  # the window measured: the stream alone (not a wait for anything)
+        start, seen = time.monotonic(), len(stream.arrivals)
+        # The window measured: the stream alone, over its next ALONE_TOKENS tokens.
+        wait_until(lambda: len(stream.arrivals) >= seen + ALONE_TOKENS, 300, "tokens alone")
         alone = _said("longest_gap_alone_s", stream.longest_gap(start, time.monotonic()))
 
         huge = {"model": name, "prompt": "x" * HUGE, "max_tokens": 4}
@@ -164,7 +167,8 @@ def bench_stall(model: Path) -> dict[str, Any]:
             thread.start()
         for thread in threads:
             thread.join()
-        time.sleep(2)  # the window measured goes on past the refusals
+        refused = len(stream.arrivals)  # the window goes on past the refusals, a few tokens
+        wait_until(lambda: len(stream.arrivals) >= refused + AFTER_TOKENS, 300, "tokens after")
         during_huge = _said("during huge", stream.longest_gap(t0, time.monotonic()))
 
         text = _context_prompt(server)
