@@ -7,6 +7,13 @@ from pathlib import Path
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QWidget
+from pytestqt.qtbot import QtBot
+
+from core.model.info import ModelInfo
+from core.plan.planner import Plan
+from gui.bridge import Bridge
+from gui.run.cluster_source import ClusterSource
+from gui.run.pane import RunPane
 
 
 def drop_paths(widget: QWidget, *paths: Path) -> bool:
@@ -29,3 +36,21 @@ def broken_model(folder: Path, config: str = "{ not json") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(config)
     return folder
+
+
+def shown_run_pane(qtbot: QtBot, info: ModelInfo, plan: Plan, cluster: ClusterSource) -> RunPane:
+    """A Run pane on its own bridge, shown at a working size with ``plan`` for ``info`` and
+    ``cluster`` set; shut down with the test."""
+    bridge = Bridge()
+    pane = RunPane(bridge)
+
+    def before_close(_widget: RunPane) -> None:
+        pane.shutdown()
+        bridge.close()
+
+    qtbot.addWidget(pane, before_close_func=before_close)
+    pane.resize(1000, 820)
+    pane.show()
+    pane.set_plan(info, plan)
+    pane.set_cluster(cluster)
+    return pane

@@ -20,10 +20,9 @@ from core.remote.targets import Target
 from core.run.demo import demo_facts
 from core.run.session import Host, Session
 from core.run.states import RunState
-from gui.bridge import Bridge
 from gui.model.planning import plan_all
-from gui.run.pane import RunPane
 from gui.run.preflight_view import copy_line
+from tests.gui.helpers import shown_run_pane
 from tests.gui.tune_helpers import open_tune_view
 from tests.helpers import watched
 
@@ -78,18 +77,9 @@ def _shows_the_copy_and_the_failed_check(
 def test_compare_shows_each_copy_and_the_failed_check_through_its_runner(
     qtbot: QtBot, demo_info: ModelInfo, tmp_path: Path, started: list[Session]
 ) -> None:
-    bridge = Bridge()
-    pane = RunPane(bridge)
-
-    def before_close(_widget: RunPane) -> None:
-        pane.shutdown()
-        bridge.close()
-
-    qtbot.addWidget(pane, before_close_func=before_close)
-    pane.resize(1000, 820)
-    pane.show()
-    pane.set_plan(demo_info, plan_all(demo_info, demo_facts(2))["pipeline"])
-    pane.set_cluster(NeverReached(tmp_path))
+    pane = shown_run_pane(
+        qtbot, demo_info, plan_all(demo_info, demo_facts(2))["pipeline"], NeverReached(tmp_path)
+    )
     copies: list[CopyProgress] = []
     pane.comparer.copy_progress.connect(copies.append)
     with qtbot.waitSignal(pane.comparer.failed, timeout=WAIT_MS):

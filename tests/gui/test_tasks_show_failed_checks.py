@@ -22,9 +22,8 @@ from core.run.demo import demo_facts
 from core.run.placement import probe_targets
 from core.run.session import Host
 from core.run.states import RunState
-from gui.bridge import Bridge
 from gui.model.planning import plan_all
-from gui.run.pane import RunPane
+from tests.gui.helpers import shown_run_pane
 from tests.gui.tune_helpers import open_tune_view
 from tests.helpers.no_mlx import (  # noqa: F401 (the module's sshd: these Macs)
     NoMlxMacs,
@@ -115,18 +114,7 @@ def test_compare_stops_at_a_failed_check_and_shows_it_with_its_fix(
 ) -> None:
     monkeypatch.setenv("MACMESH_CACHE_DIR", str(tmp_path / "cache"))
     facts = probe_targets(macs.targets())
-    bridge = Bridge()
-    pane = RunPane(bridge)
-
-    def before_close(_widget: RunPane) -> None:
-        pane.shutdown()
-        bridge.close()
-
-    qtbot.addWidget(pane, before_close_func=before_close)
-    pane.resize(1000, 820)
-    pane.show()
-    pane.set_plan(demo_info, plan_all(demo_info, facts)["pipeline"])
-    pane.set_cluster(Reached(macs))
+    pane = shown_run_pane(qtbot, demo_info, plan_all(demo_info, facts)["pipeline"], Reached(macs))
     assert not pane.checks.isVisible()
     with qtbot.waitSignal(pane.comparer.failed, timeout=WAIT_MS) as failed:
         assert pane.compare()
@@ -191,18 +179,9 @@ def test_start_stops_at_a_failed_check_through_its_task_runner_and_starts_again(
     checks view with each fix, the runner is free again, and a second Start runs its own
     checks (nothing is started either time)."""
     monkeypatch.setenv("MACMESH_CACHE_DIR", str(tmp_path / "cache"))
-    bridge = Bridge()
-    pane = RunPane(bridge)
-
-    def before_close(_widget: RunPane) -> None:
-        pane.shutdown()
-        bridge.close()
-
-    qtbot.addWidget(pane, before_close_func=before_close)
-    pane.resize(1000, 820)
-    pane.show()
-    pane.set_plan(demo_info, plan_all(demo_info, demo_facts(2))["pipeline"])
-    pane.set_cluster(Unreachable(tmp_path))
+    pane = shown_run_pane(
+        qtbot, demo_info, plan_all(demo_info, demo_facts(2))["pipeline"], Unreachable(tmp_path)
+    )
     controller = pane.controller
     reports: list[object] = []
     controller.preflight_done.connect(reports.append)
