@@ -32,6 +32,7 @@ Each request keeps its own detokenizer, stop strings and events: the same ``toke
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -44,6 +45,7 @@ from core.worker import kvbits
 from core.worker import protocol as p
 from core.worker.constrain import GrammarRefused, Grammars, Prepared, prepare
 from core.worker.faults import Faults, hooked
+from core.worker.joinmemory import JoinReserve, join_bytes
 from core.worker.linktest import link_test
 from core.worker.promptcache import DEFAULT_BYTES, PromptCache, kv_bytes_per_token
 from core.worker.requests import (
@@ -72,6 +74,7 @@ class Running:
     tenant: str | None = None  # whose prompt cache entries it reads and keeps
     first_at: float | None = None
     generated: int = 0  # tokens sampled, the end-of-sequence one included
+    read: bool = False  # its whole prompt read (it joined the generating rows)
     last_token: int | None = None
     pieces: list[str] = field(default_factory=list)
     sampling: Prepared | None = None  # its grammar and logprobs (core.worker.constrain)
@@ -186,6 +189,9 @@ class Batcher:
         self.running: dict[int, Running] = {}  # by the generator's uid
         per_token = kvbits.scaled(kv_bytes_per_token(shard.config), *kv, dtype_bytes=4)
         self.prompts = PromptCache(cache_bytes // per_token) if cache_bytes > 0 else None
+        # Each rank holds about its share of every token's KV (layers or heads).
+        self._rank_token_bytes = math.ceil(per_token / group.size())
+        self.reserve = JoinReserve.for_this_rank(generation_stream)
         tokenizer = shard.tokenizer
         self.generator = BatchGenerator(
             shard.model,
@@ -250,8 +256,23 @@ class Batcher:
         self.generator.prefill_step_size = chunk
         if streaming and reading:  # timed from this boundary to the next
             self._timed = (now, chunk)
-        _, responses = self.generator.next()
+        if streaming and any(not r.read for r in self.running.values()):
+            self.reserve.grow(self._join_bytes())
+        else:
+            self.reserve.release()
+        read, responses = self.generator.next()
+        joined = [self.running[r.uid] for r in read if r.end_of_prompt and r.uid in self.running]
+        for running in joined:
+            running.read = True
+        if joined:  # the join is evaluated in the next step: it takes the memory held
+            self.reserve.release()
         self._remove([r.uid for r in responses if self._token_or_fault(r)])
+
+    def _join_bytes(self) -> int:
+        """What joining the prompt being read will allocate on this rank (``joinmemory``)."""
+        rows = sum(1 for r in self.running.values() if r.read)
+        longest = max(r.prompt_tokens + r.generated for r in self.running.values())
+        return join_bytes(rows, longest + 1, self._rank_token_bytes)
 
     # -- joining -------------------------------------------------------------------------
 

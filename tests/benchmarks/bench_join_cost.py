@@ -6,6 +6,10 @@ into one. This times that merge for one pipeline rank of the demo model (half it
 its KV heads and head size, float32 as on the CPU path): a 7,575-token cache joining a
 1,100-token one, in a fresh process and then again in the same process (memory it has
 used before), and, for scale, touching 1 GiB of new memory in a fresh process, then again.
+Then the rank's own remedy (``core.worker.joinmemory``), pair by pair with a fresh
+process without it: malloc told to keep freed memory, the join's memory touched a slice at
+a time and given back, then the first merge timed. Every child runs with the glibc
+tunables a CPU rank gets (transparent huge pages).
 
     .venv/bin/python -m tests.benchmarks.bench_join_cost [MODEL]
 """
@@ -13,17 +17,21 @@ used before), and, for scale, touching 1 GiB of new memory in a fresh process, t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from core.run.job import mlxenv
+
 LONG, SHORT = 7_575, 1_100
 ROUNDS = 3
 
 
-def _merge_seconds(layers: int, kv_heads: int, head_dim: int) -> float:
+def _merge_seconds(layers: int, kv_heads: int, head_dim: int, reserve: bool = False) -> float:
+    """One merge; with ``reserve``, after the rank's join memory was made ready."""
     import mlx.core as mx
     from mlx_lm.models.cache import BatchKVCache
 
@@ -36,6 +44,14 @@ def _merge_seconds(layers: int, kv_heads: int, head_dim: int) -> float:
 
     short = [cache(SHORT) for _ in range(layers)]
     long = [cache(LONG) for _ in range(layers)]
+    if reserve:
+        from core.worker.joinmemory import JoinReserve, join_bytes, keep_freed_memory
+
+        ready = JoinReserve(keep_freed_memory())
+        wanted = join_bytes(1, LONG + 1, 2 * layers * kv_heads * head_dim * 4)
+        while ready.grow(wanted):
+            pass
+        ready.release()
     started = time.perf_counter()
     for mine, joining in zip(short, long, strict=True):
         mine.extend(joining)
@@ -66,6 +82,24 @@ def child(layers: int, kv_heads: int, head_dim: int) -> dict[str, Any]:
     }
 
 
+def child_reserve(layers: int, kv_heads: int, head_dim: int) -> dict[str, Any]:
+    """In a fresh process: the first merge after the join memory was made ready."""
+    return {"merge_fresh_ready_s": round(_merge_seconds(layers, kv_heads, head_dim, True), 3)}
+
+
+def _child(mode: str, shape: tuple[int, int, int]) -> dict[str, Any]:
+    tunables = mlxenv.cpu_rank_env(None, 1, 1, huge_pages=True).get("GLIBC_TUNABLES", "")
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks.bench_join_cost", mode, *map(str, shape)],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+        env={**os.environ, "GLIBC_TUNABLES": tunables},
+    )
+    figures: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return figures
+
+
 def bench_join_cost(model: Path) -> dict[str, Any]:
     config = json.loads((model / "config.json").read_text())
     heads = int(config["num_attention_heads"])
@@ -74,20 +108,26 @@ def bench_join_cost(model: Path) -> dict[str, Any]:
         int(config.get("num_key_value_heads") or heads),
         int(config.get("head_dim") or int(config["hidden_size"]) // heads),
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.benchmarks.bench_join_cost", "child", *map(str, shape)],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-    )
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"layers": shape[0], "kv_heads": shape[1], "head_dim": shape[2], **figures}
+    figures = _child("child", shape)
+    plain, ready = [], []
+    for _ in range(ROUNDS):  # pair by pair: a fresh process without, then with
+        plain.append(_child("child", shape)["merge_fresh_s"])
+        ready.append(_child("reserve", shape)["merge_fresh_ready_s"])
+    return {
+        "layers": shape[0],
+        "kv_heads": shape[1],
+        "head_dim": shape[2],
+        **figures,
+        "pairs_merge_fresh_s": plain,
+        "pairs_merge_fresh_ready_s": ready,
+    }
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["child"]:
+    if sys.argv[1:2] in (["child"], ["reserve"]):
         layers, kv_heads, head_dim = (int(v) for v in sys.argv[2:5])
-        print(json.dumps(child(layers, kv_heads, head_dim)))
+        measure = child if sys.argv[1] == "child" else child_reserve
+        print(json.dumps(measure(layers, kv_heads, head_dim)))
     else:
         from core.model.demo_model import ensure_demo_model
 

@@ -138,6 +138,41 @@ def test_one_request_cancelled_mid_batch_leaves_the_others_text_unchanged(
     assert [d["finish_reason"] for d in dones] == ["length"] * 3
 
 
+def test_a_long_prompt_read_beside_a_stream_joins_it_without_changing_either_answer(
+    tiny_models: dict[str, Path],
+) -> None:
+    """A long prompt read in chunks while another request streams, then joined to it (the
+    rank makes the join's memory ready meanwhile, ``core.worker.joinmemory``): both
+    answers are the ones each gets alone, and the stream went on while it was read."""
+    stream = ("tell me a long story", 64)
+    long = (" ".join(f"word{n % 97} of the sea and sky" for n in range(90)), 8)
+    job = Job(JobSpec(model=tiny_models["llama"], strategy="pipeline", nodes=2, batch=8))
+    seen: list[dict] = []
+    job.event.connect(seen.append)
+    job.start()
+    try:
+        job.wait_ready(timeout=180)
+        first = job.generate(stream[0], max_tokens=stream[1])
+        wait_until(
+            lambda: sum(e.get("request") == first for e in seen) >= 2, 60, "the stream going"
+        )
+        asked = len(seen)
+        second = job.generate(long[0], max_tokens=long[1])
+        together = [job.wait_done(r, timeout=120) for r in (first, second)]
+        alone = [
+            job.wait_done(job.generate(text, max_tokens=n), timeout=120)
+            for text, n in (stream, long)
+        ]
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+    assert together[1]["prompt_tokens"] > 4 * 128  # read in several chunks beside it
+    assert [d["text"] for d in together] == [d["text"] for d in alone]
+    after = [e for e in seen[asked:] if e["event"] == "token"]
+    joined = next(n for n, e in enumerate(after) if e["request"] == second)
+    assert sum(e["request"] == first for e in after[:joined]) >= 3  # it streamed meanwhile
+
+
 def test_a_rank_killed_mid_batch_ends_every_request_with_an_error(
     tiny_models: dict[str, Path],
 ) -> None:
