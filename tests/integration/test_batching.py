@@ -9,6 +9,8 @@ import itertools
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,15 +36,25 @@ PROMPTS = [
 ]
 
 
-def _answers(spec: JobSpec, together: bool, prompts=PROMPTS) -> tuple[list[str], list[dict]]:
-    """Each prompt's text, asked all at once (``together``) or one after another; and
-    the token events in the order rank 0 sent them."""
+@contextmanager
+def _running(spec: JobSpec) -> Iterator[tuple[Job, list[dict]]]:
+    """A job started and ready, with the events it sends; stopped after, no rank left."""
     job = Job(spec)
-    events: list[dict] = []
-    job.event.connect(events.append)
+    seen: list[dict] = []
+    job.event.connect(seen.append)
     job.start()
     try:
         job.wait_ready(timeout=180)
+        yield job, seen
+    finally:
+        job.stop()
+    assert_no_ranks_left(job)
+
+
+def _answers(spec: JobSpec, together: bool, prompts=PROMPTS) -> tuple[list[str], list[dict]]:
+    """Each prompt's text, asked all at once (``together``) or one after another; and
+    the token events in the order rank 0 sent them."""
+    with _running(spec) as (job, events):
         if together:
             ids = [job.generate(text, max_tokens=n) for text, n in prompts]
             dones = [job.wait_done(r, timeout=180) for r in ids]
@@ -50,9 +62,6 @@ def _answers(spec: JobSpec, together: bool, prompts=PROMPTS) -> tuple[list[str],
             dones = []
             for text, n in prompts:
                 dones.append(job.wait_done(job.generate(text, max_tokens=n), timeout=180))
-    finally:
-        job.stop()
-    assert_no_ranks_left(job)
     tokens = [e for e in events if e["event"] == "token"]
     return [d["text"] for d in dones], tokens
 
@@ -113,12 +122,7 @@ def test_one_request_cancelled_mid_batch_leaves_the_others_text_unchanged(
     prompts = [("What is the capital of France?", 16), ("hi", 16), ("Why?", 16)]
     spec = JobSpec(model=tiny_models["llama"], strategy="pipeline", nodes=2, batch=8)
     expected, _ = _answers(spec, together=True, prompts=prompts)
-    job = Job(spec)
-    seen: list[dict] = []
-    job.event.connect(seen.append)
-    job.start()
-    try:
-        job.wait_ready(timeout=180)
+    with _running(spec) as (job, seen):
         long = job.generate("tell me a long story", max_tokens=100_000)
         ids = [job.generate(text, max_tokens=n) for text, n in prompts]
         # Cancelled once every request has joined and given a token: mid-batch.
@@ -130,9 +134,6 @@ def test_one_request_cancelled_mid_batch_leaves_the_others_text_unchanged(
         assert job.cancel(long)
         dones = [job.wait_done(r, timeout=120) for r in ids]
         cancelled = job.wait_done(long, timeout=120)
-    finally:
-        job.stop()
-    assert_no_ranks_left(job)
     assert cancelled["finish_reason"] == "cancelled"
     assert [d["text"] for d in dones] == expected
     assert [d["finish_reason"] for d in dones] == ["length"] * 3
@@ -146,12 +147,8 @@ def test_a_long_prompt_read_beside_a_stream_joins_it_without_changing_either_ans
     answers are the ones each gets alone, and the stream went on while it was read."""
     stream = ("tell me a long story", 64)
     long = (" ".join(f"word{n % 97} of the sea and sky" for n in range(90)), 8)
-    job = Job(JobSpec(model=tiny_models["llama"], strategy="pipeline", nodes=2, batch=8))
-    seen: list[dict] = []
-    job.event.connect(seen.append)
-    job.start()
-    try:
-        job.wait_ready(timeout=180)
+    spec = JobSpec(model=tiny_models["llama"], strategy="pipeline", nodes=2, batch=8)
+    with _running(spec) as (job, seen):
         first = job.generate(stream[0], max_tokens=stream[1])
         wait_until(
             lambda: sum(e.get("request") == first for e in seen) >= 2, 60, "the stream going"
@@ -163,9 +160,6 @@ def test_a_long_prompt_read_beside_a_stream_joins_it_without_changing_either_ans
             job.wait_done(job.generate(text, max_tokens=n), timeout=120)
             for text, n in (stream, long)
         ]
-    finally:
-        job.stop()
-    assert_no_ranks_left(job)
     assert together[1]["prompt_tokens"] > 4 * 128  # read in several chunks beside it
     assert [d["text"] for d in together] == [d["text"] for d in alone]
     after = [e for e in seen[asked:] if e["event"] == "token"]
@@ -176,12 +170,8 @@ def test_a_long_prompt_read_beside_a_stream_joins_it_without_changing_either_ans
 def test_a_rank_killed_mid_batch_ends_every_request_with_an_error(
     tiny_models: dict[str, Path],
 ) -> None:
-    job = Job(JobSpec(model=tiny_models["qwen3"], strategy="pipeline", nodes=2, batch=8))
-    seen: list[dict] = []
-    job.event.connect(seen.append)
-    job.start()
-    try:
-        job.wait_ready(timeout=180)
+    spec = JobSpec(model=tiny_models["qwen3"], strategy="pipeline", nodes=2, batch=8)
+    with _running(spec) as (job, seen):
         ids = [job.generate(f"story number {n}", max_tokens=100_000) for n in range(4)]
         wait_until(
             lambda: {e.get("request") for e in seen if e["event"] == "token"} >= set(ids),
@@ -195,9 +185,6 @@ def test_a_rank_killed_mid_batch_ends_every_request_with_an_error(
                 job.wait_done(request, timeout=30)
         assert time.monotonic() - started < 30
         wait_finished(job, 30)
-    finally:
-        job.stop()
-    assert_no_ranks_left(job)
 
 
 def test_a_seeded_request_samples_the_same_text_in_a_batch_as_alone(
@@ -210,10 +197,8 @@ def test_a_seeded_request_samples_the_same_text_in_a_batch_as_alone(
         ("hi", {}),
         ("Why?", {"temperature": 1.2, "seed": 11}),
     ]
-    job = Job(JobSpec(model=tiny_models["llama"], strategy="pipeline", nodes=2, batch=8))
-    job.start()
-    try:
-        job.wait_ready(timeout=180)
+    spec = JobSpec(model=tiny_models["llama"], strategy="pipeline", nodes=2, batch=8)
+    with _running(spec) as (job, _):
         ids = [job.generate(text, max_tokens=8, sampling=s) for text, s in asks]
         together = [job.wait_done(r, timeout=120)["text"] for r in ids]
         alone = [
@@ -221,9 +206,6 @@ def test_a_seeded_request_samples_the_same_text_in_a_batch_as_alone(
             for text, s in asks
         ]
         greedy = job.wait_done(job.generate(asks[0][0], max_tokens=8), timeout=120)["text"]
-    finally:
-        job.stop()
-    assert_no_ranks_left(job)
     assert together == alone
     assert greedy != together[0]  # the seeded one really sampled
 
@@ -233,20 +215,14 @@ TURNS = ["What is the capital of France?", "And of Spain?", "Which is bigger?", 
 
 def _chat(spec: JobSpec) -> list[tuple[str, int, int]]:
     """A 5-turn chat, each turn the whole history: (text, prompt tokens, cached tokens)."""
-    job = Job(spec)
-    job.start()
     history: list[dict[str, str]] = []
     turns = []
-    try:
-        job.wait_ready(timeout=180)
+    with _running(spec) as (job, _):
         for question in TURNS:
             history.append({"role": "user", "content": question})
             done = job.wait_done(job.generate(messages=list(history), max_tokens=8), 120)
             history.append({"role": "assistant", "content": done["text"]})
             turns.append((done["text"], done["prompt_tokens"], done["cached_tokens"]))
-    finally:
-        job.stop()
-    assert_no_ranks_left(job)
     return turns
 
 
