@@ -163,6 +163,14 @@ class Chunks:
         self.beside = int(max(self.MIN, min(p.PREFILL_STEP_BESIDE_STREAMS, settled)))
 
 
+def _rank_token_bytes(shard: Shard, kv: tuple[int, int], ranks: int) -> int:
+    """The KV bytes a token takes on this rank: its layers' (a pipeline), or its slice of
+    every layer's heads (tensor: one of ``ranks``)."""
+    held = None if shard.layers is None else shard.layers[1] - shard.layers[0]
+    whole = kvbits.scaled(kv_bytes_per_token(shard.config, layers=held), *kv, dtype_bytes=4)
+    return whole if held is not None else math.ceil(whole / ranks)
+
+
 class Batcher:
     """The rank's command loop with up to ``limit`` requests generating at once."""
 
@@ -189,8 +197,7 @@ class Batcher:
         self.running: dict[int, Running] = {}  # by the generator's uid
         per_token = kvbits.scaled(kv_bytes_per_token(shard.config), *kv, dtype_bytes=4)
         self.prompts = PromptCache(cache_bytes // per_token) if cache_bytes > 0 else None
-        # Each rank holds about its share of every token's KV (layers or heads).
-        self._rank_token_bytes = math.ceil(per_token / group.size())
+        self._rank_token_bytes = _rank_token_bytes(shard, kv, group.size())
         self.reserve = JoinReserve.for_this_rank(generation_stream)
         tokenizer = shard.tokenizer
         self.generator = BatchGenerator(

@@ -4,10 +4,11 @@ When a prompt that was read beside other streams joins them, mlx-lm's batched KV
 pads every row to the longest and concatenates them (``BatchKVCache.extend``): for a
 context-sized prompt beside one stream, about three times the new row's cache, allocated
 in the first step after the join. MLX's CPU backend takes that memory from malloc, and
-memory the process has not touched before is slow to hand out on a VM (each 4 KiB page
-faulted in: 1 GiB touched for the first time took 2.19 s here, 0.11 s again). So every
-other stream's next token waited for the page faults: a 1.0 s step on the demo cluster
-(pipeline, two ranks, 7,575 prompt tokens beside one stream), against 0.06-0.10 s before.
+memory the process has not touched before is slow to hand out on a VM (each page faulted
+in: ``tests.benchmarks.bench_join_cost`` touches 1 GiB in 1.4 s the first time, 0.11 s
+again). So every other stream's next token waited for the page faults: on the demo
+cluster (pipeline, two ranks) a 7,575-token prompt's join was the one gap over 1 s in the
+stream beside it, 1.30 s (``tests.benchmarks.bench_shared_serve ... stall``).
 
 ``JoinReserve`` moves that cost into the steps that read the prompt, where the chunk
 sizing (``batching.Chunks``) already keeps each step short: a few MiB at a time, it holds
@@ -29,7 +30,7 @@ import mlx.core as mx
 
 MIB = 1 << 20
 PIECE_BYTES = 8 * MIB  # one buffer: below the mmap threshold, so it comes from the heap
-SLICE_BYTES = 32 * MIB  # touched in one step at most (about 0.09 s here, first time)
+SLICE_BYTES = 32 * MIB  # touched in one step at most
 MAX_BYTES = 2 << 30  # never held beyond this, whatever the join would take
 MMAP_THRESHOLD = 32 * MIB  # glibc's own ceiling for its dynamic threshold
 STEP_TOKENS = 256  # mlx-lm's KV cache grows by this many tokens
@@ -68,7 +69,8 @@ def keep_freed_memory() -> bool:
 
 class JoinReserve:
     """Touched memory held for the next join, ``SLICE_BYTES`` more a step up to what it
-    will take, then given back to malloc for the join to reuse."""
+    will take, then given back to malloc for the join to reuse. An allocation that fails
+    turns it off: it never ends a request, let alone the job."""
 
     def __init__(
         self, enabled: bool, stream: mx.Stream | mx.ThreadLocalStream | None = None
@@ -95,11 +97,16 @@ class JoinReserve:
         more = min(SLICE_BYTES, wanted - self.held)
         if more <= 0:
             return 0
-        pieces = [
-            mx.zeros((min(PIECE_BYTES, more - start) // 4,), dtype=mx.float32, stream=self.stream)
-            for start in range(0, more, PIECE_BYTES)
-        ]
-        mx.eval(pieces)
+        try:
+            pieces = [
+                mx.zeros((min(PIECE_BYTES, more - start) // 4,), mx.float32, stream=self.stream)
+                for start in range(0, more, PIECE_BYTES)
+            ]
+            mx.eval(pieces)
+        except (RuntimeError, MemoryError):  # no memory to spare: the join fares as before
+            self.release()
+            self.enabled = False
+            return 0
         self._held.extend(pieces)
         return sum(piece.nbytes for piece in pieces)
 

@@ -144,12 +144,16 @@ def _common(a: tuple[int, ...], b: list[int]) -> int:
     return n
 
 
-def kv_bytes_per_token(config: dict[str, Any], dtype_bytes: int = 4) -> int:
+def kv_bytes_per_token(
+    config: dict[str, Any], dtype_bytes: int = 4, layers: int | None = None
+) -> int:
     """The whole model's KV cache bytes per token (keys and values, every layer), from its
-    config: the same figure on every rank, whatever its share."""
+    config: the same figure on every rank, whatever its share; of ``layers`` of them only
+    when given (a pipeline rank's)."""
     nested = config.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else config
-    layers = int(text.get("num_hidden_layers") or 1)
+    if layers is None:
+        layers = int(text.get("num_hidden_layers") or 1)
     heads = int(text.get("num_attention_heads") or 1)
     kv_heads = int(text.get("num_key_value_heads") or heads)
     hidden = int(text.get("hidden_size") or 0)

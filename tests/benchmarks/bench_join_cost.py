@@ -108,18 +108,15 @@ def bench_join_cost(model: Path) -> dict[str, Any]:
         int(config.get("num_key_value_heads") or heads),
         int(config.get("head_dim") or int(config["hidden_size"]) // heads),
     )
-    figures = _child("child", shape)
-    plain, ready = [], []
-    for _ in range(ROUNDS):  # pair by pair: a fresh process without, then with
-        plain.append(_child("child", shape)["merge_fresh_s"])
-        ready.append(_child("reserve", shape)["merge_fresh_ready_s"])
+    # Pair by pair: a fresh process without the remedy, then one with it.
+    pairs = [(_child("child", shape), _child("reserve", shape)) for _ in range(ROUNDS)]
     return {
         "layers": shape[0],
         "kv_heads": shape[1],
         "head_dim": shape[2],
-        **figures,
-        "pairs_merge_fresh_s": plain,
-        "pairs_merge_fresh_ready_s": ready,
+        **pairs[0][0],
+        "pairs_merge_fresh_s": [plain["merge_fresh_s"] for plain, _ in pairs],
+        "pairs_merge_fresh_ready_s": [ready["merge_fresh_ready_s"] for _, ready in pairs],
     }
 
 

@@ -13,7 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.worker import joinmemory
+from core.worker.batching import _rank_token_bytes
 from core.worker.joinmemory import MAX_BYTES, MIB, PIECE_BYTES, SLICE_BYTES, JoinReserve
+from core.worker.sharding import Shard
+from core.worker.vocab import Strategy
+
+DEMO = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3}
+DEMO_TOKEN_BYTES = 2 * 30 * 3 * 64 * 4  # keys and values, float32, every layer
 
 
 def test_a_context_sized_prompt_beside_one_stream_takes_three_padded_rows() -> None:
@@ -42,6 +48,19 @@ def test_the_join_never_asks_more_than_the_ceiling_and_grows_with_its_rows(
     assert joinmemory.join_bytes(rows, longest + 256, per_token) >= size
 
 
+def _shard(strategy: Strategy, layers: tuple[int, int] | None) -> Shard:
+    return Shard(None, None, {**DEMO, "hidden_size": 576}, strategy, layers)  # type: ignore[arg-type]
+
+
+def test_a_rank_sizes_the_join_at_its_own_share_of_each_tokens_kv() -> None:
+    none = (16, 64)  # the KV cache at the model's dtype
+    uneven = _shard(Strategy.PIPELINE, (0, 20))  # 20 of the 30 layers: --split 2,1
+    assert _rank_token_bytes(uneven, none, 2) == DEMO_TOKEN_BYTES * 20 // 30
+    assert _rank_token_bytes(_shard(Strategy.TENSOR, None), none, 3) == DEMO_TOKEN_BYTES // 3
+    assert _rank_token_bytes(_shard(Strategy.SINGLE, None), none, 1) == DEMO_TOKEN_BYTES
+    assert _rank_token_bytes(uneven, (4, 64), 2) < DEMO_TOKEN_BYTES * 20 // 30  # 4-bit KV
+
+
 def test_the_reserve_grows_a_slice_a_step_up_to_what_the_join_takes() -> None:
     reserve = JoinReserve(enabled=True)
     wanted = 3 * SLICE_BYTES + 4 * MIB
@@ -52,6 +71,21 @@ def test_the_reserve_grows_a_slice_a_step_up_to_what_the_join_takes() -> None:
     assert reserve.grow(wanted // 2) == 0  # a smaller join: nothing more, nothing dropped
     reserve.release()
     assert reserve.held == 0
+
+
+def test_memory_it_cannot_have_turns_the_reserve_off_and_never_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reserve = JoinReserve(enabled=True)
+    assert reserve.grow(SLICE_BYTES) == SLICE_BYTES
+
+    def no_memory(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("[malloc] Unable to allocate 8388608 bytes.")
+
+    monkeypatch.setattr(joinmemory.mx, "zeros", no_memory)
+    assert reserve.grow(2 * SLICE_BYTES) == 0
+    assert (reserve.enabled, reserve.held) == (False, 0)  # what it held is given back
+    assert reserve.grow(2 * SLICE_BYTES) == 0  # and it tries no more
 
 
 def test_a_disabled_reserve_holds_nothing() -> None:

@@ -50,6 +50,7 @@ def test_the_bound_is_the_whole_models_kv_bytes_per_token_the_same_on_every_rank
     config = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3}
     config["hidden_size"] = 576
     assert kv_bytes_per_token(config) == 2 * 30 * 3 * 64 * 4
+    assert kv_bytes_per_token(config, layers=12) == 2 * 12 * 3 * 64 * 4  # a pipeline rank's
 
 
 def test_a_tenant_never_reuses_another_tenants_entries() -> None:
