@@ -59,6 +59,8 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from core.model.safetensors_headers import DTYPE_BYTES
 
+SETTLE_S = 5.0  # the longest ``served`` waits for answers in flight to be recorded
+
 _LFS_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
 _CHUNK = 1 << 20
 _DATE = "2026-11-30T12:00:00.000Z"
@@ -155,7 +157,8 @@ class FakeHub:
     error_status: int = 500  # the ``error500`` mode's status (501: not retried by the client)
 
     def __post_init__(self) -> None:
-        self._lock = threading.Lock()
+        # A condition: ``served`` waits on it for the answers still being recorded.
+        self._lock = threading.Condition()
         self._stopping = threading.Event()
         self._servers: list[ThreadingHTTPServer] = []
         self._link_free_at = 0.0
@@ -207,7 +210,12 @@ class FakeHub:
     # -- what was served --------------------------------------------------------------------
 
     def served(self, pattern: str = "") -> list[Served]:
+        """The requests answered whose path holds ``pattern``. A client has its whole answer
+        before the server's thread records it, so the answers still being given are waited
+        for first (up to ``SETTLE_S``: a silent or slow answer is never recorded before
+        the hub stops)."""
         with self._lock:
+            self._lock.wait_for(lambda: self._active == 0, timeout=SETTLE_S)
             return [s for s in self.log if pattern in s.path]
 
     def weight_bytes_served(self) -> int:
@@ -276,6 +284,7 @@ class FakeHub:
         with self._lock:
             self.log.append(served)
             self._active -= 1
+            self._lock.notify_all()
 
     def _begin(self) -> None:
         with self._lock:
